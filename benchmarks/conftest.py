@@ -1,0 +1,1 @@
+"""pytest-benchmark benchmarks: run with ``python -m pytest benchmarks --benchmark-only``."""

@@ -1,0 +1,37 @@
+"""similarity-plugins: does network A compute the same function as network B?
+
+The public face: :func:`compare` (one call, every metric), :func:`list_metrics`, :func:`layers`,
+:class:`Data`, the result types, and :data:`hookimpl` for writing metric plugins.
+"""
+
+from __future__ import annotations
+
+from .core.compare import compare
+from .core.context import Context
+from .core.data import Data
+from .core.hookspecs import hookimpl
+from .core.manager import get_plugin_manager
+from .core.networks import LayerNotFound, SplitNetwork, frozen, layers
+from .core.registry import UnknownMetric, list_metrics, metric_info, select_metrics
+from .core.results import LayerPair, Report, SimilarityResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "compare", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound", "SplitNetwork",
+    "frozen", "layers", "UnknownMetric", "list_metrics", "metric_info", "select_metrics", "LayerPair",
+    "Report", "SimilarityResult", "register_metric", "__version__",
+]
+
+
+def register_metric(plugin: object, name: str) -> str:
+    """Register a metric plugin at run time (module, class, instance, or ``@hookimpl`` function)."""
+    return get_plugin_manager().register_metric(plugin, name)
+
+
+def __getattr__(name: str):  # lazy submodules: similarity_plugins.functional, .iri, .datasets
+    import importlib
+
+    if name in ("functional", "iri", "datasets", "models", "training", "stitch", "plugins", "cli"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,256 @@
+"""The command-line interface: ``similarity-plugins list | layers | compare | train | iris | demo``.
+
+MODEL specs: ``torchvision:NAME``, ``timm:NAME`` (keyword arguments after ``?``, e.g.
+``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable`` or ``small-cnn``,
+each optionally followed by ``@weights.pt`` (loaded with ``torch.load(weights_only=True)``).
+DATA specs: ``digits`` (built in), ``cifar10:ROOT``, ``folder:ROOT`` (ImageFolder with train/ and test/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_options(items: Sequence[str]) -> dict:
+    """``["epochs=5", "stitch-dm.lr=0.01"]`` -> ``{"epochs": 5, "stitch-dm": {"lr": 0.01}}``.
+
+    Values are read as JSON when they parse (numbers, true/false, lists), else kept as strings.
+    """
+    options: dict = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"error: --option expects KEY=VALUE (or METRIC.KEY=VALUE), got {item!r}")
+        key, value = item.split("=", 1)
+        metric, dot, name = key.rpartition(".")
+        if dot and metric:
+            options.setdefault(metric, {})[name] = _parse_value(value)
+        else:
+            options[key] = _parse_value(value)
+    return options
+
+
+def parse_layer(text: str) -> "str | tuple[str, str]":
+    """``layer1`` -> ``"layer1"``; ``layer1:layer2`` or ``layer1->layer2`` -> ``("layer1", "layer2")``."""
+    for sep in ("->", ":"):
+        if sep in text:
+            a, b = text.split(sep, 1)
+            return (a.strip(), b.strip())
+    return text
+
+
+def _subset(dataset: Any, limit: int | None) -> Any:
+    if dataset is None or not limit or limit >= len(dataset):
+        return dataset
+    from torch.utils.data import Subset
+
+    return Subset(dataset, range(int(limit)))
+
+
+def _load_data(spec: str, max_train: int | None = None, max_test: int | None = None):
+    from .core.data import Data
+    from .datasets import parse_data_spec
+
+    data = parse_data_spec(spec)
+    return Data(train=_subset(data.train, max_train), test=_subset(data.test, max_test))
+
+
+def _load_model(spec: str, num_classes: int | None, in_channels: int | None = None):
+    from .models import build_model
+
+    return build_model(spec, num_classes=num_classes, in_channels=in_channels)
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .core.manager import get_plugin_manager
+
+    pm = get_plugin_manager()
+    rows = [pm.info[n] for n in sorted(pm.info)]
+    if args.json:
+        print(json.dumps([{"name": r.name, "package": r.package, "description": r.description, "error": r.error} for r in rows], indent=2))
+        return 0
+    width = max(len(r.name) for r in rows)
+    pwidth = max(len(r.package) for r in rows)
+    for r in rows:
+        text = f"BROKEN: {r.error}" if r.error else r.description
+        print(f"{r.name.ljust(width)}  {r.package.ljust(pwidth)}  {text}")
+    return 0
+
+
+def cmd_layers(args: argparse.Namespace) -> int:
+    from .core.networks import layers
+
+    model = _load_model(args.model, args.num_classes, args.in_channels)
+    for name in layers(model):
+        print(name)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from . import compare
+
+    options = parse_options(args.option or [])
+    if args.epochs is not None:
+        options["epochs"] = args.epochs
+    front = _load_model(args.front, args.num_classes, args.in_channels)
+    end = _load_model(args.end, args.num_classes, args.in_channels)
+    data = _load_data(args.data, args.max_train, args.max_test)
+    layer_list = [parse_layer(text) for text in args.layer]
+    start = time.perf_counter()
+    report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
+                     seed=args.seed, device=args.device, options=options, progress=not args.no_progress)
+    print(report)
+    print(f"\n{len(report)} results in {time.perf_counter() - start:.1f} s")
+    if args.out:
+        report.to_json(args.out)
+        print(f"wrote {args.out}")
+    if args.csv:
+        report.to_csv(args.csv)
+        print(f"wrote {args.csv}")
+    return 0 if all(r.error is None for r in report) else 1
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .training import train_command
+
+    return train_command(args)
+
+
+def cmd_iris(args: argparse.Namespace) -> int:
+    from .iri.command import iris_command
+
+    return iris_command(args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(out_dir=args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``similarity-plugins`` command."""
+    parser = argparse.ArgumentParser(
+        prog="similarity-plugins",
+        description="Do two trained networks compute the same function? CKA, model stitching and "
+        "invariance-aware stitching side by side.",
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list the registered metrics and the package each comes from")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_list)
+
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
+        p.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
+
+    p = sub.add_parser("layers", help="list a model's stitchable layers in forward order")
+    p.add_argument("model", help="MODEL spec, e.g. torchvision:resnet18")
+    model_args(p)
+    p.set_defaults(func=cmd_layers)
+
+    p = sub.add_parser("compare", help="compare two models at one or more layers")
+    p.add_argument("--front", required=True, help="MODEL spec of network A (the front)")
+    p.add_argument("--end", required=True, help="MODEL spec of network B (the end)")
+    p.add_argument("--layer", required=True, action="append",
+                   help="layer name, or FRONT:END pair; repeat for a sweep")
+    p.add_argument("--metrics", default=None, help="comma-separated names or wildcards (default: all)")
+    p.add_argument("--data", required=True, help="DATA spec: digits, cifar10:ROOT, folder:ROOT")
+    p.add_argument("--out", default=None, help="write the report as JSON")
+    p.add_argument("--csv", default=None, help="write the report as CSV")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the front's device)")
+    p.add_argument("--epochs", type=int, default=None, help="stitch training epochs (default 30)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable")
+    p.add_argument("--max-train", type=int, default=None, help="use the first N training samples")
+    p.add_argument("--max-test", type=int, default=None, help="use the first N test samples")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    model_args(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("train", help="train a donor model (small CNN on digits; ResNet/VGG/ViT on CIFAR-10)")
+    p.add_argument("--model", required=True, help="MODEL spec, e.g. small-cnn or torchvision:resnet18")
+    p.add_argument("--data", required=True, help="DATA spec")
+    p.add_argument("--variant", default=None, help="train on a variant: pixel-shortcut, unseen-cue, ...")
+    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--adversarial", action="store_true", help="PGD (L-inf) adversarial training")
+    p.add_argument("--eps", type=float, default=0.1, help="PGD radius in pixel units ([0,1] inputs)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", required=True, help="where to save the weights (.pt state dict)")
+    p.add_argument("--max-train", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    model_args(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("iris", help="generate identically represented inputs (IRIs) for a model at a layer")
+    p.add_argument("--model", required=True, help="MODEL spec")
+    p.add_argument("--layer", required=True)
+    p.add_argument("--data", required=True, help="DATA spec (its train split seeds the IRIs)")
+    p.add_argument("--split", default="train", choices=["train", "test"])
+    p.add_argument("--max-seeds", type=int, default=None, help="use the first N samples as seeds")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--tol", type=float, default=1e-2)
+    p.add_argument("--optimizer", default="adam", choices=["adam", "normgrad"])
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--backend", default="auto", choices=["auto", "numpy", "torch", "cupy"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
+    p.add_argument("--no-progress", action="store_true")
+    model_args(p)
+    p.set_defaults(func=cmd_iris)
+
+    p = sub.add_parser("demo", help="the paper's central claim on built-in digits, in minutes")
+    p.add_argument("--out", default="similarity-demo", help="output folder (report.json, report.csv, similarity.png)")
+    p.add_argument("--quick", action="store_true", help="a smaller run (under 90 s on 2 cores)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``similarity-plugins`` console script. Returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError, KeyError, RuntimeError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The plugin host and the shared services every metric draws on."""

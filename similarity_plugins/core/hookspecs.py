@@ -1,0 +1,53 @@
+"""The hook every metric plugin implements (project name ``similarity_plugins``).
+
+A metric is a plugin object (a module, a class or an instance) with one ``similarity`` hookimpl.
+Its name is the name it was registered under: the entry-point name for third-party packages
+(group ``similarity_plugins``), the key of ``DEFAULT_PLUGINS`` for the built-in ones, which are
+registered exactly the same way. Example, a complete plugin::
+
+    import similarity_plugins
+
+    @similarity_plugins.hookimpl
+    def similarity(front, end, layer, context):
+        x = context.activations(front, layer.front, "test")   # (N, D) float32, flattened
+        y = context.activations(end, layer.end, "test")
+        return float(similarity_plugins.functional.cka(x, y))
+
+Optional attributes on the plugin object: ``description`` (one line for ``similarity-plugins list``)
+and ``needs`` (the splits it reads, e.g. ``("train", "test")``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+PROJECT_NAME = "similarity_plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def similarity(front, end, layer, data, options, context, seed, device) -> Any:  # type: ignore[empty-body]
+    """Score how similar ``front`` (network A) and ``end`` (network B) are at ``layer``.
+
+    A hookimpl may take any subset of these arguments (pluggy passes only those it names):
+
+    - ``front``, ``end``: the two ``torch.nn.Module`` donors (never change them: parameters,
+      buffers, ``training`` and ``requires_grad`` flags must be as before when you return;
+      ``similarity_plugins.core.networks.frozen`` does that for you);
+    - ``layer``: a :class:`~similarity_plugins.core.results.LayerPair` with ``.front`` (the cut in A)
+      and ``.end`` (the cut in B), both ``named_modules()`` names;
+    - ``data``: a :class:`~similarity_plugins.Data` with ``train`` and ``test`` splits yielding ``(x, y)``;
+    - ``options``: a dict of this metric's options (global options merged with ``options[name]``);
+    - ``context``: the shared services of one ``compare`` call (cached activations, network splits,
+      memoisation, progress), see :class:`~similarity_plugins.core.context.Context`;
+    - ``seed``: an int; every random choice must derive from it;
+    - ``device``: the ``torch.device`` the donors run on.
+
+    Return a float score, or a :class:`~similarity_plugins.SimilarityResult` (its ``metric`` and
+    ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to
+    report an error: the error goes into this metric's row and the other metrics still run.
+    """

@@ -1,0 +1,381 @@
+"""Split a network at a named layer: the front ``f_{<=i}``, the end ``g_{>j}`` and native activations.
+
+A *layer* is a module name from ``model.named_modules()``; its *activation* is that module's output.
+``layers(model)`` lists the canonical stitchable layers of a model in forward order:
+
+- torchvision ResNet: ``maxpool``, every residual block (``layer1.0`` ... ``layer4.1``), ``avgpool``;
+- torchvision VGG: every ReLU and MaxPool of ``features``, ``avgpool``, the ReLUs of ``classifier``;
+- timm VisionTransformer: ``patch_embed``, every block (``blocks.0`` ...), ``norm``;
+- any ``nn.Sequential`` and any other module tree: the root's children except the last.
+
+Any other module name also works as a cut when the computation after it depends on nothing computed
+before it except its output (a *clean cut*: ``layer1`` of a ResNet is one, ``layer1.0.conv1`` is not,
+because the residual connection skips around it).
+
+The split is made with ``torch.fx``: the model is traced once per cut with the cut and the later
+stitchable layers kept as opaque calls, so the front runs only the layers up to the cut and the end
+runs only the layers after it. Models that ``torch.fx`` cannot trace still get a front (a forward
+hook that stops the forward pass at the cut); their end is then unavailable and says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import inspect
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+import torch.fx
+from torch import nn
+
+__all__ = ["frozen", "preserved", "layers", "SplitNetwork", "split_network", "model_device", "LayerNotFound"]
+
+
+class LayerNotFound(ValueError):
+    """A layer name that the model does not have (the message lists the valid ones)."""
+
+
+# --------------------------------------------------------------------------------------------- state
+
+
+@contextlib.contextmanager
+def preserved(*models: nn.Module) -> Iterator[None]:
+    """Restore every module's ``training`` flag and every parameter's ``requires_grad`` on exit.
+
+    Changes nothing on entry; whatever the body does to the flags is undone (also on error).
+    """
+    saved_training = [(m, m.training) for model in models for m in model.modules()]
+    saved_grad = [(p, p.requires_grad) for model in models for p in model.parameters()]
+    try:
+        yield
+    finally:
+        for m, flag in saved_training:
+            m.training = flag
+        for p, flag in saved_grad:
+            p.requires_grad_(flag)
+
+
+@contextlib.contextmanager
+def frozen(*models: nn.Module) -> Iterator[None]:
+    """Run models in eval mode with no parameter gradients, restoring every flag afterwards.
+
+    Snapshots each module's ``training`` flag and each parameter's ``requires_grad``, sets
+    ``eval()`` and ``requires_grad_(False)``, and restores exactly the snapshot on exit (also on
+    error). BatchNorm statistics are untouched because eval mode never updates them. Nesting is safe.
+    """
+    with preserved(*models):
+        for model in models:
+            model.eval()
+            for p in model.parameters():
+                p.requires_grad_(False)
+        yield
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of a model's first parameter or buffer (CPU for a model without any)."""
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+# ------------------------------------------------------------------------------------ layer listing
+
+
+def _is_resnet(model: nn.Module) -> bool:
+    return all(hasattr(model, a) for a in ("conv1", "layer1", "layer2", "layer3", "layer4", "fc"))
+
+
+def _is_vgg(model: nn.Module) -> bool:
+    return isinstance(getattr(model, "features", None), nn.Sequential) and isinstance(
+        getattr(model, "classifier", None), nn.Sequential
+    )
+
+
+def _is_vit(model: nn.Module) -> bool:
+    return isinstance(getattr(model, "blocks", None), nn.Sequential) and hasattr(model, "patch_embed")
+
+
+def _canonical_layers(model: nn.Module) -> list[str]:
+    if _is_resnet(model):
+        names = ["maxpool"] if hasattr(model, "maxpool") else []
+        for stage in ("layer1", "layer2", "layer3", "layer4"):
+            names += [f"{stage}.{child}" for child, _ in getattr(model, stage).named_children()]
+        return names + (["avgpool"] if hasattr(model, "avgpool") else [])
+    if _is_vgg(model):
+        names = [f"features.{n}" for n, m in model.features.named_children() if isinstance(m, (nn.ReLU, nn.MaxPool2d))]
+        if hasattr(model, "avgpool"):
+            names.append("avgpool")
+        return names + [f"classifier.{n}" for n, m in model.classifier.named_children() if isinstance(m, nn.ReLU)]
+    if _is_vit(model):
+        names = ["patch_embed"] + [f"blocks.{n}" for n, _ in model.blocks.named_children()]
+        return names + (["norm"] if isinstance(getattr(model, "norm", None), nn.Module) else [])
+    children = [n for n, _ in model.named_children()]
+    return children[:-1]
+
+
+def layers(model: nn.Module) -> list[str]:
+    """Stitchable layer names of ``model`` in forward order (``named_modules()`` names).
+
+    The last entry is the penultimate representation (the layer that feeds the classifier), so the
+    list never contains the output layer itself. Returns a new list.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    return list(_canonical_layers(model))
+
+
+def _check_layer(model: nn.Module, layer: str) -> None:
+    names = dict(model.named_modules())
+    if layer in names and layer != "":
+        return
+    valid = layers(model)
+    close = difflib.get_close_matches(str(layer), [n for n in names if n], n=3)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise LayerNotFound(
+        f"layer {layer!r} not found in {type(model).__name__}; available: {', '.join(valid)}"
+        f" (any clean-cut module name from named_modules() also works).{hint}"
+    )
+
+
+# -------------------------------------------------------------------------------------- fx tracing
+
+
+class _CutTracer(torch.fx.Tracer):
+    """Traces only through modules that contain a target; targets and everything else stay opaque."""
+
+    def __init__(self, targets: set[str]) -> None:
+        super().__init__()
+        self.targets = targets
+        self.ancestors = {t.rsplit(".", i)[0] for t in targets for i in range(1, t.count(".") + 1)}
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if module_qualified_name in self.targets:
+            return True
+        if module_qualified_name == "" or module_qualified_name in self.ancestors:
+            return False
+        return True
+
+
+def _concrete_defaults(model: nn.Module) -> dict:
+    """Keyword arguments of ``forward`` after the first, frozen at their defaults for tracing."""
+    params = list(inspect.signature(model.forward).parameters.values())
+    concrete = {}
+    for p in params[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is not p.empty:
+            concrete[p.name] = p.default
+    return concrete
+
+
+def _nested(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+@dataclass
+class _Traced:
+    graph: torch.fx.Graph
+    order: list[str]  # opaque targets in call order
+
+
+def _trace(model: nn.Module, targets: set[str]) -> _Traced:
+    tracer = _CutTracer(targets)
+    graph = tracer.trace(model, concrete_args=_concrete_defaults(model) or None)
+    order = [n.target for n in graph.nodes if n.op == "call_module" and n.target in targets]
+    return _Traced(graph, order)
+
+
+def _build_module(model: nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    graph.lint()
+    return torch.fx.GraphModule(model, graph)
+
+
+# ------------------------------------------------------------------------------------- the split
+
+
+class SplitNetwork:
+    """A model cut after ``layer``: ``front(x)``, ``end(h)`` and ``native(x)``.
+
+    ``taps`` are the stitchable layers after the cut (up to the penultimate one) whose activations
+    ``end_with_taps`` and ``native`` return too; FuLA compares them. By default they are the
+    canonical ``layers(model)`` after the cut. All calls run the donor under :func:`frozen`, so the
+    model's flags are restored afterwards and BatchNorm statistics never change; gradients flow to
+    the inputs (for IRIs and stitches) but never into the model's parameters.
+    """
+
+    def __init__(self, model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
+        _check_layer(model, layer)
+        self.model = model
+        self.layer = layer
+        canonical = [n for n in layers(model) if not _nested(n, layer)]
+        self._trace_error: str | None = None
+        self._front_gm = self._end_gm = self._native_gm = None
+        try:
+            traced = _trace(model, set(canonical) | {layer} | set(taps or ()))
+        except Exception as exc:  # noqa: BLE001 - any tracing failure falls back to hooks
+            self._trace_error = f"{type(exc).__name__}: {exc}"
+            self.taps: tuple[str, ...] = tuple(taps or ())
+            return
+        calls = [n for n in traced.graph.nodes if n.op == "call_module" and n.target == layer]
+        if len(calls) != 1:
+            self._trace_error = f"layer {layer!r} is called {len(calls)} times in the forward pass (need exactly once)"
+            self.taps = tuple(taps or ())
+            return
+        after = traced.order[traced.order.index(layer) + 1 :]
+        if taps is None:
+            taps = [t for t in after if t in canonical]
+        else:
+            for t in taps:
+                _check_layer(model, t)
+                if t not in after:
+                    raise ValueError(f"tap layer {t!r} does not come after the cut {layer!r}; later layers: {', '.join(after)}")
+        self.taps = tuple(taps)
+        self._build(traced.graph, calls[0])
+
+    # -- construction ------------------------------------------------------------------------------
+
+    def _build(self, graph: torch.fx.Graph, cut: torch.fx.Node) -> None:
+        nodes = list(graph.nodes)
+        cut_index = nodes.index(cut)
+        before = set(nodes[:cut_index])
+        tap_nodes = {n.target: n for n in nodes[cut_index + 1 :] if n.op == "call_module" and n.target in self.taps}
+        output = next(n for n in nodes if n.op == "output")
+
+        # A clean cut: nothing after the cut reads a value computed before it (parameters excepted).
+        for node in nodes[cut_index + 1 :]:
+            for inp in node.all_input_nodes:
+                if inp in before and inp.op != "get_attr":
+                    self._trace_error = (
+                        f"layer {self.layer!r} is not a clean cut: the computation after it also reads "
+                        f"{inp.name!r}, computed before it (a skip connection around it); "
+                        f"cut at a block output instead, such as one of: {', '.join(layers(self.model))}"
+                    )
+                    return
+
+        # front: everything up to the cut, returning the cut's output.
+        front = torch.fx.Graph()
+        env: dict[torch.fx.Node, torch.fx.Node] = {}
+        for node in nodes[: cut_index + 1]:
+            env[node] = front.node_copy(node, lambda n: env[n])
+        front.output(env[cut])
+
+        # end: a placeholder for the (stitched) activation, then everything after the cut.
+        end = torch.fx.Graph()
+        env = {cut: end.placeholder("h")}
+        for node in nodes[cut_index + 1 :]:
+            if node.op == "output":
+                break
+            env[node] = end.node_copy(node, lambda n: env[n] if n in env else _copy_attr(end, env, n))
+        result = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
+        end.output((result, tuple(env[tap_nodes[t]] for t in self.taps)))
+
+        # native: the whole forward, returning the cut, the logits and the taps.
+        native = torch.fx.Graph()
+        env = {}
+        for node in nodes:
+            if node.op == "output":
+                break
+            env[node] = native.node_copy(node, lambda n: env[n])
+        logits = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
+        native.output((env[cut], logits, tuple(env[tap_nodes[t]] for t in self.taps)))
+
+        self._front_gm = _build_module(self.model, front)
+        self._end_gm = _build_module(self.model, end)
+        self._native_gm = _build_module(self.model, native)
+
+    # -- running -----------------------------------------------------------------------------------
+
+    def _check_tensor(self, value: object) -> torch.Tensor:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"layer {self.layer!r} outputs a {type(value).__name__}, not a tensor; "
+                f"choose a layer whose output is a tensor, such as: {', '.join(layers(self.model))}"
+            )
+        return value
+
+    def front(self, x: torch.Tensor) -> torch.Tensor:
+        """Activation ``f_{<=i}(x)`` at the cut, running only the layers up to it.
+
+        ``x``: a batch of inputs (N, ...) on the model's device. Returns (N, C, H, W) for CNNs,
+        (N, T, D) for transformers. Differentiable with respect to ``x``.
+        """
+        with frozen(self.model):
+            if self._front_gm is not None:
+                return self._check_tensor(self._front_gm(x))
+            return self._check_tensor(_front_by_hook(self.model, self.layer, x))
+
+    def _require_end(self) -> torch.fx.GraphModule:
+        if self._end_gm is None:
+            raise RuntimeError(
+                f"cannot run {type(self.model).__name__} from layer {self.layer!r} on: {self._trace_error}. "
+                "Stitching needs the end of the network; choose another layer, or make the model "
+                "traceable by torch.fx."
+            )
+        return self._end_gm
+
+    def end(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits ``g_{>j}(h)`` from an activation ``h`` at the cut, without recomputing earlier layers."""
+        return self.end_with_taps(h)[0]
+
+    def end_with_taps(self, h: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Logits and the activations at ``self.taps`` when the end runs on ``h`` (the stitched path)."""
+        gm = self._require_end()
+        with frozen(self.model):
+            logits, taps = gm(h)
+        return logits, tuple(taps)
+
+    def native(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """The model's own path on ``x``: (activation at the cut, logits, activations at ``taps``)."""
+        if self._native_gm is None:
+            self._require_end()
+        with frozen(self.model):
+            act, logits, taps = self._native_gm(x)
+        return self._check_tensor(act), logits, tuple(taps)
+
+    @property
+    def can_end(self) -> bool:
+        """Whether ``end`` is available (the model traced and the layer is a clean cut)."""
+        return self._end_gm is not None
+
+    def __repr__(self) -> str:
+        return f"SplitNetwork({type(self.model).__name__}, layer={self.layer!r}, taps={list(self.taps)})"
+
+
+def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.fx.Node:
+    """Copy a parameter/buffer access (``get_attr``) from before the cut into the end graph."""
+    if node.op != "get_attr":
+        raise RuntimeError(f"internal error: value {node.name!r} from before the cut used after it")
+    env[node] = graph.node_copy(node)
+    return env[node]
+
+
+class _Stop(Exception):
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+def _front_by_hook(model: nn.Module, layer: str, x: torch.Tensor) -> object:
+    """Run ``model(x)`` until ``layer`` has produced its output, then stop and return it."""
+
+    def hook(_module: nn.Module, _inputs: object, output: object) -> None:
+        raise _Stop(output)
+
+    handle = dict(model.named_modules())[layer].register_forward_hook(hook)
+    try:
+        model(x)
+    except _Stop as stop:
+        return stop.value
+    finally:
+        handle.remove()
+    raise RuntimeError(f"layer {layer!r} was never called in the forward pass of {type(model).__name__}")
+
+
+def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> SplitNetwork:
+    """Convenience constructor for :class:`SplitNetwork` (see there)."""
+    return SplitNetwork(model, layer, taps)

@@ -1,0 +1,67 @@
+"""Metric names -> plugins: list them, select them by name or wildcard, describe them."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from typing import Iterable
+
+from .manager import MetricInfo, get_plugin_manager
+
+
+class UnknownMetric(ValueError):
+    """A metric name or pattern that matches no registered metric (the message suggests close ones)."""
+
+
+def list_metrics(pattern: str | Iterable[str] | None = None) -> list[str]:
+    """Sorted names of the registered metrics, optionally filtered by wildcards (``"stitch-*"``).
+
+    Metrics whose plugin failed to load are listed too (``metric_info(name).error`` says why), so
+    that selecting them gives a row with the error rather than silence.
+    """
+    names = sorted(get_plugin_manager().info)
+    if pattern is None:
+        return names
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+def metric_info(name: str) -> MetricInfo:
+    """The :class:`MetricInfo` (package, description, load error) of a metric."""
+    info = get_plugin_manager().info
+    if name not in info:
+        raise UnknownMetric(_unknown_message(name, list(info)))
+    return info[name]
+
+
+def _unknown_message(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown metric {name!r}{hint} (registered: {', '.join(sorted(known))})"
+
+
+def select_metrics(metrics: str | Iterable[str] | None) -> list[str]:
+    """Resolve names and wildcards to registered metric names, in the order asked, without repeats.
+
+    ``None`` selects every registered metric. A comma-separated string is split. A name or pattern
+    that matches nothing raises :class:`UnknownMetric` suggesting close names.
+    """
+    known = sorted(get_plugin_manager().info)
+    if metrics is None:
+        return known
+    if isinstance(metrics, str):
+        metrics = [m.strip() for m in metrics.split(",") if m.strip()]
+    selected: list[str] = []
+    for item in metrics:
+        if any(ch in item for ch in "*?["):
+            matched = [n for n in known if fnmatch.fnmatchcase(n, item)]
+            if not matched:
+                raise UnknownMetric(f"pattern {item!r} matches no metric (registered: {', '.join(known)})")
+        elif item in known:
+            matched = [item]
+        else:
+            raise UnknownMetric(_unknown_message(item, known))
+        selected += [m for m in matched if m not in selected]
+    if not selected:
+        raise UnknownMetric("no metric selected; pass names such as " + ", ".join(known[:3]))
+    return selected

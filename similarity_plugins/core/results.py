@@ -1,0 +1,217 @@
+"""Result types: one ``SimilarityResult`` per (metric, layer), collected in a ``Report``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, NamedTuple, Sequence
+
+
+class LayerPair(NamedTuple):
+    """Where to cut: ``front`` is the layer of network A, ``end`` the layer of network B."""
+
+    front: str
+    end: str
+
+    def __str__(self) -> str:
+        return self.front if self.front == self.end else f"{self.front}->{self.end}"
+
+
+def as_layer_pair(layer: "str | Sequence[str] | LayerPair") -> LayerPair:
+    """Normalise ``"layer1"`` or ``("layer1", "layer2")`` to a :class:`LayerPair`."""
+    if isinstance(layer, LayerPair):
+        return layer
+    if isinstance(layer, str):
+        if "->" in layer:
+            a, b = (s.strip() for s in layer.split("->", 1))
+            return LayerPair(a, b)
+        return LayerPair(layer, layer)
+    if isinstance(layer, (tuple, list)) and len(layer) == 2 and all(isinstance(s, str) for s in layer):
+        return LayerPair(layer[0], layer[1])
+    raise TypeError(
+        f"a layer is a module name or a pair (front_layer, end_layer); got {layer!r}"
+    )
+
+
+@dataclass
+class SimilarityResult:
+    """One metric's answer at one layer.
+
+    ``score`` is a float (``None`` when the metric failed), ``details`` a JSON-serialisable dict
+    (sample counts, accuracies, IRI quality, warnings, ...), ``seconds`` the wall time of the metric
+    in seconds, ``error`` the error message (``None`` on success), ``layer`` the cut as a string
+    (``"layer1"`` or ``"layer1->layer2"``).
+    """
+
+    metric: str
+    score: float | None = None
+    details: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str | None = None
+    layer: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the metric produced a score without error."""
+        return self.error is None and self.score is not None
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of all fields."""
+        return _jsonable(asdict(self))
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert numpy/torch scalars and arrays, tuples and non-finite floats to plain JSON values."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        return _jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _format_score(value: float | None) -> str:
+    return "error" if value is None else f"{value:.4f}"
+
+
+class Report:
+    """All results of one ``compare`` call, side by side.
+
+    ``report.results`` is the list of :class:`SimilarityResult`; ``report["cka-linear"]`` is the
+    metric's result (with several layers: ``report["cka-linear", "layer2"]``); ``to_json()`` and
+    ``to_csv()`` return text and write it when given a path; ``str(report)`` is a table with one row
+    per metric and one column per layer.
+    """
+
+    def __init__(self, results: list[SimilarityResult] | None = None, meta: dict | None = None) -> None:
+        self.results: list[SimilarityResult] = list(results or [])
+        self.meta: dict = dict(meta or {})
+
+    # -- access ----------------------------------------------------------------------------------
+
+    @property
+    def metrics(self) -> list[str]:
+        """Metric names in first-seen order."""
+        return list(dict.fromkeys(r.metric for r in self.results))
+
+    @property
+    def layers(self) -> list[str]:
+        """Layer strings in first-seen order."""
+        return list(dict.fromkeys(str(r.layer) for r in self.results))
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __iter__(self) -> Iterator[SimilarityResult]:
+        return iter(self.results)
+
+    def __getitem__(self, key: str | tuple | int) -> SimilarityResult:
+        if isinstance(key, int):
+            return self.results[key]
+        if isinstance(key, tuple):
+            metric, layer = key
+            layer = str(as_layer_pair(layer))
+            for r in self.results:
+                if r.metric == metric and r.layer == layer:
+                    return r
+            raise KeyError(f"no result for metric {metric!r} at layer {layer!r}; layers: {', '.join(self.layers)}")
+        rows = [r for r in self.results if r.metric == key]
+        if not rows:
+            raise KeyError(f"no result for metric {key!r}; metrics in this report: {', '.join(self.metrics)}")
+        if len(rows) > 1:
+            raise KeyError(
+                f"metric {key!r} has {len(rows)} results (one per layer); "
+                f"ask for one with report[{key!r}, layer], layer in: {', '.join(r.layer or '' for r in rows)}"
+            )
+        return rows[0]
+
+    def get(self, metric: str, layer: str | None = None) -> SimilarityResult | None:
+        """The result for ``metric`` (at ``layer``), or ``None``."""
+        try:
+            return self[metric] if layer is None else self[metric, layer]
+        except KeyError:
+            return None
+
+    # -- output ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """``{"meta": {...}, "results": [result dicts]}``."""
+        return {"meta": _jsonable(self.meta), "results": [r.to_dict() for r in self.results]}
+
+    def to_json(self, path: str | None = None, indent: int = 2) -> str:
+        """The report as JSON text; also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=indent)
+        if path is not None:
+            _write_text(path, text + "\n")
+        return text
+
+    def to_csv(self, path: str | None = None) -> str:
+        """One CSV row per result: metric, layer, score, seconds, error, then scalar details."""
+        detail_keys: list[str] = []
+        for r in self.results:
+            for k, v in r.details.items():
+                if isinstance(v, (int, float, str, bool)) or v is None:
+                    if k not in detail_keys:
+                        detail_keys.append(k)
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(["metric", "layer", "score", "seconds", "error"] + detail_keys)
+        for r in self.results:
+            writer.writerow(
+                [r.metric, r.layer, "" if r.score is None else repr(float(r.score)), f"{r.seconds:.3f}", r.error or ""]
+                + ["" if r.details.get(k) is None else r.details.get(k) for k in detail_keys]
+            )
+        text = buf.getvalue()
+        if path is not None:
+            _write_text(path, text)
+        return text
+
+    def __str__(self) -> str:
+        layers = self.layers
+        metrics = self.metrics
+        header = ["metric"] + layers + ["time (s)"]
+        rows = []
+        for m in metrics:
+            cells = [m]
+            total = 0.0
+            for layer in layers:
+                r = next((r for r in self.results if r.metric == m and str(r.layer) == layer), None)
+                cells.append("" if r is None else _format_score(r.score) + ("*" if r and r.details.get("warnings") else ""))
+                total += r.seconds if r else 0.0
+            cells.append(f"{total:.1f}")
+            rows.append(cells)
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+        line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+        out = [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+        notes = []
+        for r in self.results:
+            if r.error:
+                notes.append(f"  {r.metric} @ {r.layer}: error: {r.error}")
+            for w in r.details.get("warnings", []) or []:
+                notes.append(f"  {r.metric} @ {r.layer}: * {w}")
+        if notes:
+            out += ["", "notes:"] + notes
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        return f"Report({len(self.results)} results: metrics={self.metrics}, layers={self.layers})"
+
+
+def _write_text(path: str, text: str) -> None:
+    import os
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

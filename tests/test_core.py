@@ -1,0 +1,202 @@
+"""The plugin host, the registry, compare() and the report."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+import similarity_plugins as sp
+from models_for_tests import assert_unchanged, snapshot, tiny_cnn
+from similarity_plugins.core import manager as manager_module
+from similarity_plugins.core.manager import build_plugin_manager
+
+
+@pytest.fixture
+def data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(64, 1, 16, 16, generator=g)
+    y = torch.randint(0, 10, (64,), generator=g)
+    return sp.Data(train=TensorDataset(x, y), test=TensorDataset(x[:48], y[:48]))
+
+
+@pytest.fixture
+def fresh_manager(monkeypatch):
+    """A private plugin manager, so tests can register metrics without leaking them."""
+    pm = build_plugin_manager(load_entry_points=False)
+    monkeypatch.setattr(manager_module, "_pm", pm)
+    return pm
+
+
+def test_builtins_are_registered():
+    names = sp.list_metrics()
+    for name in ["cka-linear", "cka-debiased", "cka-rbf"]:
+        assert name in names
+        assert sp.metric_info(name).package == "similarity-plugins"
+        assert sp.metric_info(name).error is None
+    assert names == sorted(names)
+
+
+def test_wildcards_and_unknown_names():
+    assert sp.list_metrics("cka-*") == ["cka-debiased", "cka-linear", "cka-rbf"]
+    assert sp.select_metrics("cka-linear,cka-rbf") == ["cka-linear", "cka-rbf"]
+    assert sp.select_metrics(["cka-r*", "cka-*"])[0] == "cka-rbf"
+    with pytest.raises(sp.UnknownMetric, match="did you mean 'cka-linear'"):
+        sp.select_metrics("cka-linaer")
+    with pytest.raises(sp.UnknownMetric, match="matches no metric"):
+        sp.select_metrics("nothing-*")
+
+
+def test_builtins_load_like_entry_points(monkeypatch):
+    ep = types.SimpleNamespace(name="const-one", dist=types.SimpleNamespace(name="fake-dist"),
+                               load=lambda: _ConstPlugin)
+    monkeypatch.setattr(manager_module, "_entry_points", lambda: [ep])
+    pm = build_plugin_manager()
+    assert pm.info["const-one"].package == "fake-dist"
+    assert pm.info["cka-linear"].package == "similarity-plugins"
+    monkeypatch.setenv("SIMILARITY_PLUGINS_DISABLE_AUTOLOAD", "1")
+    pm = build_plugin_manager()
+    assert "const-one" not in pm.info and "cka-linear" in pm.info
+
+
+class _ConstPlugin:
+    """Always 1."""
+
+    @sp.hookimpl
+    def similarity(self):
+        return 1.0
+
+
+def test_compare_cka_and_report(data):
+    a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
+    report = sp.compare(a, b, "block2", data, metrics="cka-*")
+    assert [r.metric for r in report.results] == ["cka-debiased", "cka-linear", "cka-rbf"]
+    for r in report:
+        assert r.error is None, r.error
+        assert 0.0 < r.score <= 1.0 and r.seconds >= 0 and r.layer == "block2"
+        assert r.details["n"] == 48
+    assert report["cka-linear"].score == pytest.approx(sp.functional.cka(
+        sp.SplitNetwork(a, "block2").front(data.test.tensors[0]).detach(),
+        sp.SplitNetwork(b, "block2").front(data.test.tensors[0]).detach()), abs=1e-6)
+    self_report = sp.compare(a, a, "block3", data, metrics=["cka-linear"])
+    assert self_report["cka-linear"].score == pytest.approx(1.0, abs=1e-9)
+    parsed = json.loads(report.to_json())
+    assert parsed["results"][1]["metric"] == "cka-linear" and "meta" in parsed
+    csv_text = report.to_csv()
+    assert csv_text.splitlines()[0].startswith("metric,layer,score,seconds,error")
+    assert len(csv_text.splitlines()) == 4
+    table = str(report)
+    assert "cka-linear" in table and "block2" in table
+
+
+def test_layer_sweep_and_pairs(data, tmp_path):
+    a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
+    report = sp.compare(a, b, ["block1", ("block2", "block3")], data, metrics="cka-linear")
+    assert report.layers == ["block1", "block2->block3"]
+    assert report["cka-linear", "block1"].score > 0
+    assert report["cka-linear", ("block2", "block3")].score > 0
+    with pytest.raises(KeyError, match="one per layer"):
+        report["cka-linear"]
+    report.to_json(str(tmp_path / "r.json"))
+    report.to_csv(str(tmp_path / "r.csv"))
+    assert json.loads((tmp_path / "r.json").read_text())["meta"]["layers"] == ["block1", "block2->block3"]
+
+
+def test_plugin_that_raises_does_not_stop_others(data, fresh_manager):
+    class Boom:
+        @sp.hookimpl
+        def similarity(self, layer):
+            raise RuntimeError("kaboom at " + layer.front)
+
+    fresh_manager.register_metric(Boom, "boom")
+    report = sp.compare(tiny_cnn(), tiny_cnn(seed=1), "block1", data, metrics=["boom", "cka-linear"])
+    assert report["boom"].score is None and "kaboom at block1" in report["boom"].error
+    assert report["cka-linear"].error is None
+    assert "kaboom" in str(report)
+
+
+def test_plugin_that_fails_to_import(data, fresh_manager):
+    fresh_manager.load_reference("broken", "no_such_module_xyz:Plugin", "broken-dist")
+    assert "broken" in sp.list_metrics()
+    report = sp.compare(tiny_cnn(), tiny_cnn(seed=1), "block1", data, metrics=["broken", "cka-linear"])
+    assert "failed to load" in report["broken"].error and "no_such_module_xyz" in report["broken"].error
+    assert report["cka-linear"].ok
+
+
+def test_hookimpl_takes_any_subset_and_return_forms(data, fresh_manager):
+    @sp.hookimpl
+    def similarity(options, seed):
+        return {"score": options["value"] + seed, "details": {"seen": sorted(options)}}
+
+    sp.register_metric(similarity, "subset")
+    fresh_manager.register_metric(_ConstPlugin(), "const")
+    report = sp.compare(tiny_cnn(), tiny_cnn(), "block1", data, metrics=["subset", "const"], seed=2,
+                        options={"value": 1.5, "subset": {"extra": 1}, "const": {"ignored": 0}})
+    assert report["subset"].score == 3.5
+    assert report["subset"].details["seen"] == ["extra", "value"]
+    assert report["const"].score == 1.0
+
+
+def test_bad_return_value_is_an_error_row(data, fresh_manager):
+    @sp.hookimpl
+    def similarity():
+        return "high"
+
+    sp.register_metric(similarity, "bad-return")
+    report = sp.compare(tiny_cnn(), tiny_cnn(), "block1", data, metrics="bad-return")
+    assert "return a float" in report["bad-return"].error
+
+
+def test_unknown_layer_and_metric_raise_at_once(data):
+    with pytest.raises(sp.LayerNotFound, match="available: block1, block2"):
+        sp.compare(tiny_cnn(), tiny_cnn(), "block9", data, metrics="cka-linear")
+    with pytest.raises(sp.UnknownMetric, match="did you mean"):
+        sp.compare(tiny_cnn(), tiny_cnn(), "block1", data, metrics="cka-lineer")
+
+
+def test_bad_data_gives_error_rows():
+    a, b = tiny_cnn(), tiny_cnn(seed=1)
+    empty = sp.Data(test=TensorDataset(torch.zeros(0, 1, 16, 16), torch.zeros(0, dtype=torch.long)))
+    assert "empty" in sp.compare(a, b, "block1", empty, metrics="cka-linear")["cka-linear"].error
+    tiny = sp.Data(test=TensorDataset(torch.rand(3, 1, 16, 16), torch.zeros(3, dtype=torch.long)))
+    assert "4" in sp.compare(a, b, "block1", tiny, metrics="cka-debiased")["cka-debiased"].error
+    missing = sp.compare(a, b, "block1", sp.Data(), metrics="cka-linear")["cka-linear"].error
+    assert "test split" in missing
+
+
+def test_nan_activations_are_reported(data):
+    a, b = tiny_cnn(), tiny_cnn(seed=1)
+    with torch.no_grad():
+        a.block1[0].weight[0, 0, 0, 0] = float("nan")
+    error = sp.compare(a, b, "block2", data, metrics="cka-linear")["cka-linear"].error
+    assert "NaN" in error and "block2" in error
+
+
+def test_donors_are_bit_identical_afterwards(data):
+    a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
+    a.train()  # a user's model in train mode must stay in train mode with its BN stats untouched
+    b.block1[0].weight.requires_grad_(False)
+    before_a, before_b = snapshot(a), snapshot(b)
+    sp.compare(a, b, ["block1", "block3"], data, metrics="cka-*")
+    assert_unchanged(a, before_a)
+    assert_unchanged(b, before_b)
+
+
+def test_activations_are_computed_once_per_model_and_layer(data):
+    a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
+    calls = []
+    a.block1.register_forward_hook(lambda *args: calls.append(1))
+    sp.compare(a, b, "block2", data, metrics="cka-*")
+    assert len(calls) == 1  # 48 test samples in one batch, shared by three metrics
+
+
+def test_device_argument_never_moves_the_users_model(data):
+    a = tiny_cnn()
+    report = sp.compare(a, a, "block1", data, metrics="cka-linear", device="cpu")
+    assert report.meta["device"] == "cpu"
+    assert next(a.parameters()).device.type == "cpu"
+    assert math.isclose(report["cka-linear"].score, 1.0, abs_tol=1e-9)

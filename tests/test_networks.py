@@ -1,0 +1,128 @@
+"""Network splitting: front, end and native activations agree with the whole model."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+import torchvision
+from torch import nn
+
+from models_for_tests import TwoHeaded, assert_unchanged, snapshot, tiny_cnn
+from similarity_plugins import LayerNotFound, SplitNetwork, frozen, layers
+
+
+def _check_split(model: nn.Module, x: torch.Tensor, names: list[str]) -> None:
+    model.eval()
+    with torch.no_grad():
+        ref = model(x)
+        for name in names:
+            split = SplitNetwork(model, name)
+            h = split.front(x)
+            logits, taps = split.end_with_taps(h)
+            act, native_logits, native_taps = split.native(x)
+            assert torch.allclose(logits, ref, atol=1e-5), name
+            assert torch.allclose(native_logits, ref, atol=1e-5), name
+            assert torch.equal(act, h), name
+            assert len(taps) == len(native_taps) == len(split.taps)
+            for a, b in zip(taps, native_taps):
+                assert torch.allclose(a, b, atol=1e-5), name
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_resnet_layers_and_split(name):
+    model = torchvision.models.get_model(name, weights=None, num_classes=10)
+    names = layers(model)
+    assert names[0] == "maxpool" and names[-1] == "avgpool"
+    assert "layer1.0" in names and "layer4.1" in names
+    assert names.index("layer1.0") < names.index("layer2.0") < names.index("layer4.1")
+    chosen = names if name == "resnet18" else ["maxpool", "layer2.3", "avgpool"]
+    _check_split(model, torch.rand(2, 3, 32, 32), chosen + ["layer1", "layer3"])
+
+
+@pytest.mark.parametrize("name", ["vgg11", "vgg11_bn"])
+def test_vgg_layers_and_split(name):
+    model = torchvision.models.get_model(name, weights=None, num_classes=10)
+    names = layers(model)
+    assert names[-1].startswith("classifier.") and "avgpool" in names
+    assert all(isinstance(dict(model.named_modules())[n], (nn.ReLU, nn.MaxPool2d, nn.AdaptiveAvgPool2d)) for n in names)
+    _check_split(model, torch.rand(2, 3, 32, 32), names[::3] + names[-2:])
+
+
+def test_timm_vit_layers_and_split():
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10, img_size=32, patch_size=4)
+    names = layers(model)
+    assert names[0] == "patch_embed" and names[1] == "blocks.0" and names[-1] == "norm"
+    assert len([n for n in names if n.startswith("blocks.")]) == len(model.blocks)
+    split = SplitNetwork(model, "blocks.5")
+    assert split.front(torch.rand(2, 3, 32, 32)).shape == (2, 65, 192)  # 64 patches + CLS token
+    assert split.taps == tuple(f"blocks.{i}" for i in range(6, 12)) + ("norm",)
+    _check_split(model, torch.rand(2, 3, 32, 32), ["patch_embed", "blocks.0", "blocks.5", "blocks.11", "norm"])
+
+
+def test_sequential_and_generic_tree():
+    model = tiny_cnn()
+    assert layers(model) == ["block1", "block2", "block3", "pool", "flatten"]
+    _check_split(model, torch.rand(3, 1, 16, 16), layers(model) + ["block2.2"])
+
+
+def test_front_runs_only_up_to_the_cut():
+    model = tiny_cnn()
+    called = []
+    for name, module in model.named_children():
+        module.register_forward_hook(lambda *a, n=name: called.append(n))
+    SplitNetwork(model, "block2").front(torch.rand(1, 1, 16, 16))
+    assert called == ["block1", "block2"]
+    called.clear()
+    split = SplitNetwork(model, "block2")
+    split.end(torch.rand(1, 16, 4, 4))
+    assert called == ["block3", "pool", "flatten", "fc"]  # the end never recomputes block1/block2
+
+
+def test_unknown_layer_lists_valid_ones():
+    model = torchvision.models.resnet18(num_classes=10)
+    with pytest.raises(LayerNotFound) as info:
+        SplitNetwork(model, "layer9")
+    message = str(info.value)
+    assert "layer9" in message and "layer1.0" in message and "maxpool" in message
+
+
+def test_not_a_clean_cut_is_explained():
+    model = torchvision.models.resnet18(num_classes=10)
+    split = SplitNetwork(model, "layer1.0.conv1")  # the residual connection skips around it
+    assert split.front(torch.rand(1, 3, 32, 32)).shape == (1, 64, 8, 8)
+    assert not split.can_end
+    with pytest.raises(RuntimeError, match="not a clean cut"):
+        split.end(torch.rand(1, 64, 8, 8))
+
+
+def test_layer_output_not_a_tensor():
+    model = TwoHeaded()
+    with pytest.raises(TypeError, match="not a tensor"):
+        SplitNetwork(model, "split").front(torch.rand(1, 1, 16, 16))
+
+
+def test_split_leaves_model_unchanged_and_grads_reach_inputs():
+    model = tiny_cnn()
+    model.train()
+    model.block2[0].weight.requires_grad_(False)
+    before = snapshot(model)
+    split = SplitNetwork(model, "block2")
+    x = torch.rand(4, 1, 16, 16, requires_grad=True)
+    h = split.front(x)
+    split.end(h).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.parameters())
+    assert_unchanged(model, before)
+
+
+def test_frozen_restores_flags_on_error():
+    model = tiny_cnn()
+    model.train()
+    before = snapshot(model)
+    with pytest.raises(ZeroDivisionError):
+        with frozen(model):
+            assert not model.training
+            assert not any(p.requires_grad for p in model.parameters())
+            1 / 0
+    assert_unchanged(model, before)
