@@ -1,0 +1,57 @@
+"""Plots of layer sweeps: score against depth, one panel per model pair, one line per metric."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+from .core.results import Report
+
+
+def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metrics: Sequence[str] | None = None,
+               title: str | None = None, ylabel: str = "score (relative accuracy / CKA)") -> str:
+    """Write a PNG of score vs layer depth: one panel per entry of ``reports``, one line per metric.
+
+    ``reports`` maps a panel title (e.g. ``"clean -> clean"``) to the :class:`Report` of a layer
+    sweep; the x axis follows each report's layer order (shallow to deep). Failed results are left
+    out of their line. Returns the path written. Uses matplotlib's Agg backend (no display needed).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    panels = list(reports.items())
+    if not panels:
+        raise ValueError("plot_sweep needs at least one report")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), sharey=True, squeeze=False)
+    styles = ["-o", "-s", "-^", "-D", "-v", "-P", "-X", "-*"]
+    for ax, (name, report) in zip(axes[0], panels):
+        layers = report.layers
+        chosen = [m for m in (metrics or report.metrics) if m in report.metrics]
+        for i, metric in enumerate(chosen):
+            xs, ys = [], []
+            for x, layer in enumerate(layers):
+                result = report.get(metric, layer)
+                if result is not None and result.score is not None:
+                    xs.append(x)
+                    ys.append(result.score)
+            ax.plot(xs, ys, styles[i % len(styles)], label=metric, linewidth=1.8, markersize=5)
+        ax.set_xticks(range(len(layers)))
+        ax.set_xticklabels(layers, rotation=30, ha="right")
+        ax.set_title(name)
+        ax.set_xlabel("layer (shallow to deep)")
+        ax.set_ylim(-0.05, 1.1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(loc="lower left", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

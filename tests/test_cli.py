@@ -1,0 +1,77 @@
+"""The command line: list, layers, compare (JSON/CSV output), errors with exit code 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from similarity_plugins.cli import main, parse_layer, parse_options
+
+
+def test_parse_options_and_layers():
+    assert parse_options(["epochs=5", "stitch-dm.lr=0.01", "init=identity", "flag=true"]) == {
+        "epochs": 5, "stitch-dm": {"lr": 0.01}, "init": "identity", "flag": True}
+    assert parse_layer("layer1") == "layer1"
+    assert parse_layer("layer1:layer2") == ("layer1", "layer2")
+    assert parse_layer("layer1->layer2") == ("layer1", "layer2")
+    with pytest.raises(SystemExit):
+        parse_options(["no-equals-sign"])
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "cka-linear" in out and "similarity-plugins" in out
+    assert main(["list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"name", "package", "description", "error"} <= set(rows[0])
+
+
+def test_layers(capsys):
+    assert main(["layers", "torchvision:resnet18", "--num-classes", "10"]) == 0
+    lines = capsys.readouterr().out.split()
+    assert lines[0] == "maxpool" and "layer4.1" in lines
+
+
+def test_compare_writes_json_and_csv(tmp_path, capsys):
+    import torch
+    from similarity_plugins.models import build_model
+
+    weights = tmp_path / "w.pt"
+    torch.save(build_model("small-cnn", num_classes=10, in_channels=1).state_dict(), weights)
+    out, table = tmp_path / "r.json", tmp_path / "r.csv"
+    spec = f"small-cnn@{weights}"
+    code = main(["compare", "--front", spec, "--end", spec, "--in-channels", "1", "--num-classes", "10",
+                 "--layer", "block2", "--layer", "block3:block3", "--metrics", "cka-linear,cka-debiased",
+                 "--data", "digits", "--max-test", "100", "--out", str(out), "--csv", str(table), "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "cka-linear" in printed and "block2" in printed
+    report = json.loads(out.read_text())
+    assert [r["layer"] for r in report["results"]] == ["block2", "block2", "block3", "block3"]
+    assert all(r["score"] == pytest.approx(1.0) for r in report["results"])  # same weights on both sides
+    rows = list(csv.DictReader(table.open()))
+    assert len(rows) == 4 and rows[0]["metric"] == "cka-linear"
+
+
+def test_errors_exit_2_with_a_message(capsys):
+    assert main(["layers", "torchvision:resnet1000"]) == 2
+    assert "resnet" in capsys.readouterr().err
+    code = main(["compare", "--front", "small-cnn", "--end", "small-cnn", "--in-channels", "1", "--layer", "block9",
+                 "--metrics", "cka-linear", "--data", "digits", "--no-progress"])
+    assert code == 2
+    assert "block9" in capsys.readouterr().err
+    code = main(["compare", "--front", "small-cnn", "--end", "small-cnn", "--in-channels", "1", "--layer", "block1",
+                 "--metrics", "cka-lin", "--data", "digits", "--no-progress"])
+    assert code == 2 and "did you mean" in capsys.readouterr().err
+    assert main(["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "block1",
+                 "--data", "nowhere:/x", "--no-progress"]) == 2
+
+
+def test_console_script_and_module_entry():
+    done = subprocess.run([sys.executable, "-m", "similarity_plugins", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "compare" in done.stdout and "demo" in done.stdout
