@@ -1,0 +1,265 @@
+"""Donor training and evaluation: train a classifier (optionally adversarially), measure accuracy, save weights.
+
+``train_classifier`` is the one function in the library that changes the model it is given (that is its job).
+``evaluate_accuracy`` leaves the model exactly as it found it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from .datasets.tensors import tensors_of
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put every submodule in eval mode for the block, then restore each one's own ``training`` flag."""
+    flags = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, flag in flags.items():
+            m.training = flag
+
+
+def _batches(dataset: Dataset | DataLoader, batch_size: int, shuffle: bool,
+             generator: torch.Generator | None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(x, y) batches: sliced straight from in-memory tensors when the dataset has them, else via a DataLoader."""
+    if isinstance(dataset, DataLoader):
+        for x, y, *_ in dataset:
+            yield torch.as_tensor(x), torch.as_tensor(y).long()
+        return
+    tensors = tensors_of(dataset)
+    if tensors is not None:
+        x_all, y_all = tensors
+        n = len(y_all)
+        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        for start in range(0, n, batch_size):
+            idx = order[start:start + batch_size]
+            yield x_all[idx], y_all[idx]
+        return
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator)
+    for x, y, *_ in loader:
+        yield torch.as_tensor(x), torch.as_tensor(y).long()
+
+
+def pgd_attack(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, steps: int = 7,
+               alpha: float | None = None, random_start: bool = True,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+    """L-inf PGD adversarial examples within ``eps`` of ``x`` (B, C, H, W) in [0, 1], maximising cross-entropy.
+
+    Runs the model in eval mode (BatchNorm statistics untouched) and restores its flags; parameters'
+    gradients are not accumulated. ``alpha`` (step size) defaults to 2.5 * eps / steps. Returns (B, C, H, W).
+    """
+    alpha = 2.5 * eps / max(steps, 1) if alpha is None else alpha
+    x = x.detach()
+    if random_start:
+        noise = torch.rand(x.shape, generator=generator, dtype=x.dtype).to(x.device) * 2 - 1
+        adv = (x + eps * noise).clamp(0, 1)
+    else:
+        adv = x.clone()
+    requires = {p: p.requires_grad for p in model.parameters()}
+    try:
+        for p in requires:
+            p.requires_grad_(False)
+        with eval_mode(model):
+            for _ in range(steps):
+                adv.requires_grad_(True)
+                loss = F.cross_entropy(model(adv), y)
+                (grad,) = torch.autograd.grad(loss, adv)
+                adv = adv.detach() + alpha * grad.sign()
+                adv = torch.min(torch.max(adv, x - eps), x + eps).clamp(0, 1)
+    finally:
+        for p, flag in requires.items():
+            p.requires_grad_(flag)
+    return adv.detach()
+
+
+def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, epochs: int = 10, lr: float = 1e-3,
+                     batch_size: int = 128, weight_decay: float = 0.0, seed: int = 0,
+                     device: str | torch.device | None = None, adversarial: dict[str, Any] | None = None,
+                     optimizer: str = "adam", schedule: str | None = "cosine",
+                     eval_dataset: Dataset | DataLoader | None = None, precise_bn: bool = True,
+                     progress: bool = True) -> dict[str, Any]:
+    """Train ``model`` in place with cross-entropy on ``train_dataset`` (samples ``(x, y)``, x in [0, 1]).
+
+    - ``optimizer``: "adam" (Adam) or "sgd" (SGD, momentum 0.9, Nesterov); ``schedule``: "cosine" (per-step
+      cosine decay to 0) or None (constant ``lr``).
+    - ``adversarial``: ``dict(eps=8/255, steps=7, alpha=None)`` trains on L-inf PGD examples in [0, 1] (Madry).
+    - ``seed`` fixes shuffling, initial noise and dropout (the caller's global RNG state is restored afterwards),
+      so training is deterministic on the CPU.
+    - ``device``: where to train (default: where the model's parameters are); the model stays there.
+    - ``eval_dataset``: if given, its accuracy is recorded after every epoch.
+    - ``precise_bn``: after the last epoch, recompute BatchNorm running statistics as exact averages over one
+      pass of the training data (no gradients), so eval-mode accuracy matches the final weights even after a
+      few hundred steps (running averages lag behind). Skipped for adversarial training (the statistics
+      there come from adversarial batches).
+
+    The model's ``training`` flags are restored at the end. Returns ``{"history": [{"epoch", "loss",
+    "train_accuracy", "seconds"[, "eval_accuracy"]}, ...], "seconds": total, "final_loss",
+    "final_train_accuracy"}``; loss is the mean cross-entropy (nats) over the epoch's training batches.
+    """
+    if epochs < 1 or batch_size < 1:
+        raise ValueError(f"epochs and batch_size must be >= 1, got epochs={epochs}, batch_size={batch_size}")
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"unknown optimizer {optimizer!r}; use 'adam' or 'sgd'")
+    if schedule not in (None, "cosine"):
+        raise ValueError(f"unknown schedule {schedule!r}; use 'cosine' or None")
+    adv = None
+    if adversarial:
+        unknown = set(adversarial) - {"eps", "steps", "alpha", "random_start"}
+        if unknown or "eps" not in adversarial:
+            raise ValueError(f"adversarial takes eps (required), steps, alpha, random_start; got {sorted(adversarial)}")
+        adv = dict(adversarial)
+    dev = torch.device(device) if device is not None else _model_device(model)
+    model.to(dev)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if optimizer == "adam":
+        opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
+    n = len(train_dataset) if not isinstance(train_dataset, DataLoader) else len(train_dataset.dataset)  # type: ignore[arg-type]
+    steps_per_epoch = len(train_dataset) if isinstance(train_dataset, DataLoader) else math.ceil(n / batch_size)
+    total_steps = max(1, epochs * steps_per_epoch)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total_steps) / total_steps))) \
+        if schedule == "cosine" else None
+
+    flags = {m: m.training for m in model.modules()}
+    history: list[dict[str, float]] = []
+    start = time.perf_counter()
+    fork_devices = [dev.index or 0] if dev.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=fork_devices):
+            torch.manual_seed(seed)
+            gen = torch.Generator().manual_seed(seed)
+            for epoch in range(1, epochs + 1):
+                t0 = time.perf_counter()
+                model.train()
+                loss_sum, correct, seen = 0.0, 0, 0
+                for x, y in _batches(train_dataset, batch_size, shuffle=True, generator=gen):
+                    x, y = x.to(dev, non_blocking=True).float(), y.to(dev, non_blocking=True)
+                    if adv is not None:
+                        x = pgd_attack(model, x, y, generator=gen, **adv)
+                    out = model(x)
+                    loss = F.cross_entropy(out, y)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    if sched is not None:
+                        sched.step()
+                    loss_sum += float(loss.detach()) * len(y)
+                    correct += int((out.argmax(1) == y).sum())
+                    seen += len(y)
+                record = {"epoch": epoch, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
+                          "seconds": time.perf_counter() - t0}
+                if precise_bn and adv is None and epoch == epochs:
+                    recompute_bn_stats(model, train_dataset, batch_size=batch_size, device=dev)
+                if eval_dataset is not None:
+                    record["eval_accuracy"] = evaluate_accuracy(model, eval_dataset, device=dev)
+                history.append(record)
+                if progress:
+                    extra = f" eval_acc {record['eval_accuracy']:.4f}" if "eval_accuracy" in record else ""
+                    print(f"epoch {epoch}/{epochs} loss {record['loss']:.4f} train_acc {record['train_accuracy']:.4f}"
+                          f"{extra} ({record['seconds']:.1f}s)", file=sys.stderr, flush=True)
+    finally:
+        for m, flag in flags.items():
+            m.training = flag
+    return {"history": history, "seconds": time.perf_counter() - start,
+            "final_loss": history[-1]["loss"], "final_train_accuracy": history[-1]["train_accuracy"]}
+
+
+@torch.no_grad()
+def recompute_bn_stats(model: nn.Module, dataset: Dataset | DataLoader, batch_size: int = 128,
+                       device: str | torch.device | None = None) -> None:
+    """Set every BatchNorm layer's running mean/var to the exact average over one pass of ``dataset``.
+
+    Changes the model's BatchNorm buffers (that is the point); parameters and ``training`` flags are kept.
+    """
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not bns:
+        return
+    dev = torch.device(device) if device is not None else _model_device(model)
+    flags = {m: m.training for m in model.modules()}
+    momenta = {m: m.momentum for m in bns}
+    try:
+        model.eval()
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None  # cumulative moving average: the exact mean over batches
+            m.train()
+        for x, _ in _batches(dataset, batch_size, shuffle=False, generator=None):
+            model(x.to(dev).float())
+    finally:
+        for m, mom in momenta.items():
+            m.momentum = mom
+        for m, flag in flags.items():
+            m.training = flag
+
+
+@torch.no_grad()
+def predict(model: nn.Module, dataset: Dataset | DataLoader, batch_size: int = 512,
+            device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Predicted classes and true labels over ``dataset``: two (N,) int64 CPU tensors, in dataset order.
+
+    Runs in eval mode on ``device`` (default: the model's) and leaves the model's flags as they were.
+    """
+    dev = torch.device(device) if device is not None else _model_device(model)
+    if _model_device(model) != dev:
+        raise ValueError(f"the model is on {_model_device(model)} but device={dev}; move the model first")
+    preds, labels = [], []
+    with eval_mode(model):
+        for x, y in _batches(dataset, batch_size, shuffle=False, generator=None):
+            preds.append(model(x.to(dev).float()).argmax(1).cpu())
+            labels.append(y.cpu())
+    if not preds:
+        raise ValueError("the dataset is empty: nothing to evaluate")
+    return torch.cat(preds), torch.cat(labels)
+
+
+def evaluate_accuracy(model: nn.Module, dataset: Dataset | DataLoader, batch_size: int = 512,
+                      device: str | torch.device | None = None) -> float:
+    """Top-1 accuracy (fraction in [0, 1]) of ``model`` on ``dataset``; the model's flags are left untouched."""
+    pred, y = predict(model, dataset, batch_size=batch_size, device=device)
+    return float((pred == y).float().mean())
+
+
+def save_weights(model: nn.Module, path: str | os.PathLike) -> str:
+    """Save ``model.state_dict()`` (tensors moved to the CPU) to ``path`` atomically; returns the path.
+
+    Written to a temporary file in the same folder, then renamed, so a crash never leaves a half-written
+    file. Parent folders are created. Load with ``build_model("SPEC@PATH")`` or ``torch.load(..., weights_only=True)``.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
