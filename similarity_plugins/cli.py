@@ -9,6 +9,7 @@ DATA specs: ``digits`` (built in), ``cifar10:ROOT``, ``folder:ROOT`` (ImageFolde
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -65,10 +66,27 @@ def _load_data(spec: str, max_train: int | None = None, max_test: int | None = N
     return Data(train=_subset(data.train, max_train), test=_subset(data.test, max_test))
 
 
-def _load_model(spec: str, num_classes: int | None, in_channels: int | None = None):
+def _load_model(spec: str, num_classes: int | None, in_channels: int | None = None, data: Any = None):
+    """Build MODEL; for ``small-cnn`` the input channels and classes default to the data's."""
     from .models import build_model
 
+    if data is not None:
+        sample_split = data.train if data.train is not None else data.test
+        if num_classes is None:
+            num_classes = _num_classes(sample_split)
+        if in_channels is None and spec.split("@", 1)[0].split("?", 1)[0] == "small-cnn" and sample_split is not None:
+            in_channels = int(sample_split[0][0].shape[0])
     return build_model(spec, num_classes=num_classes, in_channels=in_channels)
+
+
+def _num_classes(dataset: Any) -> int | None:
+    from torch.utils.data import Subset
+
+    from .datasets.tensors import num_classes_of
+
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return num_classes_of(dataset) if dataset is not None else None
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -105,9 +123,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     options = parse_options(args.option or [])
     if args.epochs is not None:
         options["epochs"] = args.epochs
-    front = _load_model(args.front, args.num_classes, args.in_channels)
-    end = _load_model(args.end, args.num_classes, args.in_channels)
     data = _load_data(args.data, args.max_train, args.max_test)
+    front = _load_model(args.front, args.num_classes, args.in_channels, data)
+    end = _load_model(args.end, args.num_classes, args.in_channels, data)
     layer_list = [parse_layer(text) for text in args.layer]
     start = time.perf_counter()
     report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
@@ -124,9 +142,43 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .training import train_command
+    from .core.data import Data
+    from .datasets import make_variant
+    from .training import evaluate_accuracy, save_weights, train_classifier
 
-    return train_command(args)
+    data = _load_data(args.data, args.max_train)
+    model = _load_model(args.model, args.num_classes, args.in_channels, data)
+    variant_options = parse_options(args.variant_option or [])
+    train_set, tests = data.train, {"clean": data.test}
+    if args.variant:
+        def variant(name: str, dataset: Any, seed: int, **kw: Any) -> Any:
+            from .datasets.variants import VARIANTS
+
+            cls = VARIANTS.get(name.strip().lower().replace("_", "-"))
+            if cls is not None and "seed" in inspect.signature(cls).parameters:
+                kw["seed"] = seed
+            return make_variant(name, dataset, **kw)
+
+        train_set = variant(args.variant, data.train, args.seed, **variant_options)
+        test_options = {k: v for k, v in variant_options.items() if k not in ("swap_fraction", "fraction")}
+        tests[args.variant] = variant(args.variant, data.test, args.seed + 1, **test_options)
+        if args.variant == "pixel-shortcut":
+            tests["shortcut-removed"] = variant("shortcut-removed", tests[args.variant], 0)
+            tests["shortcut-randomised"] = variant("shortcut-randomised", tests[args.variant], args.seed + 2)
+    small = args.model.startswith("small-cnn")
+    epochs = args.epochs or (8 if small else 30)
+    lr = args.lr or (3e-3 if small else 1e-3)
+    adversarial = {"eps": args.eps} if args.adversarial else None
+    result = train_classifier(model, train_set, epochs=epochs, lr=lr, batch_size=args.batch_size, seed=args.seed,
+                              device=args.device, adversarial=adversarial, weight_decay=5e-4,
+                              progress=not args.no_progress)
+    print(f"trained {args.model} for {epochs} epochs in {result['seconds']:.1f} s "
+          f"(final loss {result['final_loss']:.4f}, train accuracy {result['final_train_accuracy']:.4f})")
+    for name, dataset in tests.items():
+        print(f"test accuracy on {name:>20}: {evaluate_accuracy(model, dataset, device=args.device):.4f}")
+    save_weights(model, args.out)
+    print(f"wrote {args.out}")
+    return 0
 
 
 def cmd_iris(args: argparse.Namespace) -> int:

@@ -75,3 +75,19 @@ def test_errors_exit_2_with_a_message(capsys):
 def test_console_script_and_module_entry():
     done = subprocess.run([sys.executable, "-m", "similarity_plugins", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "compare" in done.stdout and "demo" in done.stdout
+
+
+def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
+    import torch
+
+    out = tmp_path / "shortcut.pt"
+    code = main(["train", "--model", "small-cnn", "--data", "digits", "--variant", "pixel-shortcut",
+                 "--variant-option", "swap_fraction=0.5", "--seed", "0", "--epochs", "1", "--max-train", "256",
+                 "--out", str(out), "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    for name in ("clean", "pixel-shortcut", "shortcut-removed", "shortcut-randomised"):
+        assert f"test accuracy on" in printed and name in printed
+    state = torch.load(out, weights_only=True)
+    assert "fc.weight" in state
+    assert main(["layers", f"small-cnn@{out}", "--in-channels", "1", "--num-classes", "10"]) == 0
