@@ -1,0 +1,58 @@
+"""Standard model stitching as metric plugins: ``stitch-hlm``, ``stitch-slm``, ``stitch-dm``, ``stitch-fula``.
+
+Each trains a stitch ``T`` from the front's activation at ``layer.front`` to the end's at
+``layer.end`` on ``Data.train`` (both donors frozen) with its alignment objective, and scores the
+stitched model ``g_{>j}(T(f_{<=i}(x)))`` on ``Data.test``: the score is the relative accuracy
+(stitched accuracy / end accuracy); details add agreement with the end model, absolute accuracies,
+training losses and the settings used. Options (defaults from the paper; see
+``similarity_plugins.stitch.settings``): ``epochs`` (30), ``lr`` (1e-3), ``weight_decay`` (1e-4),
+``batch_size`` (128), ``milestones`` ((1/3, 2/3)), ``gamma`` (0.1), ``init`` ("least-squares" |
+"identity" | "random"), ``ls_samples`` (2048), ``stitch_bn`` (False), ``max_train`` (all),
+``dm_loss`` ("sum" | "normalised"), ``fula_weights``, ``temperature`` (1.0), ``cache_limit_mb`` (1024).
+Fitted stitches are shared within one ``compare`` call, so repeating a metric never refits.
+"""
+
+from __future__ import annotations
+
+from ..core.context import Context
+from ..core.hookspecs import hookimpl
+from ..core.results import LayerPair, SimilarityResult
+
+
+class _StitchPlugin:
+    objective = "hlm"
+    needs = ("train", "test")
+
+    @hookimpl
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+        from ..stitch.service import stitch_result
+
+        return stitch_result(context, front, end, layer, self.objective, options)
+
+
+class StitchHLM(_StitchPlugin):
+    """Stitching trained with hard label matching (cross-entropy to the labels); score: relative accuracy."""
+
+    description = "model stitching, hard label matching (cross-entropy to labels); relative accuracy on test"
+    objective = "hlm"
+
+
+class StitchSLM(_StitchPlugin):
+    """Stitching trained with soft label matching (cross-entropy to the end model's softmax)."""
+
+    description = "model stitching, soft label matching (cross-entropy to the end model's softmax); relative accuracy"
+    objective = "slm"
+
+
+class StitchDM(_StitchPlugin):
+    """Stitching trained with direct matching (squared L2 to the end model's activation at the cut)."""
+
+    description = "model stitching, direct matching (squared L2 to the end's activation at the cut); relative accuracy"
+    objective = "dm"
+
+
+class StitchFuLA(_StitchPlugin):
+    """Stitching trained with functional latent alignment (relative L2 at every later layer)."""
+
+    description = "model stitching, functional latent alignment (FuLA: relative L2 at every later layer); relative accuracy"
+    objective = "fula"

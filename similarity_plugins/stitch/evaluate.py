@@ -1,0 +1,80 @@
+"""Score a fitted stitch on test data: relative accuracy (the score), agreement, absolute accuracies."""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.networks import SplitNetwork
+from .objectives import relative_sq_error
+from .trainer import FittedStitch, check_labels
+
+__all__ = ["evaluate_stitch", "stitched_logits"]
+
+
+@torch.no_grad()
+def stitched_logits(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.Tensor, *, batch_size: int = 256,
+                    keep_stitched: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits of the stitched model ``g_{>j}(T(f_{<=i}(x)))`` from cached front activations.
+
+    ``front_acts``: A's activations at cut i, (N, *front_shape). Returns ``(logits (N, K) float32 CPU,
+    stitched activations (N, *end_shape) float32 CPU or None)`` (the latter when ``keep_stitched``).
+    """
+    fitted.stitch.eval()
+    device = next(fitted.stitch.parameters()).device
+    logits, stitched = [], []
+    for start in range(0, len(front_acts), batch_size):
+        h = fitted.stitch(front_acts[start:start + batch_size].to(device))
+        logits.append(end.end(h).float().cpu())
+        if keep_stitched:
+            stitched.append(h.float().cpu())
+    return torch.cat(logits), (torch.cat(stitched) if keep_stitched else None)
+
+
+def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.Tensor, labels: torch.Tensor,
+                    end_logits: torch.Tensor, *, front_logits: torch.Tensor | None = None,
+                    end_acts: torch.Tensor | None = None, batch_size: int = 256) -> dict:
+    """Evaluate the stitched model ``h`` on test samples.
+
+    - ``front_acts``: A's activations at cut i on the test inputs, (N, *front_shape);
+    - ``labels``: (N,) int64; ``end_logits``: B's logits (N, K) on the same inputs;
+    - ``front_logits``: A's logits (N, K_A), optional, for A's own accuracy (``None`` in the result
+      when A's outputs do not cover the labels);
+    - ``end_acts``: B's activations at cut j (N, *end_shape), optional: adds ``dm_relative_error``, the
+      mean over samples of ``||T(f(x)) - g_{<=j}(x)||^2 / ||g_{<=j}(x)||^2``.
+
+    Returns a dict with ``relative_accuracy`` (stitched accuracy / B's accuracy, the score),
+    ``agreement`` (fraction where h and B predict the same class), ``stitched_accuracy``,
+    ``end_accuracy``, ``front_accuracy`` (fractions in [0, 1]) and ``test_size``. Raises
+    ``ValueError`` for labels outside B's classes or when B's accuracy is 0 (ratio undefined).
+    """
+    labels = torch.as_tensor(labels).long().cpu()
+    if not (len(front_acts) == len(labels) == len(end_logits)):
+        raise ValueError(f"test arrays disagree in length: {len(front_acts)} activations, {len(labels)} labels, "
+                         f"{len(end_logits)} end logits")
+    if len(labels) == 0:
+        raise ValueError("the test set is empty: stitching is scored on Data.test")
+    check_labels(labels, end_logits.shape[1], "test")
+    logits, stitched = stitched_logits(fitted, end, front_acts, batch_size=batch_size, keep_stitched=end_acts is not None)
+    pred = logits.argmax(1)
+    end_pred = end_logits.argmax(1)
+    end_acc = float((end_pred == labels).float().mean())
+    stitched_acc = float((pred == labels).float().mean())
+    if end_acc == 0.0:
+        raise ValueError(
+            "the end model classifies none of the test samples correctly, so relative accuracy (stitched "
+            "accuracy / end accuracy) is undefined; use a trained end model and its own test data"
+        )
+    front_acc = None
+    if front_logits is not None and front_logits.shape[1] > int(labels.max()):
+        front_acc = float((front_logits.argmax(1) == labels).float().mean())
+    out = {
+        "relative_accuracy": stitched_acc / end_acc,
+        "agreement": float((pred == end_pred).float().mean()),
+        "stitched_accuracy": stitched_acc,
+        "front_accuracy": front_acc,
+        "end_accuracy": end_acc,
+        "test_size": int(len(labels)),
+    }
+    if stitched is not None:
+        out["dm_relative_error"] = float(relative_sq_error(stitched, end_acts.float()).mean())
+    return out

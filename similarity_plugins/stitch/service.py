@@ -1,0 +1,195 @@
+"""The shared stitching service used by the metric plugins: fit (memoised), evaluate, report.
+
+:func:`stitch_result` is what a stitching plugin calls. Within one ``compare`` (one
+:class:`~similarity_plugins.core.context.Context`) it memoises, by key:
+
+- the training inputs loaded from ``Data.train`` (``("stitch-train", id(split))``);
+- the :class:`~.cache.TrainingCache` (A's activations and B's targets) per donor pair, layer pair and
+  training set, shared by all four objectives;
+- each :class:`~.trainer.FittedStitch` per (donors, layers, objective, training set, settings), so a
+  second report or a sweep never refits it;
+- the test-set arrays (A's activations and logits, B's logits, labels) per donor pair and layers.
+
+Other inputs than ``Data.train`` (e.g. IRIs) come in as a :class:`TrainingSet` with their own key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable
+
+import torch
+from torch import nn
+
+from ..core.context import Context
+from ..core.data import iterate_batches, load_all
+from ..core.networks import frozen
+from ..core.results import LayerPair, SimilarityResult, as_layer_pair
+from .cache import TrainingCache, subset_indices
+from .evaluate import evaluate_stitch
+from .settings import StitchSettings, check_objective
+from .trainer import FittedStitch, fit_stitch
+
+__all__ = ["TrainingSet", "training_set", "fitted_stitch", "evaluation_arrays", "stitch_result"]
+
+MAX_LOSSES_IN_DETAILS = 60
+
+
+@dataclass(eq=False)
+class TrainingSet:
+    """Inputs to train a stitch on: ``x`` (N, ...) float, ``y`` (N,) int64 labels or ``None``,
+    ``key`` a hashable identity for memoisation (two sets with the same key are treated as the same
+    data), ``name`` a label for the report ("train", "IRIs", ...)."""
+
+    x: torch.Tensor
+    y: torch.Tensor | None
+    key: Hashable
+    name: str = "train"
+
+
+def training_set(context: Context) -> TrainingSet:
+    """``Data.train`` materialised as a :class:`TrainingSet` (memoised); clear error when it is missing."""
+    split = context.data.train
+    if split is None:
+        raise ValueError(
+            "stitching trains the stitch on Data.train, but no training split was given; "
+            "pass Data(train=..., test=...) with a training dataset"
+        )
+
+    def load() -> TrainingSet:
+        x, y = load_all(split, batch_size=context.batch_size)
+        return TrainingSet(x, y, ("data.train", id(split)), "train")
+
+    return context.remember(("stitch-train", id(split)), load)
+
+
+def _cache(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair, train: TrainingSet,
+           settings: StitchSettings) -> TrainingCache:
+    def build() -> TrainingCache:
+        x, y = train.x, train.y
+        idx = subset_indices(len(x), settings.max_train, settings.seed)
+        if idx is not None:
+            x, y = x[idx], (None if y is None else y[idx])
+        return TrainingCache(context.split(front, layer.front), context.split(end, layer.end), x, y,
+                             device=context.device, batch_size=settings.eval_batch_size,
+                             limit_bytes=settings.cache_limit_bytes, progress=context.progress)
+
+    subset = (settings.max_train, settings.seed) if settings.max_train else None
+    key = ("stitch-cache", id(front), id(end), layer.front, layer.end, train.key, subset, settings.cache_limit_mb)
+    return context.remember(key, build)
+
+
+def _fit_key(front: nn.Module, end: nn.Module, layer: LayerPair, objective: str, train: TrainingSet,
+             settings: StitchSettings) -> tuple:
+    return ("stitch-fit", id(front), id(end), layer.front, layer.end, objective, train.key, settings)
+
+
+def fitted_stitch(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair | str, objective: str,
+                  options: dict | None = None, train_source: TrainingSet | None = None) -> FittedStitch:
+    """The stitch from ``front`` at ``layer.front`` to ``end`` at ``layer.end`` trained with ``objective``
+    on ``train_source`` (default: ``Data.train``), memoised in ``context`` (see module docstring).
+
+    ``options``: stitch settings (see :mod:`~.settings`); the seed is ``context.seed``.
+    """
+    layer = as_layer_pair(layer)
+    objective = check_objective(objective)
+    settings = StitchSettings.from_options(options, seed=context.seed)
+    train = train_source if train_source is not None else training_set(context)
+
+    def fit() -> FittedStitch:
+        cache = _cache(context, front, end, layer, train, settings)
+        return fit_stitch(context.split(front, layer.front), context.split(end, layer.end), None, None, objective,
+                          settings, device=context.device, progress=context.progress, cache=cache)
+
+    return context.remember(_fit_key(front, end, layer, objective, train, settings), fit)
+
+
+def evaluation_arrays(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair, *,
+                      end_acts: bool = False, batch_size: int = 256) -> dict:
+    """Test-split arrays for evaluation, from one pass of each donor's native path (memoised).
+
+    Returns ``{"front_acts": (N, *A's cut shape), "front_logits": (N, K_A), "end_logits": (N, K),
+    "labels": (N,)}`` (CPU, float32/int64), plus ``"end_acts"`` (N, *B's cut shape) when ``end_acts``.
+    All come from the same batches, so they stay aligned even for a shuffling ``DataLoader``.
+    """
+    front_net, end_net = context.split(front, layer.front), context.split(end, layer.end)
+    test = context.data.split("test")
+
+    def compute() -> dict:
+        out: dict[str, list] = {"front_acts": [], "front_logits": [], "end_logits": [], "labels": []}
+        if end_acts:
+            out["end_acts"] = []
+        with torch.no_grad():
+            for x, y in iterate_batches(test, batch_size):
+                x = x.to(context.device)
+                if front_net.can_end:
+                    a, logits, _ = front_net.native(x)
+                else:  # an untraceable front: its cut by hook, its logits from a plain forward
+                    a = front_net.front(x)
+                    with frozen(front):
+                        logits = front(x)
+                cut, end_logits, _ = end_net.native(x)
+                out["front_acts"].append(a.float().cpu())
+                out["front_logits"].append(logits.float().cpu())
+                out["end_logits"].append(end_logits.float().cpu())
+                out["labels"].append(y.long().cpu())
+                if end_acts:
+                    out["end_acts"].append(cut.float().cpu())
+        return {k: torch.cat(v) for k, v in out.items()}
+
+    return context.remember(("stitch-test", id(front), id(end), layer.front, layer.end, end_acts), compute)
+
+
+def _short(losses: list[float]) -> list[float]:
+    if len(losses) > MAX_LOSSES_IN_DETAILS:
+        step = len(losses) / MAX_LOSSES_IN_DETAILS
+        losses = [losses[int(i * step)] for i in range(MAX_LOSSES_IN_DETAILS - 1)] + [losses[-1]]
+    return [float(f"{v:.6g}") for v in losses]
+
+
+def stitch_result(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair | str, objective: str,
+                  options: dict | None = None, train_source: TrainingSet | None = None) -> SimilarityResult:
+    """Fit (memoised) and evaluate a stitch; the score is the relative accuracy on ``Data.test``.
+
+    ``details`` holds: ``objective``, ``relative_accuracy``, ``agreement``, ``stitched_accuracy``,
+    ``front_accuracy``, ``end_accuracy`` (fractions), ``final_loss`` and ``losses`` (per epoch),
+    ``dm_relative_error`` (DM only), ``train_size``, ``test_size``, ``train_source``, ``resized``,
+    ``stitch`` (a description), ``front_shape``, ``end_shape``, ``init`` (method; least squares adds its
+    relative residual), ``settings``, ``fit_seconds``; ``warnings`` notes a bilinear resize.
+    Raises ``ValueError`` with a clear message for bad input (see :func:`~.trainer.fit_stitch`).
+    """
+    layer = as_layer_pair(layer)
+    objective = check_objective(objective)
+    fitted = fitted_stitch(context, front, end, layer, objective, options, train_source)
+    settings = fitted.settings
+    train = train_source if train_source is not None else training_set(context)
+
+    def evaluate() -> dict:
+        arrays = evaluation_arrays(context, front, end, layer, end_acts=objective == "dm", batch_size=settings.eval_batch_size)
+        return evaluate_stitch(fitted, context.split(end, layer.end), arrays["front_acts"], arrays["labels"],
+                               arrays["end_logits"], front_logits=arrays["front_logits"],
+                               end_acts=arrays.get("end_acts"), batch_size=settings.eval_batch_size)
+
+    scores = context.remember(("stitch-eval",) + _fit_key(front, end, layer, objective, train, settings)[1:], evaluate)
+    plan = fitted.plan
+    details = {
+        "objective": objective,
+        **scores,
+        "final_loss": fitted.final_loss,
+        "losses": _short(fitted.losses),
+        "train_size": fitted.train_size,
+        "train_source": train.name,
+        "resized": plan.resize is not None,
+        "stitch": plan.describe(),
+        "front_shape": list(plan.front_shape),
+        "end_shape": list(plan.end_shape),
+        "init": dict(fitted.init),
+        "settings": settings.as_dict(),
+        "fit_seconds": round(fitted.seconds, 3),
+    }
+    if plan.resize is not None:
+        details["warnings"] = [
+            f"the front's {plan.front_shape[1]}x{plan.front_shape[2]} map was resized bilinearly to "
+            f"{plan.resize[0]}x{plan.resize[1]} to match the end's"
+        ]
+    return SimilarityResult("", float(scores["relative_accuracy"]), details)

@@ -1,0 +1,149 @@
+"""Stitch training settings: the paper's defaults, every one overridable by a plain option name.
+
+=================  ===================  ==========================================================
+option             default              meaning
+=================  ===================  ==========================================================
+``epochs``         30                   passes over the training set
+``lr``             1e-3                 Adam learning rate
+``weight_decay``   1e-4                 Adam weight decay (L2 added to the gradient, as in torch Adam)
+``batch_size``     128                  samples per optimiser step
+``milestones``     (1/3, 2/3)           where the lr is multiplied by ``gamma``: values in (0, 1) are
+                                        fractions of all training steps, values >= 1 epoch numbers
+``gamma``          0.1                  lr factor at each milestone
+``init``           "least-squares"      stitch initialisation: "least-squares", "identity", "random"
+``ls_samples``     2048                 training samples (seeded random subset) for least squares
+``stitch_bn``      False                BatchNorm before the stitch's affine map
+``max_train``      None (all)           use a seeded random subset of this many training samples
+``dm_loss``        "sum"                DM loss: "sum" = mean over samples of the per-sample sum of
+                                        squared differences (the paper's squared L2); "normalised" =
+                                        mean of per-sample ``||d||^2 / ||target||^2``
+``fula_weights``   None (all 1)         FuLA per-term weights, one per term: the stitch output, then
+                                        each tap of the end model after the cut
+``temperature``    1.0                  SLM softmax temperature (applied to both logits)
+``cache_limit_mb`` 1024                 cached activations larger than this (per array, MiB) go to a
+                                        memory-mapped file in a temporary directory
+``eval_batch_size`` 256                 batch size of the no-grad passes (caching, evaluation)
+=================  ===================  ==========================================================
+
+The seed comes from ``compare(seed=...)`` (or the ``seed`` argument), not from the options.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping
+
+__all__ = ["StitchSettings", "OBJECTIVES", "INITS", "check_objective"]
+
+OBJECTIVES = ("hlm", "slm", "dm", "fula")
+INITS = ("least-squares", "identity", "random")
+_INIT_ALIASES = {"least-squares": "least-squares", "least_squares": "least-squares", "lstsq": "least-squares",
+                 "ls": "least-squares", "identity": "identity", "eye": "identity", "random": "random"}
+_DM_LOSSES = {"sum": "sum", "normalised": "normalised", "normalized": "normalised"}
+
+
+def check_objective(objective: str) -> str:
+    """Normalise an objective name ("HLM", "stitch-slm", "fula" ...) to one of :data:`OBJECTIVES`."""
+    name = str(objective).lower().removeprefix("stitch-").removeprefix("iri-")
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown stitching objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class StitchSettings:
+    """How a stitch is initialised and trained (see the module docstring for each field). Hashable."""
+
+    epochs: int = 30
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 128
+    milestones: tuple[float, ...] = (1 / 3, 2 / 3)
+    gamma: float = 0.1
+    init: str = "least-squares"
+    ls_samples: int = 2048
+    stitch_bn: bool = False
+    max_train: int | None = None
+    dm_loss: str = "sum"
+    fula_weights: tuple[float, ...] | None = None
+    temperature: float = 1.0
+    cache_limit_mb: float = 1024.0
+    eval_batch_size: int = 256
+    seed: int = 0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None = None, *, seed: int = 0) -> "StitchSettings":
+        """Settings from an options dict; keys that are not settings are ignored (they belong to other
+        metrics). Raises ``ValueError`` naming the option and the accepted values for a bad value."""
+        options = dict(options or {})
+        known = {f.name for f in fields(cls)} - {"seed"}
+        values = {k: v for k, v in options.items() if k in known}
+        return cls(**values, seed=int(seed)).validated()
+
+    def validated(self) -> "StitchSettings":
+        """A copy with values normalised (types, aliases, milestones as fractions); raises on bad ones."""
+        epochs = _positive_int("epochs", self.epochs)
+        batch_size = _positive_int("batch_size", self.batch_size)
+        ls_samples = _positive_int("ls_samples", self.ls_samples)
+        eval_batch_size = _positive_int("eval_batch_size", self.eval_batch_size)
+        max_train = None if self.max_train in (None, 0) else _positive_int("max_train", self.max_train)
+        lr = _number("lr", self.lr, minimum=0.0, strict=True)
+        weight_decay = _number("weight_decay", self.weight_decay, minimum=0.0)
+        gamma = _number("gamma", self.gamma, minimum=0.0, strict=True)
+        temperature = _number("temperature", self.temperature, minimum=0.0, strict=True)
+        cache_limit_mb = _number("cache_limit_mb", self.cache_limit_mb, minimum=0.0)
+        init = _INIT_ALIASES.get(str(self.init).lower())
+        if init is None:
+            raise ValueError(f"option init={self.init!r} is not known; choose one of {', '.join(INITS)}")
+        dm_loss = _DM_LOSSES.get(str(self.dm_loss).lower())
+        if dm_loss is None:
+            raise ValueError(f"option dm_loss={self.dm_loss!r} is not known; choose 'sum' or 'normalised'")
+        milestones = self.milestones
+        if isinstance(milestones, (int, float)):
+            milestones = (milestones,)
+        fractions = []
+        for m in milestones or ():
+            m = _number("milestones", m, minimum=0.0, strict=True)
+            fractions.append(m if m < 1 else m / epochs)
+        weights = self.fula_weights
+        if weights is not None:
+            if isinstance(weights, (int, float)):
+                raise ValueError("option fula_weights must be a list of numbers, one per FuLA term")
+            weights = tuple(_number("fula_weights", w, minimum=0.0) for w in weights)
+        return replace(self, epochs=epochs, batch_size=batch_size, ls_samples=ls_samples, max_train=max_train,
+                       lr=lr, weight_decay=weight_decay, gamma=gamma, temperature=temperature,
+                       cache_limit_mb=cache_limit_mb, init=init, dm_loss=dm_loss, eval_batch_size=eval_batch_size,
+                       milestones=tuple(sorted(fractions)), fula_weights=weights, stitch_bn=bool(self.stitch_bn),
+                       seed=int(self.seed))
+
+    @property
+    def cache_limit_bytes(self) -> float:
+        """``cache_limit_mb`` in bytes."""
+        return self.cache_limit_mb * 2**20
+
+    def lr_at(self, step: int, total_steps: int) -> float:
+        """The learning rate at optimiser step ``step`` (0-based) of ``total_steps``."""
+        drops = sum(step >= round(m * total_steps) for m in self.milestones)
+        return self.lr * self.gamma**drops
+
+    def as_dict(self) -> dict:
+        """Plain, JSON-ready dict of every setting."""
+        d = asdict(self)
+        d["milestones"] = [round(m, 6) for m in self.milestones]
+        d["fula_weights"] = None if self.fula_weights is None else list(self.fula_weights)
+        return d
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+        raise ValueError(f"option {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _number(name: str, value: Any, *, minimum: float, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"option {name} must be a finite number, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        raise ValueError(f"option {name} must be {'>' if strict else '>='} {minimum}, got {value!r}")
+    return float(value)

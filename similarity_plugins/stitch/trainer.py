@@ -1,0 +1,185 @@
+"""Train a stitch between a frozen front (A up to cut i) and a frozen end (B from cut j on).
+
+:func:`fit_stitch` is the entry point. It takes the training inputs as a tensor, so callers can
+train on any inputs (the ordinary training split, or IRIs); every target is computed from B on
+those same inputs. Only the stitch learns: both donors run through :class:`SplitNetwork`, which
+keeps them in eval mode with their parameters out of the graph and restores every flag.
+
+Work that does not change between epochs is done once (:class:`~.cache.TrainingCache`): A's
+activations at the cut, and B's targets (SLM: B's logits; DM: B's activations at the cut; FuLA:
+those and B's activations at every tap). Per batch, HLM and SLM run B's end on the stitched
+activations, FuLA the end with taps, and DM runs no part of either network.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..core.networks import SplitNetwork, model_device
+from .cache import TrainingCache, subset_indices
+from .init import initialise
+from .layer import StitchLayer, StitchPlan, plan_stitch
+from .objectives import NEEDS, stitched_loss
+from .settings import StitchSettings, check_objective
+
+__all__ = ["FittedStitch", "StitchDivergedError", "fit_stitch", "check_labels"]
+
+
+class StitchDivergedError(ValueError):
+    """The stitch's training loss became NaN or infinite (the message names the epoch and batch)."""
+
+
+@dataclass
+class FittedStitch:
+    """A trained stitch and how it was trained.
+
+    ``stitch``: the :class:`StitchLayer` (eval mode, on the training device); ``losses``: mean training
+    loss per epoch (objective units: nats for HLM/SLM, squared activation units for DM "sum",
+    unitless for DM "normalised" and FuLA); ``init``: the initialisation's details (least squares adds
+    its relative residual); ``train_size``: samples trained on; ``steps``: optimiser steps;
+    ``seconds``: wall time of fitting (caching included); ``cache``: the :class:`TrainingCache` used
+    (or ``None`` once dropped).
+    """
+
+    stitch: StitchLayer
+    objective: str
+    settings: StitchSettings
+    plan: StitchPlan
+    losses: list[float]
+    init: dict
+    train_size: int
+    steps: int
+    seconds: float
+    cache: TrainingCache | None = field(default=None, repr=False)
+
+    @property
+    def final_loss(self) -> float:
+        """Mean training loss of the last epoch (``nan`` when no epoch ran)."""
+        return self.losses[-1] if self.losses else float("nan")
+
+    @torch.no_grad()
+    def __call__(self, a: torch.Tensor) -> torch.Tensor:
+        """Apply the trained stitch (eval mode) to A's activations (N, *front_shape) -> (N, *end_shape)."""
+        self.stitch.eval()
+        device = next(self.stitch.parameters()).device
+        return self.stitch(a.to(device))
+
+
+def check_labels(labels: torch.Tensor, num_classes: int, what: str) -> None:
+    """Raise ``ValueError`` unless every label in ``labels`` (N,) lies in ``0 .. num_classes-1``."""
+    if labels.numel() == 0:
+        return
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= num_classes:
+        raise ValueError(
+            f"{what} labels range from {lo} to {hi}, but the end model has {num_classes} classes "
+            f"(logits of size {num_classes}); labels must lie in 0..{num_classes - 1}: use the data the "
+            "end model was trained for, or relabel it"
+        )
+
+
+def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | None, train_y: torch.Tensor | None,
+               objective: str, settings: StitchSettings | None = None, *, device: torch.device | None = None,
+               progress: bool = False, cache: TrainingCache | None = None) -> FittedStitch:
+    """Train a stitch from ``front`` (A cut at i) to ``end`` (B cut at j) with ``objective``.
+
+    - ``train_x``: training inputs (N, ...) (e.g. images (N, C, H, W) in [0, 1], or IRIs); B's targets
+      are computed on these same inputs. ``train_y``: (N,) int64 labels (needed by HLM only; may be
+      ``None`` otherwise). Both may be ``None`` when ``cache`` is given (its inputs are used).
+    - ``objective``: "hlm", "slm", "dm" or "fula". ``settings``: :class:`StitchSettings` (defaults:
+      the paper's; ``settings.seed`` seeds initialisation and shuffling; ``max_train`` subsets).
+    - ``cache``: a :class:`TrainingCache` over the same inputs to share across objectives.
+
+    Returns a :class:`FittedStitch`. Raises ``ValueError`` for a training set smaller than one batch,
+    labels outside B's classes, shapes that cannot be stitched, or a NaN/Inf loss
+    (:class:`StitchDivergedError`). The donors are unchanged afterwards, also on error.
+    """
+    start_time = time.perf_counter()
+    objective = check_objective(objective)
+    settings = (settings or StitchSettings()).validated()
+    device = torch.device(device) if device is not None else model_device(end.model)
+    if cache is None:
+        if train_x is None:
+            raise ValueError("fit_stitch needs training inputs train_x (N, ...) or a TrainingCache")
+        idx = subset_indices(len(train_x), settings.max_train, settings.seed)
+        if idx is not None:
+            train_x = train_x[idx]
+            train_y = None if train_y is None else torch.as_tensor(train_y)[idx]
+        cache = TrainingCache(front, end, train_x, train_y, device=device, batch_size=settings.eval_batch_size,
+                              limit_bytes=settings.cache_limit_bytes, progress=progress)
+    n = len(cache)
+    if n < settings.batch_size:
+        raise ValueError(
+            f"the training set has {n} samples, fewer than one batch (batch_size={settings.batch_size}); "
+            f"pass a smaller batch_size (at most {n}) in the options, or more training data"
+        )
+    if objective == "hlm":
+        if cache.y is None:
+            raise ValueError("objective 'hlm' needs labels for the training inputs; pass train_y")
+        check_labels(cache.y, cache.num_classes, "training")
+    plan = plan_stitch(cache.front_shape, cache.end_shape)
+
+    init_gen = torch.Generator().manual_seed(settings.seed)
+    shuffle_gen = torch.Generator().manual_seed(settings.seed + 1)
+    stitch = StitchLayer(plan, bn=settings.stitch_bn)
+    needs = NEEDS[objective]
+    cache.ensure(("front", *needs))
+    init = initialise(stitch, settings.init, cache, init_gen, settings.ls_samples, settings.eval_batch_size)
+    stitch.to(device)
+
+    optimizer = torch.optim.Adam(stitch.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    batches_per_epoch = math.ceil(n / settings.batch_size)
+    total_steps = settings.epochs * batches_per_epoch
+    losses: list[float] = []
+    step = 0
+    from tqdm.auto import tqdm
+
+    bar = tqdm(range(settings.epochs), desc=f"stitch {objective}", disable=not progress, leave=False)
+    stitch.train()
+    for epoch in bar:
+        order = torch.randperm(n, generator=shuffle_gen)
+        total, count = 0.0, 0
+        for b, begin in enumerate(range(0, n, settings.batch_size)):
+            idx = order[begin:begin + settings.batch_size].sort().values
+            if len(idx) < 2 and stitch.bn is not None:
+                continue  # BatchNorm cannot normalise a single vector
+            for group in optimizer.param_groups:
+                group["lr"] = settings.lr_at(step, total_steps)
+            loss = _step(objective, stitch, end, cache, idx, needs, settings, optimizer, device)
+            if not math.isfinite(loss):
+                raise StitchDivergedError(
+                    f"stitch training diverged: the {objective.upper()} loss is {loss} at epoch {epoch + 1} of "
+                    f"{settings.epochs} (batch {b + 1}); lower the learning rate (lr={settings.lr:g}) or use "
+                    "init='least-squares'. The donor models are unchanged."
+                )
+            total += loss * len(idx)
+            count += len(idx)
+            step += 1
+        losses.append(total / max(count, 1))
+        bar.set_postfix(loss=f"{losses[-1]:.4g}")
+    stitch.eval()
+    return FittedStitch(stitch, objective, settings, plan, losses, init, n, step,
+                        time.perf_counter() - start_time, cache)
+
+
+def _step(objective: str, stitch: nn.Module, end: SplitNetwork, cache: TrainingCache, idx: torch.Tensor,
+          needs: tuple[str, ...], settings: StitchSettings, optimizer: torch.optim.Optimizer,
+          device: torch.device) -> float:
+    """One optimiser step on samples ``idx``; returns the batch loss (float)."""
+    a = cache.front(idx).to(device, non_blocking=True)
+    targets = cache.targets(idx, needs, device)
+    h = stitch(a)
+    loss = stitched_loss(objective, h, end, targets, temperature=settings.temperature,
+                         dm_reduction=settings.dm_loss, fula_weights=settings.fula_weights)
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        return value
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return value
