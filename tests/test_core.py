@@ -200,3 +200,14 @@ def test_device_argument_never_moves_the_users_model(data):
     assert report.meta["device"] == "cpu"
     assert next(a.parameters()).device.type == "cpu"
     assert math.isclose(report["cka-linear"].score, 1.0, abs_tol=1e-9)
+
+
+def test_reused_context_takes_this_calls_options_and_data(data):
+    a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
+    ctx = sp.Context(data)
+    first = sp.compare(a, b, "block2", data, metrics="cka-linear", context=ctx)
+    other = sp.Data(test=TensorDataset(torch.rand(40, 1, 16, 16), torch.zeros(40, dtype=torch.long)))
+    second = sp.compare(a, b, "block2", other, metrics="cka-linear", context=ctx, options={"max_samples": 30})
+    fresh = sp.compare(a, b, "block2", other, metrics="cka-linear", options={"max_samples": 30})
+    assert second["cka-linear"].score == fresh["cka-linear"].score != first["cka-linear"].score
+    assert second["cka-linear"].details["n"] == 30

@@ -62,7 +62,7 @@ def test_timm_vit_layers_and_split():
 
 def test_sequential_and_generic_tree():
     model = tiny_cnn()
-    assert layers(model) == ["block1", "block2", "block3", "pool", "flatten"]
+    assert layers(model) == ["block1", "block2", "block3", "pool"]
     _check_split(model, torch.rand(3, 1, 16, 16), layers(model) + ["block2.2"])
 
 

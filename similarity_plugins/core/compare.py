@@ -112,7 +112,13 @@ def compare(
     front_run = _place(front, device, "front")
     end_run = _place(end, device, "end")
 
-    ctx = context or Context(data, seed=seed, device=device, options=options, progress=progress)
+    if context is None:
+        ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
+    else:  # reuse the caches (they are keyed by model, layer and split), but this call's settings
+        ctx = context
+        if ctx.data.train is not data.train or ctx.data.test is not data.test:
+            ctx.memo.clear()  # other data: nothing cached applies
+        ctx.data, ctx.seed, ctx.device, ctx.options, ctx.progress = data, int(seed), device, dict(options or {}), progress
     known = set(pm.info)
     results: list[SimilarityResult] = []
     jobs = [(p, n) for p in pairs for n in names]

@@ -6,7 +6,8 @@ A *layer* is a module name from ``model.named_modules()``; its *activation* is t
 - torchvision ResNet: ``maxpool``, every residual block (``layer1.0`` ... ``layer4.1``), ``avgpool``;
 - torchvision VGG: every ReLU and MaxPool of ``features``, ``avgpool``, the ReLUs of ``classifier``;
 - timm VisionTransformer: ``patch_embed``, every block (``blocks.0`` ...), ``norm``;
-- any ``nn.Sequential`` and any other module tree: the root's children except the last.
+- any ``nn.Sequential`` and any other module tree: the root's children except the last (and
+  except Flatten, Identity and Dropout, which repeat the previous layer's values).
 
 Any other module name also works as a cut when the computation after it depends on nothing computed
 before it except its output (a *clean cut*: ``layer1`` of a ResNet is one, ``layer1.0.conv1`` is not,
@@ -113,8 +114,9 @@ def _canonical_layers(model: nn.Module) -> list[str]:
     if _is_vit(model):
         names = ["patch_embed"] + [f"blocks.{n}" for n, _ in model.blocks.named_children()]
         return names + (["norm"] if isinstance(getattr(model, "norm", None), nn.Module) else [])
-    children = [n for n, _ in model.named_children()]
-    return children[:-1]
+    children = list(model.named_children())[:-1]
+    # parameter-free reshapes and no-ops repeat the previous layer's values; leave them out
+    return [n for n, m in children if not isinstance(m, (nn.Flatten, nn.Identity, nn.Dropout))]
 
 
 def layers(model: nn.Module) -> list[str]:
