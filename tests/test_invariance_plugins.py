@@ -1,0 +1,65 @@
+"""Invariance-aware stitching plugins (iri-*): IRIs of the training split, stitch trained on them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import similarity_plugins as sp
+from models_for_tests import assert_unchanged, snapshot
+from similarity_plugins.datasets import digits_data
+from similarity_plugins.models import SmallCNN
+from similarity_plugins.training import train_classifier
+
+IRI = ["iri-hlm", "iri-slm", "iri-dm", "iri-fula"]
+FAST = {"iri_max_seeds": 64, "iri_steps": 300, "iri_batch_size": 64, "epochs": 6, "batch_size": 32}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return digits_data(size=32)
+
+
+@pytest.fixture(scope="module")
+def trained(data):
+    model = SmallCNN(in_channels=1, num_classes=10, width=8)
+    train_classifier(model, data.train, epochs=3, lr=3e-3, seed=0, progress=False)
+    return model.eval()
+
+
+def test_self_stitch_on_iris_scores_high_and_reports_iri_quality(trained, data, monkeypatch):
+    import similarity_plugins.iri as iri_module
+
+    calls = []
+
+    original = iri_module.generate_iris
+    monkeypatch.setattr(iri_module, "generate_iris", lambda *a, **k: calls.append(a[1]) or original(*a, **k))
+    before = snapshot(trained)
+    report = sp.compare(trained, trained, "block2", data, IRI, options=FAST)
+    assert calls == ["block2"]  # one IRI set shared by the four metrics
+    assert_unchanged(trained, before)
+    for r in report:
+        assert r.error is None, r.error
+        assert r.score >= 0.9, (r.metric, r.score)
+        assert r.details["train_source"] == "IRIs" and r.details["train_size"] == 64
+        for key in ("iri_median_error", "iri_p95_error", "iri_converged_fraction", "iri_mean_seed_distance"):
+            assert isinstance(r.details[key], float)
+        assert r.details["iri"]["n"] == 64
+        assert r.details["iri_mean_seed_distance"] > 0.01  # IRIs start from noise, not from the seeds
+
+
+def test_unconverged_iris_are_flagged(trained, data):
+    report = sp.compare(trained, trained, "block3", data, ["iri-dm"], options={**FAST, "iri_steps": 2})
+    result = report["iri-dm"]
+    assert result.details["iri_median_error"] > 0.01
+    assert any("did not converge" in w for w in result.details["warnings"])
+    assert "did not converge" in str(report)
+
+
+def test_bad_iri_input_gets_a_clear_error_row(trained, data):
+    no_train = sp.compare(trained, trained, "block2", sp.Data(test=data.test), ["iri-slm"], options=FAST)
+    assert "training split" in no_train["iri-slm"].error
+    typo = sp.compare(trained, trained, "block2", data, ["iri-slm"], options={**FAST, "iri_stepz": 3})
+    assert "iri_stepz" in typo["iri-slm"].error
+    bad_steps = sp.compare(trained, trained, "block2", data, ["iri-slm"], options={**FAST, "iri_steps": 0})
+    assert "steps" in bad_steps["iri-slm"].error
