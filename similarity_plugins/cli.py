@@ -182,9 +182,28 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_iris(args: argparse.Namespace) -> int:
-    from .iri.command import iris_command
+    from .iri import generate_iris
+    from .iri.files import save_iris
 
-    return iris_command(args)
+    data = _load_data(args.data)
+    split = data.split(args.split)
+    model = _load_model(args.model, args.num_classes, args.in_channels, data)
+    if args.device:
+        model = model.to(args.device)
+    from .core.data import load_all
+
+    seeds, labels = load_all(_subset(split, args.max_seeds))
+    iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
+                         optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
+                         backend=args.backend, seed=args.seed, progress=not args.no_progress,
+                         cache_dir=args.cache_dir)
+    summary = dict(iris.summary)
+    print(f"{len(iris)} IRIs of {args.model} at {args.layer}: median relative error {summary['median_error']:.4g}, "
+          f"95th percentile {summary['p95_error']:.4g}, converged {summary['converged_fraction']:.1%} "
+          f"(tol {args.tol:g}), mean RMS distance from seed {summary['mean_seed_distance']:.4g}")
+    save_iris(iris, args.out, labels=labels, seeds=seeds)
+    print(f"wrote {args.out}")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -91,3 +91,22 @@ def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
     state = torch.load(out, weights_only=True)
     assert "fc.weight" in state
     assert main(["layers", f"small-cnn@{out}", "--in-channels", "1", "--num-classes", "10"]) == 0
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+def test_iris_command_writes_a_loadable_file(tmp_path, capsys, suffix):
+    if suffix == ".safetensors":
+        pytest.importorskip("safetensors")
+    from similarity_plugins.iri.files import load_iris
+
+    out = tmp_path / f"iris{suffix}"
+    code = main(["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "8",
+                 "--steps", "5", "--out", str(out), "--no-progress"])
+    assert code == 0
+    assert "median relative error" in capsys.readouterr().out
+    iris, extras = load_iris(out)
+    assert iris.inputs.shape == (8, 1, 32, 32) and extras["labels"].shape == (8,)
+    assert float(iris.inputs.min()) >= 0.0 and float(iris.inputs.max()) <= 1.0
+    assert extras["summary"]["n"] == 8
+    assert main(["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "8",
+                 "--steps", "5", "--out", str(tmp_path / "x.txt"), "--no-progress"]) == 2
