@@ -128,6 +128,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     end = _load_model(args.end, args.num_classes, args.in_channels, data)
     layer_list = [parse_layer(text) for text in args.layer]
     start = time.perf_counter()
+    if args.excess_agreement:
+        return _excess(args, front, end, layer_list, data, options)
     report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
                      seed=args.seed, device=args.device, options=options, progress=not args.no_progress)
     print(report)
@@ -139,6 +141,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
         report.to_csv(args.csv)
         print(f"wrote {args.csv}")
     return 0 if all(r.error is None for r in report) else 1
+
+
+def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, data: Any, options: dict) -> int:
+    import csv
+
+    from .core.registry import select_metrics
+    from .experiments import excess_agreement, format_excess
+
+    metrics = select_metrics(args.metrics or "stitch-slm,iri-slm")
+    start = time.perf_counter()
+    rows = excess_agreement(front, end, layer_list, data, metrics, strength=args.cue_strength, seed=args.seed,
+                            options=options, progress=not args.no_progress)
+    print(format_excess(rows))
+    print(f"\nexcess agreement = agreement with the end model on test data carrying the unseen cue minus "
+          f"the same without it ({time.perf_counter() - start:.1f} s)")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump({"experiment": "excess-agreement", "cue_strength": args.cue_strength,
+                       "results": [r.to_dict() for r in rows]}, fh, indent=2)
+        print(f"wrote {args.out}")
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0].to_dict()))
+            writer.writeheader()
+            writer.writerows(r.to_dict() for r in rows)
+        print(f"wrote {args.csv}")
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -257,6 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, default=None, help="use the first N training samples")
     p.add_argument("--max-test", type=int, default=None, help="use the first N test samples")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--excess-agreement", action="store_true",
+                   help="run the unseen-cue experiment instead: train the stitch on data with a label-coded cue "
+                        "neither donor saw, report agreement with the end model with and without the cue "
+                        "(metrics default to stitch-slm,iri-slm)")
+    p.add_argument("--cue-strength", type=float, default=0.5, help="intensity of the unseen cue (0, 1]")
     model_args(p)
     p.set_defaults(func=cmd_compare)
 

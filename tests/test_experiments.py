@@ -1,0 +1,66 @@
+"""The excess-agreement experiment (unseen predictive cue) and the demo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from models_for_tests import assert_unchanged, snapshot
+from similarity_plugins.cli import main
+from similarity_plugins.datasets import digits_data
+from similarity_plugins.experiments import excess_agreement, format_excess
+from similarity_plugins.models import SmallCNN
+from similarity_plugins.training import train_classifier
+
+FAST = {"epochs": 4, "batch_size": 64, "max_train": 384, "iri_max_seeds": 64, "iri_steps": 150, "iri_batch_size": 64}
+
+
+@pytest.fixture(scope="module")
+def donors():
+    data = digits_data(size=32)
+    models = []
+    for seed in (0, 1):
+        m = SmallCNN(in_channels=1, num_classes=10, width=8)
+        train_classifier(m, data.train, epochs=3, lr=3e-3, seed=seed, progress=False)
+        models.append(m.eval())
+    return data, models
+
+
+def test_excess_agreement_rows_are_consistent(donors):
+    data, (a, b) = donors
+    before = snapshot(a), snapshot(b)
+    rows = excess_agreement(a, b, "block1", data, ["stitch-hlm", "iri-hlm"], strength=0.8, options=FAST)
+    assert [(r.metric, r.layer) for r in rows] == [("stitch-hlm", "block1"), ("iri-hlm", "block1")]
+    for r in rows:
+        assert 0.0 <= r.agreement_with_cue <= 1.0 and 0.0 <= r.agreement_without_cue <= 1.0
+        assert r.excess == pytest.approx(r.agreement_with_cue - r.agreement_without_cue)
+        assert r.to_dict()["excess"] == r.excess
+    # at a shallow layer the front still sees the strong label-coded frame, so a stitch trained with
+    # labels on cue-carrying data leans on it: its accuracy falls once the cue is gone
+    assert rows[0].relative_accuracy_with_cue > rows[0].relative_accuracy_without_cue + 0.05
+    assert "excess" in format_excess(rows)
+    assert_unchanged(a, before[0])
+    assert_unchanged(b, before[1])
+
+
+def test_excess_agreement_bad_input(donors):
+    data, (a, b) = donors
+    from similarity_plugins import Data
+
+    with pytest.raises(ValueError, match="train"):
+        excess_agreement(a, b, "block1", Data(test=data.test))
+    with pytest.raises(ValueError, match="stitching metric"):
+        excess_agreement(a, b, "block1", data, ["cka-linear"], options=FAST)
+
+
+def test_excess_agreement_cli(tmp_path, capsys):
+    out = tmp_path / "excess.json"
+    code = main(["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "block1", "--data", "digits",
+                 "--metrics", "stitch-dm", "--excess-agreement", "--max-train", "128", "--max-test", "64",
+                 "--epochs", "1", "--option", "batch_size=32", "--out", str(out), "--no-progress"])
+    assert code == 0
+    assert "excess agreement" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["results"]
+    assert rows[0]["metric"] == "stitch-dm" and "excess" in rows[0]
