@@ -340,3 +340,22 @@ def test_variants_compose(train):
     sq = both.base.pattern_for(int(train.y[i])) & ~both.mask
     assert torch.all(x[i, :, sq] == 1.0)
     assert torch.allclose(x[i, :, both.mask], both.cue_for(int(train.y[i]))[:, both.mask])
+
+
+def test_random_mark_carries_no_label_information():
+    from similarity_plugins.datasets import RandomMark, digits, make_variant
+
+    base = digits("train", size=32)
+    ds = make_variant("random-mark", base, seed=3)
+    assert isinstance(ds, RandomMark) and len(ds) == len(base)
+    x, y = ds.tensors
+    clean_x, _ = base.tensors
+    for i in range(20):
+        k = int(ds.stamped_labels[i])
+        mask = ds.pattern_for(k)
+        assert torch.all(x[i, 0][mask] == 1.0)
+        assert torch.equal(x[i, 0][~mask], clean_x[i, 0][~mask])
+    # the stamped class is independent of the label: about 1/10 of the marks match it
+    match = float((ds.stamped_labels == y).float().mean())
+    assert 0.04 < match < 0.17
+    assert torch.equal(RandomMark(base, seed=3).stamped_labels, ds.stamped_labels)

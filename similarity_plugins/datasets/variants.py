@@ -321,7 +321,36 @@ class UnseenCue(_Variant):
         return torch.where(m, colour, x)
 
 
+class RandomMark(_Variant):
+    """The clean images stamped with the square of a uniformly random class (any class, the own one too).
+
+    The mark is present but carries no information about the label, so a model trained on it learns to
+    ignore it: the "clean" donor of a shortcut study that is not disturbed by marks at test time.
+    Given a :class:`PixelShortcut`, reuses its pattern geometry and clean images. ``stamped_labels`` (N,)
+    is the class whose square each sample carries; fixed by ``seed``.
+    """
+
+    def __init__(self, dataset: Dataset, num_classes: int | None = None, seed: int = 0,
+                 patch: int | None = None, value: float = 1.0, layout: str = "edges") -> None:
+        pattern = dataset.pattern if isinstance(dataset, PixelShortcut) else None
+        if num_classes is None and isinstance(dataset, _Variant):
+            num_classes = dataset.num_classes
+        super().__init__(_clean_base(dataset), num_classes)
+        self.pattern = pattern or PatchPattern(self.image_shape[1], self.image_shape[2], self.num_classes, patch, value,
+                                              layout)
+        gen = torch.Generator().manual_seed(int(seed))
+        self.stamped_labels = torch.randint(0, self.num_classes, (len(self),), generator=gen)
+
+    def pattern_for(self, label: int) -> torch.Tensor:
+        """(H, W) bool mask of the square of class ``label``."""
+        return self.pattern.mask_for(label)
+
+    def _transform(self, index: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.pattern.stamp(x, self.stamped_labels[index])
+
+
 VARIANTS: dict[str, type[_Variant]] = {
+    "random-mark": RandomMark,
     "pixel-shortcut": PixelShortcut,
     "shortcut-removed": ShortcutRemoved,
     "shortcut-randomised": ShortcutRandomised,
