@@ -7,9 +7,9 @@ Song et al. 2012) and CKA = HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L)). Everything
 float64 on the CPU; torch tensors on any device are moved to the CPU first.
 
 Linear CKA never builds n x n Gram matrices when the feature dimensions are small: it works in
-feature space with ``X^T Y``, ``X^T X`` and ``Y^T Y`` (column-centred, float64), and switches to Gram
-space only when that is cheaper (few samples, many features). :class:`StreamingLinearCKA` gives the
-same numbers from batches, holding O(d^2) state.
+feature space with ``X^T Y``, ``X^T X`` and ``Y^T Y`` (column-centred, float64; one symmetric rank-k
+update of ``[X | Y]``), and switches to Gram space only when that is cheaper (few samples, many
+features). :class:`StreamingLinearCKA` gives the same numbers from batches, holding O(d^2) state.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ Kernel = Literal["linear", "rbf"]
 LinearMethod = Literal["auto", "feature", "gram"]
 
 _EPS = float(np.finfo(np.float64).eps)
-# Rounding-error scale below which a debiased self-HSIC counts as zero (see _hsic_terms callers).
+# Rounding-error scale (relative to the terms' magnitude) below which a debiased self-HSIC counts as 0.
 _DEGENERATE_RTOL = 1e3 * _EPS
 # Gram-space passes over an n x n matrix (centring, dots) are memory-bound; weight per element.
 _GRAM_PASS_FLOPS = 40.0
+_UNDERFLOW_MSG = "CKA under- or overflowed float64 even after rescaling; check the magnitude of X and Y"
 # Inputs with at least this many values (X and Y together) are converted in two threads.
 _PARALLEL_PREP_MIN_VALUES = 1 << 20
 
@@ -77,14 +78,14 @@ def _as_samples(x: ArrayLike, name: str) -> np.ndarray:
     arr = _to_numpy(x, name)
     if arr.ndim == 0:
         raise ValueError(f"{name} is a scalar; pass an array of shape (n_samples, n_features)")
-    if arr.ndim == 1:
-        arr = arr.reshape(-1, 1)
-    elif arr.ndim > 2:
-        arr = arr.reshape(arr.shape[0], -1)
     if arr.size == 0:
         raise ValueError(
             f"{name} is empty (shape {tuple(arr.shape)}); pass at least one sample with at least one feature"
         )
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    elif arr.ndim > 2:
+        arr = arr.reshape(arr.shape[0], -1)
     return arr
 
 
@@ -379,43 +380,109 @@ def _row_sq_norms(xc: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", xc, xc)
 
 
-def _hsic_feature(
-    xc: np.ndarray,
-    yc: np.ndarray,
-    debiased: bool,
-    rx: np.ndarray | None = None,
-    ry: np.ndarray | None = None,
-) -> tuple[float, ...]:
-    """(hsic_xy, hsic_xx, hsic_yy, tol_xx, tol_yy, ss_x, ss_y) from centred float64 samples.
+def _fro2(a: np.ndarray) -> float:
+    """Squared Frobenius norm (no copy for strided views)."""
+    return float(np.einsum("ij,ij->", a, a))
 
-    Biased: ``||Xc^T Yc||_F^2`` etc. Debiased: n(n-3) times the unbiased HSIC, from the same matrices
-    and the squared row norms ``rx``, ``ry`` of the centred samples (computed here if not given).
+
+# Algebraic centring is used while n |mean|^2 <= _CENTRING_RATIO * sum of squared deviations: it then
+# costs at most log10(ratio) + log10(sqrt(d)) of float64's 16 digits (below 1e-11 relative for d < 1e5).
+_CENTRING_RATIO = 100.0
+
+
+def _z_terms(
+    z: np.ndarray, d1: int, d2: int, centred: bool, debiased: bool
+) -> tuple[tuple[float, ...], np.ndarray]:
+    """HSIC terms in feature space from ``z = [X | Y | 1]``, and the column sums of ``[X | Y]``.
+
+    One symmetric rank-k update ``z^T z`` gives ``X^T X``, ``Y^T Y``, ``X^T Y`` and (through the
+    column of ones) the column sums ``s`` at once. Unless ``centred``, centring is algebraic:
+    ``Xc^T Yc = X^T Y - s_x s_y^T / n``, and centred squared row norms are ``|x_i|^2 - 2 x_i.m + |m|^2``.
+    Terms: (hsic_xy, hsic_xx, hsic_yy, tol_xx, tol_yy, ss_x, ss_y). Biased: ``||Xc^T Yc||_F^2`` etc.
+    Debiased: n(n-3) times the unbiased HSIC (Kornblith et al.'s feature-space form), with ``tol`` the
+    rounding scale below which a self-term counts as zero. ``ss``: traces of ``Xc^T Xc``, ``Yc^T Yc``.
     """
-    gxx = _gram_cols(xc)
-    gyy = _gram_cols(yc)
-    gxy = xc.T @ yc
-    hxy = float(np.vdot(gxy, gxy))
-    hxx = float(np.vdot(gxx, gxx))
-    hyy = float(np.vdot(gyy, gyy))
-    ssx = float(np.trace(gxx))
-    ssy = float(np.trace(gyy))
+    n = z.shape[0]
+    dd = d1 + d2
+    g = _gram_cols(z)
+    cxx, cyy, cxy = g[:d1, :d1], g[d1:dd, d1:dd], g[:d1, d1:dd]
+    sums = g[dd, :dd].copy()
+    mx, my = sums[:d1] / n, sums[d1:] / n
+    if not centred:
+        cxx -= np.outer(sums[:d1], mx)
+        cyy -= np.outer(sums[d1:], my)
+        cxy -= np.outer(sums[:d1], my)
+    hxy, hxx, hyy = _fro2(cxy), _fro2(cxx), _fro2(cyy)
+    ssx, ssy = float(np.trace(cxx)), float(np.trace(cyy))
     tol_x = tol_y = 0.0
     if debiased:
-        n = xc.shape[0]
-        rx = _row_sq_norms(xc) if rx is None else rx
-        ry = _row_sq_norms(yc) if ry is None else ry
-        sx, sy = float(rx.sum()), float(ry.sum())
-        hxy, _ = _debiased_term(hxy, float(rx @ ry), sx, sy, n)
-        hxx, mx = _debiased_term(hxx, float(rx @ rx), sx, sx, n)
-        hyy, my = _debiased_term(hyy, float(ry @ ry), sy, sy, n)
-        tol_x, tol_y = _DEGENERATE_RTOL * mx, _DEGENERATE_RTOL * my
-    return hxy, hxx, hyy, tol_x, tol_y, ssx, ssy
+        zx, zy = z[:, :d1], z[:, d1:dd]
+        rx, ry = _row_sq_norms(zx), _row_sq_norms(zy)
+        rtol = _DEGENERATE_RTOL
+        if not centred:
+            rx -= 2.0 * (zx @ mx)
+            rx += float(mx @ mx)
+            ry -= 2.0 * (zy @ my)
+            ry += float(my @ my)
+            rtol *= _CENTRING_RATIO  # rounding may be that much larger than with centred data
+        sum_rx, sum_ry = float(rx.sum()), float(ry.sum())
+        hxy, _ = _debiased_term(hxy, float(rx @ ry), sum_rx, sum_ry, n)
+        hxx, mag_x = _debiased_term(hxx, float(rx @ rx), sum_rx, sum_rx, n)
+        hyy, mag_y = _debiased_term(hyy, float(ry @ ry), sum_ry, sum_ry, n)
+        tol_x, tol_y = rtol * mag_x, rtol * mag_y
+    return (hxy, hxx, hyy, tol_x, tol_y, ssx, ssy), sums
+
+
+def _feature_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool) -> float:
+    """Linear CKA in feature space: no n x n matrix; O((d1 + d2)^2) memory besides one float64 copy.
+
+    1. Copy X and Y into one float64 buffer ``z = [X | Y | 1]`` (two threads; the one float32 ->
+       float64 conversion); one symmetric rank-k update then gives every product and the column sums.
+    2. Centring is algebraic (no second pass over the data) when the means do not dominate the spread.
+    3. Otherwise centre z in place and recompute (exact; also decides constant/degenerate inputs), and
+       on under/overflow rescale each block by a power of two (exact; CKA is scale invariant).
+    """
+    n, d1 = xa.shape
+    d2 = ya.shape[1]
+    dd = d1 + d2
+    z = np.empty((n, dd + 1), dtype=np.float64)
+    _both(np.copyto, (z[:, :d1], xa), (z[:, d1:dd], ya), xa.size + ya.size)
+    z[:, dd] = 1.0
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        t, sums = _z_terms(z, d1, d2, False, debiased)
+    for block, arr, name in ((sums[:d1], xa, "X"), (sums[d1:], ya, "Y")):
+        if not np.isfinite(block).all():  # NaN/Inf propagate into the column sums
+            _raise_nonfinite(arr, name)
+    mx, my = sums[:d1] / n, sums[d1:] / n
+    hxy, hxx, hyy, tol_x, tol_y, ssx, ssy = t
+    if (
+        all(math.isfinite(v) for v in t)
+        and n * float(mx @ mx) <= _CENTRING_RATIO * ssx
+        and n * float(my @ my) <= _CENTRING_RATIO * ssy
+        and hxx > tol_x
+        and hyy > tol_y
+    ):
+        return hxy / (math.sqrt(hxx) * math.sqrt(hyy))
+    z[:, :dd] -= sums / n  # exact centring
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        t, _ = _z_terms(z, d1, d2, True, debiased)
+    _raise_if_constant(xa, "X", t[5], mx)
+    _raise_if_constant(ya, "Y", t[6], my)
+    out = _finish(t, debiased)
+    if out is None:
+        _pow2_rescale(z[:, :d1])
+        _pow2_rescale(z[:, d1:dd])
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            out = _finish(_z_terms(z, d1, d2, True, debiased)[0], debiased)
+    if out is None:
+        raise ValueError(_UNDERFLOW_MSG)
+    return out
 
 
 def _hsic_gram(
     xc: np.ndarray, yc: np.ndarray, debiased: bool, kernel: str, threshold: float
 ) -> tuple[float, ...]:
-    """Same tuple as :func:`_hsic_feature`, via n x n Gram matrices (at most three alive at once)."""
+    """The HSIC terms of :func:`_z_terms`, via n x n Gram matrices (at most three alive at once)."""
     grams = []
     ss = []
     scale = []
@@ -439,11 +506,13 @@ def _hsic_gram(
 def _linear_plan(n: int, d1: int, d2: int, method: str, budget: int) -> str:
     """Pick feature or Gram space for linear CKA by flop count, subject to the memory budget.
 
-    feature: n (d1^2 + d2^2) / 2 + n d1 d2 flops, 8 (d1^2 + d2^2 + d1 d2) bytes;
-    gram:    n^2 (d1 + d2) / 2 flops + ~6 memory-bound passes over n^2 entries, 3 * 8 n^2 bytes.
+    feature: n (d1^2 + d2^2) / 2 + n d1 d2 flops, 8 (d1 + d2)^2 bytes;
+    gram:    n^2 (d1 + d2) / 2 flops + ~6 memory-bound passes over n^2 entries, 3 * 8 n^2 bytes;
+    both also hold float64 copies of X and Y (8 n (d1 + d2) bytes).
     """
-    feat_bytes = 8 * (d1 * d1 + d2 * d2 + d1 * d2)
-    gram_bytes = 3 * 8 * n * n
+    copy_bytes = 8 * n * (d1 + d2 + 1)  # float64 copies of X and Y
+    feat_bytes = 8 * (d1 + d2) ** 2 + copy_bytes
+    gram_bytes = 3 * 8 * n * n + copy_bytes
     if method == "feature":
         return "feature"
     if method == "gram":
@@ -556,45 +625,31 @@ def cka(
     else:
         plan = _linear_plan(n, xa.shape[1], ya.shape[1], method, budget)
 
-    want_rows = plan == "feature" and debiased
+    if plan == "feature":
+        return _feature_cka(xa, ya, debiased)
+    return _gram_cka(xa, ya, debiased, kernel, threshold)
 
-    def prepare(arr: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        xc, mean = _centered_float64(arr, name)
-        return xc, mean, (_row_sq_norms(xc) if want_rows else None)
 
-    (xc, mx, rx), (yc, my, ry) = _both(prepare, (xa, "X"), (ya, "Y"), xa.size + ya.size)
-
-    def terms() -> tuple[float, ...]:
-        # under/overflow is detected from the results (and fixed by rescaling), so no warnings
+def _gram_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool, kernel: str, threshold: float) -> float:
+    """CKA via n x n Gram matrices of the column-centred float64 samples (linear or RBF)."""
+    (xc, mx), (yc, my) = _both(_centered_float64, (xa, "X"), (ya, "Y"), xa.size + ya.size)
+    # check before building n x n matrices (and before the RBF bandwidth)
+    _raise_if_constant(xa, "X", _fro2(xc), mx)
+    _raise_if_constant(ya, "Y", _fro2(yc), my)
+    for attempt in range(2):
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            if plan == "feature":
-                return _hsic_feature(xc, yc, debiased, rx, ry)
-            return _hsic_gram(xc, yc, debiased, kernel, threshold)
-
-    if plan == "gram":  # check before building n x n matrices (and before the RBF bandwidth)
-        _raise_if_constant(xa, "X", float(np.vdot(xc, xc)), mx)
-        _raise_if_constant(ya, "Y", float(np.vdot(yc, yc)), my)
-    t = terms()
-    if plan == "feature":  # the sums of squares come free as trace(Xc^T Xc)
-        _raise_if_constant(xa, "X", t[5], mx)
-        _raise_if_constant(ya, "Y", t[6], my)
-    out = _finish(t, debiased)
-    if out is None:  # under/overflow of the squared norms: rescale exactly by powers of two, retry
-        _pow2_rescale(xc)
-        _pow2_rescale(yc)
-        if want_rows:
-            rx, ry = _row_sq_norms(xc), _row_sq_norms(yc)
-        out = _finish(terms(), debiased)
-        if out is None:
-            raise ValueError(
-                "CKA under- or overflowed float64 even after rescaling; check the magnitude of X and Y"
-            )
-    return out
+            out = _finish(_hsic_gram(xc, yc, debiased, kernel, threshold), debiased)
+        if out is not None:
+            return out
+        if attempt == 0:  # under/overflow: rescale exactly by powers of two and retry once
+            _pow2_rescale(xc)
+            _pow2_rescale(yc)
+    raise ValueError(_UNDERFLOW_MSG)
 
 
 # --------------------------------------------------------------------------- streaming
 class StreamingLinearCKA:
-    """Exact linear CKA (biased or debiased) from batches, with O(d^2) state.
+    """Exact linear CKA (biased or debiased) from batches, with O((d1 + d2)^2) state.
 
     Stateful like a torchmetrics metric: ``update(X_batch, Y_batch)`` any number of times (batches may
     differ in size; NumPy arrays or torch tensors on any device; higher rank is flattened after axis 0),
@@ -602,19 +657,21 @@ class StreamingLinearCKA:
     ``cka(X_all, Y_all, "linear", debiased)`` to float64 rounding.
 
     State, in float64, about a fixed shift ``c`` (the mean of the first data accumulated, which keeps
-    the moments well conditioned): with ``x' = x - c_x``, ``a = |x'|^2``, ``b = |y'|^2``, it holds
-    ``n``, ``sum x'``, ``sum y'``, ``X'^T X'``, ``Y'^T Y'``, ``X'^T Y'``, ``sum a``, ``sum b``,
-    ``sum a^2``, ``sum b^2``, ``sum a b``, ``X'^T a``, ``X'^T b``, ``Y'^T a``, ``Y'^T b``. Centring with
-    the running mean ``m`` is then algebra: ``Xc^T Yc = X'^T Y' - n m_x m_y^T`` and the centred row
-    norms ``r_i = a_i - 2 x'_i.m + |m|^2`` give ``sum r_x r_y`` from the terms above, which is all the
-    debiased estimator (Kornblith's feature-space form) needs.
+    the moments well conditioned): with ``z_i = [x_i - c_x, y_i - c_y]``, ``a_i = |x_i - c_x|^2`` and
+    ``b_i = |y_i - c_y|^2`` it holds ``n``, ``G = sum z_i z_i^T`` (so ``X'^T X'``, ``Y'^T Y'``,
+    ``X'^T Y'``), ``W = sum z_i [a_i, b_i, 1]`` (so ``X'^T a``, ``X'^T b``, ``Y'^T a``, ``Y'^T b`` and the
+    column sums) and ``sum a``, ``sum b``, ``sum a^2``, ``sum b^2``, ``sum a b``. Centring with the
+    running mean ``m`` is then algebra: ``Xc^T Yc = X'^T Y' - n m_x m_y^T``, and the centred row norms
+    ``r_i = a_i - 2 x'_i.m_x + |m_x|^2`` give ``sum r``, ``sum r_x r_y`` and ``sum r_x^2``, which is all
+    the debiased estimator (Kornblith's feature-space form) needs.
 
-    Rule for the state: the moments take ``8 (d1^2 + d2^2 + d1 d2 + 4 (d1 + d2))`` bytes whatever n is,
-    while keeping the samples takes ``8 n (d1 + d2)`` bytes. Batches are therefore buffered (copied)
-    while the buffer is smaller than the moments would be (n small, d large); as soon as it is not,
-    and the moments fit in ``max_state_bytes``, the buffer is folded into the moments and dropped.
-    ``compute()`` on a buffer calls :func:`cka`, which uses Gram space when n is small. If neither the
-    moments nor the buffer fit in ``max_state_bytes``, ``update`` raises ValueError.
+    Rule for the state: the moments take ``8 ((d1 + d2)^2 + 4 (d1 + d2) + 5)`` bytes whatever n is, while
+    keeping the samples takes ``8 n (d1 + d2)`` bytes. Batches are therefore buffered (copied) while the
+    buffer is smaller than the moments would be (n small, d large); as soon as it is not, and the moments
+    fit in ``max_state_bytes``, the buffer is folded into the moments and dropped. ``compute()`` on a
+    buffer calls :func:`cka`, which uses Gram space when n is small. If neither the moments nor the
+    buffer fit in ``max_state_bytes``, ``update`` raises ValueError. A float64 scratch buffer for one
+    batch is reused between updates (not counted in ``state_nbytes``).
 
     Args:
         debiased: use the unbiased HSIC estimator (needs n >= 4 at ``compute``).
@@ -634,7 +691,8 @@ class StreamingLinearCKA:
         self._d: tuple[int, int] | None = None
         self._budget: int | None = None
         self._buffer: list[tuple[np.ndarray, np.ndarray]] | None = []
-        self._m: dict[str, Any] | None = None
+        self._m: dict[str, np.ndarray] | None = None
+        self._scratch: np.ndarray | None = None
         # Exact constant-representation tracking: the first row, and whether all rows equal it.
         self._first: list[np.ndarray | None] = [None, None]
         self._const = [True, True]
@@ -648,12 +706,13 @@ class StreamingLinearCKA:
     def state_nbytes(self) -> int:
         """Bytes held by the state now (accumulators, or buffered samples)."""
         if self._m is not None:
-            return int(sum(v.nbytes for v in self._m.values() if isinstance(v, np.ndarray)))
+            return int(sum(v.nbytes for v in self._m.values()))
         return int(sum(x.nbytes + y.nbytes for x, y in (self._buffer or [])))
 
     def _moment_bytes(self) -> int:
         d1, d2 = self._d or (0, 0)
-        return 8 * (d1 * d1 + d2 * d2 + d1 * d2 + 4 * (d1 + d2))
+        dd = d1 + d2
+        return 8 * (dd * dd + 4 * dd + 5)  # g, w, c, scalars (exactly what _fold_buffer allocates)
 
     def _buffer_bytes_f64(self) -> int:
         d1, d2 = self._d or (0, 0)
@@ -686,11 +745,10 @@ class StreamingLinearCKA:
         self._check_finite_batch(xb, "X_batch")
         self._check_finite_batch(yb, "Y_batch")
         self._track_constant(xb, yb)
-        assert self._buffer is not None
+        assert self._buffer is not None and self._budget is not None
         self._buffer.append((np.array(xb, copy=True), np.array(yb, copy=True)))
         self.n += b
         moment_bytes = self._moment_bytes()
-        assert self._budget is not None
         if self._buffer_bytes_f64() >= moment_bytes and moment_bytes <= self._budget:
             self._fold_buffer()
         elif self.state_nbytes > self._budget:
@@ -717,51 +775,56 @@ class StreamingLinearCKA:
     def _fold_buffer(self) -> None:
         assert self._buffer is not None and self._d is not None
         d1, d2 = self._d
+        dd = d1 + d2
         n = self.n
         cx = sum(x.sum(axis=0, dtype=np.float64) for x, _ in self._buffer) / n
         cy = sum(y.sum(axis=0, dtype=np.float64) for _, y in self._buffer) / n
-        z = lambda *shape: np.zeros(shape, dtype=np.float64)  # noqa: E731
         self._m = {
-            "cx": np.asarray(cx, dtype=np.float64), "cy": np.asarray(cy, dtype=np.float64),
-            "sx": z(d1), "sy": z(d2),
-            "xx": z(d1, d1), "yy": z(d2, d2), "xy": z(d1, d2),
-            "xa": z(d1), "xb": z(d1), "ya": z(d2), "yb": z(d2),
-            "scalars": z(5),  # sum a, sum b, sum a^2, sum b^2, sum a b
+            "c": np.concatenate([cx, cy]),  # the shift
+            "g": np.zeros((dd, dd)),  # sum z z^T
+            "w": np.zeros((dd, 3)),  # sum z [a, b, 1]
+            "scalars": np.zeros(5),  # sum a, sum b, sum a^2, sum b^2, sum a b
         }
         buffer, self._buffer = self._buffer, None
         for x, y in buffer:
             self._accumulate(x, y)
 
     @staticmethod
-    def _shifted(arr: np.ndarray, shift: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """float64 ``arr - shift`` (C order), its column sums and its squared row norms."""
-        xs = np.array(arr, dtype=np.float64, order="C", copy=True)
-        xs -= shift
-        col_sums = xs.sum(axis=0)
-        if not np.isfinite(col_sums).all():
-            _raise_nonfinite(arr, name)
-        return xs, col_sums, _row_sq_norms(xs)
+    def _fill_shifted(dst: np.ndarray, arr: np.ndarray, shift: np.ndarray, out_norms: np.ndarray) -> None:
+        """``dst = arr - shift`` in float64 and its squared row norms into ``out_norms``."""
+        np.copyto(dst, arr)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dst -= shift
+            np.einsum("ij,ij->i", dst, dst, out=out_norms)
 
     def _accumulate(self, xb: np.ndarray, yb: np.ndarray) -> None:
         """Fold one batch into the moments (the batch is already validated for shape)."""
         m = self._m
-        assert m is not None
-        (xs, sx, a), (ys, sy, b) = _both(
-            self._shifted, (xb, m["cx"], "X_batch"), (yb, m["cy"], "Y_batch"), xb.size + yb.size
+        assert m is not None and self._d is not None
+        d1 = self._d[0]
+        b = xb.shape[0]
+        dd = m["c"].shape[0]
+        if self._scratch is None or self._scratch.shape[0] < b:
+            self._scratch = np.empty((b, dd))
+        z = self._scratch[:b]
+        abo = np.empty((b, 3))  # columns a, b, 1
+        abo[:, 2] = 1.0
+        _both(
+            self._fill_shifted,
+            (z[:, :d1], xb, m["c"][:d1], abo[:, 0]),
+            (z[:, d1:], yb, m["c"][d1:], abo[:, 1]),
+            xb.size + yb.size,
         )
-        m["sx"] += sx
-        m["sy"] += sy
-        m["xx"] += _gram_cols(xs)
-        m["yy"] += _gram_cols(ys)
-        m["xy"] += xs.T @ ys
-        ab = np.stack([a, b], axis=1)
-        xab = xs.T @ ab
-        yab = ys.T @ ab
-        m["xa"] += xab[:, 0]
-        m["xb"] += xab[:, 1]
-        m["ya"] += yab[:, 0]
-        m["yb"] += yab[:, 1]
-        m["scalars"] += (a.sum(), b.sum(), a @ a, b @ b, a @ b)
+        with np.errstate(over="ignore", invalid="ignore"):  # NaN/Inf are reported just below
+            w = z.T @ abo  # X'^T [a b 1] and Y'^T [a b 1]
+        if not np.isfinite(w[:d1, 2]).all():
+            _raise_nonfinite(xb, "X_batch")
+        if not np.isfinite(w[d1:, 2]).all():
+            _raise_nonfinite(yb, "Y_batch")
+        m["g"] += _gram_cols(z)
+        m["w"] += w
+        a, bb = abo[:, 0], abo[:, 1]
+        m["scalars"] += (a.sum(), bb.sum(), a @ a, bb @ bb, a @ bb)
 
     # ----------------------------------------------------------------- compute
     def compute(self) -> float:
@@ -782,7 +845,8 @@ class StreamingLinearCKA:
             ys = np.concatenate([y for _, y in self._buffer])
             # transient work memory is checked by cka() against the memory available now
             return cka(xs, ys, "linear", self.debiased)
-        out = _finish(self._terms(), self.debiased)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            out = _finish(self._terms(), self.debiased)
         if out is None:
             raise ValueError(
                 "StreamingLinearCKA: the accumulated moments under- or overflowed float64; rescale "
@@ -791,40 +855,39 @@ class StreamingLinearCKA:
         return out
 
     def _terms(self) -> tuple[float, ...]:
-        """HSIC terms (same layout as :func:`_hsic_feature`) from the moments."""
+        """HSIC terms (same layout as :func:`_z_terms`) from the moments."""
         m = self._m
-        assert m is not None
+        assert m is not None and self._d is not None
+        d1 = self._d[0]
         n = self.n
-        mx = m["sx"] / n
-        my = m["sy"] / n
-        sxx = m["xx"]
-        syy = m["yy"]
-        cxx = sxx - np.outer(m["sx"], mx)
-        cyy = syy - np.outer(m["sy"], my)
-        cxy = m["xy"] - np.outer(m["sx"], my)
-        hxy = float(np.vdot(cxy, cxy))
-        hxx = float(np.vdot(cxx, cxx))
-        hyy = float(np.vdot(cyy, cyy))
+        w = m["w"]
+        s = w[:, 2]
+        c = m["g"] - np.outer(s, s / n)  # centred [X Y]^T [X Y]
+        cxx, cyy, cxy = c[:d1, :d1], c[d1:, d1:], c[:d1, d1:]
+        hxy, hxx, hyy = _fro2(cxy), _fro2(cxx), _fro2(cyy)
         if not self.debiased:
             return hxy, hxx, hyy, 0.0, 0.0
+        sxx, syy, sxy = m["g"][:d1, :d1], m["g"][d1:, d1:], m["g"][:d1, d1:]
+        mx, my = s[:d1] / n, s[d1:] / n
+        xa, xb, ya, yb = w[:d1, 0], w[:d1, 1], w[d1:, 0], w[d1:, 1]
         sa, sb, saa, sbb, sab = (float(v) for v in m["scalars"])
         mxx = float(mx @ mx)
         myy = float(my @ my)
         # sum of centred row norms: sum r = sum a - n |m|^2
         rx = sa - n * mxx
         ry = sb - n * myy
-        # sum_i r_x,i r_y,i with r = a - 2 x'.m + |m|^2 expanded (m.s = n |m|^2)
+        # sum_i r_x,i r_y,i with r = a - 2 x'.m + |m|^2 expanded (using m.s = n |m|^2)
         rxy = (
             sab
-            - 2.0 * float(my @ m["ya"])
-            - 2.0 * float(mx @ m["xb"])
-            + 4.0 * float(mx @ m["xy"] @ my)
+            - 2.0 * float(my @ ya)
+            - 2.0 * float(mx @ xb)
+            + 4.0 * float(mx @ sxy @ my)
             + myy * sa
             + mxx * sb
             - 3.0 * n * mxx * myy
         )
-        rxx = saa - 4.0 * float(mx @ m["xa"]) + 4.0 * float(mx @ sxx @ mx) + 2.0 * mxx * sa - 3.0 * n * mxx**2
-        ryy = sbb - 4.0 * float(my @ m["yb"]) + 4.0 * float(my @ syy @ my) + 2.0 * myy * sb - 3.0 * n * myy**2
+        rxx = saa - 4.0 * float(mx @ xa) + 4.0 * float(mx @ sxx @ mx) + 2.0 * mxx * sa - 3.0 * n * mxx**2
+        ryy = sbb - 4.0 * float(my @ yb) + 4.0 * float(my @ syy @ my) + 2.0 * myy * sb - 3.0 * n * myy**2
         hxy, _ = _debiased_term(hxy, rxy, rx, ry, n)
         hxx, tx = _debiased_term(hxx, rxx, rx, rx, n)
         hyy, ty = _debiased_term(hyy, ryy, ry, ry, n)
