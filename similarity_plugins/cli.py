@@ -79,6 +79,17 @@ def _load_model(spec: str, num_classes: int | None, in_channels: int | None = No
     return build_model(spec, num_classes=num_classes, in_channels=in_channels)
 
 
+def _apply_variant(name: str, dataset: Any, seed: int, **kw: Any) -> Any:
+    """Wrap ``dataset`` in the variant ``name``, passing ``seed`` when the variant takes one."""
+    from .datasets import make_variant
+    from .datasets.variants import VARIANTS
+
+    cls = VARIANTS.get(name.strip().lower().replace("_", "-"))
+    if cls is not None and "seed" in inspect.signature(cls).parameters:
+        kw["seed"] = seed
+    return make_variant(name, dataset, **kw)
+
+
 def _num_classes(dataset: Any) -> int | None:
     from torch.utils.data import Subset
 
@@ -124,6 +135,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.epochs is not None:
         options["epochs"] = args.epochs
     data = _load_data(args.data, args.max_train, args.max_test)
+    if args.variant:
+        from .core.data import Data
+
+        variant_options = parse_options(args.variant_option or [])
+        data = Data(train=None if data.train is None else _apply_variant(args.variant, data.train, args.seed + 3, **variant_options),
+                    test=None if data.test is None else _apply_variant(args.variant, data.test, args.seed + 4, **variant_options))
     front = _load_model(args.front, args.num_classes, args.in_channels, data)
     end = _load_model(args.end, args.num_classes, args.in_channels, data)
     layer_list = [parse_layer(text) for text in args.layer]
@@ -171,8 +188,6 @@ def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, da
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .core.data import Data
-    from .datasets import make_variant
     from .training import evaluate_accuracy, save_weights, train_classifier
 
     data = _load_data(args.data, args.max_train)
@@ -180,20 +195,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     variant_options = parse_options(args.variant_option or [])
     train_set, tests = data.train, {"clean": data.test}
     if args.variant:
-        def variant(name: str, dataset: Any, seed: int, **kw: Any) -> Any:
-            from .datasets.variants import VARIANTS
-
-            cls = VARIANTS.get(name.strip().lower().replace("_", "-"))
-            if cls is not None and "seed" in inspect.signature(cls).parameters:
-                kw["seed"] = seed
-            return make_variant(name, dataset, **kw)
-
-        train_set = variant(args.variant, data.train, args.seed, **variant_options)
+        train_set = _apply_variant(args.variant, data.train, args.seed, **variant_options)
         test_options = {k: v for k, v in variant_options.items() if k not in ("swap_fraction", "fraction")}
-        tests[args.variant] = variant(args.variant, data.test, args.seed + 1, **test_options)
+        tests[args.variant] = _apply_variant(args.variant, data.test, args.seed + 1, **test_options)
         if args.variant == "pixel-shortcut":
-            tests["shortcut-removed"] = variant("shortcut-removed", tests[args.variant], 0)
-            tests["shortcut-randomised"] = variant("shortcut-randomised", tests[args.variant], args.seed + 2)
+            tests["shortcut-removed"] = _apply_variant("shortcut-removed", tests[args.variant], 0)
+            tests["shortcut-randomised"] = _apply_variant("shortcut-randomised", tests[args.variant], args.seed + 2)
     small = args.model.startswith("small-cnn")
     epochs = args.epochs or (8 if small else 30)
     lr = args.lr or (3e-3 if small else 1e-3)
@@ -291,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "neither donor saw, report agreement with the end model with and without the cue "
                         "(metrics default to stitch-slm,iri-slm)")
     p.add_argument("--cue-strength", type=float, default=0.5, help="intensity of the unseen cue (0, 1]")
+    p.add_argument("--variant", default=None,
+                   help="compare on a variant of both splits (e.g. pixel-shortcut: every image carries its label's mark)")
+    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
     model_args(p)
     p.set_defaults(func=cmd_compare)
 

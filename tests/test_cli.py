@@ -110,3 +110,11 @@ def test_iris_command_writes_a_loadable_file(tmp_path, capsys, suffix):
     assert extras["summary"]["n"] == 8
     assert main(["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "8",
                  "--steps", "5", "--out", str(tmp_path / "x.txt"), "--no-progress"]) == 2
+
+
+def test_compare_on_a_variant(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "block2", "--data", "digits",
+                 "--variant", "pixel-shortcut", "--metrics", "cka-linear", "--max-test", "64", "--out", str(out),
+                 "--no-progress"])
+    assert code == 0 and json.loads(out.read_text())["results"][0]["score"] > 0
