@@ -1,0 +1,78 @@
+"""On-disk cache of IRI sets and checkpoints: content-addressed keys and atomic writes.
+
+A key is the SHA-256 of everything that determines a set: the front's weights (the bytes of every
+parameter and buffer of the modules that run before the cut), the layer name, the seeds' bytes, shape
+and dtype, and the settings. Files are written with ``torch.save`` to a temporary file in the same
+directory, then moved into place with ``os.replace``, so a reader never sees a half-written file and a
+killed run never leaves one behind under the final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any, Iterable
+
+import torch
+
+FORMAT_VERSION = "iri-cache-1"
+
+
+def _update_tensor(h: "hashlib._Hash", name: str, t: torch.Tensor) -> None:
+    t = t.detach()
+    h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        data = t.contiguous().cpu()
+        if data.dtype == torch.bfloat16:
+            data = data.view(torch.int16)
+        h.update(data.numpy().tobytes())
+
+
+def fingerprint(named_tensors: Iterable[tuple[str, torch.Tensor]], layer: str, seeds: torch.Tensor,
+                settings: dict[str, Any]) -> str:
+    """Hex digest identifying an IRI set: weights (name, tensor) pairs, layer, seeds and settings."""
+    h = hashlib.sha256(FORMAT_VERSION.encode())
+    for name, t in sorted(named_tensors, key=lambda item: item[0]):
+        _update_tensor(h, "w:" + name, t)
+    h.update(f"layer|{layer}|".encode())
+    _update_tensor(h, "seeds", seeds)
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def atomic_save(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save(obj)`` to ``path`` atomically (temp file in the same directory, then ``os.replace``)."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def load_file(path: str | os.PathLike) -> Any | None:
+    """Load a file written by :func:`atomic_save` (``weights_only=True``); None if it is unreadable."""
+    try:
+        return torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - a corrupt or foreign file is a cache miss, not an error
+        return None
+
+
+def result_path(cache_dir: str | os.PathLike, key: str) -> str:
+    """Where the finished IRI set with ``key`` lives."""
+    return os.path.join(os.fspath(cache_dir), f"iris-{key}.pt")
+
+
+def checkpoint_path(cache_dir: str | os.PathLike, key: str) -> str:
+    """Where the checkpoint of an unfinished run with ``key`` lives."""
+    return os.path.join(os.fspath(cache_dir), f"iris-{key}.ckpt.pt")

@@ -1,0 +1,95 @@
+"""``generate_iris(model, layer, inputs, ...)``: IRIs for a model cut at a named layer, cached on disk."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..core.networks import SplitNetwork, frozen, model_device
+from . import cache
+from .optimizer import make_settings, optimize_iris, _check_seeds
+from .relu import front_tensors, straight_through_relu, trace_front
+from .result import IRISet
+
+RUN_OPTIONS = ("callback", "profile")
+
+
+def _as_tensor(inputs: Any) -> torch.Tensor:
+    if isinstance(inputs, torch.Tensor):
+        return inputs
+    from ..core.data import load_all
+
+    try:
+        x, _ = load_all(inputs)
+    except Exception as exc:  # noqa: BLE001
+        raise TypeError(f"inputs must be a tensor (N, ...) or a dataset/loader of (x, y) pairs; "
+                        f"got {type(inputs).__name__} ({exc})") from exc
+    return x
+
+
+def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 1000, tol: float = 1e-2,
+                  optimizer: str = "adam", lr: float | None = None, init: str = "noise", batch_size: int = 128,
+                  backend: str = "auto", seed: int = 0, progress: bool = True,
+                  cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+                  fake_relu: bool | str = True, **advanced: Any) -> IRISet:
+    """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
+
+    ``model``: any ``nn.Module``; it is run in eval mode with gradients off for its parameters and is left
+    exactly as it was (flags, parameters, buffers). Only the layers up to the cut run. ``layer``: a
+    ``named_modules()`` name. ``inputs``: seeds (N, ...) float in [0, 1] (or a dataset of (x, y) pairs),
+    on any device; the IRIs come back with the same shape, dtype and device.
+
+    Options (see :func:`similarity_plugins.iri.optimize_iris` for the optimiser): ``steps`` per-sample
+    budget; ``tol`` target relative error; ``optimizer`` "adam" (default, lr 0.05, cosine) or "normgrad"
+    (lr 1.0, halved over 4 stages); ``init`` "noise" or "shuffle"; ``batch_size`` working-batch slots;
+    ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness derives from
+    (seed, index)); ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient
+    straight through the last ReLU before the cut, "all" through every ReLU of the front, False/"none"
+    keeps true gradients; it changes only the search direction, never the loss or the reported error.
+    ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
+    seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every
+    that many batch steps and resume from it after an interruption. ``advanced``: optimiser options
+    (``schedule``, ``lr_floor``, ``beta1``, ``restart_patience``, ...) plus ``callback`` and ``profile``.
+
+    Returns an :class:`IRISet` (``inputs``, ``rel_error``, ``steps``, ``seed_distance``, ``summary``).
+    Raises ValueError (LayerNotFound) for an unknown layer, ValueError for bad settings or seeds outside
+    [0, 1], FloatingPointError naming the samples for NaN/inf gradients.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    run_options = {k: advanced.pop(k) for k in RUN_OPTIONS if k in advanced}
+    settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, lr=lr, init=init, seed=seed,
+                             fake_relu=fake_relu, **advanced)
+    if checkpoint_every is not None and cache_dir is None:
+        raise ValueError("checkpoint_every needs cache_dir (the folder where checkpoints are written)")
+    seeds = _as_tensor(inputs)
+    _check_seeds(seeds)
+    split = SplitNetwork(model, layer)
+    device = model_device(model)
+    with frozen(model):
+        trace = trace_front(model, split.front, seeds[:1].to(device))
+        targets = {"none": [], "last": trace.relu_calls[-1:], "all": trace.relu_calls}[settings.fake_relu]
+        key_settings = dict(settings.as_dict(), fake_relu_at=[list(t) for t in targets])
+        key = cache.fingerprint(front_tensors(model, trace), layer, seeds, key_settings) if cache_dir else None
+        if cache_dir is not None:
+            hit = cache.load_file(cache.result_path(cache_dir, key))
+            if hit is not None and hit.get("key") == key:
+                return IRISet.from_state(hit, seeds.device)
+        with straight_through_relu(model, targets or None) as reset:
+            def front_fn(x: torch.Tensor) -> torch.Tensor:
+                reset()
+                return split.front(x)
+
+            iris = optimize_iris(front_fn, seeds, batch_size=batch_size, backend=backend, progress=progress,
+                                 device=device, settings=settings, checkpoint_every=checkpoint_every,
+                                 checkpoint_path=cache.checkpoint_path(cache_dir, key) if checkpoint_every else None,
+                                 **run_options)
+    iris.settings["layer"] = layer
+    iris.settings["fake_relu_at"] = [f"{name}#{call}" for name, call in targets]
+    iris.key = key
+    if cache_dir is not None:
+        cache.atomic_save(iris.to_state(), cache.result_path(cache_dir, key))
+    return iris
