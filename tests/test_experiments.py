@@ -64,3 +64,24 @@ def test_excess_agreement_cli(tmp_path, capsys):
     assert "excess agreement" in capsys.readouterr().out
     rows = json.loads(out.read_text())["results"]
     assert rows[0]["metric"] == "stitch-dm" and "excess" in rows[0]
+
+
+def test_demo_quick_writes_its_three_files(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "what this shows" in printed and "test accuracy" in printed
+    png = (out / "similarity.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["pairs"]) == {"clean -> clean", "clean -> shortcut"}
+    accuracy = report["donor_accuracy"]
+    # the shortcut model reads the mark: it collapses when the mark is randomised, the clean ones do not
+    assert accuracy["shortcut S"]["mark randomised"] < 0.3 < accuracy["clean A"]["mark randomised"]
+    rows = (out / "report.csv").read_text().splitlines()
+    assert rows[0].startswith("pair,metric,layer,score")
+    reported = report["pairs"]["clean -> clean"]["results"]
+    for row in reported:  # every reported invariance-aware score comes with converged IRIs
+        if row["metric"].startswith("iri-"):
+            assert row["details"]["iri_median_error"] <= report["meta"]["config"]["iri_tol"]
+    assert len(rows) == 1 + 2 * len(reported)
