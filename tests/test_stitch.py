@@ -357,9 +357,9 @@ def test_nan_loss_stops_with_the_epoch_and_leaves_donors_intact(inputs):
 
 def test_fula_weights_must_match_the_terms(donor, inputs):
     x, y = inputs
-    fitted = _fit(donor, x, y, "fula", end="block2", fula_weights=[1.0, 0.0, 0.0, 0.0], epochs=1)
+    fitted = _fit(donor, x, y, "fula", end="block2", fula_weights=[1.0, 0.0, 0.0], epochs=1)
     assert fitted.losses[-1] >= 0
-    with pytest.raises(ValueError, match="fula_weights has 2 values but FuLA has 4 terms"):
+    with pytest.raises(ValueError, match="fula_weights has 2 values but FuLA has 3 terms"):
         _fit(donor, x, y, "fula", end="block2", fula_weights=[1.0, 1.0], epochs=1)
 
 
