@@ -155,24 +155,36 @@ def _score(report: Report, metric: str, layer: str) -> float | None:
 
 
 def _explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
-    """Two or three sentences reading the deepest reported layer, from the measured numbers."""
+    """Two or three sentences reading the measured numbers (never a canned conclusion)."""
     if not layers:
         return ["No layer had converged IRIs, so no invariance-aware score is reported; raise the IRI budget."]
     deep, shallow = layers[-1], layers[0]
     cc, cs = reports["clean -> clean"], reports["clean -> shortcut"]
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
-    lines = [
-        f"Standard stitching (stitch-slm) at {deep}: clean->clean {fmt(_score(cc, 'stitch-slm', deep))}, "
-        f"clean->shortcut {fmt(_score(cs, 'stitch-slm', deep))}: it calls the shortcut model similar, "
-        "because the stitch can map the clean model's digit features onto the mark the shortcut model reads.",
-        f"Invariance-aware stitching (iri-slm) at {deep}: clean->clean {fmt(_score(cc, 'iri-slm', deep))}, "
-        f"clean->shortcut {fmt(_score(cs, 'iri-slm', deep))}: trained on inputs the clean front cannot tell "
-        "apart, it asks whether the end model treats them alike; a model that reads a cue the front ignores "
-        "cannot.",
-        f"At {shallow} the IRIs stay close to their seeds, so both families agree there; CKA "
-        f"({fmt(_score(cc, 'cka-linear', deep))} vs {fmt(_score(cs, 'cka-linear', deep))} at {deep}) "
-        "measures geometry, not function.",
-    ]
+    std_cc, std_cs = _score(cc, "stitch-slm", deep), _score(cs, "stitch-slm", deep)
+    iri_cc, iri_cs = _score(cc, "iri-slm", deep), _score(cs, "iri-slm", deep)
+    lines = []
+    if std_cc is not None and std_cs is not None:
+        verdict = ("calls the shortcut model about as similar as the clean one: the stitch maps the clean "
+                   "model's digit features onto the mark the shortcut model reads" if std_cs >= 0.8 * std_cc else
+                   "already scores the shortcut model lower, yet still far above chance: a stitch can partly "
+                   "translate the clean model's features into the mark the shortcut model reads")
+        lines.append(f"Standard stitching (stitch-slm) at {deep}: clean->clean {fmt(std_cc)}, clean->shortcut "
+                     f"{fmt(std_cs)}; it {verdict}.")
+    if iri_cc is not None and iri_cs is not None:
+        gap, std_gap = iri_cc - iri_cs, (std_cc or 0.0) - (std_cs or 0.0)
+        lines.append(f"Invariance-aware stitching (iri-slm) at {deep}: clean->clean {fmt(iri_cc)}, clean->shortcut "
+                     f"{fmt(iri_cs)} (gap {gap:.2f} vs {std_gap:.2f} for standard stitching): trained on inputs the "
+                     "clean front represents identically, it asks whether the end model treats them alike, and a "
+                     "model that reads a cue the front is invariant to cannot.")
+    cka = f"CKA ({fmt(_score(cc, 'cka-linear', deep))} vs {fmt(_score(cs, 'cka-linear', deep))} at {deep}) measures geometry, not function"
+    if len(layers) > 1:
+        d = cc.get("iri-slm", shallow)
+        dist = d.details.get("iri_mean_seed_distance") if d is not None else None
+        lines.append(f"At {shallow} the IRIs stay closer to their seeds (RMS distance {fmt(dist)}), so the two "
+                     f"families are closer there; {cka}.")
+    else:
+        lines.append(f"{cka}; run without --quick for a sweep over more layers.")
     return lines
 
 
