@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,7 +43,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     on any device; the IRIs come back with the same shape, dtype and device.
 
     Options (see :func:`similarity_plugins.iri.optimize_iris` for the optimiser): ``steps`` per-sample
-    budget; ``tol`` target relative error; ``optimizer`` "adam" (default, lr 0.05, cosine) or "normgrad"
+    budget; ``tol`` target relative error; ``optimizer`` "adam" (default, lr 0.2, cosine) or "normgrad"
     (lr 1.0, halved over 4 stages); ``init`` "noise" or "shuffle"; ``batch_size`` working-batch slots;
     ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness derives from
     (seed, index)); ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient
