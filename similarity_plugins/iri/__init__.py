@@ -4,6 +4,13 @@
 ``optimize_iris(front_fn, seeds, ...)`` is the batched optimiser on any differentiable callable. Both
 return an :class:`IRISet`. The update step runs on an array backend: NumPy (CPU), CuPy (GPU, one fused
 kernel) or PyTorch (reference), sharing memory with torch through DLPack.
+
+Defaults and why (measured on 2 CPU cores; ``benchmarks/bench_iri.py`` reproduces them): at SmallCNN
+``block3`` (digits, 32 x 4 x 4 = 512 values), 64 noise seeds, 1,000 steps, median (95th pct) relative error:
+Adam lr 0.05 cosine 0.083 (0.13); with the straight-through "fake ReLU" 0.023 (0.056); Adam lr 0.2 cosine
+with fake ReLU (the default) < 1e-4 (0.002); normalised gradient 0.041 (0.053). At ResNet-18 ``layer3`` /
+``layer4`` (32x32 inputs) every variant tried lands near 0.008-0.01 after 1,000 steps; there the default
+mostly saves work by stopping converged samples early.
 """
 
 from .backends import BACKENDS, available_backends

@@ -245,7 +245,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     ``checkpoint_path`` + ``checkpoint_every``: save the full optimiser state atomically every that many
     batch steps and resume from the file if it exists (it is removed when the run completes).
     ``callback(info)`` runs after every batch step (``info``: step, active, finished, pending,
-    median_error over all samples with pending ones counted as infinite, elapsed_s); an
+    median_error over all samples with pending ones counted as infinite, sample_steps so far, elapsed_s); an
     exception it raises stops the run (the last checkpoint remains). ``profile``: synchronise CUDA
     around timings so ``stats`` splits time exactly.
 
@@ -538,7 +538,7 @@ class _Run:
                 if self.callback is not None:
                     self.callback({"step": self.step, "active": self.w.active, "finished": self.finished,
                                    "pending": self.n - self.next_pending, "median_error": self.median_error(),
-                                   "elapsed_s": time.perf_counter() - start})
+                                   "sample_steps": self.evals, "elapsed_s": time.perf_counter() - start})
             if self.progress:
                 self._postfix(bar)
         finally:
