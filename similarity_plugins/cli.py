@@ -66,8 +66,10 @@ def _load_data(spec: str, max_train: int | None = None, max_test: int | None = N
     return Data(train=_subset(data.train, max_train), test=_subset(data.test, max_test))
 
 
-def _load_model(spec: str, num_classes: int | None, in_channels: int | None = None, data: Any = None):
-    """Build MODEL; for ``small-cnn`` the input channels and classes default to the data's."""
+def _load_model(spec: str, num_classes: int | None, in_channels: int | None = None, data: Any = None,
+                seed: int | None = None):
+    """Build MODEL (initial weights from ``seed`` if given); for ``small-cnn`` the input channels and classes
+    default to the data's."""
     from .models import build_model
 
     if data is not None:
@@ -76,7 +78,7 @@ def _load_model(spec: str, num_classes: int | None, in_channels: int | None = No
             num_classes = _num_classes(sample_split)
         if in_channels is None and spec.split("@", 1)[0].split("?", 1)[0] == "small-cnn" and sample_split is not None:
             in_channels = int(sample_split[0][0].shape[0])
-    return build_model(spec, num_classes=num_classes, in_channels=in_channels)
+    return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
 
 
 def _apply_variant(name: str, dataset: Any, seed: int, **kw: Any) -> Any:
@@ -191,7 +193,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .training import evaluate_accuracy, save_weights, train_classifier
 
     data = _load_data(args.data, args.max_train)
-    model = _load_model(args.model, args.num_classes, args.in_channels, data)
+    model = _load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
     variant_options = parse_options(args.variant_option or [])
     train_set, tests = data.train, {"clean": data.test}
     if args.variant:

@@ -57,7 +57,9 @@ def _train(cfg: DemoConfig, dataset: Any, seed: int, progress: bool) -> torch.nn
     from .models import SmallCNN
     from .training import train_classifier
 
-    model = SmallCNN(in_channels=1, num_classes=10, width=cfg.width)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = SmallCNN(in_channels=1, num_classes=10, width=cfg.width)
     adversarial = {"eps": cfg.pgd_eps, "steps": cfg.pgd_steps} if cfg.pgd_eps > 0 else None
     train_classifier(model, dataset, epochs=cfg.train_epochs, lr=3e-3, seed=seed, adversarial=adversarial,
                      progress=progress)

@@ -274,12 +274,13 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
 
 
 def build_model(spec: str, *, num_classes: int | None = None, in_channels: int | None = None,
-                **kwargs: Any) -> nn.Module:
+                seed: int | None = None, **kwargs: Any) -> nn.Module:
     """Build a network from ``spec`` (see the module docstring for the grammar) and load ``@WEIGHTS`` if given.
 
     ``num_classes``/``in_channels`` are passed to the builder when given (for ``python:`` only if the callable
     accepts them); extra ``kwargs`` merge with (and override) the ``?key=value`` options. The model is
-    returned in eval mode on the CPU. Raises ``ValueError`` for a spec that does not resolve (with close
+    returned in eval mode on the CPU. ``seed``: if given, the initial weights are drawn from a generator seeded
+    with it (the caller's global RNG state is left as it was), so the same seed gives the same network. Raises ``ValueError`` for a spec that does not resolve (with close
     names suggested), a file that is not a state dict, or weights that do not match the model.
     """
     scheme, name, options, weights = split_model_spec(spec)
@@ -291,7 +292,12 @@ def build_model(spec: str, *, num_classes: int | None = None, in_channels: int |
         )
     if scheme != "small-cnn" and not name:
         raise ValueError(f"model spec {spec!r} needs a name after '{scheme}:'")
-    model = _BUILDERS[scheme](name, options, num_classes, in_channels)
+    if seed is None:
+        model = _BUILDERS[scheme](name, options, num_classes, in_channels)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            model = _BUILDERS[scheme](name, options, num_classes, in_channels)
     if weights is not None:
         load_weights(model, weights)
     return model.eval()

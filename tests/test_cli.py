@@ -91,6 +91,14 @@ def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
     state = torch.load(out, weights_only=True)
     assert "fc.weight" in state
     assert main(["layers", f"small-cnn@{out}", "--in-channels", "1", "--num-classes", "10"]) == 0
+    # the same seed gives the same network, whatever ran before in the process (initial weights are seeded)
+    torch.rand(7)
+    again = tmp_path / "again.pt"
+    assert main(["train", "--model", "small-cnn", "--data", "digits", "--variant", "pixel-shortcut",
+                 "--variant-option", "swap_fraction=0.5", "--seed", "0", "--epochs", "1", "--max-train", "256",
+                 "--out", str(again), "--no-progress"]) == 0
+    state2 = torch.load(again, weights_only=True)
+    assert all(torch.equal(state[k], state2[k]) for k in state)
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".safetensors"])

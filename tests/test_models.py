@@ -173,3 +173,19 @@ def test_mismatched_weights_list_keys(tmp_path):
     assert "(+21 more)" in str(err.value)  # long lists are cut to the first few
     with pytest.raises(ValueError, match="missing keys"):
         build_model(f"python:{__name__}:tiny_net@{tmp_path / 'w8.pt'}")
+
+
+def test_build_model_seed_fixes_initial_weights_and_keeps_global_rng():
+    before = torch.random.get_rng_state()
+    a = build_model("small-cnn", num_classes=10, in_channels=1, seed=3)
+    torch.rand(5)
+    b = build_model("small-cnn", num_classes=10, in_channels=1, seed=3)
+    c = build_model("small-cnn", num_classes=10, in_channels=1, seed=4)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not torch.equal(sa["fc.weight"], sc["fc.weight"])
+    torch.random.set_rng_state(before)
+    x = torch.rand(3)
+    torch.random.set_rng_state(before)
+    build_model("small-cnn", num_classes=10, in_channels=1, seed=3)
+    assert torch.equal(torch.rand(3), x)
