@@ -30,7 +30,7 @@ METRICS = ["cka-linear", "stitch-slm", "stitch-dm", "iri-slm", "iri-dm"]
 class DemoConfig:
     """Sizes of the demo run. ``quick()`` is the smaller run (under 90 s on 2 cores)."""
 
-    layers: list[str] = field(default_factory=lambda: ["block2", "block3"])
+    layers: list[str] = field(default_factory=lambda: ["block1", "block2", "block3", "block4"])
     width: int = 16
     train_epochs: int = 6
     pgd_eps: float = 0.1  # L-inf radius of the adversarial training, in [0, 1] pixel units (0: standard training)
@@ -45,8 +45,7 @@ class DemoConfig:
 
     @classmethod
     def quick(cls) -> "DemoConfig":
-        return cls(layers=["block3"], train_epochs=4, pgd_steps=2, stitch_epochs=5, iri_seeds=64, iri_steps=1000,
-                   stitch_batch=32)
+        return cls(train_epochs=6, pgd_steps=2, stitch_epochs=5, iri_seeds=64, iri_steps=1000, stitch_batch=64)
 
 
 def _say(text: str = "") -> None:
@@ -157,36 +156,50 @@ def _score(report: Report, metric: str, layer: str) -> float | None:
 
 
 def _explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
-    """Two or three sentences reading the measured numbers (never a canned conclusion)."""
+    """Two to four sentences reading the measured numbers across ``layers`` (never a canned conclusion)."""
     if not layers:
         return ["No layer had converged IRIs, so no invariance-aware score is reported; raise the IRI budget."]
-    deep, shallow = layers[-1], layers[0]
     cc, cs = reports["clean -> clean"], reports["clean -> shortcut"]
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
-    std_cc, std_cs = _score(cc, "stitch-slm", deep), _score(cs, "stitch-slm", deep)
-    iri_cc, iri_cs = _score(cc, "iri-slm", deep), _score(cs, "iri-slm", deep)
+    rows = {}
+    for layer in layers:
+        std = (_score(cc, "stitch-slm", layer), _score(cs, "stitch-slm", layer))
+        iri = (_score(cc, "iri-slm", layer), _score(cs, "iri-slm", layer))
+        if None in std or None in iri:
+            continue
+        rows[layer] = {"std": std, "iri": iri, "std_gap": std[0] - std[1], "iri_gap": iri[0] - iri[1]}
+    if not rows:
+        return ["stitch-slm or iri-slm failed at every layer; see the error rows in report.json."]
     lines = []
-    if std_cc is not None and std_cs is not None:
-        verdict = ("calls the shortcut model about as similar as the clean one: the stitch maps the clean "
-                   "model's digit features onto the mark the shortcut model reads" if std_cs >= 0.8 * std_cc else
-                   "already scores the shortcut model lower, yet still far above chance: a stitch can partly "
-                   "translate the clean model's features into the mark the shortcut model reads")
-        lines.append(f"Standard stitching (stitch-slm) at {deep}: clean->clean {fmt(std_cc)}, clean->shortcut "
-                     f"{fmt(std_cs)}; it {verdict}.")
-    if iri_cc is not None and iri_cs is not None:
-        gap, std_gap = iri_cc - iri_cs, (std_cc or 0.0) - (std_cs or 0.0)
-        lines.append(f"Invariance-aware stitching (iri-slm) at {deep}: clean->clean {fmt(iri_cc)}, clean->shortcut "
-                     f"{fmt(iri_cs)} (gap {gap:.2f} vs {std_gap:.2f} for standard stitching): trained on inputs the "
-                     "clean front represents identically, it asks whether the end model treats them alike, and a "
-                     "model that reads a cue the front is invariant to cannot.")
-    cka = f"CKA ({fmt(_score(cc, 'cka-linear', deep))} vs {fmt(_score(cs, 'cka-linear', deep))} at {deep}) measures geometry, not function"
-    if len(layers) > 1:
-        d = cc.get("iri-slm", shallow)
-        dist = d.details.get("iri_mean_seed_distance") if d is not None else None
-        lines.append(f"At {shallow} the IRIs stay closer to their seeds (RMS distance {fmt(dist)}), so the two "
-                     f"families are closer there; {cka}.")
+    first = layers[0]
+    d = cc.get("iri-slm", first)
+    dist = d.details.get("iri_mean_seed_distance") if d is not None else None
+    if first in rows:
+        r = rows[first]
+        agree = "agree" if abs(r["std_gap"] - r["iri_gap"]) < 0.05 else "differ"
+        lines.append(f"At {first} the IRIs stay near their seeds (RMS distance {fmt(dist)}), so the two stitching "
+                     f"families {agree} there: clean->shortcut {fmt(r['std'][1])} standard, {fmt(r['iri'][1])} "
+                     "invariance-aware.")
+    fooled = [layer for layer, r in rows.items() if layer != first and r["std"][1] >= 0.75 * r["std"][0]]
+    if fooled:
+        lines.append("Standard stitching (stitch-slm) rates the shortcut model close to the clean one at "
+                     + ", ".join(f"{layer} ({fmt(rows[layer]['std'][1])} vs {fmt(rows[layer]['std'][0])})" for layer in fooled)
+                     + ": trained on real images, the stitch maps the clean front's features onto the mark the "
+                     "shortcut model reads.")
+    deeper = [layer for layer in rows if layer != first] or list(rows)
+    wider = [layer for layer in deeper if rows[layer]["iri_gap"] > rows[layer]["std_gap"] + 0.05]
+    gaps = ", ".join(f"{layer} {rows[layer]['iri_gap']:.2f} vs {rows[layer]['std_gap']:.2f}" for layer in deeper)
+    if wider:
+        lines.append(f"Invariance-aware stitching (iri-slm) separates the pairs more at {', '.join(wider)} (gap "
+                     f"clean->clean minus clean->shortcut, iri vs standard: {gaps}): trained on inputs the clean "
+                     "front cannot tell apart, the stitch cannot reproduce an end model that reads a cue the "
+                     "front is invariant to.")
     else:
-        lines.append(f"{cka}; run without --quick for a sweep over more layers.")
+        lines.append(f"Here invariance-aware stitching does not separate the pairs more than standard stitching "
+                     f"(gap iri vs standard: {gaps}).")
+    last = deeper[-1]
+    lines.append(f"CKA ({fmt(_score(cc, 'cka-linear', last))} vs {fmt(_score(cs, 'cka-linear', last))} at {last}) "
+                 "measures geometry, not function.")
     return lines
 
 
