@@ -44,7 +44,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
 
     Options (see :func:`similarity_plugins.iri.optimize_iris` for the optimiser): ``steps`` per-sample
     budget; ``tol`` target relative error; ``optimizer`` "adam" (default, lr 0.2, per-sample cosine cycles of
-    100, 200, 400, ... steps) or "normgrad" (lr 1.0, halved over 4 stages); ``init`` "noise" or "shuffle";
+    300, 600, ... steps) or "normgrad" (lr 1.0, halved over 4 stages); ``init`` "noise" or "shuffle";
     ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness derives from
     (seed, index)); ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient
     straight through the last ReLU before the cut, "all" through every ReLU of the front, False/"none"
