@@ -22,7 +22,9 @@ def data():
 
 @pytest.fixture(scope="module")
 def trained(data):
-    model = SmallCNN(in_channels=1, num_classes=10, width=8)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # initial weights independent of the tests that ran before
+        model = SmallCNN(in_channels=1, num_classes=10, width=8)
     train_classifier(model, data.train, epochs=3, lr=3e-3, seed=0, progress=False)
     return model.eval()
 
@@ -63,3 +65,18 @@ def test_bad_iri_input_gets_a_clear_error_row(trained, data):
     assert "iri_stepz" in typo["iri-slm"].error
     bad_steps = sp.compare(trained, trained, "block2", data, ["iri-slm"], options={**FAST, "iri_steps": 0})
     assert "steps" in bad_steps["iri-slm"].error
+
+
+def test_advanced_optimizer_options_pass_through(trained, data):
+    options = {**FAST, "iri_max_seeds": 16, "iri_steps": 40, "iri_cycle_steps": 10, "iri_cycle_decay": 0.5,
+               "iri_schedule": "exp", "iri_lr_floor": 0.1, "epochs": 1, "batch_size": 16}
+    row = sp.compare(trained, trained, "block2", data, ["iri-slm"], options=options)["iri-slm"]
+    assert row.error is None
+    used = row.details["iri"]["settings"]
+    assert (used["cycle_steps"], used["cycle_decay"], used["schedule"], used["lr_floor"]) == (10, 0.5, "exp", 0.1)
+    default = sp.compare(trained, trained, "block2", data, ["iri-slm"],
+                         options={**options, "iri_cycle_steps": None, "iri_schedule": None,
+                                  "iri_cycle_decay": None, "iri_lr_floor": None})["iri-slm"]
+    assert default.details["iri"]["settings"]["cycle_steps"] == 300  # None: the optimiser's default
+    bad = sp.compare(trained, trained, "block2", data, ["iri-slm"], options={**options, "iri_schedule": "zigzag"})
+    assert "schedule" in bad["iri-slm"].error

@@ -22,6 +22,10 @@ option                      default      meaning
 ``iri_max_seeds``           None (all)   use a seeded random subset of the training split as seeds
 ``iri_fake_relu``           True         straight-through gradient at the last ReLU before the cut
 ``iri_cache_dir``           None         folder where finished IRI sets are saved and found again
+``iri_<advanced>``          None         any advanced optimiser option of ``optimize_iris`` with the prefix:
+                                         ``iri_schedule``, ``iri_cycle_steps``, ``iri_cycle_mult``,
+                                         ``iri_cycle_decay``, ``iri_lr_floor``, ``iri_restart_patience``, ...
+                                         (None: the optimiser's default)
 ==========================  ===========  ================================================================
 
 Details add the IRI quality (``iri_median_error``, ``iri_p95_error``, ``iri_converged_fraction``,
@@ -38,6 +42,7 @@ import torch
 from ..core.context import Context
 from ..core.hookspecs import hookimpl
 from ..core.results import LayerPair, SimilarityResult
+from ..iri.optimizer import ADVANCED
 
 IRI_DEFAULTS: dict[str, Any] = {
     "iri_steps": 1000,
@@ -50,6 +55,7 @@ IRI_DEFAULTS: dict[str, Any] = {
     "iri_max_seeds": None,
     "iri_fake_relu": True,
     "iri_cache_dir": None,
+    **{f"iri_{name}": None for name in ADVANCED},
 }
 
 
@@ -94,6 +100,7 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
             lr=settings["iri_lr"], init=settings["iri_init"], batch_size=int(settings["iri_batch_size"]),
             backend=settings["iri_backend"], seed=context.seed, progress=context.progress,
             cache_dir=settings["iri_cache_dir"], fake_relu=bool(settings["iri_fake_relu"]),
+            **{name: settings[f"iri_{name}"] for name in ADVANCED if settings[f"iri_{name}"] is not None},
         )
         train = TrainingSet(iris.inputs.detach().cpu(), labels, key=key, name="IRIs")
         return train, iris
