@@ -49,7 +49,7 @@ class DemoConfig:
 
     @classmethod
     def quick(cls) -> "DemoConfig":
-        return cls(train_epochs=6, pgd_steps=2, stitch_epochs=5, iri_seeds=64, iri_steps=1000, stitch_batch=64)
+        return cls(train_epochs=6, pgd_steps=1, stitch_epochs=5, iri_seeds=64, iri_steps=1000, stitch_batch=64)
 
 
 def _say(text: str = "") -> None:
