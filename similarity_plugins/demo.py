@@ -202,8 +202,9 @@ def _explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
         lines.append(f"Here invariance-aware stitching does not separate the pairs more than standard stitching "
                      f"(gap iri vs standard: {gaps}).")
     last = deeper[-1]
-    lines.append(f"CKA ({fmt(_score(cc, 'cka-linear', last))} vs {fmt(_score(cs, 'cka-linear', last))} at {last}) "
-                 "measures geometry, not function.")
+    cka_cc, cka_cs = _score(cc, "cka-linear", last), _score(cs, "cka-linear", last)
+    if cka_cc is not None and cka_cs is not None:
+        lines.append(f"CKA ({fmt(cka_cc)} vs {fmt(cka_cs)} at {last}) measures geometry, not function.")
     return lines
 
 
