@@ -40,7 +40,8 @@ def test_excess_agreement_rows_are_consistent(donors):
         assert r.excess == pytest.approx(r.agreement_with_cue - r.agreement_without_cue)
         assert r.to_dict()["excess"] == r.excess
     # The sign and size of the excess on these tiny 3-epoch donors vary with the donors' seeds (measured:
-    # -0.09 to +0.03 for stitch-hlm at block1 over three seed pairs and two cue strengths), so no direction is asserted here.
+    # -0.09 to +0.03 for stitch-hlm at block1 over three seed pairs and two cue strengths), so no direction
+    # is asserted here.
     assert "excess" in format_excess(rows)
     assert_unchanged(a, before[0])
     assert_unchanged(b, before[1])
