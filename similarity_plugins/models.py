@@ -24,6 +24,7 @@ import inspect
 import os
 from typing import Any, Callable, Mapping
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -279,9 +280,10 @@ def build_model(spec: str, *, num_classes: int | None = None, in_channels: int |
 
     ``num_classes``/``in_channels`` are passed to the builder when given (for ``python:`` only if the callable
     accepts them); extra ``kwargs`` merge with (and override) the ``?key=value`` options. The model is
-    returned in eval mode on the CPU. ``seed``: if given, the initial weights are drawn from a generator seeded
-    with it (the caller's global RNG state is left as it was), so the same seed gives the same network. Raises ``ValueError`` for a spec that does not resolve (with close
-    names suggested), a file that is not a state dict, or weights that do not match the model.
+    returned in eval mode on the CPU. ``seed`` (an integer): if given, the initial weights are drawn with the
+    global generator seeded by it inside a fork (the caller's RNG state is left as it was), so the same seed
+    gives the same network. Raises ``ValueError`` for a non-integer seed, a spec that does not resolve (with
+    close names suggested), a file that is not a state dict, or weights that do not match the model.
     """
     scheme, name, options, weights = split_model_spec(spec)
     options.update(kwargs)
@@ -292,6 +294,8 @@ def build_model(spec: str, *, num_classes: int | None = None, in_channels: int |
         )
     if scheme != "small-cnn" and not name:
         raise ValueError(f"model spec {spec!r} needs a name after '{scheme}:'")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise ValueError(f"seed must be an integer (it fixes the initial weights) or None, got {seed!r}")
     if seed is None:
         model = _BUILDERS[scheme](name, options, num_classes, in_channels)
     else:

@@ -87,3 +87,40 @@ def test_demo_quick_writes_its_three_files(tmp_path, capsys):
         if row["metric"].startswith("iri-"):
             assert row["details"]["iri_median_error"] <= report["meta"]["config"]["iri_tol"]
     assert len(rows) == 1 + 2 * len(reported)
+
+
+def _reports(scores: dict) -> dict:
+    """{pair: {(metric, layer): score}} -> {pair: Report}, with IRI distances for the first layer."""
+    from similarity_plugins.core.results import Report, SimilarityResult
+
+    return {pair: Report([SimilarityResult(m, s, details={"iri_mean_seed_distance": 0.03}, layer=layer)
+                          for (m, layer), s in rows.items()]) for pair, rows in scores.items()}
+
+
+def test_demo_explanation_reads_the_numbers():
+    from similarity_plugins.demo import _explain
+
+    def table(std, iri, cka=None):
+        rows = {}
+        for layer, s, i in zip(("b1", "b2", "b3"), std, iri):
+            rows[("stitch-slm", layer)], rows[("iri-slm", layer)] = s, i
+            if cka is not None:
+                rows[("cka-linear", layer)] = cka
+        return rows
+
+    fooled = _reports({"clean -> clean": table((1.0, 0.99, 0.9), (1.0, 0.98, 0.8), cka=0.9),
+                       "clean -> shortcut": table((1.0, 0.97, 0.85), (1.0, 0.5, 0.1), cka=0.5)})
+    lines = _explain(fooled, ["b1", "b2", "b3"])
+    assert "agree" in lines[0] and "b1" in lines[0]
+    assert "close to the clean one at b2 (0.97 vs 0.99), b3 (0.85 vs 0.90)" in lines[1]
+    assert "separates the pairs more at b2, b3" in lines[2] and "b3 0.70 vs 0.05" in lines[2]
+    assert lines[3].startswith("CKA (0.90 vs 0.50 at b3)")
+
+    # no separation by IRIs and no CKA run: the text says so and leaves CKA out
+    flat = _reports({"clean -> clean": table((1.0, 0.9, 0.9), (1.0, 0.9, 0.9)),
+                     "clean -> shortcut": table((1.0, 0.3, 0.3), (1.0, 0.3, 0.3))})
+    lines = _explain(flat, ["b1", "b2", "b3"])
+    assert not any("close to the clean one" in line for line in lines)
+    assert any("does not separate the pairs more" in line for line in lines)
+    assert not any(line.startswith("CKA") for line in lines)
+    assert "raise the IRI budget" in _explain(flat, [])[0]

@@ -402,6 +402,13 @@ def test_bad_inputs_raise_clear_errors(trained):
         generate_iris(model, "2", seeds, lr_schedule="cosine", progress=False)
     with pytest.raises(ValueError, match="cache_dir"):
         generate_iris(model, "2", seeds, checkpoint_every=5, progress=False)
+    bad_advanced = [("cycle_steps", -1), ("cycle_steps", 2.5), ("cycle_mult", 0.5), ("cycle_decay", 0.0),
+                    ("restart_patience", -2), ("restart_decay", -1.0), ("beta1", 1.0), ("beta2", -0.1), ("eps", 0.0),
+                    ("lr_floor", 1.5), ("lr_floor", float("nan")), ("stages", 0), ("stages", True)]
+    for name, value in bad_advanced:
+        with pytest.raises(ValueError, match=f"{name} must be") as info:
+            generate_iris(model, "2", seeds, steps=2, progress=False, **{name: value})
+        assert repr(value) in str(info.value)
 
 
 class _NanGrad(torch.autograd.Function):

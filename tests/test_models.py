@@ -189,3 +189,6 @@ def test_build_model_seed_fixes_initial_weights_and_keeps_global_rng():
     torch.random.set_rng_state(before)
     build_model("small-cnn", num_classes=10, in_channels=1, seed=3)
     assert torch.equal(torch.rand(3), x)
+    for bad in ("3", 1.5, True):
+        with pytest.raises(ValueError, match="seed must be an integer"):
+            build_model("small-cnn", num_classes=10, in_channels=1, seed=bad)

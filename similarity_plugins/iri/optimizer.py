@@ -103,11 +103,39 @@ def make_settings(*, steps: int, tol: float, optimizer: str, lr: float | None, i
     if not isinstance(fake_relu, (bool, str, type(None))) or fake_relu not in modes:
         raise ValueError(f"fake_relu must be True/'last' (straight-through gradient at the last ReLU before the "
                          f"cut), 'all' (every ReLU) or False/'none'; got {fake_relu!r}")
+    _check_advanced(advanced)
     settings = Settings(steps=int(steps), tol=float(tol), optimizer=optimizer, lr=float(lr), init=init,
                         seed=int(seed), fake_relu=modes[fake_relu], **advanced)
-    if settings.restart_patience < 0:
-        raise ValueError(f"restart_patience must be >= 0 (0 turns restarts off), got {settings.restart_patience}")
     return settings
+
+
+# name -> (kind, test, what the value must be); checked before a run starts, so a typo fails at once
+_ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
+    "lr_floor": (float, lambda v: 0.0 <= v <= 1.0, "a multiplier in [0, 1]"),
+    "stages": (int, lambda v: v >= 1, "an integer >= 1"),
+    "beta1": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "beta2": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "eps": (float, lambda v: v > 0.0, "> 0"),
+    "restart_patience": (int, lambda v: v >= 0, "an integer >= 0 (0 turns restarts off)"),
+    "restart_threshold": (float, lambda v: 0.0 <= v < 1.0, "a relative improvement in [0, 1)"),
+    "restart_decay": (float, lambda v: v > 0.0, "a step-size factor > 0"),
+    "cycle_steps": (int, lambda v: v >= 0, "an integer >= 0 (0: one cycle over the budget)"),
+    "cycle_mult": (float, lambda v: v >= 1.0, "a growth factor >= 1"),
+    "cycle_decay": (float, lambda v: v > 0.0, "a step-size factor > 0"),
+}
+
+
+def _check_advanced(advanced: dict[str, Any]) -> None:
+    """Raise ValueError naming the option, its value and the valid range for a bad advanced option."""
+    for name, (kind, ok, want) in _ADVANCED_RULES.items():
+        if name not in advanced:
+            continue
+        value = advanced[name]
+        valid_type = (isinstance(value, (int, np.integer)) if kind is int
+                      else isinstance(value, (int, float, np.number)))
+        if isinstance(value, bool) or not valid_type or not math.isfinite(float(value)) or not ok(value):
+            raise ValueError(f"{name} must be {want}, got {value!r}")
+        advanced[name] = kind(value)
 
 
 # ------------------------------------------------------------------------------------------ init
