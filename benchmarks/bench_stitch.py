@@ -25,7 +25,14 @@ import torchvision
 
 from similarity_plugins.core.networks import SplitNetwork
 from similarity_plugins.stitch import (
-    NEEDS, StitchLayer, StitchSettings, TrainingCache, fit_stitch, least_squares_init, plan_stitch, random_init,
+    NEEDS,
+    StitchLayer,
+    StitchSettings,
+    TrainingCache,
+    fit_stitch,
+    least_squares_init,
+    plan_stitch,
+    random_init,
     stitched_loss,
 )
 

@@ -34,6 +34,7 @@ VARIANTS = {
 def _case(name: str, n: int):
     """(model, layer, seeds (n, C, 32, 32) in [0, 1]) for a case name."""
     import bench_iri as bench
+
     from similarity_plugins.core.data import load_all
     from similarity_plugins.datasets import digits
 
@@ -42,8 +43,9 @@ def _case(name: str, n: int):
     if name in ("rn3", "rn4"):
         return bench.resnet18_digits(), f"layer{name[-1]}", bench._digits_rgb32()[0][:n].clone()
     if name.startswith("demo"):
+        from similarity_plugins.apps.demo import DemoConfig, _train
+
         from similarity_plugins.datasets import PixelShortcut, RandomMark, digits_data
-        from similarity_plugins.demo import DemoConfig, _train
 
         clean = digits_data(size=32, seed=0)
         shortcut_train = PixelShortcut(clean.train, swap_fraction=DemoConfig().swap_fraction, seed=0)

@@ -29,9 +29,18 @@ def register_metric(plugin: object, name: str) -> str:
     return get_plugin_manager().register_metric(plugin, name)
 
 
-def __getattr__(name: str):  # lazy submodules: similarity_plugins.functional, .iri, .datasets
+# Lazy submodules under their public names. ``models``, ``training``, ``demo``, ``experiments`` and ``plots``
+# are the applications in ``apps/`` (their old top-level names keep working as attributes).
+_LAZY = {
+    "functional": ".functional", "cka": ".cka", "iri": ".iri", "datasets": ".datasets", "stitch": ".stitch",
+    "plugins": ".plugins", "cli": ".cli", "apps": ".apps", "models": ".apps.zoo", "zoo": ".apps.zoo",
+    "training": ".apps.training", "demo": ".apps.demo", "experiments": ".apps.experiments", "plots": ".apps.plots",
+}
+
+
+def __getattr__(name: str):
     import importlib
 
-    if name in ("functional", "iri", "datasets", "models", "training", "stitch", "plugins", "cli"):
-        return importlib.import_module(f".{name}", __name__)
+    if name in _LAZY:
+        return importlib.import_module(_LAZY[name], __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """Array-level similarity measures (CKA): NumPy arrays or torch tensors in, a float out.
 
-A thin re-export of :mod:`similarity_plugins.core.functional`.
+The public name of :mod:`similarity_plugins.cka` (kept for users of ``similarity_plugins.functional``).
 """
 
-from .core.functional import *  # noqa: F401,F403
-from .core.functional import __all__  # noqa: F401
+from .cka import *  # noqa: F401,F403
+from .cka import __all__  # noqa: F401

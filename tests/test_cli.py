@@ -39,7 +39,7 @@ def test_layers(capsys):
 
 def test_compare_writes_json_and_csv(tmp_path, capsys):
     import torch
-    from similarity_plugins.models import build_model
+    from similarity_plugins.apps.zoo import build_model
 
     weights = tmp_path / "w.pt"
     torch.save(build_model("small-cnn", num_classes=10, in_channels=1).state_dict(), weights)
@@ -87,7 +87,7 @@ def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     for name in ("clean", "pixel-shortcut", "shortcut-removed", "shortcut-randomised"):
-        assert f"test accuracy on" in printed and name in printed
+        assert "test accuracy on" in printed and name in printed
     state = torch.load(out, weights_only=True)
     assert "fc.weight" in state
     assert main(["layers", f"small-cnn@{out}", "--in-channels", "1", "--num-classes", "10"]) == 0

@@ -8,10 +8,10 @@ import types
 
 import pytest
 import torch
+from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from similarity_plugins.core import manager as manager_module
 from similarity_plugins.core.manager import build_plugin_manager
 

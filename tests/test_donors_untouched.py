@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import torch
+from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 
 import similarity_plugins as sp
-from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from similarity_plugins.core.data import Data
 
 FAST = {"epochs": 1, "batch_size": 32, "iri_max_seeds": 32, "iri_steps": 30, "iri_batch_size": 16}

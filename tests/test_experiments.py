@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
-
 from models_for_tests import assert_unchanged, snapshot
+from similarity_plugins.apps.experiments import excess_agreement, format_excess
+from similarity_plugins.apps.zoo import SmallCNN
+from similarity_plugins.apps.training import train_classifier
+
 from similarity_plugins.cli import main
 from similarity_plugins.datasets import digits_data
-from similarity_plugins.experiments import excess_agreement, format_excess
-from similarity_plugins.models import SmallCNN
-from similarity_plugins.training import train_classifier
 
 FAST = {"epochs": 4, "batch_size": 64, "max_train": 384, "iri_max_seeds": 64, "iri_steps": 150, "iri_batch_size": 64}
 
@@ -98,7 +98,7 @@ def _reports(scores: dict) -> dict:
 
 
 def test_demo_explanation_reads_the_numbers():
-    from similarity_plugins.demo import _explain
+    from similarity_plugins.apps.demo import _explain
 
     def table(std, iri, cka=None):
         rows = {}

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from models_for_tests import assert_unchanged, snapshot
+from similarity_plugins.apps.zoo import SmallCNN
+from similarity_plugins.apps.training import train_classifier
 
 import similarity_plugins as sp
-from models_for_tests import assert_unchanged, snapshot
 from similarity_plugins.datasets import digits_data
-from similarity_plugins.models import SmallCNN
-from similarity_plugins.training import train_classifier
 
 IRI = ["iri-hlm", "iri-slm", "iri-dm", "iri-fula"]
 FAST = {"iri_max_seeds": 64, "iri_steps": 300, "iri_batch_size": 64, "epochs": 6, "batch_size": 32}
@@ -30,7 +30,7 @@ def trained(data):
 
 
 def test_self_stitch_on_iris_scores_high_and_reports_iri_quality(trained, data, monkeypatch):
-    import similarity_plugins.iri as iri_module
+    import similarity_plugins.iri.service as iri_module
 
     calls = []
 

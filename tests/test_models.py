@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from similarity_plugins.apps.zoo import SmallCNN, build_model, load_weights, split_model_spec
+from similarity_plugins.apps.training import save_weights
 from torch import nn
-
-from similarity_plugins.models import SmallCNN, build_model, load_weights, split_model_spec
-from similarity_plugins.training import save_weights
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -85,7 +84,7 @@ def test_build_timm_vit_tiny_small_images():
 def test_build_python_callable():
     m = build_model(f"python:{__name__}:tiny_net?hidden=6", num_classes=7)
     assert m[1].out_features == 6 and m[-1].out_features == 7
-    m2 = build_model("python:similarity_plugins.models:SmallCNN?width=4")
+    m2 = build_model("python:similarity_plugins.apps.zoo:SmallCNN?width=4")
     assert isinstance(m2, SmallCNN) and m2.fc.in_features == 4
 
 

@@ -6,9 +6,9 @@ import pytest
 import timm
 import torch
 import torchvision
+from models_for_tests import TwoHeaded, assert_unchanged, snapshot, tiny_cnn
 from torch import nn
 
-from models_for_tests import TwoHeaded, assert_unchanged, snapshot, tiny_cnn
 from similarity_plugins import LayerNotFound, SplitNetwork, frozen, layers
 
 

@@ -6,13 +6,27 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from torch import nn
 
-from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from similarity_plugins.core.networks import SplitNetwork
 from similarity_plugins.stitch import (
-    NEEDS, StitchDivergedError, StitchLayer, StitchSettings, StitchShapeError, TrainingCache, dm_loss, fit_stitch,
-    fula_loss, hlm_loss, identity_init, least_squares_init, plan_stitch, random_init, relative_sq_error, slm_loss,
+    NEEDS,
+    StitchDivergedError,
+    StitchLayer,
+    StitchSettings,
+    StitchShapeError,
+    TrainingCache,
+    dm_loss,
+    fit_stitch,
+    fula_loss,
+    hlm_loss,
+    identity_init,
+    least_squares_init,
+    plan_stitch,
+    random_init,
+    relative_sq_error,
+    slm_loss,
     stitched_loss,
 )
 

@@ -9,10 +9,10 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from torch import nn
 
 import similarity_plugins
-from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from similarity_plugins import Context, Data, compare
 from similarity_plugins.datasets.digits import digits_data
 from similarity_plugins.datasets.tensors import ImageTensors

@@ -5,6 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from similarity_plugins.apps.zoo import SmallCNN
+from similarity_plugins.apps.training import (
+    evaluate_accuracy,
+    pgd_attack,
+    predict,
+    recompute_bn_stats,
+    save_weights,
+    train_classifier,
+)
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -14,15 +23,6 @@ from similarity_plugins.datasets import (
     ShortcutRandomised,
     ShortcutRemoved,
     digits,
-)
-from similarity_plugins.models import SmallCNN
-from similarity_plugins.training import (
-    evaluate_accuracy,
-    pgd_attack,
-    predict,
-    recompute_bn_stats,
-    save_weights,
-    train_classifier,
 )
 
 

@@ -1,5 +1,6 @@
 """Cosine similarity of the two models' mean activations at the layer (test split)."""
 import torch
+
 import similarity_plugins
 
 

@@ -29,9 +29,8 @@ def _all_digits(size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @lru_cache(maxsize=8)
 def _split_indices(test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.model_selection import train_test_split
-
     from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
 
     labels = np.asarray(load_digits().target)
     idx = np.arange(len(labels))

@@ -20,7 +20,7 @@ class _CKAPlugin:
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
-        from ..core.functional import cka
+        from ..cka import cka
 
         x = context.activations(front, layer.front, "test")
         y = context.activations(end, layer.end, "test")

@@ -15,10 +15,10 @@ from typing import Any, Iterable
 
 from torch import nn
 
-from .core.context import Context
-from .core.data import Data
-from .core.networks import _check_layer
-from .core.results import LayerPair, as_layer_pair
+from ..core.context import Context
+from ..core.data import Data
+from ..core.networks import _check_layer
+from ..core.results import LayerPair, as_layer_pair
 
 #: memo entries that depend only on the training data (shared between the with-cue and without-cue runs)
 _TRAIN_ONLY_KEYS = {"split", "stitch-train", "stitch-cache", "stitch-fit", "iris"}
@@ -46,8 +46,8 @@ class ExcessAgreement:
 
 
 def _result(context: Context, metric: str, front: nn.Module, end: nn.Module, layer: LayerPair, options: dict):
-    from .plugins.invariance import iri_result
-    from .stitch.service import stitch_result
+    from ..iri.service import iri_result
+    from ..stitch.service import stitch_result
 
     family, _, objective = metric.partition("-")
     if family == "stitch":
@@ -69,8 +69,8 @@ def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, 
     ``cue_options``: further keyword arguments of :class:`~similarity_plugins.datasets.UnseenCue`.
     Donors are never changed.
     """
-    from .core.compare import as_layer_list
-    from .datasets import UnseenCue
+    from ..core.compare import as_layer_list
+    from ..datasets import UnseenCue
 
     if data.train is None or data.test is None:
         raise ValueError("excess agreement needs Data(train=..., test=...): the cue is added to both splits")

@@ -102,7 +102,7 @@ def _parse_query(query: str, spec: str) -> dict[str, Any]:
 def split_model_spec(spec: str) -> tuple[str, str, dict[str, Any], str | None]:
     """Split ``SCHEME:NAME?k=v&...@WEIGHTS`` into ``(scheme, name, kwargs, weights_path_or_None)``."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"empty model spec; valid forms:\n  " + "\n  ".join(MODEL_SPEC_FORMS))
+        raise ValueError("empty model spec; valid forms:\n  " + "\n  ".join(MODEL_SPEC_FORMS))
     body, weights = spec.strip(), None
     if "@" in body:
         body, _, weights = body.rpartition("@")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
-from .core.results import Report
+from ..core.results import Report
 
 
 def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metrics: Sequence[str] | None = None,

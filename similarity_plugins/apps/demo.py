@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from .core.compare import compare
-from .core.context import Context
-from .core.data import Data
-from .core.results import Report
+from ..core.compare import compare
+from ..core.context import Context
+from ..core.data import Data
+from ..core.results import Report
 
 METRICS = ["cka-linear", "stitch-slm", "stitch-dm", "iri-slm", "iri-dm"]
 
@@ -57,8 +57,8 @@ def _say(text: str = "") -> None:
 
 
 def _train(cfg: DemoConfig, dataset: Any, seed: int, progress: bool) -> torch.nn.Module:
-    from .models import SmallCNN
     from .training import train_classifier
+    from .zoo import SmallCNN
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -76,7 +76,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     ``out_dir``: where report.json, report.csv and similarity.png go (created if needed). ``quick``:
     the smaller configuration. ``seed``: models, shortcut placement, IRIs and stitches derive from it.
     """
-    from .datasets import PixelShortcut, RandomMark, ShortcutRandomised, ShortcutRemoved, digits_data
+    from ..datasets import PixelShortcut, RandomMark, ShortcutRandomised, ShortcutRemoved, digits_data
     from .training import evaluate_accuracy
 
     cfg = config or (DemoConfig.quick() if quick else DemoConfig())

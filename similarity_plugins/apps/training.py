@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from .datasets.tensors import tensors_of
+from ..datasets.tensors import tensors_of
 
 
 def _model_device(model: nn.Module) -> torch.device:

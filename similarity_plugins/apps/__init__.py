@@ -1,0 +1,5 @@
+"""Applications built on the library (layer 4): the studies (``demo``, ``experiments``), donor training
+(``training``), the model zoo that builds models from spec strings (``zoo``) and figures (``plots``).
+
+Nothing below this package imports it; the CLI and the public face sit on top of it.
+"""

@@ -1,0 +1,10 @@
+"""The command-line interface: ``similarity-plugins list | layers | compare | train | iris | demo``.
+
+One module per command (``inspect``, ``compare``, ``train``, ``iris``, ``demo``), shared spec loading and
+option parsing in ``common``, the parser and entry point in ``main``.
+"""
+
+from .common import parse_layer, parse_options
+from .main import build_parser, main
+
+__all__ = ["build_parser", "main", "parse_layer", "parse_options"]

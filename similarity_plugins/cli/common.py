@@ -1,0 +1,103 @@
+"""Shared pieces of the commands: the KEY=VALUE option grammar, layer pairs, and loading MODEL and DATA specs."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from typing import Any, Sequence
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_options(items: Sequence[str]) -> dict:
+    """``["epochs=5", "stitch-dm.lr=0.01"]`` -> ``{"epochs": 5, "stitch-dm": {"lr": 0.01}}``.
+
+    Values are read as JSON when they parse (numbers, true/false, lists), else kept as strings.
+    """
+    options: dict = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"error: --option expects KEY=VALUE (or METRIC.KEY=VALUE), got {item!r}")
+        key, value = item.split("=", 1)
+        metric, dot, name = key.rpartition(".")
+        if dot and metric:
+            options.setdefault(metric, {})[name] = _parse_value(value)
+        else:
+            options[key] = _parse_value(value)
+    return options
+
+
+def parse_layer(text: str) -> "str | tuple[str, str]":
+    """``layer1`` -> ``"layer1"``; ``layer1:layer2`` or ``layer1->layer2`` -> ``("layer1", "layer2")``."""
+    for sep in ("->", ":"):
+        if sep in text:
+            a, b = text.split(sep, 1)
+            return (a.strip(), b.strip())
+    return text
+
+
+def subset(dataset: Any, limit: int | None) -> Any:
+    """The first ``limit`` samples of ``dataset`` (all of it when ``limit`` is None or 0)."""
+    if dataset is None or not limit or limit >= len(dataset):
+        return dataset
+    from torch.utils.data import Subset
+
+    return Subset(dataset, range(int(limit)))
+
+
+def load_data(spec: str, max_train: int | None = None, max_test: int | None = None):
+    """A DATA spec (``digits``, ``cifar10:ROOT``, ``folder:ROOT``) as ``Data``, each split cut to its limit."""
+    from ..core.data import Data
+    from ..datasets import parse_data_spec
+
+    data = parse_data_spec(spec)
+    return Data(train=subset(data.train, max_train), test=subset(data.test, max_test))
+
+
+def load_model(spec: str, num_classes: int | None, in_channels: int | None = None, data: Any = None,
+                seed: int | None = None):
+    """Build MODEL (initial weights from ``seed`` if given); for ``small-cnn`` the input channels and classes
+    default to the data's."""
+    from ..apps.zoo import build_model
+
+    if data is not None:
+        sample_split = data.train if data.train is not None else data.test
+        if num_classes is None:
+            num_classes = dataset_num_classes(sample_split)
+        if in_channels is None and spec.split("@", 1)[0].split("?", 1)[0] == "small-cnn" and sample_split is not None:
+            in_channels = int(sample_split[0][0].shape[0])
+    return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
+
+
+def apply_variant(name: str, dataset: Any, seed: int, **kw: Any) -> Any:
+    """Wrap ``dataset`` in the variant ``name``, passing ``seed`` when the variant takes one."""
+    from ..datasets import make_variant
+    from ..datasets.variants import VARIANTS
+
+    cls = VARIANTS.get(name.strip().lower().replace("_", "-"))
+    if cls is not None and "seed" in inspect.signature(cls).parameters:
+        kw["seed"] = seed
+    return make_variant(name, dataset, **kw)
+
+
+def dataset_num_classes(dataset: Any) -> int | None:
+    """The number of classes of a dataset (through ``Subset`` wrappers), or None when unknown."""
+    from torch.utils.data import Subset
+
+    from ..datasets.tensors import num_classes_of
+
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return num_classes_of(dataset) if dataset is not None else None
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
+    p.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
+    p.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")

@@ -1,0 +1,107 @@
+"""The ``compare`` command: two models, one or more layers, the selected metrics, a report (and the unseen-cue experiment)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from .common import (
+    add_model_args,
+    apply_variant,
+    load_data,
+    load_model,
+    parse_layer,
+    parse_options,
+)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..core.compare import compare
+
+    options = parse_options(args.option or [])
+    if args.epochs is not None:
+        options["epochs"] = args.epochs
+    data = load_data(args.data, args.max_train, args.max_test)
+    if args.variant:
+        from ..core.data import Data
+
+        variant_options = parse_options(args.variant_option or [])
+        data = Data(train=None if data.train is None else apply_variant(args.variant, data.train, args.seed + 3, **variant_options),
+                    test=None if data.test is None else apply_variant(args.variant, data.test, args.seed + 4, **variant_options))
+    front = load_model(args.front, args.num_classes, args.in_channels, data)
+    end = load_model(args.end, args.num_classes, args.in_channels, data)
+    layer_list = [parse_layer(text) for text in args.layer]
+    start = time.perf_counter()
+    if args.excess_agreement:
+        return _excess(args, front, end, layer_list, data, options)
+    report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
+                     seed=args.seed, device=args.device, options=options, progress=not args.no_progress)
+    print(report)
+    print(f"\n{len(report)} results in {time.perf_counter() - start:.1f} s")
+    if args.out:
+        report.to_json(args.out)
+        print(f"wrote {args.out}")
+    if args.csv:
+        report.to_csv(args.csv)
+        print(f"wrote {args.csv}")
+    return 0 if all(r.error is None for r in report) else 1
+
+
+def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, data: Any, options: dict) -> int:
+    import csv
+
+    from ..apps.experiments import excess_agreement, format_excess
+    from ..core.registry import select_metrics
+
+    metrics = select_metrics(args.metrics or "stitch-slm,iri-slm")
+    start = time.perf_counter()
+    rows = excess_agreement(front, end, layer_list, data, metrics, strength=args.cue_strength, seed=args.seed,
+                            options=options, progress=not args.no_progress)
+    print(format_excess(rows))
+    print(f"\nexcess agreement = agreement with the end model on test data carrying the unseen cue minus "
+          f"the same without it ({time.perf_counter() - start:.1f} s)")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump({"experiment": "excess-agreement", "cue_strength": args.cue_strength,
+                       "results": [r.to_dict() for r in rows]}, fh, indent=2)
+        print(f"wrote {args.out}")
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0].to_dict()))
+            writer.writeheader()
+            writer.writerows(r.to_dict() for r in rows)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's command(s) to the ``similarity-plugins`` parser."""
+    p = sub.add_parser("compare", help="compare two models at one or more layers")
+    p.add_argument("--front", required=True, help="MODEL spec of network A (the front)")
+    p.add_argument("--end", required=True, help="MODEL spec of network B (the end)")
+    p.add_argument("--layer", required=True, action="append",
+                   help="layer name, or FRONT:END pair; repeat for a sweep")
+    p.add_argument("--metrics", default=None, help="comma-separated names or wildcards (default: all)")
+    p.add_argument("--data", required=True, help="DATA spec: digits, cifar10:ROOT, folder:ROOT")
+    p.add_argument("--out", default=None, help="write the report as JSON")
+    p.add_argument("--csv", default=None, help="write the report as CSV")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the front's device)")
+    p.add_argument("--epochs", type=int, default=None, help="stitch training epochs (default 30)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable")
+    p.add_argument("--max-train", type=int, default=None, help="use the first N training samples")
+    p.add_argument("--max-test", type=int, default=None, help="use the first N test samples")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--excess-agreement", action="store_true",
+                   help="run the unseen-cue experiment instead: train the stitch on data with a label-coded cue "
+                        "neither donor saw, report agreement with the end model with and without the cue "
+                        "(metrics default to stitch-slm,iri-slm)")
+    p.add_argument("--cue-strength", type=float, default=0.5, help="intensity of the unseen cue (0, 1]")
+    p.add_argument("--variant", default=None,
+                   help="compare on a variant of both splits (e.g. pixel-shortcut: every image carries its label's mark)")
+    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
+    add_model_args(p)
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,56 @@
+"""The ``iris`` command: identically represented inputs of a model at a layer, written to a file."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import add_model_args, load_data, load_model, subset
+
+
+def cmd_iris(args: argparse.Namespace) -> int:
+    from ..iri import generate_iris
+    from ..iri.files import save_iris
+
+    data = load_data(args.data)
+    split = data.split(args.split)
+    model = load_model(args.model, args.num_classes, args.in_channels, data)
+    if args.device:
+        model = model.to(args.device)
+    from ..core.data import load_all
+
+    seeds, labels = load_all(subset(split, args.max_seeds))
+    iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
+                         optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
+                         backend=args.backend, seed=args.seed, progress=not args.no_progress,
+                         cache_dir=args.cache_dir)
+    summary = dict(iris.summary)
+    print(f"{len(iris)} IRIs of {args.model} at {args.layer}: median relative error {summary['median_error']:.4g}, "
+          f"95th percentile {summary['p95_error']:.4g}, converged {summary['converged_fraction']:.1%} "
+          f"(tol {args.tol:g}), mean RMS distance from seed {summary['mean_seed_distance']:.4g}")
+    save_iris(iris, args.out, labels=labels, seeds=seeds)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's command(s) to the ``similarity-plugins`` parser."""
+    p = sub.add_parser("iris", help="generate identically represented inputs (IRIs) for a model at a layer")
+    p.add_argument("--model", required=True, help="MODEL spec")
+    p.add_argument("--layer", required=True)
+    p.add_argument("--data", required=True, help="DATA spec (its train split seeds the IRIs)")
+    p.add_argument("--split", default="train", choices=["train", "test"])
+    p.add_argument("--max-seeds", type=int, default=None, help="use the first N samples as seeds")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--tol", type=float, default=1e-2)
+    p.add_argument("--optimizer", default="adam", choices=["adam", "normgrad"])
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--backend", default="auto", choices=["auto", "numpy", "torch", "cupy"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
+    p.add_argument("--no-progress", action="store_true")
+    add_model_args(p)
+    p.set_defaults(func=cmd_iris)

@@ -1,0 +1,48 @@
+"""The ``similarity-plugins`` parser and entry point; each command lives in its own module with a
+``register(subparsers)`` function, listed in :data:`COMMAND_MODULES` in the order ``--help`` shows them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from . import compare, demo, inspect, iris, train
+
+COMMAND_MODULES = (inspect, compare, train, iris, demo)
+
+EPILOG = """MODEL specs: ``torchvision:NAME``, ``timm:NAME`` (keyword arguments after ``?``, e.g.
+``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable`` or ``small-cnn``,
+each optionally followed by ``@weights.pt`` (loaded with ``torch.load(weights_only=True)``).
+DATA specs: ``digits`` (built in), ``cifar10:ROOT``, ``folder:ROOT`` (ImageFolder with train/ and test/)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``similarity-plugins`` command."""
+    parser = argparse.ArgumentParser(
+        prog="similarity-plugins",
+        description="Do two trained networks compute the same function? CKA, model stitching and "
+        "invariance-aware stitching side by side.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``similarity-plugins`` console script. Returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError, KeyError, RuntimeError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,58 @@
+"""The ``train`` command: a donor model (clean, on a variant, or adversarially trained), saved as a state dict."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import add_model_args, apply_variant, load_data, load_model, parse_options
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ..apps.training import evaluate_accuracy, save_weights, train_classifier
+
+    data = load_data(args.data, args.max_train)
+    model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
+    variant_options = parse_options(args.variant_option or [])
+    train_set, tests = data.train, {"clean": data.test}
+    if args.variant:
+        train_set = apply_variant(args.variant, data.train, args.seed, **variant_options)
+        test_options = {k: v for k, v in variant_options.items() if k not in ("swap_fraction", "fraction")}
+        tests[args.variant] = apply_variant(args.variant, data.test, args.seed + 1, **test_options)
+        if args.variant == "pixel-shortcut":
+            tests["shortcut-removed"] = apply_variant("shortcut-removed", tests[args.variant], 0)
+            tests["shortcut-randomised"] = apply_variant("shortcut-randomised", tests[args.variant], args.seed + 2)
+    small = args.model.startswith("small-cnn")
+    epochs = args.epochs or (8 if small else 30)
+    lr = args.lr or (3e-3 if small else 1e-3)
+    adversarial = {"eps": args.eps} if args.adversarial else None
+    result = train_classifier(model, train_set, epochs=epochs, lr=lr, batch_size=args.batch_size, seed=args.seed,
+                              device=args.device, adversarial=adversarial, weight_decay=5e-4,
+                              progress=not args.no_progress)
+    print(f"trained {args.model} for {epochs} epochs in {result['seconds']:.1f} s "
+          f"(final loss {result['final_loss']:.4f}, train accuracy {result['final_train_accuracy']:.4f})")
+    for name, dataset in tests.items():
+        print(f"test accuracy on {name:>20}: {evaluate_accuracy(model, dataset, device=args.device):.4f}")
+    save_weights(model, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's command(s) to the ``similarity-plugins`` parser."""
+    p = sub.add_parser("train", help="train a donor model (small CNN on digits; ResNet/VGG/ViT on CIFAR-10)")
+    p.add_argument("--model", required=True, help="MODEL spec, e.g. small-cnn or torchvision:resnet18")
+    p.add_argument("--data", required=True, help="DATA spec")
+    p.add_argument("--variant", default=None, help="train on a variant: pixel-shortcut, unseen-cue, ...")
+    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--adversarial", action="store_true", help="PGD (L-inf) adversarial training")
+    p.add_argument("--eps", type=float, default=0.1, help="PGD radius in pixel units ([0,1] inputs)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", required=True, help="where to save the weights (.pt state dict)")
+    p.add_argument("--max-train", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    add_model_args(p)
+    p.set_defaults(func=cmd_train)

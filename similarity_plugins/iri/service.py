@@ -1,0 +1,101 @@
+"""The invariance-aware stitching service: IRIs of the training split as a stitch training set, and the
+scored result (fit on IRIs, evaluate on the real test split, IRI quality in the details).
+
+``plugins/invariance.py`` adapts this to the ``similarity`` hook; the options are documented there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..core.context import Context
+from ..core.results import LayerPair, SimilarityResult
+from ..stitch.service import TrainingSet, stitch_result, training_set
+from .generate import generate_iris
+from .optimizer import ADVANCED
+
+IRI_DEFAULTS: dict[str, Any] = {
+    "iri_steps": 1000,
+    "iri_tol": 1e-2,
+    "iri_optimizer": "adam",
+    "iri_lr": None,
+    "iri_init": "noise",
+    "iri_batch_size": 128,
+    "iri_backend": "auto",
+    "iri_max_seeds": None,
+    "iri_fake_relu": True,
+    "iri_cache_dir": None,
+    **{f"iri_{name}": None for name in ADVANCED},
+}
+
+
+def iri_settings(options: dict) -> dict:
+    """The IRI options of ``options`` with their defaults filled in (unknown ``iri_*`` keys raise)."""
+    unknown = sorted(k for k in options if k.startswith("iri_") and k not in IRI_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown IRI option(s) {', '.join(unknown)}; valid: {', '.join(IRI_DEFAULTS)}")
+    return {k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}
+
+
+def _seeds(context: Context, max_seeds: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training split as seeds (x, y), or a seeded random subset of ``max_seeds`` of them."""
+
+    train = training_set(context)
+    x, y = train.x, train.y
+    if max_seeds is not None and int(max_seeds) < len(x):
+        g = torch.Generator().manual_seed(context.seed)
+        idx = torch.randperm(len(x), generator=g)[: int(max_seeds)].sort().values
+        x, y = x[idx], y[idx]
+    return x, y
+
+
+def iri_training_set(context: Context, front: torch.nn.Module, layer: str, options: dict):
+    """IRIs of the training split for ``front`` at ``layer``, as a stitch ``TrainingSet`` (memoised).
+
+    Returns ``(training_set, iri_set)``: the IRIs ``(N, ...)`` with the seeds' labels, keyed so that
+    the stitch caches are shared by the four IRI metrics, and the :class:`~similarity_plugins.iri.IRISet`.
+    """
+
+    settings = iri_settings(options)
+    key = ("iris", id(front), layer, context.seed, tuple(sorted(settings.items())))
+
+    def build():
+        seeds, labels = _seeds(context, settings["iri_max_seeds"])
+        iris = generate_iris(
+            front, layer, seeds.to(context.device),
+            steps=int(settings["iri_steps"]), tol=float(settings["iri_tol"]), optimizer=settings["iri_optimizer"],
+            lr=settings["iri_lr"], init=settings["iri_init"], batch_size=int(settings["iri_batch_size"]),
+            backend=settings["iri_backend"], seed=context.seed, progress=context.progress,
+            cache_dir=settings["iri_cache_dir"], fake_relu=bool(settings["iri_fake_relu"]),
+            **{name: settings[f"iri_{name}"] for name in ADVANCED if settings[f"iri_{name}"] is not None},
+        )
+        train = TrainingSet(iris.inputs.detach().cpu(), labels, key=key, name="IRIs")
+        return train, iris
+
+    return context.remember(key, build)
+
+
+def iri_result(context: Context, front, end, layer: LayerPair, objective: str, options: dict) -> SimilarityResult:
+    """Invariance-aware stitching: fit on IRIs, evaluate on ``Data.test``; details add the IRI quality."""
+
+    train, iris = iri_training_set(context, front, layer.front, options)
+    stitch_options = {k: v for k, v in options.items() if not k.startswith("iri_")}
+    result = stitch_result(context, front, end, layer, objective, stitch_options, train_source=train)
+    summary = dict(iris.summary)
+    tol = float(iri_settings(options)["iri_tol"])
+    result.details.update(
+        iri_median_error=summary["median_error"],
+        iri_p95_error=summary["p95_error"],
+        iri_converged_fraction=summary["converged_fraction"],
+        iri_mean_seed_distance=summary["mean_seed_distance"],
+        iri=summary,
+    )
+    if not summary["median_error"] <= tol:
+        result.details.setdefault("warnings", []).append(
+            f"IRIs did not converge: median relative error {summary['median_error']:.3g} > tol {tol:g} "
+            f"(95th percentile {summary['p95_error']:.3g}); the score is not meaningful. Raise iri_steps, "
+            f"or cut at a layer where the front discards information (pooling, fewer values than the input)"
+        )
+    return result
