@@ -201,9 +201,8 @@ QUALITY_VARIANTS = {
 @lru_cache(maxsize=1)
 def small_cnn_digits() -> nn.Module:
     """The library's SmallCNN (4 conv blocks with BN and max-pool) trained for 5 epochs on digits at 32x32."""
-    from similarity_plugins.apps.zoo import SmallCNN
     from similarity_plugins.apps.training import train_classifier
-
+    from similarity_plugins.apps.zoo import SmallCNN
     from similarity_plugins.datasets import digits
 
     torch.manual_seed(0)

@@ -44,7 +44,6 @@ def _case(name: str, n: int):
         return bench.resnet18_digits(), f"layer{name[-1]}", bench._digits_rgb32()[0][:n].clone()
     if name.startswith("demo"):
         from similarity_plugins.apps.demo import DemoConfig, _train
-
         from similarity_plugins.datasets import PixelShortcut, RandomMark, digits_data
 
         clean = digits_data(size=32, seed=0)

@@ -39,6 +39,7 @@ def test_layers(capsys):
 
 def test_compare_writes_json_and_csv(tmp_path, capsys):
     import torch
+
     from similarity_plugins.apps.zoo import build_model
 
     weights = tmp_path / "w.pt"

@@ -71,8 +71,9 @@ def test_digits_split_is_stratified_disjoint_and_deterministic(train, test_split
     assert np.all(np.abs(test_counts - 0.25 * all_counts) <= 1)
     # train and test are disjoint and together cover all images (compare at native 8x8 size)
     tr8, te8 = digits("train", size=8), digits("test", size=8)
-    keys = {tuple(v.flatten().tolist()) + (int(l),) for v, l in zip(torch.cat([tr8.x, te8.x]), torch.cat([tr8.y, te8.y]))}
-    raw_keys = {tuple((im / 16.0).astype(np.float32).flatten().tolist()) + (int(l),) for im, l in zip(raw.images, raw.target)}
+    keys = {tuple(v.flatten().tolist()) + (int(label),) for v, label in zip(torch.cat([tr8.x, te8.x]), torch.cat([tr8.y, te8.y]))}
+    raw_keys = {tuple((im / 16.0).astype(np.float32).flatten().tolist()) + (int(label),)
+                for im, label in zip(raw.images, raw.target)}
     assert keys == raw_keys
     assert torch.equal(digits("train").x, train.x)
     assert not torch.equal(digits("train", seed=1).y, train.y)

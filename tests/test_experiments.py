@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 from models_for_tests import assert_unchanged, snapshot
-from similarity_plugins.apps.experiments import excess_agreement, format_excess
-from similarity_plugins.apps.zoo import SmallCNN
-from similarity_plugins.apps.training import train_classifier
 
+from similarity_plugins.apps.experiments import excess_agreement, format_excess
+from similarity_plugins.apps.training import train_classifier
+from similarity_plugins.apps.zoo import SmallCNN
 from similarity_plugins.cli import main
 from similarity_plugins.datasets import digits_data
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from models_for_tests import assert_unchanged, snapshot
-from similarity_plugins.apps.zoo import SmallCNN
-from similarity_plugins.apps.training import train_classifier
 
 import similarity_plugins as sp
+from similarity_plugins.apps.training import train_classifier
+from similarity_plugins.apps.zoo import SmallCNN
 from similarity_plugins.datasets import digits_data
 
 IRI = ["iri-hlm", "iri-slm", "iri-dm", "iri-fula"]

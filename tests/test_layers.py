@@ -5,8 +5,9 @@ from __future__ import annotations
 import pkgutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 import similarity_plugins
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from similarity_plugins.apps.zoo import SmallCNN, build_model, load_weights, split_model_spec
-from similarity_plugins.apps.training import save_weights
 from torch import nn
+
+from similarity_plugins.apps.training import save_weights
+from similarity_plugins.apps.zoo import SmallCNN, build_model, load_weights, split_model_spec
 
 
 @pytest.fixture(autouse=True, scope="module")

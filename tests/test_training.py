@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from similarity_plugins.apps.zoo import SmallCNN
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
 from similarity_plugins.apps.training import (
     evaluate_accuracy,
     pgd_attack,
@@ -14,9 +16,7 @@ from similarity_plugins.apps.training import (
     save_weights,
     train_classifier,
 )
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
-
+from similarity_plugins.apps.zoo import SmallCNN
 from similarity_plugins.datasets import (
     ImageTensors,
     PixelShortcut,

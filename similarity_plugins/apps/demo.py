@@ -2,9 +2,10 @@
 
 Trains two clean small CNNs and one that relies on a pixel shortcut (all three adversarially robust,
 PGD-trained: non-robust models have idiosyncratic invariances that no other model shares, which hides
-every difference), then sweeps layers from shallow to deep with CKA, standard stitching and invariance-aware stitching for the pairs clean -> clean and
-clean -> shortcut. Writes ``report.json``, ``report.csv`` and ``similarity.png`` to the output folder
-and prints the table with a short reading of it. Only layers whose IRIs converged are reported.
+every difference), then sweeps layers from shallow to deep with CKA, standard stitching and invariance-aware
+stitching for the pairs clean -> clean and clean -> shortcut. Writes ``report.json``, ``report.csv`` and
+``similarity.png`` to the output folder and prints the table with a short reading of it. Only layers whose
+IRIs converged are reported.
 """
 
 from __future__ import annotations
@@ -110,8 +111,9 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
 
     # 2. comparisons on data where every image carries the mark of its label
     data = Data(train=PixelShortcut(clean.train, seed=seed + 3), test=marked_test)
-    options = {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds, "iri_steps": cfg.iri_steps,
-               "iri_tol": cfg.iri_tol, "iri_init": cfg.iri_init, "iri_cycle_steps": cfg.iri_cycle_steps}
+    options = {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds,
+               "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol,
+               "iri_init": cfg.iri_init, "iri_cycle_steps": cfg.iri_cycle_steps}
     context = Context(data, seed=seed, progress=progress)
     pairs = {"clean -> clean": ("clean A", "clean B"), "clean -> shortcut": ("clean A", "shortcut S")}
     reports: dict[str, Report] = {}

@@ -28,8 +28,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from ..core.data import Data
 
         variant_options = parse_options(args.variant_option or [])
-        data = Data(train=None if data.train is None else apply_variant(args.variant, data.train, args.seed + 3, **variant_options),
-                    test=None if data.test is None else apply_variant(args.variant, data.test, args.seed + 4, **variant_options))
+        train = None if data.train is None else apply_variant(args.variant, data.train, args.seed + 3, **variant_options)
+        test = None if data.test is None else apply_variant(args.variant, data.test, args.seed + 4, **variant_options)
+        data = Data(train=train, test=test)
     front = load_model(args.front, args.num_classes, args.in_channels, data)
     end = load_model(args.end, args.num_classes, args.in_channels, data)
     layer_list = [parse_layer(text) for text in args.layer]

@@ -14,7 +14,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     pm = get_plugin_manager()
     rows = [pm.info[n] for n in sorted(pm.info)]
     if args.json:
-        print(json.dumps([{"name": r.name, "package": r.package, "description": r.description, "error": r.error} for r in rows], indent=2))
+        listing = [{"name": r.name, "package": r.package, "description": r.description, "error": r.error} for r in rows]
+        print(json.dumps(listing, indent=2))
         return 0
     width = max(len(r.name) for r in rows)
     pwidth = max(len(r.package) for r in rows)

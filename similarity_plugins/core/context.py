@@ -43,7 +43,8 @@ class Context:
 
     def options_for(self, metric: str, metric_names: set[str] | None = None) -> dict:
         """Global options (entries that are not per-metric dicts) updated with ``options[metric]``."""
-        merged = {k: v for k, v in self.options.items() if not (isinstance(v, dict) and (metric_names is None or k in metric_names))}
+        per_metric = lambda k, v: isinstance(v, dict) and (metric_names is None or k in metric_names)  # noqa: E731
+        merged = {k: v for k, v in self.options.items() if not per_metric(k, v)}
         own = self.options.get(metric)
         if isinstance(own, dict):
             merged.update(own)

@@ -189,7 +189,8 @@ class Report:
             cells.append(f"{total:.1f}")
             rows.append(cells)
         widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-        line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+        line = lambda cells: "  ".join(  # noqa: E731
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
         out = [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
         notes = []
         for r in self.results:

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache
-from .optimizer import make_settings, optimize_iris, _check_seeds
+from .optimizer import _check_seeds, make_settings, optimize_iris
 from .relu import front_tensors, straight_through_relu, trace_front
 from .result import IRISet
 
@@ -45,8 +45,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     Options (see :func:`similarity_plugins.iri.optimize_iris` for the optimiser): ``steps`` per-sample
     budget; ``tol`` target relative error; ``optimizer`` "adam" (default, lr 0.2, per-sample cosine cycles of
     300, 600, ... steps) or "normgrad" (lr 1.0, halved over 4 stages); ``init`` "noise" or "shuffle";
-    ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness derives from
-    (seed, index)); ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient
+    ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness
+    derives from (seed, index)); ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient
     straight through the last ReLU before the cut, "all" through every ReLU of the front, False/"none"
     keeps true gradients; it changes only the search direction, never the loss or the reported error.
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the

@@ -31,7 +31,7 @@ class _CKAPlugin:
         if self.kernel == "rbf":
             kwargs["threshold"] = float(options.get("threshold", 1.0))
         score = cka(x, y, **kwargs)
-        details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **{k: v for k, v in kwargs.items()}}
+        details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
         return SimilarityResult("", float(score), details)
 
 
