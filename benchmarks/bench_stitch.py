@@ -12,14 +12,17 @@ same random stitch initialisation and shuffling for both loops.
 
 Timings use one intra-op thread (restored afterwards) so that both loops see the same, steadier CPU.
 
-Run: ``python -m pytest benchmarks/bench_stitch.py --benchmark-only`` (add ``-s`` to print ratios);
-``--benchmark-group-by=group`` pairs each objective's two loops. Also: least-squares init on 2,048
-samples, with B's targets cached and including computing them.
+Run from the repository root: ``python -m pytest benchmarks/bench_stitch.py --benchmark-only`` (autosaved
+to ``.benchmarks/``; add ``-s`` to print ratios). Each objective's two loops are two benchmarks in the group
+``epoch-<objective>``; naive/ours (of medians) is stored as ``speedup_vs_naive`` in both ``extra_info``.
+Also: least-squares init on 2,048 samples, with B's targets cached and including computing them
+(``with_targets_over_cached`` in both ``extra_info``).
 """
 
 from __future__ import annotations
 
 import pytest
+import ratios
 import torch
 import torchvision
 
@@ -38,7 +41,6 @@ from similarity_plugins.stitch import (
 
 N, BATCH, LAYER = 2048, 128, "layer1"
 OBJECTIVES = ["hlm", "slm", "dm", "fula"]
-_times: dict[tuple[str, str], float] = {}
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +103,12 @@ def naive_epoch(objective: str, front: SplitNetwork, end: SplitNetwork, x: torch
 
 
 def _record(benchmark, objective: str, kind: str) -> None:
-    _times[(objective, kind)] = benchmark.stats.stats.mean
-    other = _times.get((objective, "naive" if kind == "ours" else "ours"))
-    if other is not None:
-        ours, naive = _times[(objective, "ours")], _times[(objective, "naive")]
-        benchmark.extra_info["speedup_vs_naive"] = round(naive / ours, 2)
-        print(f"\n[{objective}] one epoch: ours {ours:.3f}s, naive {naive:.3f}s, speed-up x{naive / ours:.2f}")
+    """Keep this run; once both loops of ``objective`` ran, store naive/ours (medians) in both ``extra_info``."""
+    ratios.record(f"{kind}-{objective}", benchmark)
+    speedup = ratios.share_ratio("speedup_vs_naive", f"naive-{objective}", f"ours-{objective}")
+    if speedup is not None:
+        print(f"\n[{objective}] one epoch (median): ours {ratios.median_seconds(f'ours-{objective}'):.3f}s, "
+              f"naive {ratios.median_seconds(f'naive-{objective}'):.3f}s, speed-up x{speedup:.2f}")
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -147,6 +149,7 @@ def test_least_squares_init_cached_targets(benchmark, cache):
     info = benchmark.pedantic(lambda: least_squares_init(stitch, cache, 2048, torch.Generator().manual_seed(0)),
                               rounds=3, iterations=1)
     assert info["rows"] == 2048 * 64
+    ratios.record("lstsq-cached", benchmark)
 
 
 def test_least_squares_init_with_targets(benchmark, setup, cache):
@@ -158,3 +161,5 @@ def test_least_squares_init_with_targets(benchmark, setup, cache):
     stitch = StitchLayer(plan_stitch(cache.front_shape, cache.end_shape))
     benchmark.pedantic(lambda: least_squares_init(stitch, fresh, 2048, torch.Generator().manual_seed(0)),
                        rounds=1, iterations=1)
+    ratios.record("lstsq-with-targets", benchmark)
+    ratios.share_ratio("with_targets_over_cached", "lstsq-with-targets", "lstsq-cached")
