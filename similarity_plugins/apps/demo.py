@@ -10,8 +10,6 @@ IRIs converged are reported.
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from ..core.compare import compare
 from ..core.context import Context
 from ..core.data import Data
 from ..core.results import Report
+from ..utils.io import csv_text, write_json, write_text
 
 METRICS = ["cka-linear", "stitch-slm", "stitch-dm", "iri-slm", "iri-dm"]
 
@@ -222,21 +221,14 @@ def _write_outputs(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg
         "pairs": {title: report.to_dict() for title, report in reports.items()},
         "explanation": explanation,
     }
-    with open(json_path + ".tmp", "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2)
-    os.replace(json_path + ".tmp", json_path)
+    write_json(json_path, payload)
 
     csv_path = os.path.join(out_dir, "report.csv")
-    with open(csv_path + ".tmp", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["pair", "metric", "layer", "score", "seconds", "error", "iri_median_error",
-                         "iri_mean_seed_distance", "agreement"])
-        for title, report in reports.items():
-            for r in report.results:
-                writer.writerow([title, r.metric, r.layer, "" if r.score is None else f"{r.score:.6f}",
-                                 f"{r.seconds:.2f}", r.error or "", r.details.get("iri_median_error", ""),
-                                 r.details.get("iri_mean_seed_distance", ""), r.details.get("agreement", "")])
-    os.replace(csv_path + ".tmp", csv_path)
+    rows = ([title, r.metric, r.layer, "" if r.score is None else f"{r.score:.6f}", f"{r.seconds:.2f}", r.error or "",
+             r.details.get("iri_median_error"), r.details.get("iri_mean_seed_distance"), r.details.get("agreement")]
+            for title, report in reports.items() for r in report.results)
+    write_text(csv_path, csv_text(["pair", "metric", "layer", "score", "seconds", "error", "iri_median_error",
+                                   "iri_mean_seed_distance", "agreement"], rows))
 
     png_path = plot_sweep(reports, os.path.join(out_dir, "similarity.png"), metrics=METRICS,
                           title="clean model A as the front: standard vs invariance-aware stitching")

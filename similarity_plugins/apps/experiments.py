@@ -11,7 +11,7 @@ seeds, can use the cue only as far as the front represents it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 from torch import nn
 
@@ -19,6 +19,7 @@ from ..core.context import Context
 from ..core.data import Data
 from ..core.networks import _check_layer
 from ..core.results import LayerPair, as_layer_pair
+from ..utils.io import text_table
 
 #: memo entries that depend only on the training data (shared between the with-cue and without-cue runs)
 _TRAIN_ONLY_KEYS = {"split", "stitch-train", "stitch-cache", "stitch-fit", "iris"}
@@ -97,13 +98,6 @@ def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, 
 
 def format_excess(rows: list[ExcessAgreement]) -> str:
     """A small table: metric, layer, agreement with and without the cue, excess."""
-    header = f"{'metric':<12} {'layer':<16} {'agree (cue)':>12} {'agree (no cue)':>15} {'excess':>8}"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(f"{r.metric:<12} {r.layer:<16} {r.agreement_with_cue:>12.4f} {r.agreement_without_cue:>15.4f} "
-                     f"{r.excess:>+8.4f}")
-    return "\n".join(lines)
-
-
-def _json_ready(rows: list[ExcessAgreement]) -> list[dict[str, Any]]:
-    return [r.to_dict() for r in rows]
+    cells = [[r.metric, r.layer, f"{r.agreement_with_cue:.4f}", f"{r.agreement_without_cue:.4f}", f"{r.excess:+.4f}"]
+             for r in rows]
+    return text_table(["metric", "layer", "agree (cue)", "agree (no cue)", "excess"], cells, left=2)

@@ -6,6 +6,7 @@ import os
 from typing import Mapping, Sequence
 
 from ..core.results import Report
+from ..utils.io import atomic_write
 
 
 def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metrics: Sequence[str] | None = None,
@@ -49,9 +50,9 @@ def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metric
         fig.suptitle(title)
     fig.tight_layout()
     path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_write(path) as fh:
+            fig.savefig(fh, format=os.path.splitext(path)[1].lstrip(".") or "png", dpi=120)
+    finally:
+        plt.close(fig)
     return path

@@ -10,7 +10,6 @@ import contextlib
 import math
 import os
 import sys
-import tempfile
 import time
 from typing import Any, Iterator
 
@@ -20,6 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..datasets.tensors import tensors_of
+from ..utils.io import atomic_write
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -249,17 +249,7 @@ def save_weights(model: nn.Module, path: str | os.PathLike) -> str:
     Written to a temporary file in the same folder, then renamed, so a crash never leaves a half-written
     file. Parent folders are created. Load with ``build_model("SPEC@PATH")`` or ``torch.load(..., weights_only=True)``.
     """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_write(path) as f:
+        torch.save(state, f)
+    return os.fspath(path)

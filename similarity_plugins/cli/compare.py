@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -51,10 +50,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, data: Any, options: dict) -> int:
-    import csv
-
     from ..apps.experiments import excess_agreement, format_excess
     from ..core.registry import select_metrics
+    from ..utils.io import csv_text, write_json, write_text
 
     metrics = select_metrics(args.metrics or "stitch-slm,iri-slm")
     start = time.perf_counter()
@@ -64,15 +62,12 @@ def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, da
     print(f"\nexcess agreement = agreement with the end model on test data carrying the unseen cue minus "
           f"the same without it ({time.perf_counter() - start:.1f} s)")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump({"experiment": "excess-agreement", "cue_strength": args.cue_strength,
-                       "results": [r.to_dict() for r in rows]}, fh, indent=2)
+        write_json(args.out, {"experiment": "excess-agreement", "cue_strength": args.cue_strength,
+                              "results": [r.to_dict() for r in rows]})
         print(f"wrote {args.out}")
     if args.csv:
-        with open(args.csv, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0].to_dict()))
-            writer.writeheader()
-            writer.writerows(r.to_dict() for r in rows)
+        header = list(rows[0].to_dict())
+        write_text(args.csv, csv_text(header, ([r.to_dict()[k] for k in header] for r in rows)))
         print(f"wrote {args.csv}")
     return 0
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, NamedTuple, Sequence
+
+from ..utils.io import csv_text, text_table, write_text
 
 
 class LayerPair(NamedTuple):
@@ -150,7 +150,7 @@ class Report:
         """The report as JSON text; also written to ``path`` when given."""
         text = json.dumps(self.to_dict(), indent=indent)
         if path is not None:
-            _write_text(path, text + "\n")
+            write_text(path, text + "\n")
         return text
 
     def to_csv(self, path: str | None = None) -> str:
@@ -161,37 +161,23 @@ class Report:
                 if isinstance(v, (int, float, str, bool)) or v is None:
                     if k not in detail_keys:
                         detail_keys.append(k)
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(["metric", "layer", "score", "seconds", "error"] + detail_keys)
-        for r in self.results:
-            writer.writerow(
-                [r.metric, r.layer, "" if r.score is None else repr(float(r.score)), f"{r.seconds:.3f}", r.error or ""]
-                + ["" if r.details.get(k) is None else r.details.get(k) for k in detail_keys]
-            )
-        text = buf.getvalue()
+        rows = ([r.metric, r.layer, "" if r.score is None else repr(float(r.score)), f"{r.seconds:.3f}", r.error or ""]
+                + [r.details.get(k) for k in detail_keys] for r in self.results)
+        text = csv_text(["metric", "layer", "score", "seconds", "error"] + detail_keys, rows)
         if path is not None:
-            _write_text(path, text)
+            write_text(path, text)
         return text
 
     def __str__(self) -> str:
-        layers = self.layers
-        metrics = self.metrics
-        header = ["metric"] + layers + ["time (s)"]
         rows = []
-        for m in metrics:
-            cells = [m]
-            total = 0.0
-            for layer in layers:
+        for m in self.metrics:
+            cells, total = [m], 0.0
+            for layer in self.layers:
                 r = next((r for r in self.results if r.metric == m and str(r.layer) == layer), None)
-                cells.append("" if r is None else _format_score(r.score) + ("*" if r and r.details.get("warnings") else ""))
+                cells.append("" if r is None else _format_score(r.score) + ("*" if r.details.get("warnings") else ""))
                 total += r.seconds if r else 0.0
-            cells.append(f"{total:.1f}")
-            rows.append(cells)
-        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-        line = lambda cells: "  ".join(  # noqa: E731
-            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-        out = [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+            rows.append(cells + [f"{total:.1f}"])
+        out = [text_table(["metric"] + self.layers + ["time (s)"], rows)]
         notes = []
         for r in self.results:
             if r.error:
@@ -204,15 +190,3 @@ class Report:
 
     def __repr__(self) -> str:
         return f"Report({len(self.results)} results: metrics={self.metrics}, layers={self.layers})"
-
-
-def _write_text(path: str, text: str) -> None:
-    import os
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)

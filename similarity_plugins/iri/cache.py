@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any, Iterable
 
 import torch
@@ -44,20 +43,10 @@ def fingerprint(named_tensors: Iterable[tuple[str, torch.Tensor]], layer: str, s
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save(obj)`` to ``path`` atomically (temp file in the same directory, then ``os.replace``)."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    from ..utils.io import atomic_write
+
+    with atomic_write(path) as f:
+        torch.save(obj, f)
 
 
 def load_file(path: str | os.PathLike) -> Any | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import numpy as np
 import torch
@@ -29,24 +28,21 @@ def save_iris(iris: IRISet, path: str | os.PathLike, *, labels: torch.Tensor | N
     if seeds is not None:
         arrays["seeds"] = seeds.detach().cpu().contiguous()
     summary = json.dumps(dict(iris.summary), default=str)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    from ..utils.io import atomic_write
+
     if path.endswith(".safetensors"):
         try:
-            from safetensors.torch import save_file
+            from safetensors.torch import save
         except ImportError as exc:
             raise ValueError("writing .safetensors needs the safetensors package: pip install "
                              "'similarity-plugins[io]', or write .npz instead") from exc
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".safetensors")
-        os.close(fd)
-        save_file(arrays, tmp, metadata={"summary": summary})
+        with atomic_write(path) as fh:
+            fh.write(save(arrays, metadata={"summary": summary}))
     elif path.endswith(".npz"):
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz")
-        with os.fdopen(fd, "wb") as fh:
+        with atomic_write(path) as fh:
             np.savez(fh, summary_json=np.array(summary), **{k: v.numpy() for k, v in arrays.items()})
     else:
         raise ValueError(f"unknown IRI file type for {path!r}; use a .npz or .safetensors name")
-    os.replace(tmp, path)
     return path
 
 
