@@ -1,9 +1,20 @@
-"""Shared test configuration: GPU tests skip cleanly without CUDA."""
+"""Shared test configuration: GPU tests skip cleanly without CUDA; trained tiny donors are built once a session.
+
+No global state is changed at import. Modules with tiny models opt into one intra-op thread with
+``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` (restored after the module); the session
+donors are trained on one thread too and leave the caller's thread count and RNG state as they were.
+Tests must not change the shared donors (they assert that donors are left bit-identical anyway).
+"""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 
 def pytest_collection_modifyitems(config, items):
@@ -13,3 +24,80 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` intra-op threads, then restore the caller's count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models gain nothing from threads, and a shared machine punishes oversubscription."""
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture(scope="session")
+def digits16():
+    """sklearn digits at 16x16 (train/test ``Data``), made locally."""
+    from similarity_plugins.datasets import digits_data
+
+    return digits_data(size=16)
+
+
+@pytest.fixture(scope="session")
+def digits32():
+    """sklearn digits at 32x32 (train/test ``Data``), made locally."""
+    from similarity_plugins.datasets import digits_data
+
+    return digits_data(size=32)
+
+
+@pytest.fixture(scope="session")
+def small_cnn_donors(digits32) -> tuple[nn.Module, nn.Module]:
+    """Two SmallCNN (width 8) donors trained 3 epochs on 32x32 digits with seeds 0 and 1, in eval mode."""
+    from similarity_plugins.apps.training import train_classifier
+    from similarity_plugins.apps.zoo import SmallCNN
+
+    models = []
+    with torch_threads(1):
+        for seed in (0, 1):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)  # initial weights independent of the tests that ran before
+                model = SmallCNN(in_channels=1, num_classes=10, width=8)
+            train_classifier(model, digits32.train, epochs=3, lr=3e-3, seed=seed, progress=False)
+            models.append(model.eval())
+    return models[0], models[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_cnn16(digits16) -> nn.Module:
+    """``models_for_tests.tiny_cnn`` trained 4 epochs on 16x16 digits (about 95% test accuracy), eval mode."""
+    from models_for_tests import tiny_cnn
+
+    model = tiny_cnn()
+    x, y = digits16.train.tensors
+    with torch_threads(1), torch.random.fork_rng(devices=[]):
+        g = torch.Generator().manual_seed(0)
+        opt = torch.optim.Adam(model.parameters(), 1e-2)
+        for _ in range(4):
+            perm = torch.randperm(len(x), generator=g)
+            for i in range(0, len(x), 64):
+                idx = perm[i:i + 64]
+                loss = F.cross_entropy(model(x[idx]), y[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    model.eval()
+    xt, yt = digits16.test.tensors
+    with torch.no_grad():
+        accuracy = float((model(xt).argmax(1) == yt).float().mean())
+    assert accuracy > 0.85, f"the tiny_cnn16 donor failed to train (test accuracy {accuracy:.2f})"
+    return model

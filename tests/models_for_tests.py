@@ -7,19 +7,22 @@ from torch import nn
 
 
 def tiny_cnn(num_classes: int = 10, in_channels: int = 1, width: int = 8, seed: int = 0) -> nn.Module:
-    """A 3-block CNN with BatchNorm: block1..block3, pool, flatten, fc. Input (N, in_channels, 16, 16)."""
-    torch.manual_seed(seed)
+    """A 3-block CNN with BatchNorm: block1..block3, pool, flatten, fc. Input (N, in_channels, 16, 16).
+
+    Initial weights depend only on ``seed`` (the caller's global RNG state is left as it was)."""
 
     def block(cin: int, cout: int) -> nn.Sequential:
         return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2))
 
-    model = nn.Sequential()
-    model.add_module("block1", block(in_channels, width))
-    model.add_module("block2", block(width, 2 * width))
-    model.add_module("block3", block(2 * width, 2 * width))
-    model.add_module("pool", nn.AdaptiveAvgPool2d(1))
-    model.add_module("flatten", nn.Flatten())
-    model.add_module("fc", nn.Linear(2 * width, num_classes))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = nn.Sequential()
+        model.add_module("block1", block(in_channels, width))
+        model.add_module("block2", block(width, 2 * width))
+        model.add_module("block3", block(2 * width, 2 * width))
+        model.add_module("pool", nn.AdaptiveAvgPool2d(1))
+        model.add_module("flatten", nn.Flatten())
+        model.add_module("fc", nn.Linear(2 * width, num_classes))
     return model
 
 

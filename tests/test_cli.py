@@ -73,6 +73,7 @@ def test_errors_exit_2_with_a_message(capsys):
                  "--data", "nowhere:/x", "--no-progress"]) == 2
 
 
+@pytest.mark.slow  # two fresh interpreters
 def test_console_script_and_module_entry():
     done = subprocess.run([sys.executable, "-m", "similarity_plugins", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "compare" in done.stdout and "demo" in done.stdout

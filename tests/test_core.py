@@ -202,6 +202,30 @@ def test_device_argument_never_moves_the_users_model(data):
     assert math.isclose(report["cka-linear"].score, 1.0, abs_tol=1e-9)
 
 
+def test_device_argument_runs_metrics_on_a_copy(data, fresh_manager):
+    """``device="cpu:0"`` differs from the model's ``cpu``, so compare takes the copy path: metrics get a moved
+    copy, and even a metric that zeroes the weights it was given cannot touch the user's model."""
+    a = tiny_cnn()
+    seen = {}
+
+    @sp.hookimpl
+    def similarity(front, end, device):
+        seen.update(front_is_users=front is a, end_is_users=end is a, device=device)
+        with torch.no_grad():
+            for p in front.parameters():
+                p.zero_()
+        return 1.0
+
+    sp.register_metric(similarity, "vandal")
+    before = snapshot(a)
+    report = sp.compare(a, a, "block1", data, metrics="vandal", device="cpu:0")
+    assert report["vandal"].score == 1.0 and report.meta["device"] == "cpu:0"
+    assert seen == {"front_is_users": False, "end_is_users": False, "device": torch.device("cpu", 0)}
+    assert_unchanged(a, before)
+    copied = sp.compare(a, a, "block1", data, metrics="cka-linear", device="cpu:0")
+    assert math.isclose(copied["cka-linear"].score, 1.0, abs_tol=1e-9)
+
+
 def test_reused_context_takes_this_calls_options_and_data(data):
     a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
     ctx = sp.Context(data)

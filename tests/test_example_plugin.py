@@ -51,11 +51,13 @@ def test_example_plugin_is_discovered_and_runs(installed):
     assert abs(float(line.split()[1]) - 1.0) < 1e-5 and line.split()[2] == "None"
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_disable_autoload_hides_the_example(installed):
     done = _run(installed, SIMILARITY_PLUGINS_DISABLE_AUTOLOAD="1")
     assert done.returncode != 0 and "AssertionError" in done.stderr and "mean-cosine" not in done.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_cli_lists_the_package(installed):
     environment = {**os.environ, "PYTHONPATH": str(installed)}
     done = subprocess.run([sys.executable, "-m", "similarity_plugins", "list"], capture_output=True, text=True, env=environment)

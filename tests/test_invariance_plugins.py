@@ -3,32 +3,25 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from models_for_tests import assert_unchanged, snapshot
 
 import similarity_plugins as sp
-from similarity_plugins.apps.training import train_classifier
-from similarity_plugins.apps.zoo import SmallCNN
-from similarity_plugins.datasets import digits_data
 
 IRI = ["iri-hlm", "iri-slm", "iri-dm", "iri-fula"]
 FAST = {"iri_max_seeds": 64, "iri_steps": 300, "iri_batch_size": 64, "epochs": 6, "batch_size": 32}
 
 
 @pytest.fixture(scope="module")
-def data():
-    return digits_data(size=32)
+def data(digits32):
+    return digits32
 
 
 @pytest.fixture(scope="module")
-def trained(data):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)  # initial weights independent of the tests that ran before
-        model = SmallCNN(in_channels=1, num_classes=10, width=8)
-    train_classifier(model, data.train, epochs=3, lr=3e-3, seed=0, progress=False)
-    return model.eval()
+def trained(small_cnn_donors):
+    return small_cnn_donors[0]
 
 
+@pytest.mark.slow  # IRIs of 64 seeds and four stitch trainings
 def test_self_stitch_on_iris_scores_high_and_reports_iri_quality(trained, data, monkeypatch):
     import similarity_plugins.iri.service as iri_module
 

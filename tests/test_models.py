@@ -9,14 +9,7 @@ from torch import nn
 from similarity_plugins.apps.training import save_weights
 from similarity_plugins.apps.zoo import SmallCNN, build_model, load_weights, split_model_spec
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small forward passes gain nothing from several threads; one keeps the tests quick on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny_net(num_classes: int = 10, hidden: int = 4) -> nn.Module:
@@ -69,6 +62,7 @@ def test_build_torchvision_resnet18():
     assert s(torch.rand(1, 3, 32, 32)).shape == (1, 10)
 
 
+@pytest.mark.slow  # a 130M-parameter VGG
 def test_build_torchvision_vgg11_bn():
     m = build_model("torchvision:vgg11_bn", num_classes=10)
     assert m.classifier[-1].out_features == 10

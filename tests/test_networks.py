@@ -40,7 +40,7 @@ def test_resnet_layers_and_split(name):
     _check_split(model, torch.rand(2, 3, 32, 32), chosen + ["layer1", "layer3"])
 
 
-@pytest.mark.parametrize("name", ["vgg11", "vgg11_bn"])
+@pytest.mark.parametrize("name", ["vgg11", pytest.param("vgg11_bn", marks=pytest.mark.slow)])
 def test_vgg_layers_and_split(name):
     model = torchvision.models.get_model(name, weights=None, num_classes=10)
     names = layers(model)

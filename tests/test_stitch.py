@@ -30,7 +30,7 @@ from similarity_plugins.stitch import (
     stitched_loss,
 )
 
-torch.set_num_threads(1)  # tiny models: threads only add overhead on a shared 2-core machine
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ------------------------------------------------------------------------------------------- layer

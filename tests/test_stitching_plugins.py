@@ -8,46 +8,28 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
-from models_for_tests import assert_unchanged, snapshot, tiny_cnn
+from models_for_tests import assert_unchanged, snapshot
 from torch import nn
 
 import similarity_plugins
 from similarity_plugins import Context, Data, compare
-from similarity_plugins.datasets.digits import digits_data
 from similarity_plugins.datasets.tensors import ImageTensors
 
-torch.set_num_threads(1)  # tiny models: threads only add overhead on a shared 2-core machine
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 STITCH = ["stitch-hlm", "stitch-slm", "stitch-dm", "stitch-fula"]
 FAST = {"epochs": 1}
 
 
 @pytest.fixture(scope="module")
-def data() -> Data:
-    return digits_data(size=16)
+def data(digits16) -> Data:
+    return digits16
 
 
 @pytest.fixture(scope="module")
-def trained(data) -> nn.Module:
-    """tiny_cnn (3 conv blocks with BatchNorm) trained for a few seconds on digits at 16x16 (~95% test)."""
-    model = tiny_cnn()
-    x, y = data.train.tensors
-    g = torch.Generator().manual_seed(0)
-    opt = torch.optim.Adam(model.parameters(), 1e-2)
-    for _ in range(4):
-        perm = torch.randperm(len(x), generator=g)
-        for i in range(0, len(x), 64):
-            idx = perm[i:i + 64]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    model.eval()
-    xt, yt = data.test.tensors
-    with torch.no_grad():
-        assert (model(xt).argmax(1) == yt).float().mean() > 0.85
-    return model
+def trained(tiny_cnn16) -> nn.Module:
+    """tiny_cnn trained on 16x16 digits (the session donor from conftest)."""
+    return tiny_cnn16
 
 
 def permuted_rescaled_copy(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -245,6 +227,7 @@ def test_torchvision_resnet18_end_to_end():
     assert cross.details["resized"] and cross.details["end_shape"] == [128, 4, 4]
 
 
+@pytest.mark.slow  # a ViT-Tiny front and end, stitched
 def test_timm_vit_end_to_end():
     import timm
     import torchvision

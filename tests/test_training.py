@@ -25,14 +25,7 @@ from similarity_plugins.datasets import (
     digits,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from several threads; one keeps the tests quick on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +58,7 @@ def _assert_same(model, snap):
     assert {n: p.requires_grad for n, p in model.named_parameters()} == grads
 
 
+@pytest.mark.slow  # trains two donors
 def test_shortcut_reliance(train_split, test_split):
     """Trained with half the images swapped for other digits while the mark follows the label, a model relies on
     the mark: a randomised mark wrecks it. A clean-trained model barely notices the mark."""

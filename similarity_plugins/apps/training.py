@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import sys
@@ -18,28 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from ..core.activations import model_outputs
+from ..core.networks import frozen, model_device, preserved
 from ..datasets.tensors import tensors_of
 from ..utils.io import atomic_write
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    for t in model.parameters():
-        return t.device
-    for t in model.buffers():
-        return t.device
-    return torch.device("cpu")
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Put every submodule in eval mode for the block, then restore each one's own ``training`` flag."""
-    flags = {m: m.training for m in model.modules()}
-    model.eval()
-    try:
-        yield model
-    finally:
-        for m, flag in flags.items():
-            m.training = flag
 
 
 def _batches(dataset: Dataset | DataLoader, batch_size: int, shuffle: bool,
@@ -78,20 +59,13 @@ def pgd_attack(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float
         adv = (x + eps * noise).clamp(0, 1)
     else:
         adv = x.clone()
-    requires = {p: p.requires_grad for p in model.parameters()}
-    try:
-        for p in requires:
-            p.requires_grad_(False)
-        with eval_mode(model):
-            for _ in range(steps):
-                adv.requires_grad_(True)
-                loss = F.cross_entropy(model(adv), y)
-                (grad,) = torch.autograd.grad(loss, adv)
-                adv = adv.detach() + alpha * grad.sign()
-                adv = torch.min(torch.max(adv, x - eps), x + eps).clamp(0, 1)
-    finally:
-        for p, flag in requires.items():
-            p.requires_grad_(flag)
+    with frozen(model):
+        for _ in range(steps):
+            adv.requires_grad_(True)
+            loss = F.cross_entropy(model(adv), y)
+            (grad,) = torch.autograd.grad(loss, adv)
+            adv = adv.detach() + alpha * grad.sign()
+            adv = torch.min(torch.max(adv, x - eps), x + eps).clamp(0, 1)
     return adv.detach()
 
 
@@ -119,73 +93,88 @@ def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, e
     "train_accuracy", "seconds"[, "eval_accuracy"]}, ...], "seconds": total, "final_loss",
     "final_train_accuracy"}``; loss is the mean cross-entropy (nats) over the epoch's training batches.
     """
+    adv = _check_training_options(epochs, batch_size, optimizer, schedule, adversarial)
+    dev = torch.device(device) if device is not None else model_device(model)
+    model.to(dev)
+    opt, sched = _optimizer_and_schedule(model, train_dataset, optimizer, schedule, lr, weight_decay, epochs, batch_size)
+    history: list[dict[str, float]] = []
+    start = time.perf_counter()
+    fork_devices = [dev.index or 0] if dev.type == "cuda" else []
+    with preserved(model), torch.random.fork_rng(devices=fork_devices):
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        for epoch in range(1, epochs + 1):
+            t0 = time.perf_counter()
+            record = {"epoch": epoch, **_train_epoch(model, train_dataset, opt, sched, batch_size, gen, dev, adv)}
+            if precise_bn and adv is None and epoch == epochs:
+                recompute_bn_stats(model, train_dataset, batch_size=batch_size, device=dev)
+            record["seconds"] = time.perf_counter() - t0
+            if eval_dataset is not None:
+                record["eval_accuracy"] = evaluate_accuracy(model, eval_dataset, device=dev)
+            history.append(record)
+            if progress:
+                extra = f" eval_acc {record['eval_accuracy']:.4f}" if "eval_accuracy" in record else ""
+                print(f"epoch {epoch}/{epochs} loss {record['loss']:.4f} train_acc {record['train_accuracy']:.4f}"
+                      f"{extra} ({record['seconds']:.1f}s)", file=sys.stderr, flush=True)
+    return {"history": history, "seconds": time.perf_counter() - start,
+            "final_loss": history[-1]["loss"], "final_train_accuracy": history[-1]["train_accuracy"]}
+
+
+def _check_training_options(epochs: int, batch_size: int, optimizer: str, schedule: str | None,
+                            adversarial: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Validate :func:`train_classifier`'s options; returns the PGD settings (None without adversarial training)."""
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch_size must be >= 1, got epochs={epochs}, batch_size={batch_size}")
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"unknown optimizer {optimizer!r}; use 'adam' or 'sgd'")
     if schedule not in (None, "cosine"):
         raise ValueError(f"unknown schedule {schedule!r}; use 'cosine' or None")
-    adv = None
-    if adversarial:
-        unknown = set(adversarial) - {"eps", "steps", "alpha", "random_start"}
-        if unknown or "eps" not in adversarial:
-            raise ValueError(f"adversarial takes eps (required), steps, alpha, random_start; got {sorted(adversarial)}")
-        adv = dict(adversarial)
-    dev = torch.device(device) if device is not None else _model_device(model)
-    model.to(dev)
+    if not adversarial:
+        return None
+    unknown = set(adversarial) - {"eps", "steps", "alpha", "random_start"}
+    if unknown or "eps" not in adversarial:
+        raise ValueError(f"adversarial takes eps (required), steps, alpha, random_start; got {sorted(adversarial)}")
+    return dict(adversarial)
+
+
+def _optimizer_and_schedule(model: nn.Module, train_dataset: Dataset | DataLoader, optimizer: str,
+                            schedule: str | None, lr: float, weight_decay: float, epochs: int, batch_size: int):
+    """The optimizer over the trainable parameters, and the per-step cosine schedule (or None)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if optimizer == "adam":
         opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     else:
         opt = torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
-    n = len(train_dataset) if not isinstance(train_dataset, DataLoader) else len(train_dataset.dataset)  # type: ignore[arg-type]
-    steps_per_epoch = len(train_dataset) if isinstance(train_dataset, DataLoader) else math.ceil(n / batch_size)
-    total_steps = max(1, epochs * steps_per_epoch)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total_steps) / total_steps))) \
-        if schedule == "cosine" else None
+    if schedule != "cosine":
+        return opt, None
+    if isinstance(train_dataset, DataLoader):
+        steps_per_epoch = len(train_dataset)
+    else:
+        steps_per_epoch = math.ceil(len(train_dataset) / batch_size)  # type: ignore[arg-type]
+    total = max(1, epochs * steps_per_epoch)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
 
-    flags = {m: m.training for m in model.modules()}
-    history: list[dict[str, float]] = []
-    start = time.perf_counter()
-    fork_devices = [dev.index or 0] if dev.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=fork_devices):
-            torch.manual_seed(seed)
-            gen = torch.Generator().manual_seed(seed)
-            for epoch in range(1, epochs + 1):
-                t0 = time.perf_counter()
-                model.train()
-                loss_sum, correct, seen = 0.0, 0, 0
-                for x, y in _batches(train_dataset, batch_size, shuffle=True, generator=gen):
-                    x, y = x.to(dev, non_blocking=True).float(), y.to(dev, non_blocking=True)
-                    if adv is not None:
-                        x = pgd_attack(model, x, y, generator=gen, **adv)
-                    out = model(x)
-                    loss = F.cross_entropy(out, y)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    if sched is not None:
-                        sched.step()
-                    loss_sum += float(loss.detach()) * len(y)
-                    correct += int((out.argmax(1) == y).sum())
-                    seen += len(y)
-                record = {"epoch": epoch, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
-                          "seconds": time.perf_counter() - t0}
-                if precise_bn and adv is None and epoch == epochs:
-                    recompute_bn_stats(model, train_dataset, batch_size=batch_size, device=dev)
-                if eval_dataset is not None:
-                    record["eval_accuracy"] = evaluate_accuracy(model, eval_dataset, device=dev)
-                history.append(record)
-                if progress:
-                    extra = f" eval_acc {record['eval_accuracy']:.4f}" if "eval_accuracy" in record else ""
-                    print(f"epoch {epoch}/{epochs} loss {record['loss']:.4f} train_acc {record['train_accuracy']:.4f}"
-                          f"{extra} ({record['seconds']:.1f}s)", file=sys.stderr, flush=True)
-    finally:
-        for m, flag in flags.items():
-            m.training = flag
-    return {"history": history, "seconds": time.perf_counter() - start,
-            "final_loss": history[-1]["loss"], "final_train_accuracy": history[-1]["train_accuracy"]}
+
+def _train_epoch(model: nn.Module, train_dataset: Dataset | DataLoader, opt: torch.optim.Optimizer, sched: Any,
+                 batch_size: int, gen: torch.Generator, dev: torch.device, adv: dict[str, Any] | None) -> dict:
+    """One shuffled pass in train mode; returns ``{"loss": mean cross-entropy (nats), "train_accuracy"}``."""
+    model.train()
+    loss_sum, correct, seen = 0.0, 0, 0
+    for x, y in _batches(train_dataset, batch_size, shuffle=True, generator=gen):
+        x, y = x.to(dev, non_blocking=True).float(), y.to(dev, non_blocking=True)
+        if adv is not None:
+            x = pgd_attack(model, x, y, generator=gen, **adv)
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        loss_sum += float(loss.detach()) * len(y)
+        correct += int((out.argmax(1) == y).sum())
+        seen += len(y)
+    return {"loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1)}
 
 
 @torch.no_grad()
@@ -198,22 +187,20 @@ def recompute_bn_stats(model: nn.Module, dataset: Dataset | DataLoader, batch_si
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
     if not bns:
         return
-    dev = torch.device(device) if device is not None else _model_device(model)
-    flags = {m: m.training for m in model.modules()}
+    dev = torch.device(device) if device is not None else model_device(model)
     momenta = {m: m.momentum for m in bns}
-    try:
-        model.eval()
-        for m in bns:
-            m.reset_running_stats()
-            m.momentum = None  # cumulative moving average: the exact mean over batches
-            m.train()
-        for x, _ in _batches(dataset, batch_size, shuffle=False, generator=None):
-            model(x.to(dev).float())
-    finally:
-        for m, mom in momenta.items():
-            m.momentum = mom
-        for m, flag in flags.items():
-            m.training = flag
+    with preserved(model):
+        try:
+            model.eval()
+            for m in bns:
+                m.reset_running_stats()
+                m.momentum = None  # cumulative moving average: the exact mean over batches
+                m.train()
+            for x, _ in _batches(dataset, batch_size, shuffle=False, generator=None):
+                model(x.to(dev).float())
+        finally:
+            for m, mom in momenta.items():
+                m.momentum = mom
 
 
 @torch.no_grad()
@@ -223,17 +210,11 @@ def predict(model: nn.Module, dataset: Dataset | DataLoader, batch_size: int = 5
 
     Runs in eval mode on ``device`` (default: the model's) and leaves the model's flags as they were.
     """
-    dev = torch.device(device) if device is not None else _model_device(model)
-    if _model_device(model) != dev:
-        raise ValueError(f"the model is on {_model_device(model)} but device={dev}; move the model first")
-    preds, labels = [], []
-    with eval_mode(model):
-        for x, y in _batches(dataset, batch_size, shuffle=False, generator=None):
-            preds.append(model(x.to(dev).float()).argmax(1).cpu())
-            labels.append(y.cpu())
-    if not preds:
-        raise ValueError("the dataset is empty: nothing to evaluate")
-    return torch.cat(preds), torch.cat(labels)
+    dev = torch.device(device) if device is not None else model_device(model)
+    if model_device(model) != dev:
+        raise ValueError(f"the model is on {model_device(model)} but device={dev}; move the model first")
+    logits, labels = model_outputs(model, dataset, batch_size=batch_size, device=dev)
+    return logits.argmax(1), labels
 
 
 def evaluate_accuracy(model: nn.Module, dataset: Dataset | DataLoader, batch_size: int = 512,
