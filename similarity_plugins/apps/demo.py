@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..core.compare import compare
 from ..core.context import Context
@@ -76,8 +77,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     ``out_dir``: where report.json, report.csv and similarity.png go (created if needed). ``quick``:
     the smaller configuration. ``seed``: models, shortcut placement, IRIs and stitches derive from it.
     """
-    from ..datasets import PixelShortcut, RandomMark, ShortcutRandomised, ShortcutRemoved, digits_data
-    from .training import evaluate_accuracy
+    from ..datasets import PixelShortcut, digits_data
 
     cfg = config or (DemoConfig.quick() if quick else DemoConfig())
     start = time.perf_counter()
@@ -85,56 +85,15 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     clean = digits_data(size=32, seed=seed)
     _say(f"similarity-plugins demo{' (quick)' if quick else ''}: scikit-learn digits at 32x32 "
          f"({len(clean.train)} train / {len(clean.test)} test images), small CNNs, seed {seed}")
-
-    # 1. donors: two clean models (marks at random: present but meaningless) and one that relies on a
-    #    label-coded mark (half its images swapped for other digits while the mark follows the label)
-    shortcut_train = PixelShortcut(clean.train, swap_fraction=cfg.swap_fraction, seed=seed)
-    clean_train = RandomMark(shortcut_train, seed=seed + 6)
-    robust = f", PGD-robust at eps {cfg.pgd_eps:g}" if cfg.pgd_eps > 0 else ""
-    _say(f"training 3 donors ({cfg.train_epochs} epochs each{robust}) ...")
-    models = {
-        "clean A": _train(cfg, clean_train, seed, progress),
-        "clean B": _train(cfg, clean_train, seed + 1, progress),
-        "shortcut S": _train(cfg, shortcut_train, seed + 2, progress),
-    }
     marked_test = PixelShortcut(clean.test, seed=seed + 4)
-    tests = {"with mark": marked_test, "mark removed": ShortcutRemoved(marked_test),
-             "mark randomised": ShortcutRandomised(marked_test, seed=seed + 5)}
+    models = _train_donors(cfg, clean.train, seed, progress)
     _say(f"trained in {time.perf_counter() - start:.0f} s")
-    accuracy = {name: {t: round(evaluate_accuracy(m, ds), 4) for t, ds in tests.items()} for name, m in models.items()}
-    _say("\ntest accuracy      " + "".join(f"{t:>17}" for t in tests))
-    for name, row in accuracy.items():
-        _say(f"{name:<19}" + "".join(f"{row[t]:>17.3f}" for t in tests))
-    _say("(A and B saw marks at random; S was trained with half its images swapped for other digits while "
-         "the mark followed the label: it reads the mark, not the digit)")
+    accuracy = _donor_accuracy(models, marked_test, seed)
 
-    # 2. comparisons on data where every image carries the mark of its label
+    # comparisons on data where every image carries the mark of its label
     data = Data(train=PixelShortcut(clean.train, seed=seed + 3), test=marked_test)
-    options = {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds,
-               "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol,
-               "iri_init": cfg.iri_init, "iri_cycle_steps": cfg.iri_cycle_steps}
-    context = Context(data, seed=seed, progress=progress)
-    pairs = {"clean -> clean": ("clean A", "clean B"), "clean -> shortcut": ("clean A", "shortcut S")}
-    reports: dict[str, Report] = {}
-    for title, (front_name, end_name) in pairs.items():
-        _say(f"\ncomparing {front_name} (front) with {end_name} (end) at {', '.join(cfg.layers)} ...")
-        began = time.perf_counter()
-        reports[title] = compare(models[front_name], models[end_name], cfg.layers, data, METRICS, seed=seed,
-                                 options=options, context=context, progress=progress)
-        _say(f"  done in {time.perf_counter() - began:.0f} s")
-
-    # 3. report only layers whose IRIs converged
-    dropped = [layer for layer in cfg.layers
-               if any((r := rep.get("iri-slm", layer)) is None or r.error
-                      or not r.details.get("iri_median_error", 1.0) <= cfg.iri_tol for rep in reports.values())]
-    kept = [layer for layer in cfg.layers if layer not in dropped]
-    if dropped:
-        for layer in dropped:
-            r = next(iter(reports.values())).get("iri-slm", layer)
-            why = (r.error if r is not None and r.error else
-                   f"median IRI error {r.details.get('iri_median_error', float('nan')):.4f}" if r is not None else "no result")
-            _say(f"dropping {layer}: {why}")
-        reports = {t: Report([r for r in rep.results if r.layer in kept], rep.meta) for t, rep in reports.items()}
+    reports = _compare_pairs(cfg, models, data, seed, progress)
+    reports, kept, dropped = _keep_converged_layers(cfg, reports)
     for title, report in reports.items():
         _say(f"\n{title}\n{report}")
     iri_quality = {layer: next(iter(reports.values())).get("iri-slm", layer).details for layer in kept}
@@ -153,6 +112,72 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     seconds = time.perf_counter() - start
     _say(f"\nwrote {', '.join(files)} in {seconds:.0f} s")
     return {"reports": reports, "accuracy": accuracy, "files": files, "seconds": seconds, "dropped": dropped}
+
+
+def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool) -> dict[str, nn.Module]:
+    """Two clean donors (marks at random: present but meaningless) and one that relies on a label-coded
+    mark (half its images swapped for other digits while the mark follows the label)."""
+    from ..datasets import PixelShortcut, RandomMark
+
+    shortcut_train = PixelShortcut(train, swap_fraction=cfg.swap_fraction, seed=seed)
+    clean_train = RandomMark(shortcut_train, seed=seed + 6)
+    robust = f", PGD-robust at eps {cfg.pgd_eps:g}" if cfg.pgd_eps > 0 else ""
+    _say(f"training 3 donors ({cfg.train_epochs} epochs each{robust}) ...")
+    return {
+        "clean A": _train(cfg, clean_train, seed, progress),
+        "clean B": _train(cfg, clean_train, seed + 1, progress),
+        "shortcut S": _train(cfg, shortcut_train, seed + 2, progress),
+    }
+
+
+def _donor_accuracy(models: dict[str, nn.Module], marked_test: Any, seed: int) -> dict[str, dict[str, float]]:
+    """Each donor's test accuracy with the mark, without it and with it randomised (printed and returned)."""
+    from ..datasets import ShortcutRandomised, ShortcutRemoved
+    from .training import evaluate_accuracy
+
+    tests = {"with mark": marked_test, "mark removed": ShortcutRemoved(marked_test),
+             "mark randomised": ShortcutRandomised(marked_test, seed=seed + 5)}
+    accuracy = {name: {t: round(evaluate_accuracy(m, ds), 4) for t, ds in tests.items()} for name, m in models.items()}
+    _say("\ntest accuracy      " + "".join(f"{t:>17}" for t in tests))
+    for name, row in accuracy.items():
+        _say(f"{name:<19}" + "".join(f"{row[t]:>17.3f}" for t in tests))
+    _say("(A and B saw marks at random; S was trained with half its images swapped for other digits while "
+         "the mark followed the label: it reads the mark, not the digit)")
+    return accuracy
+
+
+def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, seed: int,
+                   progress: bool) -> dict[str, Report]:
+    """The layer sweep for clean -> clean and clean -> shortcut, sharing one context (and clean A's IRIs)."""
+    options = {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds,
+               "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol,
+               "iri_init": cfg.iri_init, "iri_cycle_steps": cfg.iri_cycle_steps}
+    context = Context(data, seed=seed, progress=progress)
+    pairs = {"clean -> clean": ("clean A", "clean B"), "clean -> shortcut": ("clean A", "shortcut S")}
+    reports: dict[str, Report] = {}
+    for title, (front_name, end_name) in pairs.items():
+        _say(f"\ncomparing {front_name} (front) with {end_name} (end) at {', '.join(cfg.layers)} ...")
+        began = time.perf_counter()
+        reports[title] = compare(models[front_name], models[end_name], cfg.layers, data, METRICS, seed=seed,
+                                 options=options, context=context, progress=progress)
+        _say(f"  done in {time.perf_counter() - began:.0f} s")
+    return reports
+
+
+def _keep_converged_layers(cfg: DemoConfig, reports: dict[str, Report]) -> tuple[dict[str, Report], list, list]:
+    """Drop layers whose IRIs did not reach ``cfg.iri_tol``; returns ``(reports, kept layers, dropped layers)``."""
+    dropped = [layer for layer in cfg.layers
+               if any((r := rep.get("iri-slm", layer)) is None or r.error
+                      or not r.details.get("iri_median_error", 1.0) <= cfg.iri_tol for rep in reports.values())]
+    kept = [layer for layer in cfg.layers if layer not in dropped]
+    for layer in dropped:
+        r = next(iter(reports.values())).get("iri-slm", layer)
+        why = (r.error if r is not None and r.error else
+               f"median IRI error {r.details.get('iri_median_error', float('nan')):.4f}" if r is not None else "no result")
+        _say(f"dropping {layer}: {why}")
+    if dropped:
+        reports = {t: Report([r for r in rep.results if r.layer in kept], rep.meta) for t, rep in reports.items()}
+    return reports, kept, dropped
 
 
 def _score(report: Report, metric: str, layer: str) -> float | None:

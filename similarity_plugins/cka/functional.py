@@ -59,12 +59,7 @@ def cka(
             argument), n < 4 with ``debiased``, a constant representation, or Gram matrices that would
             not fit in memory (RBF: use linear CKA / ``StreamingLinearCKA`` instead).
     """
-    if kernel not in ("linear", "rbf"):
-        raise ValueError(f"kernel must be 'linear' or 'rbf' (got {kernel!r})")
-    if method not in ("auto", "feature", "gram"):
-        raise ValueError(f"method must be 'auto', 'feature' or 'gram' (got {method!r})")
-    if kernel == "rbf" and method == "feature":
-        raise ValueError("method='feature' exists only for kernel='linear'; RBF CKA needs Gram matrices")
+    _check_kernel_and_method(kernel, method)
     threshold = _check_threshold(threshold)
     xa = _as_samples(X, "X")
     ya = _as_samples(Y, "Y")
@@ -72,14 +67,7 @@ def cka(
     _check_debiased_n(n, debiased)
     budget = int(max_gram_bytes) if max_gram_bytes is not None else _available_memory_bytes()
     if kernel == "rbf":
-        need = 3 * 8 * n * n
-        if need > budget:
-            raise ValueError(
-                f"RBF CKA on n={n} samples needs about {_gib(need)} for its {n} x {n} float64 Gram "
-                f"matrices (3 x n^2 x 8 bytes) but only {_gib(budget)} is available (max_gram_bytes); "
-                "use linear CKA (cka(..., kernel='linear'), the 'cka-linear' metric) or "
-                "StreamingLinearCKA, which need no n x n matrices, or subsample the inputs"
-            )
+        _check_rbf_fits(n, budget)
         plan = "gram"
     else:
         plan = _linear_plan(n, xa.shape[1], ya.shape[1], method, budget)
@@ -87,6 +75,27 @@ def cka(
     if plan == "feature":
         return _feature_cka(xa, ya, debiased)
     return _gram_cka(xa, ya, debiased, kernel, threshold)
+
+
+def _check_kernel_and_method(kernel: str, method: str) -> None:
+    if kernel not in ("linear", "rbf"):
+        raise ValueError(f"kernel must be 'linear' or 'rbf' (got {kernel!r})")
+    if method not in ("auto", "feature", "gram"):
+        raise ValueError(f"method must be 'auto', 'feature' or 'gram' (got {method!r})")
+    if kernel == "rbf" and method == "feature":
+        raise ValueError("method='feature' exists only for kernel='linear'; RBF CKA needs Gram matrices")
+
+
+def _check_rbf_fits(n: int, budget: int) -> None:
+    """RBF CKA holds about three n x n float64 matrices; raise if they exceed ``budget`` bytes."""
+    need = 3 * 8 * n * n
+    if need > budget:
+        raise ValueError(
+            f"RBF CKA on n={n} samples needs about {_gib(need)} for its {n} x {n} float64 Gram "
+            f"matrices (3 x n^2 x 8 bytes) but only {_gib(budget)} is available (max_gram_bytes); "
+            "use linear CKA (cka(..., kernel='linear'), the 'cka-linear' metric) or "
+            "StreamingLinearCKA, which need no n x n matrices, or subsample the inputs"
+        )
 
 
 def _gram_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool, kernel: str, threshold: float) -> float:

@@ -104,14 +104,35 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
     settings = (settings or StitchSettings()).validated()
     device = torch.device(device) if device is not None else model_device(end.model)
     if cache is None:
-        if train_x is None:
-            raise ValueError("fit_stitch needs training inputs train_x (N, ...) or a TrainingCache")
-        idx = subset_indices(len(train_x), settings.max_train, settings.seed)
-        if idx is not None:
-            train_x = train_x[idx]
-            train_y = None if train_y is None else torch.as_tensor(train_y)[idx]
-        cache = TrainingCache(front, end, train_x, train_y, device=device, batch_size=settings.eval_batch_size,
-                              limit_bytes=settings.cache_limit_bytes, progress=progress)
+        cache = _training_cache(front, end, train_x, train_y, settings, device, progress)
+    _check_training_set(cache, objective, settings)
+    plan = plan_stitch(cache.front_shape, cache.end_shape)
+    stitch = StitchLayer(plan, bn=settings.stitch_bn)
+    cache.ensure(("front", *NEEDS[objective]))
+    init = initialise(stitch, settings.init, cache, torch.Generator().manual_seed(settings.seed), settings.ls_samples,
+                      settings.eval_batch_size)
+    stitch.to(device)
+    losses, steps = _train_epochs(objective, stitch, end, cache, settings, device, progress)
+    return FittedStitch(stitch, objective, settings, plan, losses, init, len(cache), steps,
+                        time.perf_counter() - start_time, cache)
+
+
+def _training_cache(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | None,
+                    train_y: torch.Tensor | None, settings: StitchSettings, device: torch.device,
+                    progress: bool) -> TrainingCache:
+    """A :class:`TrainingCache` over ``train_x`` (subset to ``settings.max_train``) and its labels."""
+    if train_x is None:
+        raise ValueError("fit_stitch needs training inputs train_x (N, ...) or a TrainingCache")
+    idx = subset_indices(len(train_x), settings.max_train, settings.seed)
+    if idx is not None:
+        train_x = train_x[idx]
+        train_y = None if train_y is None else torch.as_tensor(train_y)[idx]
+    return TrainingCache(front, end, train_x, train_y, device=device, batch_size=settings.eval_batch_size,
+                         limit_bytes=settings.cache_limit_bytes, progress=progress)
+
+
+def _check_training_set(cache: TrainingCache, objective: str, settings: StitchSettings) -> None:
+    """At least one batch of samples, and (for HLM) labels within B's classes."""
     n = len(cache)
     if n < settings.batch_size:
         raise ValueError(
@@ -122,23 +143,22 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
         if cache.y is None:
             raise ValueError("objective 'hlm' needs labels for the training inputs; pass train_y")
         check_labels(cache.y, cache.num_classes, "training")
-    plan = plan_stitch(cache.front_shape, cache.end_shape)
 
-    init_gen = torch.Generator().manual_seed(settings.seed)
-    shuffle_gen = torch.Generator().manual_seed(settings.seed + 1)
-    stitch = StitchLayer(plan, bn=settings.stitch_bn)
-    needs = NEEDS[objective]
-    cache.ensure(("front", *needs))
-    init = initialise(stitch, settings.init, cache, init_gen, settings.ls_samples, settings.eval_batch_size)
-    stitch.to(device)
 
-    optimizer = torch.optim.Adam(stitch.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    batches_per_epoch = math.ceil(n / settings.batch_size)
-    total_steps = settings.epochs * batches_per_epoch
-    losses: list[float] = []
-    step = 0
+def _train_epochs(objective: str, stitch: StitchLayer, end: SplitNetwork, cache: TrainingCache,
+                  settings: StitchSettings, device: torch.device, progress: bool) -> tuple[list[float], int]:
+    """Adam over ``settings.epochs`` shuffled epochs; returns (mean loss per epoch, optimiser steps taken).
+
+    Leaves the stitch in eval mode. Raises :class:`StitchDivergedError` on a NaN/Inf loss.
+    """
     from tqdm.auto import tqdm
 
+    n, needs = len(cache), NEEDS[objective]
+    shuffle_gen = torch.Generator().manual_seed(settings.seed + 1)
+    optimizer = torch.optim.Adam(stitch.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    total_steps = settings.epochs * math.ceil(n / settings.batch_size)
+    losses: list[float] = []
+    step = 0
     bar = tqdm(range(settings.epochs), desc=f"stitch {objective}", disable=not progress, leave=False)
     stitch.train()
     for epoch in bar:
@@ -163,8 +183,7 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
         losses.append(total / max(count, 1))
         bar.set_postfix(loss=f"{losses[-1]:.4g}")
     stitch.eval()
-    return FittedStitch(stitch, objective, settings, plan, losses, init, n, step,
-                        time.perf_counter() - start_time, cache)
+    return losses, step
 
 
 def _step(objective: str, stitch: nn.Module, end: SplitNetwork, cache: TrainingCache, idx: torch.Tensor,
