@@ -79,6 +79,7 @@ def test_console_script_and_module_entry():
     assert done.returncode == 0 and "compare" in done.stdout and "demo" in done.stdout
 
 
+@pytest.mark.slow  # trains a donor through the CLI
 def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
     import torch
 

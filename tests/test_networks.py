@@ -29,7 +29,7 @@ def _check_split(model: nn.Module, x: torch.Tensor, names: list[str]) -> None:
                 assert torch.allclose(a, b, atol=1e-5), name
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+@pytest.mark.parametrize("name", ["resnet18", pytest.param("resnet50", marks=pytest.mark.slow)])
 def test_resnet_layers_and_split(name):
     model = torchvision.models.get_model(name, weights=None, num_classes=10)
     names = layers(model)
