@@ -6,6 +6,7 @@ The public face: :func:`compare` (one call, every metric), :func:`list_metrics`,
 
 from __future__ import annotations
 
+from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with core
 from .core.compare import compare
 from .core.context import Context
 from .core.data import Data

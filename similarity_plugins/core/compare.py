@@ -17,6 +17,7 @@ from .context import Context
 from .data import Data
 from .manager import get_plugin_manager
 from .networks import _check_layer, model_device, preserved
+from .ranks import agree_on_result, check_ranks_agree
 from .registry import select_metrics
 from .results import LayerPair, Report, SimilarityResult, as_layer_pair
 
@@ -119,6 +120,8 @@ def compare(
         if ctx.data.train is not data.train or ctx.data.test is not data.test:
             ctx.memo.clear()  # other data: nothing cached applies
         ctx.data, ctx.seed, ctx.device, ctx.options, ctx.progress = data, int(seed), device, dict(options or {}), progress
+    if ctx.world.distributed:  # every rank must hold the same models, data and settings
+        check_ranks_agree(ctx.world, front, end, data, ([str(p) for p in pairs], names, seed, options))
     known = set(pm.info)
     results: list[SimilarityResult] = []
     jobs = [(p, n) for p in pairs for n in names]
@@ -135,6 +138,7 @@ def compare(
         "seed": seed,
         "device": str(device),
         "torch": torch.__version__,
+        "world_size": ctx.world.size,
     }
     return Report(results, meta)
 
@@ -150,6 +154,7 @@ def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module
         "context": ctx, "seed": seed, "device": device,
     }
     start = time.perf_counter()
+    error = None
     try:
         torch.manual_seed(seed)
         value = impl.function(**{a: arguments[a] for a in impl.argnames})
@@ -159,5 +164,8 @@ def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module
     except Exception as exc:  # noqa: BLE001 - one metric's failure must not stop the others
         result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
                                   f"{type(exc).__name__}: {exc}", layer_str)
+        error = exc
     result.seconds = time.perf_counter() - start
+    if ctx.world.distributed:
+        result = agree_on_result(ctx.world, result, error)
     return result
