@@ -38,6 +38,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _excess(args, front, end, layer_list, data, options)
     report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
                      seed=args.seed, device=args.device, options=options, progress=not args.no_progress)
+    if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
+        return 0 if all(r.error is None for r in report) else 1
     print(report)
     print(f"\n{len(report)} results in {time.perf_counter() - start:.1f} s")
     if args.out:
@@ -47,6 +49,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         report.to_csv(args.csv)
         print(f"wrote {args.csv}")
     return 0 if all(r.error is None for r in report) else 1
+
+
+def _writes_files() -> bool:
+    from ..core.parallel import current_world
+
+    return current_world().is_main
 
 
 def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, data: Any, options: dict) -> int:
@@ -59,6 +67,8 @@ def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, da
     start = time.perf_counter()
     rows = excess_agreement(front, end, layer_list, data, metrics, strength=args.cue_strength, seed=args.seed,
                             options=options, progress=not args.no_progress)
+    if not _writes_files():
+        return 0
     print(format_excess(rows))
     print(f"\nexcess agreement = agreement with the end model on test data carrying the unseen cue minus "
           f"the same without it ({time.perf_counter() - start:.1f} s)")

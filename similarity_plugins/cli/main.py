@@ -37,6 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``similarity-plugins`` console script. Returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ..distributed.world import default_device, finish, init_from_env
+
+    started = init_from_env()  # under torchrun: gloo on CPU, NCCL on cuda:LOCAL_RANK (docs/scale_out.md)
+    if started and getattr(args, "device", "") is None:
+        args.device = default_device()
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, KeyError, RuntimeError) as exc:
@@ -46,3 +51,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if started:
+            finish()

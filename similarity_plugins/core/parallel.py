@@ -28,11 +28,12 @@ class CollectiveError(RuntimeError):
 
 
 def shard_range(n: int, rank: int, size: int) -> range:
-    """Contiguous share of ``range(n)`` for ``rank`` of ``size``: ``range(n*rank//size, n*(rank+1)//size)``.
+    """Contiguous share of ``range(n)`` for ``rank`` of ``size``: ``range(ceil(n*rank/size), ceil(n*(rank+1)/size))``.
 
-    Shares differ in length by at most one; with more ranks than items some shares are empty.
+    Shares differ in length by at most one, the longer ones first; with more ranks than items the last
+    ranks get empty shares.
     """
-    return range(n * rank // size, n * (rank + 1) // size)
+    return range(-(-n * rank // size), -(-n * (rank + 1) // size))
 
 
 class World:

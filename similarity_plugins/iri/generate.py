@@ -90,6 +90,6 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     iris.settings["layer"] = layer
     iris.settings["fake_relu_at"] = [f"{name}#{call}" for name, call in targets]
     iris.key = key
-    if cache_dir is not None and sharded.writes_files():
-        cache.atomic_save(iris.to_state(), cache.result_path(cache_dir, key))
+    if cache_dir is not None:
+        sharded.save_once(cache.atomic_save, iris.to_state(), cache.result_path(cache_dir, key))
     return iris

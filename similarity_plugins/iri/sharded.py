@@ -7,8 +7,8 @@ bit for bit when each sample's float operations do not depend on which samples s
 may round 1 ulp differently for other batch compositions). The shares are gathered on every rank in rank
 order; rank 0 alone writes the cache file, once, atomically, after the gather; checkpoints are per rank.
 
-``generate_iris`` calls :func:`optimize`, :func:`agreed_hit` and :func:`writes_files`; in one process they
-reduce to a plain ``optimize_iris`` call, the local cache hit and True.
+``generate_iris`` calls :func:`optimize`, :func:`agreed_hit` and :func:`save_once`; in one process they
+reduce to a plain ``optimize_iris`` call, the local cache hit and a plain save.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from ..core.parallel import World, current_world, module_digest
 from .result import IRISet
 
-__all__ = ["optimize", "agreed_hit", "writes_files", "rank_checkpoint_path"]
+__all__ = ["optimize", "agreed_hit", "save_once", "rank_checkpoint_path"]
 
 
 def rank_checkpoint_path(path: str | None, world: World) -> str | None:
@@ -40,9 +40,10 @@ def agreed_hit(hit: Any, world: World | None = None) -> bool:
     return all(world.exchange(lambda: found, "IRI cache lookup"))
 
 
-def writes_files(world: World | None = None) -> bool:
-    """True on the rank that writes shared files (rank 0; the only rank in one process)."""
-    return (world or current_world()).is_main
+def save_once(save: Callable[..., None], *args: Any, world: World | None = None) -> None:
+    """``save(*args)`` on rank 0 only; every rank returns once the file is in place (or all raise its error)."""
+    world = world or current_world()
+    world.exchange(lambda: save(*args) if world.is_main else None, "writing the IRI cache")
 
 
 def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: torch.Tensor, *,
