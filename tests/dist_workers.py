@@ -83,10 +83,31 @@ def scenario_iris(rank: int, cache_dir: str) -> Any:
     single_seed = generate_iris(front, "block2", seeds[:1], steps=5, progress=False)  # rank 1 has no share
     cached = generate_iris(front, "block2", seeds, steps=10, progress=False, cache_dir=cache_dir)
     again = generate_iris(front, "block2", seeds, steps=10, progress=False, cache_dir=cache_dir)
-    return {"one": iri_state(one), "shuffle": iri_state(shuffled), "batched": iri_state(batched),
+    resumed = _interrupted_then_resumed(front, seeds, os.path.join(cache_dir, "ckpt"))
+    return {"one": iri_state(one), "resumed": resumed, "shuffle": iri_state(shuffled), "batched": iri_state(batched),
             "single_seed": iri_state(single_seed), "cached": iri_state(cached),
             "again_from_cache": bool(again.stats.get("from_cache")), "again": iri_state(again),
             "files": sorted(os.listdir(cache_dir))}
+
+
+def _interrupted_then_resumed(front, seeds, folder: str) -> dict:
+    """Stop both ranks at batch step 6 (checkpoints every 2), then run again: each rank resumes its share."""
+    from similarity_plugins.iri import generate_iris
+
+    def stop(info):
+        if info["step"] == 6:
+            raise RuntimeError("simulated interruption")
+
+    kw = dict(steps=15, batch_size=2, progress=False, cache_dir=folder, checkpoint_every=2)
+    try:
+        generate_iris(front, "block2", seeds, callback=stop, **kw)
+        interrupted = "not interrupted"
+    except RuntimeError as exc:
+        interrupted = str(exc)
+    checkpoints = sorted(f for f in os.listdir(folder) if ".ckpt" in f)
+    iris = generate_iris(front, "block2", seeds, **kw)
+    return {"interrupted": interrupted, "checkpoints": checkpoints, "resumed": bool(iris.stats.get("resumed")),
+            **iri_state(iris), "left": sorted(os.listdir(folder))}
 
 
 def scenario_mismatch(rank: int, cache_dir: str) -> Any:

@@ -125,10 +125,24 @@ def test_iris_on_two_ranks_are_the_single_process_iris(ranks, tmp_path):
 @pytest.mark.slow
 def test_iri_cache_written_once_and_reused(ranks):
     rank0, rank1 = _ok(ranks, "iris")
-    files = rank0["files"]
+    files = [f for f in rank0["files"] if f != "ckpt"]  # (ckpt/: the resume scenario's folder)
     assert len(files) == 1 and files[0].startswith("iris-") and files[0].endswith(".pt"), files  # no temp, no ckpt
     assert rank0["again_from_cache"] and rank1["again_from_cache"]
     assert torch.equal(rank0["again"]["inputs"], rank0["cached"]["inputs"])
+
+
+@pytest.mark.slow
+def test_interrupted_ranks_resume_their_own_shares(ranks):
+    rank0, rank1 = _ok(ranks, "iris")
+    got = rank0["resumed"]
+    assert "simulated interruption" in got["interrupted"]
+    assert [c.rsplit(".", 1)[-1] for c in got["checkpoints"]] == ["rank0of2", "rank1of2"]  # one per rank
+    assert got["resumed"] and rank1["resumed"]["resumed"]
+    assert [f for f in got["left"] if ".ckpt" in f or f.startswith(".tmp")] == []  # finished: removed
+    front, _, _ = w.small_setup()
+    ref = generate_iris(front, "block2", w.seeds_tensor(10), steps=15, batch_size=2, progress=False)
+    assert float((got["rel_error"] - ref.rel_error).abs().max()) < 0.02
+    assert torch.equal(got["inputs"], rank1["resumed"]["inputs"])
 
 
 @pytest.mark.slow
