@@ -37,7 +37,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.excess_agreement:
         return _excess(args, front, end, layer_list, data, options)
     report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
-                     seed=args.seed, device=args.device, options=options, progress=not args.no_progress)
+                     seed=args.seed, device=args.device, options=options,
+                     progress=not args.no_progress and _writes_files())
     if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
         return 0 if all(r.error is None for r in report) else 1
     print(report)
