@@ -110,6 +110,26 @@ def _interrupted_then_resumed(front, seeds, folder: str) -> dict:
             **iri_state(iris), "left": sorted(os.listdir(folder))}
 
 
+def scenario_tiny(rank: int, cache_dir: str) -> Any:
+    """More ranks than samples: 1 test sample, 1 training sample (rank 1 has empty shares everywhere)."""
+    return tiny_results()
+
+
+def tiny_results() -> dict:
+    from similarity_plugins import Context, Data
+    from similarity_plugins.core.results import LayerPair
+    from similarity_plugins.stitch.service import fitted_stitch
+
+    front, end, data = small_setup()
+    tiny = Data(train=Subset(data.train, range(1)), test=Subset(data.test, range(1)))
+    context = Context(tiny)
+    fitted = fitted_stitch(context, front, end, LayerPair("block2", "block2"), "dm",
+                           {"epochs": 2, "batch_size": 1, "ls_samples": 1})
+    return {"acts": context.activations(front, "block2"), "logits": context.outputs(end)[0],
+            "stitch": {k: v.detach().clone() for k, v in fitted.stitch.state_dict().items()},
+            "losses": list(fitted.losses)}
+
+
 def scenario_mismatch(rank: int, cache_dir: str) -> Any:
     from similarity_plugins import compare
 
@@ -148,7 +168,7 @@ def scenario_rank_dies(rank: int, cache_dir: str) -> Any:
 
 
 SCENARIOS: dict[str, Callable[[int, str], Any]] = {
-    "compare": scenario_compare, "iris": scenario_iris, "mismatch": scenario_mismatch,
+    "compare": scenario_compare, "iris": scenario_iris, "tiny": scenario_tiny, "mismatch": scenario_mismatch,
     "one_rank_fails": scenario_one_rank_fails, "rank_dies": scenario_rank_dies,
 }
 

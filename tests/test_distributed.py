@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="to
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("ranks"))
-    results = w.run_ranks(["compare", "iris", "mismatch", "one_rank_fails"], out)
+    results = w.run_ranks(["compare", "iris", "tiny", "mismatch", "one_rank_fails"], out)
     assert set(results) == {0, 1} and all(results[r] for r in results), f"a rank wrote nothing: {results}"
     return results
 
@@ -143,6 +143,17 @@ def test_interrupted_ranks_resume_their_own_shares(ranks):
     ref = generate_iris(front, "block2", w.seeds_tensor(10), steps=15, batch_size=2, progress=False)
     assert float((got["rel_error"] - ref.rel_error).abs().max()) < 0.02
     assert torch.equal(got["inputs"], rank1["resumed"]["inputs"])
+
+
+@pytest.mark.slow
+def test_ranks_without_a_share_still_work(ranks):
+    rank0, rank1 = _ok(ranks, "tiny")
+    ref = w.tiny_results()
+    for got in (rank0, rank1):
+        assert torch.equal(got["acts"], ref["acts"]) and torch.equal(got["logits"], ref["logits"])
+        assert got["losses"] == pytest.approx(ref["losses"], rel=1e-5)
+        for name, value in ref["stitch"].items():
+            assert torch.allclose(got["stitch"][name], value, atol=1e-6), name
 
 
 @pytest.mark.slow
