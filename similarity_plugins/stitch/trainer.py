@@ -211,8 +211,8 @@ def _step_sharded(objective: str, stitch: nn.Module, end: SplitNetwork, cache: T
     def local() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=False)
         out = torch.zeros_like(like)
-        if len(part) == 0:
-            return out
+        if len(part) == 0 or (len(part) < 2 and getattr(stitch, "bn", None) is not None):
+            return out  # no share of this batch (or one vector, which BatchNorm cannot normalise)
         h = stitch(cache.front(part).to(device, non_blocking=True))
         loss = stitched_loss(objective, h, end, cache.targets(part, needs, device), temperature=settings.temperature,
                              dm_reduction=settings.dm_loss, fula_weights=settings.fula_weights)
