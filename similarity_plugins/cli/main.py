@@ -40,8 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..distributed.world import default_device, finish, init_from_env
 
     started = init_from_env()  # under torchrun: gloo on CPU, NCCL on cuda:LOCAL_RANK (docs/scale_out.md)
-    if started and getattr(args, "device", "") is None:
-        args.device = default_device()
+    if started:
+        if getattr(args, "device", "") is None:
+            args.device = default_device()
+        import torch
+
+        torch.manual_seed(int(getattr(args, "seed", 0) or 0))  # the same untrained models on every rank
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, KeyError, RuntimeError) as exc:
