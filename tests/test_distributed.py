@@ -84,6 +84,27 @@ def test_streaming_cka_merge_of_shards_equals_whole(debiased):
         StreamingLinearCKA(True).merge(other)
 
 
+def _package_imports(folder: str) -> set[str]:
+    """Top-level similarity_plugins subpackages imported by the modules of ``folder`` (relative imports)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).parents[1] / "similarity_plugins" / folder
+    found = set()
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
+                found.add(node.module.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("similarity_plugins."):
+                found.add(node.module.split(".")[1])
+    return found
+
+
+def test_layering_core_knows_no_distributed_and_distributed_only_core():
+    assert "distributed" not in _package_imports("core")
+    assert _package_imports("distributed") <= {"core"}
+
+
 # --------------------------------------------------------------------------- two gloo ranks vs one process
 @pytest.mark.slow
 def test_compare_on_two_ranks_equals_one_process(ranks):
