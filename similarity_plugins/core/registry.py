@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from typing import Iterable
 
+from ..utils.text import did_you_mean
 from .manager import MetricInfo, get_plugin_manager
 
 
@@ -27,7 +27,9 @@ def list_metrics(pattern: str | Iterable[str] | None = None) -> list[str]:
 
 
 def metric_info(name: str) -> MetricInfo:
-    """The :class:`MetricInfo` (package, description, load error) of a metric."""
+    """The :class:`MetricInfo` of a metric: package, description, load error, ``options`` (the contract:
+    ``{option: default}``, or ``None`` when the metric declares none and takes any), ``option_docs``
+    (``{option: one-line doc}``) and ``needs`` (the data splits it reads)."""
     info = get_plugin_manager().info
     if name not in info:
         raise UnknownMetric(_unknown_message(name, list(info)))
@@ -35,9 +37,7 @@ def metric_info(name: str) -> MetricInfo:
 
 
 def _unknown_message(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return f"unknown metric {name!r}{hint} (registered: {', '.join(sorted(known))})"
+    return f"unknown metric {name!r}{did_you_mean(name, known)} (registered: {', '.join(sorted(known))})"
 
 
 def select_metrics(metrics: str | Iterable[str] | None) -> list[str]:
