@@ -13,12 +13,12 @@ from similarity_plugins.cli import main, parse_layer, parse_options
 
 
 def test_parse_options_and_layers():
-    assert parse_options(["epochs=5", "stitch-dm.lr=0.01", "init=identity", "flag=true"]) == {
-        "epochs": 5, "stitch-dm": {"lr": 0.01}, "init": "identity", "flag": True}
+    assert parse_options(["epochs=5", "stitch-dm.lr=0.01", "init=identity", "flag=true", "stitch_bn=yes"]) == {
+        "epochs": 5, "stitch-dm": {"lr": 0.01}, "init": "identity", "flag": True, "stitch_bn": True}
     assert parse_layer("layer1") == "layer1"
     assert parse_layer("layer1:layer2") == ("layer1", "layer2")
     assert parse_layer("layer1->layer2") == ("layer1", "layer2")
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match="--option expects KEY=VALUE, got 'no-equals-sign'"):
         parse_options(["no-equals-sign"])
 
 

@@ -14,11 +14,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .context import Context
-from .contract import missing_splits, resolve_options
+from .contract import missing_splits
 from .data import Data
 from .manager import get_plugin_manager
 from .networks import _check_layer, model_device, preserved
-from .registry import select_metrics
+from .registry import options_for_metrics, select_metrics
 from .results import LayerPair, Report, SimilarityResult, as_layer_pair
 from .rng import isolated_rng, seed_all
 
@@ -114,7 +114,7 @@ def compare(
         _check_layer(end, pair.end)
     names = select_metrics(metrics)
     pm = get_plugin_manager()
-    metric_options = resolve_options(names, {n: i.options for n, i in pm.info.items()}, options)
+    metric_options = options_for_metrics(names, options)
 
     device = torch.device(device) if device is not None else model_device(front)
     front_run = _place(front, device, "front")

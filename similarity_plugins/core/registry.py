@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import fnmatch
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from ..utils.text import did_you_mean
+from .contract import resolve_options
 from .manager import MetricInfo, get_plugin_manager
 
 
@@ -65,3 +66,14 @@ def select_metrics(metrics: str | Iterable[str] | None) -> list[str]:
     if not selected:
         raise UnknownMetric("no metric selected; pass names such as " + ", ".join(known[:3]))
     return selected
+
+
+def options_for_metrics(names: list[str], options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Validate ``options`` (global ones and per-metric dicts) for the selected metric ``names`` against
+    their declarations and return ``{metric: the options its hook receives}``.
+
+    Raises :class:`~similarity_plugins.core.contract.UnknownOption` (a ``ValueError``) with the valid
+    names and a did-you-mean for an option no selected metric takes, or that its metric does not take.
+    """
+    declared = {name: info.options for name, info in get_plugin_manager().info.items()}
+    return resolve_options(list(names), declared, options)
