@@ -15,6 +15,7 @@ from ..core.contract import Option
 from ..core.results import LayerPair, SimilarityResult
 from ..stitch.service import TrainingSet, stitch_result, training_set
 from ..stitch.settings import stitch_options
+from ..utils.text import did_you_mean
 from .generate import generate_iris
 from .optimizer import ADVANCED
 
@@ -57,7 +58,8 @@ def iri_settings(options: dict) -> dict:
     """The IRI options of ``options`` with their defaults filled in (unknown ``iri_*`` keys raise)."""
     unknown = sorted(k for k in options if k.startswith("iri_") and k not in IRI_DEFAULTS)
     if unknown:
-        raise ValueError(f"unknown IRI option(s) {', '.join(unknown)}; valid: {', '.join(IRI_DEFAULTS)}")
+        raise ValueError(f"unknown IRI option(s) {', '.join(unknown)}{did_you_mean(unknown[0], IRI_DEFAULTS)}; "
+                         f"valid: {', '.join(IRI_DEFAULTS)}")
     return {k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}
 
 
