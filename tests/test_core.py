@@ -275,3 +275,22 @@ def test_compare_does_not_change_a_context_passed_in(data):
     other = sp.Data(test=TensorDataset(torch.rand(40, 1, 16, 16), torch.zeros(40, dtype=torch.long)))
     sp.compare(a, b, "block2", other, metrics="cka-linear", context=ctx)
     assert ctx.data is data and ctx.memo == shared  # other data: a memo of its own, this one untouched
+
+
+@pytest.mark.gpu
+def test_compare_on_cuda_leaves_the_cuda_rng_as_it_was(data, fresh_manager):
+    class DrawsOnCuda:
+        @sp.hookimpl
+        def similarity(self, device):
+            return float(torch.rand(1, device=device))
+
+    sp.register_metric(DrawsOnCuda, "draws-cuda")
+    a, b = tiny_cnn(), tiny_cnn(seed=1)
+    torch.cuda.manual_seed_all(7)
+    before = [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())]
+    first = sp.compare(a, b, "block1", data, metrics=["draws-cuda", "cka-linear"], device="cuda")
+    after = [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())]
+    assert all(torch.equal(x, y) for x, y in zip(before, after))
+    torch.rand(3, device="cuda")
+    again = sp.compare(a, b, "block1", data, metrics="draws-cuda", device="cuda")
+    assert first["draws-cuda"].score == again["draws-cuda"].score  # seeded from `seed` on the GPU too
