@@ -14,22 +14,27 @@ from .common import (
     load_model,
     parse_layer,
     parse_options,
+    parse_variant_options,
 )
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..core.compare import compare
+    from ..core.registry import options_for_metrics, select_metrics
 
     options = parse_options(args.option or [])
     if args.epochs is not None:
         options["epochs"] = args.epochs
+    default = "stitch-slm,iri-slm" if args.excess_agreement else None
+    options_for_metrics(select_metrics(args.metrics or default), options)  # refuse bad names before loading anything
     data = load_data(args.data, args.max_train, args.max_test)
     if args.variant:
         from ..core.data import Data
 
-        variant_options = parse_options(args.variant_option or [])
-        data = Data(train=None if data.train is None else apply_variant(args.variant, data.train, args.seed + 3, **variant_options),
-                    test=None if data.test is None else apply_variant(args.variant, data.test, args.seed + 4, **variant_options))
+        variant_options = parse_variant_options(args.variant_option)
+        train, test = data.train, data.test
+        data = Data(train=None if train is None else apply_variant(args.variant, train, args.seed + 3, **variant_options),
+                    test=None if test is None else apply_variant(args.variant, test, args.seed + 4, **variant_options))
     front = load_model(args.front, args.num_classes, args.in_channels, data)
     end = load_model(args.end, args.num_classes, args.in_channels, data)
     layer_list = [parse_layer(text) for text in args.layer]
@@ -102,7 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the front's device)")
     p.add_argument("--epochs", type=int, default=None, help="stitch training epochs (default 30)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable")
+                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable. Values: JSON numbers, "
+                        "lists, true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
     p.add_argument("--max-train", type=int, default=None, help="use the first N training samples")
     p.add_argument("--max-test", type=int, default=None, help="use the first N test samples")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")

@@ -39,6 +39,20 @@ class Context:
         self.memo: dict[Hashable, Any] = {}
         self.world = world if world is not None else current_world()
 
+    def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
+                 progress: bool) -> "Context":
+        """A new context with one call's settings that shares this one's memo (its caches).
+
+        This context is left as it is. The memo is shared only when ``data`` holds the same split
+        objects as ``self.data`` (the caches are keyed by model, layer and split name, not by the data);
+        for other data the new context starts with an empty memo of its own.
+        """
+        child = Context(data, seed=seed, device=device, options=options, progress=progress, batch_size=self.batch_size,
+                        world=self.world)
+        if self.data.train is data.train and self.data.test is data.test:
+            child.memo = self.memo
+        return child
+
     def remember(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """Return the memoised value for ``key``, computing it with ``compute()`` the first time."""
         if key not in self.memo:
@@ -47,7 +61,8 @@ class Context:
 
     def options_for(self, metric: str, metric_names: set[str] | None = None) -> dict:
         """Global options (entries that are not per-metric dicts) updated with ``options[metric]``."""
-        merged = {k: v for k, v in self.options.items() if not (isinstance(v, dict) and (metric_names is None or k in metric_names))}
+        merged = {k: v for k, v in self.options.items()
+                  if not (isinstance(v, dict) and (metric_names is None or k in metric_names))}
         own = self.options.get(metric)
         if isinstance(own, dict):
             merged.update(own)

@@ -14,14 +14,19 @@ matrices, so it gathers all activations on every rank (memory: the whole (N, D) 
 from __future__ import annotations
 
 from ..core.context import Context
+from ..core.contract import Option
 from ..core.hookspecs import hookimpl
 from ..core.results import LayerPair, SimilarityResult
+
+MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)")
+THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)")
 
 
 class _CKAPlugin:
     kernel = "linear"
     debiased = False
     needs = ("test",)
+    options = (MAX_SAMPLES,)
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
@@ -38,7 +43,7 @@ class _CKAPlugin:
         if self.kernel == "rbf":
             kwargs["threshold"] = float(options.get("threshold", 1.0))
         score = cka(x, y, **kwargs)
-        details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **{k: v for k, v in kwargs.items()}}
+        details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
         return SimilarityResult("", float(score), details)
 
     def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
@@ -88,3 +93,4 @@ class RBFCKA(_CKAPlugin):
 
     description = "RBF-kernel CKA (bandwidth: threshold x median squared distance; O(n^2) memory)"
     kernel = "rbf"
+    options = (MAX_SAMPLES, THRESHOLD)
