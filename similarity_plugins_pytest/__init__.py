@@ -1,6 +1,8 @@
 """The pytest plugin of similarity-plugins (entry point group ``pytest11``): the ``similarity_benchmark`` fixture.
 
-Active wherever the package is installed. In a third party's test file::
+Active wherever similarity-plugins is installed (disable with ``-p no:similarity_plugins_pytest``). A
+top-level package of its own, outside ``similarity_plugins``, so that loading the plugin does not import
+the library (torch takes seconds): unrelated test runs pay nothing. In a third party's test file::
 
     def test_my_metric_speed(similarity_benchmark):
         result = similarity_benchmark("my-metric")                  # default workload "small"
@@ -8,8 +10,7 @@ Active wherever the package is installed. In a third party's test file::
 
 ``similarity_benchmark("my-metric", workload="resnet18")`` picks another workload. It runs under
 pytest-benchmark's ``benchmark`` fixture (``--benchmark-json``, ``--benchmark-autosave``,
-``--benchmark-compare`` ... all apply). Nothing heavy is imported until the fixture is used, so the
-plugin costs unrelated test runs nothing.
+``--benchmark-compare`` ... all apply); see docs/bench.md.
 """
 
 from __future__ import annotations
