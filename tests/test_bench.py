@@ -112,6 +112,52 @@ def test_table_shows_times_scores_and_errors():
     assert lines[2].split()[:6] == ["boom", "small", "-", "-", "0", "-"] and lines[2].endswith("ZeroDivisionError: x")
 
 
+FIXTURE_TESTS = """
+import pytest
+import torch
+from torch import nn
+from similarity_plugins import Data
+from similarity_plugins.apps.bench import Donors, Workload
+from similarity_plugins.datasets import ImageTensors
+
+
+def _tiny(seed):
+    torch.manual_seed(seed)
+    net = lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).eval()
+    split = lambda n: ImageTensors(torch.rand(n, 1, 8, 8), torch.arange(n) % 3, num_classes=3)
+    return Donors(net(), net(), "1", Data(train=split(32), test=split(24)))
+
+
+TINY = Workload("tiny", "two untrained 2-layer nets on noise", _tiny, rounds=2, warmup_rounds=0)
+
+
+def test_custom_workload(similarity_benchmark):
+    result = similarity_benchmark("cka-linear", workload=TINY)
+    assert result.metric == "cka-linear" and result.error is None and 0 < result.score <= 1
+
+
+def test_unknown_workload(similarity_benchmark):
+    with pytest.raises(ValueError, match="valid workloads: small, resnet18"):
+        similarity_benchmark("cka-linear", workload="nope")
+"""
+
+
+def test_fixture_runs_a_metric_on_a_given_workload(tmp_path, capsys):
+    """``similarity_benchmark(metric, workload=...)`` in a test file of its own, in a pytest session nested in this
+    one, with the plugin loaded by its entry-point name (the fixture's module imports nothing heavy)."""
+    (tmp_path / "test_tiny.py").write_text(FIXTURE_TESTS, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    out = tmp_path / "tiny.json"
+    code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "similarity_plugins_pytest", "--import-mode=importlib",
+                        "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"), str(tmp_path),
+                        f"--benchmark-json={out}", "-W", "ignore::pytest_benchmark.logger.PytestBenchmarkWarning"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    (bench,) = json.loads(out.read_text())["benchmarks"]
+    assert bench["name"] == "test_custom_workload" and bench["group"] == "workload tiny" and bench["stats"]["rounds"] == 2
+    assert bench["extra_info"]["workload"] == "tiny" and bench["extra_info"]["layer"] == "1"
+
+
 # ------------------------------------------------------------------------------------------ slow
 
 
@@ -176,20 +222,6 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.slow
-def test_a_metric_that_raises_is_reported_and_the_others_run(tmp_path):
-    out = tmp_path / "bench.json"
-    done = subprocess.run([sys.executable, "-c", FAILING, *_one_round("--metrics", "broken,cka-linear", "--json", str(out),
-                                                                     "--storage", str(tmp_path))],
-                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = {line.split()[0]: line for line in done.stdout[done.stdout.index("metric  "):].splitlines()[1:]}
-    assert "ZeroDivisionError: broken on purpose" in rows["broken"] and rows["broken"].split()[2:5] == ["-", "-", "0"]
-    assert "Error" not in rows["cka-linear"] and float(rows["cka-linear"].split()[5]) > 0
-    names = [b["extra_info"]["metric"] for b in json.loads(out.read_text())["benchmarks"]]
-    assert names == ["cka-linear"]  # the errored benchmark carries no timing
-
-
 def _pip_install(source: Path, target: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                            "--target", str(target), str(source)], capture_output=True, text=True)
@@ -234,11 +266,20 @@ def test_fixture_in_a_third_party_test_file(installed, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_command_times_a_third_party_metric(installed, tmp_path):
-    env = {**os.environ, "PYTHONPATH": installed, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "similarity_plugins", *_one_round("--metrics", "mean-cosine,cka-linear")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+def test_bench_times_a_third_party_metric_and_reports_one_that_raises(installed, tmp_path):
+    """Installed plugin ``mean-cosine`` next to a built-in, and a metric registered at run time that raises:
+    its row carries the error, the others still run, exit code 1."""
+    out = tmp_path / "bench.json"
+    argv = _one_round("--metrics", "broken,mean-cosine,cka-linear", "--json", str(out), "--storage", str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", FAILING, *argv], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": installed, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "test_metric[small-mean-cosine]" in done.stdout
-    table = done.stdout[done.stdout.index("metric  "):].splitlines()
-    assert [line.split()[0] for line in table[1:]] == ["mean-cosine", "cka-linear"]
+    table = done.stdout[done.stdout.index("metric  "):].splitlines()[1:]
+    rows = {line.split()[0]: line for line in table}
+    assert list(rows) == ["broken", "mean-cosine", "cka-linear"]
+    assert "ZeroDivisionError: broken on purpose" in rows["broken"] and rows["broken"].split()[2:6] == ["-", "-", "0", "-"]
+    for name in ("mean-cosine", "cka-linear"):
+        assert "Error" not in rows[name] and float(rows[name].split()[2]) > 0 and -1 <= float(rows[name].split()[5]) <= 1
+    names = [b["extra_info"]["metric"] for b in json.loads(out.read_text())["benchmarks"]]
+    assert names == ["mean-cosine", "cka-linear"]  # the errored benchmark carries no timing

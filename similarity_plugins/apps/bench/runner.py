@@ -68,7 +68,7 @@ class BenchCase:
 
     def run(self, benchmark: Any) -> None:
         """Benchmark the case (see ``measure.benchmark_metric``) and append its row; re-raise a failure."""
-        from .measure import benchmark_metric
+        from .measure import MetricFailed, benchmark_metric
 
         row = {"metric": self.metric, "workload": self.workload.name, "mean": None, "min": None, "rounds": 0,
                "score": None, "error": None}
@@ -78,7 +78,7 @@ class BenchCase:
                                       warmup_rounds=self.request.warmup_rounds, options=self.request.options)
             row["score"] = result.score
         except Exception as exc:
-            row["error"] = str(exc) if type(exc).__name__ == "MetricFailed" else f"{type(exc).__name__}: {exc}"
+            row["error"] = str(exc) if isinstance(exc, MetricFailed) else f"{type(exc).__name__}: {exc}"
             raise
         finally:
             stats = getattr(getattr(benchmark, "stats", None), "stats", None)
@@ -185,7 +185,8 @@ def pytest_arguments(request: BenchRequest, config_file: str) -> list[str]:
     """The pytest command line of the bundled suite with the pass-through ``--benchmark-*`` flags."""
     spec = importlib.util.find_spec(__package__ + ".suite")
     suite = Path(spec.origin)  # type: ignore[union-attr, arg-type]
-    args = [str(suite), "-c", config_file, "--rootdir", str(suite.parent), "-p", "no:cacheprovider",
+    args = [str(suite), "-c", config_file, "--rootdir", str(suite.parent), "--confcutdir", str(suite.parent),
+            "-p", "no:cacheprovider",
             "-v" if request.verbose else "-q", "-rfE", "--tb=short" if request.verbose else "--tb=line",
             "--benchmark-group-by=group", "--benchmark-sort=name",
             "--benchmark-columns=min,max,mean,stddev,median,rounds",
