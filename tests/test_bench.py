@@ -55,6 +55,7 @@ def _fake_saved_run(storage: Path, name: str = "0001_before") -> Path:
     (["--compare", "--compare-fail", "ops:5%"], ["malformed --compare-fail 'ops:5%'", "min, max, mean"]),
     (["--compare-fail", "mean:20%"], ["--compare-fail needs --compare"]),
     (["--rounds", "0"], ["--rounds must be >= 1"]),
+    (["--metrics", "cka-*", "--option", "epochs=3"], ["unknown option 'epochs'", "max_samples"]),
 ])
 def test_bad_input_exits_2_naming_the_choices(argv, expected, capsys, tmp_path):
     code = main(["bench", "--storage", str(tmp_path), *argv])
@@ -98,6 +99,9 @@ def test_workload_options_per_family_and_user_overrides():
     assert small.options_for("iri-slm")["iri_steps"] == 100
     assert small.options_for("cka-linear") == {} and small.options_for("mean-cosine") == {}
     assert small.options_for("iri-dm", {"iri_steps": 7})["iri_steps"] == 7
+    user = {"epochs": 5, "stitch-dm": {"lr": 0.1}, "iri-dm": {"iri_steps": 1}}
+    assert small.options_for("stitch-dm", user) == {**small.options_for("stitch-dm"), "epochs": 5, "lr": 0.1}
+    assert small.options_for("cka-linear", user, takes={"max_samples": None}) == {}  # only what it declares
     assert set(WORKLOADS) >= {"small", "resnet18"} and get_workload(small) is small
 
 
@@ -270,7 +274,8 @@ def test_bench_times_a_third_party_metric_and_reports_one_that_raises(installed,
     """Installed plugin ``mean-cosine`` next to a built-in, and a metric registered at run time that raises:
     its row carries the error, the others still run, exit code 1."""
     out = tmp_path / "bench.json"
-    argv = _one_round("--metrics", "broken,mean-cosine,cka-linear", "--json", str(out), "--storage", str(tmp_path))
+    argv = _one_round("--metrics", "broken,mean-cosine,cka-linear", "--json", str(out), "--storage", str(tmp_path),
+                      "--option", "epochs=1")  # taken by the open metrics, not passed to cka-linear
     done = subprocess.run([sys.executable, "-c", FAILING, *argv], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": installed, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]

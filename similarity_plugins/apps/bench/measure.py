@@ -42,7 +42,8 @@ def benchmark_metric(benchmark: Any, metric: str, workload: "str | Workload" = D
 
     - ``rounds`` / ``warmup_rounds``: timed and untimed rounds (default: the workload's, e.g. 3 and 1 for
       ``small``); one iteration per round, each with a fresh :class:`Context` (see the module docstring).
-    - ``options``: metric options merged over the workload's fast defaults for the metric's family.
+    - ``options``: metric options merged over the workload's fast defaults for the metric's family (global
+      ones, and per-metric dicts under metric names); the metric gets those it declares.
     - ``seed``: the donors' seed and ``compare(seed=...)``.
 
     Sets ``benchmark.group`` to ``"workload <name>"`` unless the caller set a group, and
@@ -56,7 +57,7 @@ def benchmark_metric(benchmark: Any, metric: str, workload: "str | Workload" = D
     name = resolve_metric(metric)
     chosen = get_workload(workload)
     donors = chosen.donors(seed)
-    metric_options = chosen.options_for(name, options)
+    metric_options = chosen.options_for(name, options, metric_info(name).options)
     if benchmark.group is None:
         benchmark.group = f"workload {chosen.name}"
     benchmark.extra_info.update({"metric": name, "workload": chosen.name, "layer": donors.layer,

@@ -117,15 +117,17 @@ class BenchPlugin:
 def validate(request: BenchRequest) -> tuple[list[str], list[Workload]]:
     """Check the request before anything runs; returns (metric names, workloads).
 
-    Raises :class:`BenchInputError` for an unknown metric or workload, a malformed ``--compare-fail``,
+    Raises :class:`BenchInputError` for an unknown metric or workload, an ``--option`` that no selected
+    metric takes, a malformed ``--compare-fail``,
     ``--compare-fail`` without ``--compare``, and ``--compare`` when the storage holds no saved run (or
     none matching the id).
     """
-    from ...core.registry import select_metrics
+    from ...core.registry import options_for_metrics, select_metrics
 
     try:
         metrics = select_metrics(request.metrics)
         workloads = select_workloads(request.workloads)
+        options_for_metrics(metrics, request.options)  # an option no selected metric takes
     except ValueError as exc:
         raise BenchInputError(str(exc)) from None
     _check_compare_fail(request)

@@ -62,14 +62,19 @@ class Workload:
         """The workload's donors and data for ``seed`` (trained on first use, then cached for the process)."""
         return _cached_donors(self.name, self.build, int(seed))
 
-    def options_for(self, metric: str, extra: dict | None = None) -> dict:
-        """Options for ``metric``: every matching family's, then ``extra`` (the user's) on top."""
+    def options_for(self, metric: str, extra: dict | None = None, takes: "dict | None" = None) -> dict:
+        """Options for ``metric``: every matching family's, then the user's ``extra`` on top (its global
+        entries, then its per-metric dict ``extra[metric]``; other metrics' dicts are skipped). With
+        ``takes`` (the metric's declared options; None: it takes anything) only the options it takes."""
         options: dict[str, Any] = {}
         for pattern, values in self.family_options:
             if fnmatch.fnmatchcase(metric, pattern):
                 options.update(values)
-        options.update(extra or {})
-        return options
+        extra = extra or {}
+        options.update({k: v for k, v in extra.items() if not isinstance(v, dict)})
+        if isinstance(extra.get(metric), dict):
+            options.update(extra[metric])
+        return options if takes is None else {k: v for k, v in options.items() if k in takes}
 
 
 @lru_cache(maxsize=8)
