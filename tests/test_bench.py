@@ -154,7 +154,8 @@ def test_fixture_runs_a_metric_on_a_given_workload(tmp_path, capsys):
     out = tmp_path / "tiny.json"
     code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "similarity_plugins_pytest", "--import-mode=importlib",
                         "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"), str(tmp_path),
-                        f"--benchmark-json={out}", "-W", "ignore::pytest_benchmark.logger.PytestBenchmarkWarning"])
+                        f"--benchmark-json={out}", f"--benchmark-storage=file://{tmp_path}",
+                        "-W", "ignore::pytest_benchmark.logger.PytestBenchmarkWarning"])
     printed = capsys.readouterr().out
     assert code == 0, printed[-3000:]
     (bench,) = json.loads(out.read_text())["benchmarks"]

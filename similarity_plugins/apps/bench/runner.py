@@ -3,7 +3,7 @@ print one table of (metric, workload, time, score, error) and turn the outcome i
 
 Exit codes: 0 every metric ran; 1 a metric errored (its row says why; the others still ran);
 2 bad input (unknown metric or workload, malformed ``--compare-fail``, ``--compare`` with nothing saved);
-3 ``--compare-fail`` tripped (a performance regression against the saved run).
+3 ``--compare-fail`` tripped (a performance regression against the saved run; 3 also when a metric errored).
 """
 
 from __future__ import annotations
@@ -118,9 +118,8 @@ def validate(request: BenchRequest) -> tuple[list[str], list[Workload]]:
     """Check the request before anything runs; returns (metric names, workloads).
 
     Raises :class:`BenchInputError` for an unknown metric or workload, an ``--option`` that no selected
-    metric takes, a malformed ``--compare-fail``,
-    ``--compare-fail`` without ``--compare``, and ``--compare`` when the storage holds no saved run (or
-    none matching the id).
+    metric takes, a malformed ``--compare-fail``, ``--compare-fail`` without ``--compare``, and
+    ``--compare`` when the storage holds no saved run (or none matching the id).
     """
     from ...core.registry import options_for_metrics, select_metrics
 
