@@ -55,6 +55,7 @@ def _fake_saved_run(storage: Path, name: str = "0001_before") -> Path:
     (["--compare", "--compare-fail", "ops:5%"], ["malformed --compare-fail 'ops:5%'", "min, max, mean"]),
     (["--compare-fail", "mean:20%"], ["--compare-fail needs --compare"]),
     (["--rounds", "0"], ["--rounds must be >= 1"]),
+    (["--save", "a/b"], ["bad --save name 'a/b'", "Must not contain"]),
     (["--metrics", "cka-*", "--option", "epochs=3"], ["unknown option 'epochs'", "max_samples"]),
 ])
 def test_bad_input_exits_2_naming_the_choices(argv, expected, capsys, tmp_path):

@@ -118,7 +118,7 @@ def validate(request: BenchRequest) -> tuple[list[str], list[Workload]]:
     """Check the request before anything runs; returns (metric names, workloads).
 
     Raises :class:`BenchInputError` for an unknown metric or workload, an ``--option`` that no selected
-    metric takes, a malformed ``--compare-fail``, ``--compare-fail`` without ``--compare``, and
+    metric takes, a malformed ``--compare-fail`` or ``--save`` name, ``--compare-fail`` without ``--compare``, and
     ``--compare`` when the storage holds no saved run (or none matching the id).
     """
     from ...core.registry import options_for_metrics, select_metrics
@@ -129,7 +129,7 @@ def validate(request: BenchRequest) -> tuple[list[str], list[Workload]]:
         options_for_metrics(metrics, request.options)  # an option no selected metric takes
     except ValueError as exc:
         raise BenchInputError(str(exc)) from None
-    _check_compare_fail(request)
+    _check_pass_through(request)
     if request.compare is not None:
         _check_saved_runs(request)
     for name, value in (("rounds", request.rounds), ("warmup-rounds", request.warmup_rounds)):
@@ -138,7 +138,7 @@ def validate(request: BenchRequest) -> tuple[list[str], list[Workload]]:
     return metrics, workloads
 
 
-def _check_compare_fail(request: BenchRequest) -> None:
+def _check_pass_through(request: BenchRequest) -> None:
     import argparse
 
     from pytest_benchmark.utils import parse_compare_fail
@@ -148,6 +148,13 @@ def _check_compare_fail(request: BenchRequest) -> None:
             parse_compare_fail(expression)
         except argparse.ArgumentTypeError:
             raise BenchInputError(f"malformed --compare-fail {expression!r}; expected {COMPARE_FAIL_GRAMMAR}") from None
+    if request.save is not None:
+        from pytest_benchmark.utils import parse_save
+
+        try:
+            parse_save(request.save)
+        except argparse.ArgumentTypeError as exc:
+            raise BenchInputError(f"bad --save name {request.save!r}: {exc}") from None
     if request.compare_fail and request.compare is None:
         raise BenchInputError("--compare-fail needs --compare (the saved run to compare against)")
 
