@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -61,3 +61,13 @@ def load_all(split: Dataset | DataLoader, batch_size: int = 256) -> tuple[torch.
         xs.append(x.detach().cpu())
         ys.append(y.detach().cpu())
     return torch.cat(xs), torch.cat(ys)
+
+
+def split_size(split: Any) -> int | None:
+    """Number of samples in a split if known without iterating (len of a Dataset or a loader's dataset)."""
+    if isinstance(split, DataLoader):
+        split = split.dataset
+    try:
+        return len(split)
+    except TypeError:
+        return None

@@ -1,1 +1,1 @@
-"""Utilities at the bottom of the layering: they import nothing from the rest of the package."""
+"""Leaf helpers shared by every layer (the bottom layer: nothing here imports from the package)."""
