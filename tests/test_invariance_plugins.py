@@ -60,6 +60,7 @@ def test_bad_iri_input_gets_a_clear_error_row(trained, data):
     assert "steps" in bad_steps["iri-slm"].error
 
 
+@pytest.mark.slow  # three IRI runs (about 20 s on a shared 2-core machine)
 def test_advanced_optimizer_options_pass_through(trained, data):
     options = {**FAST, "iri_max_seeds": 16, "iri_steps": 40, "iri_cycle_steps": 10, "iri_cycle_decay": 0.5,
                "iri_schedule": "exp", "iri_lr_floor": 0.1, "epochs": 1, "batch_size": 16}
