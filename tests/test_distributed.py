@@ -22,7 +22,10 @@ from similarity_plugins.cka.streaming import StreamingLinearCKA  # noqa: E402
 from similarity_plugins.core.parallel import World, shard_range  # noqa: E402
 from similarity_plugins.iri import generate_iris  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not available")
+# the ranks run on one intra-op thread (dist_workers._worker); the single-process references must too, or
+# bit-identity checks compare different float reduction orders
+pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not available"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")
