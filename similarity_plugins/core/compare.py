@@ -18,6 +18,7 @@ from .data import Data
 from .manager import get_plugin_manager
 from .networks import _check_layer, model_device, preserved
 from .registry import select_metrics
+from .repeats import check_repeats, is_deterministic, run_repeated
 from .results import LayerPair, Report, SimilarityResult, as_layer_pair
 
 LayerSpec = "str | tuple[str, str] | LayerPair"
@@ -82,6 +83,7 @@ def compare(
     options: dict | None = None,
     progress: bool = False,
     context: Context | None = None,
+    repeats: int = 1,
 ) -> Report:
     """Score how similar ``front`` (network A) and ``end`` (network B) are, with every selected metric.
 
@@ -93,11 +95,15 @@ def compare(
       when a model lives elsewhere; the user's models are never moved). ``options``: global options,
       plus per-metric dicts under metric names, e.g. ``{"epochs": 5, "stitch-dm": {"lr": 1e-2}}``.
     - ``context``: reuse the caches of an earlier call (same models and data) to avoid recomputing.
+    - ``repeats``: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI
+      starts); the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95%
+      interval over seeds (see :mod:`~.repeats`). Deterministic metrics (CKA) run once.
 
     Returns a :class:`Report`. A metric that raises gets a row with its error; the others still run.
     Unknown layers and metrics raise at once, naming the valid ones. Donor flags (``training``,
     ``requires_grad``) are restored afterwards whatever the plugins do.
     """
+    repeats = check_repeats(repeats)
     data = data if data is not None else Data()
     if not isinstance(data, Data):
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
@@ -126,13 +132,16 @@ def compare(
     with preserved(front, end, front_run, end_run):
         for pair, name in bar:
             bar.set_postfix_str(f"{name} @ {pair}")
-            results.append(_run_metric(pm, name, pair, front_run, end_run, data, ctx, known, seed, device))
+            run = lambda s: _run_metric(pm, name, pair, front_run, end_run, data, ctx, known, s, device)  # noqa: E731
+            deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
+            results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=ctx))
     meta = {
         "front": type(front).__name__,
         "end": type(end).__name__,
         "layers": [str(p) for p in pairs],
         "metrics": names,
         "seed": seed,
+        "repeats": repeats,
         "device": str(device),
         "torch": torch.__version__,
     }

@@ -17,6 +17,7 @@ class _CKAPlugin:
     kernel = "linear"
     debiased = False
     needs = ("test",)
+    deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:

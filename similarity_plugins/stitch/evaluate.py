@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..core.networks import SplitNetwork
+from .bootstrap import relative_accuracy_ci
 from .objectives import relative_sq_error
 from .trainer import FittedStitch, check_labels
 
@@ -44,7 +45,9 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
 
     Returns a dict with ``relative_accuracy`` (stitched accuracy / B's accuracy, the score),
     ``agreement`` (fraction where h and B predict the same class), ``stitched_accuracy``,
-    ``end_accuracy``, ``front_accuracy`` (fractions in [0, 1]) and ``test_size``. Raises
+    ``end_accuracy``, ``front_accuracy`` (fractions in [0, 1]), ``test_size`` and ``test_ci95``
+    (``[low, high]``: 95% bootstrap interval of the relative accuracy over test samples, 1,000
+    resamples with a fixed seed; see :mod:`~.bootstrap`). Raises
     ``ValueError`` for labels outside B's classes or when B's accuracy is 0 (ratio undefined).
     """
     labels = torch.as_tensor(labels).long().cpu()
@@ -74,6 +77,7 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
         "front_accuracy": front_acc,
         "end_accuracy": end_acc,
         "test_size": int(len(labels)),
+        "test_ci95": list(relative_accuracy_ci(pred == labels, end_pred == labels)),
     }
     if stitched is not None:
         out["dm_relative_error"] = float(relative_sq_error(stitched, end_acts.float()).mean())
