@@ -112,12 +112,14 @@ def explain_excess(summary: dict, tol: float) -> list[str]:
         else:
             verdict = "the paper's direction does NOT hold here: invariance-aware stitching has as much excess or more"
         same_sign = all(v > 0 for v in diff["values"]) or all(v < 0 for v in diff["values"])
+        sign = ("no pair differs" if all(v == 0 for v in diff["values"]) else
+                "same sign for every pair" if same_sign else "the sign varies between pairs")
         err = e["iri_median_error_max"]
         quality = "" if err is None else f"; IRI median error up to {err:.3f}" + ("" if err <= tol else f" (above tol {tol:g})")
         lines.append(f"{layer}: excess agreement stitch-slm {std['mean']:+.3f} [{std['ci95'][0]:+.3f}, {std['ci95'][1]:+.3f}], "
                      f"iri-slm {iri['mean']:+.3f} [{iri['ci95'][0]:+.3f}, {iri['ci95'][1]:+.3f}]; difference "
                      f"{diff['mean']:+.3f} [{low:+.3f}, {high:+.3f}] over {k} donor pairs "
-                     f"({'same sign for every pair' if same_sign else 'the sign varies between pairs'}{quality}): {verdict}.")
+                     f"({sign}{quality}): {verdict}.")
     return lines
 
 
