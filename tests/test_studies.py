@@ -129,4 +129,4 @@ def test_unseen_cue_study_quick(tmp_path, capsys):
     for layer, entry in payload["summary"].items():
         low, high = entry["difference"]["ci95"]
         assert low <= entry["difference"]["mean"] <= high
-        assert len(entry["difference"]["values"]) == 2
+        assert len(entry["difference"]["values"]) == 3

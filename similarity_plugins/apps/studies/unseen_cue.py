@@ -43,7 +43,7 @@ class UnseenCueConfig:
 
     @classmethod
     def quick(cls) -> "UnseenCueConfig":
-        return cls(donor_pairs=2, donor=DonorSpec(width=16, epochs=6, pgd_eps=0.1, pgd_steps=1), stitch_epochs=5,
+        return cls(donor_pairs=3, donor=DonorSpec(width=16, epochs=6, pgd_eps=0.1, pgd_steps=1), stitch_epochs=5,
                    stitch_batch=64, iri_seeds=64)
 
     def options(self) -> dict:
