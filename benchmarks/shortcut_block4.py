@@ -5,7 +5,9 @@ Runs the quick shortcut study at block4 only, varying one thing at a time: more 
 tolerance (0.01 instead of 0.02, 2,000 steps), and seeds (3 stitch/IRI seeds with ``repeats``). Prints
 iri-slm clean -> clean and clean -> shortcut with their intervals. Usage (about 10 minutes on 2 cores):
 
-    PYTHONPATH=. python benchmarks/shortcut_block4.py OUT_DIR
+    PYTHONPATH=. python benchmarks/shortcut_block4.py OUT_DIR [VARIANT ...]
+
+VARIANT: a key of :data:`VARIANTS` (default: all).
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ VARIANTS = {
 }
 
 
-def main(out_dir: str) -> dict:
+def main(out_dir: str, names: list[str] | None = None) -> dict:
     pool = DonorPool()
     base = replace(DemoConfig.quick(), layers=["block4"])
     table = {}
-    for name, change in VARIANTS.items():
+    for name in names or list(VARIANTS):
+        change = VARIANTS[name]
         began = time.perf_counter()
         result = run_demo(f"{out_dir}/{name.split()[0].replace('=', '-')}", config=replace(base, **change), progress=False,
                           donors=pool)
@@ -48,4 +51,4 @@ def main(out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else "shortcut-block4"), indent=1))
+    print(json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else "shortcut-block4", sys.argv[2:] or None), indent=1))
