@@ -1,13 +1,16 @@
 """similarity-plugins: does network A compute the same function as network B?
 
-The public face: :func:`compare` (one call, every metric), :func:`list_metrics`, :func:`layers`,
-:class:`Data`, the result types, and :data:`hookimpl` for writing metric plugins.
+The public face: :func:`compare` (one call, every metric), :func:`list_metrics`, :func:`metric_info`,
+:func:`layers`, :class:`Data`, the result types, and :data:`hookimpl`, :class:`Option` and
+:func:`register_metric` for writing metric plugins.
 """
 
 from __future__ import annotations
 
+from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with core
 from .core.compare import compare
 from .core.context import Context
+from .core.contract import Option, UnknownOption
 from .core.data import Data
 from .core.hookspecs import hookimpl
 from .core.manager import get_plugin_manager
@@ -20,13 +23,17 @@ __version__ = "0.1.0"
 __all__ = [
     "compare", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound", "SplitNetwork",
     "frozen", "layers", "UnknownMetric", "list_metrics", "metric_info", "select_metrics", "LayerPair",
-    "Report", "SimilarityResult", "register_metric", "__version__",
+    "Report", "SimilarityResult", "register_metric", "Option", "UnknownOption", "__version__",
 ]
 
 
-def register_metric(plugin: object, name: str) -> str:
-    """Register a metric plugin at run time (module, class, instance, or ``@hookimpl`` function)."""
-    return get_plugin_manager().register_metric(plugin, name)
+def register_metric(plugin: object, name: str, replace: bool = False) -> str:
+    """Register a metric plugin at run time (module, class, instance, or ``@hookimpl`` function) as ``name``.
+
+    Its ``options`` and ``needs`` attributes, if any, declare what it takes (see :class:`Option`).
+    Raises ``ValueError`` naming the owner when ``name`` is taken, unless ``replace=True``. Returns ``name``.
+    """
+    return get_plugin_manager().register_metric(plugin, name, replace=replace)
 
 
 # Lazy submodules under their public names. ``models``, ``training``, ``demo``, ``experiments`` and ``plots``

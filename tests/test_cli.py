@@ -13,12 +13,12 @@ from similarity_plugins.cli import main, parse_layer, parse_options
 
 
 def test_parse_options_and_layers():
-    assert parse_options(["epochs=5", "stitch-dm.lr=0.01", "init=identity", "flag=true"]) == {
-        "epochs": 5, "stitch-dm": {"lr": 0.01}, "init": "identity", "flag": True}
+    assert parse_options(["epochs=5", "stitch-dm.lr=0.01", "init=identity", "flag=true", "stitch_bn=yes"]) == {
+        "epochs": 5, "stitch-dm": {"lr": 0.01}, "init": "identity", "flag": True, "stitch_bn": True}
     assert parse_layer("layer1") == "layer1"
     assert parse_layer("layer1:layer2") == ("layer1", "layer2")
     assert parse_layer("layer1->layer2") == ("layer1", "layer2")
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match="--option expects KEY=VALUE, got 'no-equals-sign'"):
         parse_options(["no-equals-sign"])
 
 
@@ -39,6 +39,7 @@ def test_layers(capsys):
 
 def test_compare_writes_json_and_csv(tmp_path, capsys):
     import torch
+
     from similarity_plugins.apps.zoo import build_model
 
     weights = tmp_path / "w.pt"
@@ -126,3 +127,28 @@ def test_compare_on_a_variant(tmp_path, capsys):
                  "--variant", "pixel-shortcut", "--metrics", "cka-linear", "--max-test", "64", "--out", str(out),
                  "--no-progress"])
     assert code == 0 and json.loads(out.read_text())["results"][0]["score"] > 0
+
+
+def test_variant_alias_gets_the_seed():
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from similarity_plugins.cli.common import apply_variant
+
+    g = torch.Generator().manual_seed(0)
+    base = TensorDataset(torch.rand(200, 1, 16, 16, generator=g), torch.randint(0, 10, (200,), generator=g))
+    alias = apply_variant("shortcut-randomized", base, seed=7, num_classes=10)
+    canonical = apply_variant("Shortcut_Randomised", base, seed=7, num_classes=10)
+    other = apply_variant("shortcut-randomised", base, seed=8, num_classes=10)
+    assert torch.equal(alias.stamped_labels, canonical.stamped_labels)
+    assert not torch.equal(alias.stamped_labels, other.stamped_labels)
+    with pytest.raises(ValueError, match="did you mean 'pixel-shortcut'"):
+        apply_variant("pixel-shortcutt", base, seed=0)
+
+
+def test_model_specs_are_parsed_by_the_zoo(tmp_path):
+    from similarity_plugins.cli.common import load_data, load_model
+
+    data = load_data("digits", max_train=8, max_test=8)
+    model = load_model(" Small-CNN?width=8", None, None, data)  # as build_model reads it: channels from the data
+    assert model.block1[0].in_channels == 1 and model.block1[0].out_channels == 8

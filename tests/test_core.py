@@ -211,3 +211,86 @@ def test_reused_context_takes_this_calls_options_and_data(data):
     fresh = sp.compare(a, b, "block2", other, metrics="cka-linear", options={"max_samples": 30})
     assert second["cka-linear"].score == fresh["cka-linear"].score != first["cka-linear"].score
     assert second["cka-linear"].details["n"] == 30
+
+
+def _rng_states():
+    import random
+
+    import numpy as np
+
+    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def _assert_same_rng(before, after):
+    assert torch.equal(before[0], after[0]), "torch RNG changed"
+    assert before[1][0] == after[1][0] and (before[1][1] == after[1][1]).all() and before[1][2:] == after[1][2:], \
+        "NumPy RNG changed"
+    assert before[2] == after[2], "random RNG changed"
+
+
+def test_compare_leaves_the_global_rngs_as_they_were(data, fresh_manager):
+    import random
+
+    import numpy as np
+
+    drawn = []
+
+    class Draws:
+        @sp.hookimpl
+        def similarity(self):
+            drawn.append((torch.rand(1).item(), float(np.random.rand()), random.random()))
+            return 1.0
+
+    class DrawsThenRaises:
+        @sp.hookimpl
+        def similarity(self):
+            torch.rand(100), np.random.rand(100), random.random()
+            raise RuntimeError("after drawing")
+
+    sp.register_metric(Draws, "draws")
+    sp.register_metric(DrawsThenRaises, "draws-then-raises")
+    a, b = tiny_cnn(), tiny_cnn(seed=1)  # (tiny_cnn seeds the global generator itself)
+    torch.manual_seed(123), np.random.seed(123), random.seed(123)
+    before = _rng_states()
+    report = sp.compare(a, b, "block1", data, metrics=["draws-then-raises", "draws", "cka-linear"])
+    assert "after drawing" in report["draws-then-raises"].error and report["draws"].ok
+    _assert_same_rng(before, _rng_states())
+    with pytest.raises(sp.UnknownOption):
+        sp.compare(a, b, "block1", data, metrics="cka-linear", options={"epochs": 1})
+    _assert_same_rng(before, _rng_states())
+    torch.rand(5), np.random.rand(5), random.random()  # other global state: the metric still sees `seed`
+    sp.compare(a, b, "block1", data, metrics="draws")
+    assert drawn[0] == drawn[1]
+    sp.compare(a, b, "block1", data, metrics="draws", seed=1)
+    assert drawn[2] != drawn[0]
+
+
+def test_compare_does_not_change_a_context_passed_in(data):
+    a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
+    ctx = sp.Context(data, seed=5, options={"max_samples": 20})
+    sp.compare(a, b, "block2", data, metrics="cka-linear", context=ctx, seed=1, options={"max_samples": 30}, progress=True)
+    assert (ctx.data, ctx.seed, ctx.options, ctx.progress) == (data, 5, {"max_samples": 20}, False)
+    shared = dict(ctx.memo)
+    assert any(k[0] == "activations" for k in shared)  # same data: the caches are shared (the point of passing it)
+    other = sp.Data(test=TensorDataset(torch.rand(40, 1, 16, 16), torch.zeros(40, dtype=torch.long)))
+    sp.compare(a, b, "block2", other, metrics="cka-linear", context=ctx)
+    assert ctx.data is data and ctx.memo == shared  # other data: a memo of its own, this one untouched
+
+
+@pytest.mark.gpu
+def test_compare_on_cuda_leaves_the_cuda_rng_as_it_was(data, fresh_manager):
+    class DrawsOnCuda:
+        @sp.hookimpl
+        def similarity(self, device):
+            return float(torch.rand(1, device=device))
+
+    sp.register_metric(DrawsOnCuda, "draws-cuda")
+    a, b = tiny_cnn(), tiny_cnn(seed=1)
+    torch.cuda.manual_seed_all(7)
+    before = [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())]
+    first = sp.compare(a, b, "block1", data, metrics=["draws-cuda", "cka-linear"], device="cuda")
+    after = [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())]
+    assert all(torch.equal(x, y) for x, y in zip(before, after))
+    torch.rand(3, device="cuda")
+    again = sp.compare(a, b, "block1", data, metrics="draws-cuda", device="cuda")
+    assert first["draws-cuda"].score == again["draws-cuda"].score  # seeded from `seed` on the GPU too

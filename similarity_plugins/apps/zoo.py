@@ -11,14 +11,14 @@ Spec grammar (as typed on the command line)::
                                     timm:vit_tiny_patch16_224?img_size=32&patch_size=4
     python:MODULE:CALLABLE          MODULE.CALLABLE(**kwargs) must return an nn.Module
 
-Values in the query are parsed as int, float, true/false/none, else kept as strings. ``@PATH`` loads a
+Values in the query are read by the one KEY=VALUE grammar of ``--option`` (:mod:`similarity_plugins.utils.text`):
+JSON numbers, lists and true/false/null, yes/no/on/off, none, else strings. ``@PATH`` loads a
 state dict with ``torch.load(PATH, weights_only=True)`` (a raw state dict, or a dict holding it under
 "state_dict" or "model"; a "module." prefix from DataParallel is stripped). Nothing is ever downloaded.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import os
@@ -27,6 +27,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 from torch import nn
+
+from ..utils.text import did_you_mean, parse_assignment
 
 MODEL_SPEC_FORMS = (
     "small-cnn[?width=32]",
@@ -73,29 +75,14 @@ class SmallCNN(nn.Module):
 # --------------------------------------------------------------------------- spec parsing
 
 
-def _parse_value(text: str) -> Any:
-    low = text.strip().lower()
-    if low in ("true", "yes", "on"):
-        return True
-    if low in ("false", "no", "off"):
-        return False
-    if low in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 def _parse_query(query: str, spec: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for part in filter(None, query.split("&")):
-        key, eq, value = part.partition("=")
-        if not eq or not key:
-            raise ValueError(f"bad option {part!r} in model spec {spec!r}; write key=value pairs joined by '&'")
-        out[key.strip()] = _parse_value(value)
+        try:
+            key, value = parse_assignment(part)
+        except ValueError:
+            raise ValueError(f"bad option {part!r} in model spec {spec!r}; write key=value pairs joined by '&'") from None
+        out[key] = value
     return out
 
 
@@ -117,11 +104,6 @@ def split_model_spec(spec: str) -> tuple[str, str, dict[str, Any], str | None]:
 # --------------------------------------------------------------------------- builders
 
 
-def _suggest(name: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=5, cutoff=0.5)
-    return f"; did you mean {', '.join(close)}?" if close else ""
-
-
 def _apply_cifar_stem(model: nn.Module, name: str) -> None:
     conv1 = getattr(model, "conv1", None)
     if not isinstance(conv1, nn.Conv2d) or not hasattr(model, "maxpool"):
@@ -135,7 +117,7 @@ def _build_torchvision(name: str, kwargs: dict[str, Any], num_classes: int | Non
 
     available = tvm.list_models()
     if name not in available:
-        raise ValueError(f"unknown torchvision model {name!r}{_suggest(name, available)} "
+        raise ValueError(f"unknown torchvision model {name!r}{did_you_mean(name, available)} "
                          "(see torchvision.models.list_models())")
     if in_channels not in (None, 3):
         raise ValueError(f"torchvision models take 3-channel images; got in_channels={in_channels}. "
@@ -155,7 +137,7 @@ def _build_timm(name: str, kwargs: dict[str, Any], num_classes: int | None, in_c
     import timm
 
     if not timm.is_model(name):
-        raise ValueError(f"unknown timm model {name!r}{_suggest(name, timm.list_models())} (see timm.list_models())")
+        raise ValueError(f"unknown timm model {name!r}{did_you_mean(name, timm.list_models())} (see timm.list_models())")
     if kwargs.pop("pretrained", False):
         raise ValueError("pretrained timm weights would be downloaded; load a local file with @PATH instead")
     if num_classes is not None:
@@ -184,7 +166,7 @@ def _build_python(target: str, kwargs: dict[str, Any], num_classes: int | None, 
     for part in attr.split("."):
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]
-            raise ValueError(f"{module_name} has no attribute {attr!r}{_suggest(part, names)}")
+            raise ValueError(f"{module_name} has no attribute {attr!r}{did_you_mean(part, names)}")
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"python:{target} is not callable")
@@ -289,7 +271,7 @@ def build_model(spec: str, *, num_classes: int | None = None, in_channels: int |
     options.update(kwargs)
     if scheme not in _BUILDERS:
         raise ValueError(
-            f"unknown model scheme {scheme!r} in {spec!r}{_suggest(scheme, list(_BUILDERS))}; valid forms:\n  "
+            f"unknown model scheme {scheme!r} in {spec!r}{did_you_mean(scheme, list(_BUILDERS))}; valid forms:\n  "
             + "\n  ".join(MODEL_SPEC_FORMS)
         )
     if scheme != "small-cnn" and not name:

@@ -266,6 +266,94 @@ class StreamingLinearCKA:
         hyy, ty = _debiased_term(hyy, ryy, ry, ry, n)
         return hxy, hxx, hyy, _DEGENERATE_RTOL * tx, _DEGENERATE_RTOL * ty
 
+    # ----------------------------------------------------------------- merging (sharded data)
+    def merge(self, other: "StreamingLinearCKA") -> "StreamingLinearCKA":
+        """Add every sample ``other`` has seen, exactly, as if its batches had been ``update``-d here.
+
+        Buffered batches are replayed; moments about another shift are moved to this one's shift (exact
+        algebra on G, W and the scalars), and the constant-representation tracking is combined. Merging
+        the shards of a data set in order gives ``cka`` of the whole set to float64 rounding. Returns self.
+        """
+        if not isinstance(other, StreamingLinearCKA):
+            raise TypeError(f"can only merge another StreamingLinearCKA, got {type(other).__name__}")
+        if other.debiased != self.debiased:
+            raise ValueError("cannot merge a debiased and a biased StreamingLinearCKA; use the same debiased flag")
+        if other.n == 0:
+            return self
+        if self._d is not None and other._d != self._d:
+            raise ValueError(f"cannot merge states with (d1, d2) = {other._d} into {self._d}: different layers")
+        if other._m is None:
+            for x, y in other._buffer or []:
+                self.update(x, y)
+            return self
+        if self.n == 0:
+            self.load_state_dict(other.state_dict())
+            return self
+        if self._m is None:
+            self._fold_buffer()
+        for i in range(2):
+            same_first = other._first[i] is not None and np.array_equal(other._first[i], self._first[i])
+            self._const[i] = self._const[i] and other._const[i] and same_first
+        self._add_shifted_moments(other._m, other.n)
+        self.n += other.n
+        return self
+
+    def _add_shifted_moments(self, om: dict[str, np.ndarray], n: int) -> None:
+        """Add moments ``om`` of ``n`` samples about shift ``om["c"]`` to ours (about ``self._m["c"]``)."""
+        m = self._m
+        assert m is not None and self._d is not None
+        d1 = self._d[0]
+        g, w, sc = om["g"], om["w"], om["scalars"]
+        delta = om["c"] - m["c"]  # z' = z + delta
+        dx, dy = delta[:d1], delta[d1:]
+        s = w[:, 2]
+        kx, ky = float(dx @ dx), float(dy @ dy)
+        ux, uy = float(s[:d1] @ dx), float(s[d1:] @ dy)  # sum z_x.dx, sum z_y.dy
+        sa, sb, saa, sbb, sab = (float(v) for v in sc)
+        g_dx, g_dy = g[:, :d1] @ dx, g[:, d1:] @ dy  # sum z (z_x.dx), sum z (z_y.dy)
+        m["g"] += g + np.outer(delta, s) + np.outer(s, delta) + n * np.outer(delta, delta)
+        m["w"][:, 0] += w[:, 0] + 2 * g_dx + kx * s + delta * (sa + 2 * ux + n * kx)
+        m["w"][:, 1] += w[:, 1] + 2 * g_dy + ky * s + delta * (sb + 2 * uy + n * ky)
+        m["w"][:, 2] += s + n * delta
+        a_ux, b_uy = float(w[:d1, 0] @ dx), float(w[d1:, 1] @ dy)  # sum a (z_x.dx), sum b (z_y.dy)
+        a_uy, b_ux = float(w[d1:, 0] @ dy), float(w[:d1, 1] @ dx)
+        uxx, uyy, uxy = float(dx @ g_dx[:d1]), float(dy @ g_dy[d1:]), float(dx @ g_dy[:d1])
+        m["scalars"] += (
+            sa + 2 * ux + n * kx,
+            sb + 2 * uy + n * ky,
+            saa + 4 * a_ux + 4 * uxx + 2 * kx * sa + 4 * kx * ux + n * kx * kx,
+            sbb + 4 * b_uy + 4 * uyy + 2 * ky * sb + 4 * ky * uy + n * ky * ky,
+            sab + 2 * a_uy + ky * sa + 2 * b_ux + 4 * uxy + 2 * ky * ux + kx * sb + 2 * kx * uy + n * kx * ky,
+        )
+
+    def state_dict(self) -> dict:
+        """The state as plain values and NumPy arrays (picklable; for gathering across processes)."""
+        return {
+            "debiased": self.debiased, "n": self.n, "d": self._d, "budget": self._budget,
+            "buffer": None if self._buffer is None else list(self._buffer),
+            "moments": None if self._m is None else {k: v.copy() for k, v in self._m.items()},
+            "first": list(self._first), "const": list(self._const),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a state saved by :meth:`state_dict` (replaces this object's samples)."""
+        self.debiased = bool(state["debiased"])
+        self.n, self._d, self._budget = int(state["n"]), state["d"], state["budget"]
+        self._buffer = None if state["buffer"] is None else list(state["buffer"])
+        self._m = None if state["moments"] is None else {k: np.array(v) for k, v in state["moments"].items()}
+        self._first, self._const = list(state["first"]), list(state["const"])
+        self._scratch = None
+
+    @classmethod
+    def merged(cls, states: "list[dict]", debiased: bool = False) -> "StreamingLinearCKA":
+        """One accumulator holding the samples of every state in ``states`` (merged in list order)."""
+        total = cls(debiased)
+        for state in states:
+            part = cls(debiased)
+            part.load_state_dict(state)
+            total.merge(part)
+        return total
+
     def __repr__(self) -> str:
         return (
             f"StreamingLinearCKA(debiased={self.debiased}, n={self.n}, mode={self.mode!r}, "

@@ -1,7 +1,7 @@
-"""The command-line interface: ``similarity-plugins list | layers | compare | train | iris | demo``.
+"""The command-line interface: ``similarity-plugins list | info | layers | compare | train | iris | demo``.
 
-One module per command (``inspect``, ``compare``, ``train``, ``iris``, ``demo``), shared spec loading and
-option parsing in ``common``, the parser and entry point in ``main``.
+One module per command group (``inspect``: list, info, layers; ``compare``, ``train``, ``iris``, ``demo``),
+shared spec loading and option parsing in ``common``, the parser and entry point in ``main``.
 """
 
 from .common import parse_layer, parse_options

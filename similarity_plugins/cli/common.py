@@ -3,34 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import inspect
-import json
 from typing import Any, Sequence
 
-
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+from ..utils.text import parse_assignment, parse_assignments
 
 
 def parse_options(items: Sequence[str]) -> dict:
-    """``["epochs=5", "stitch-dm.lr=0.01"]`` -> ``{"epochs": 5, "stitch-dm": {"lr": 0.01}}``.
+    """``["epochs=5", "stitch-dm.lr=0.01", "stitch_bn=yes"]`` -> ``{"epochs": 5, "stitch-dm": {"lr": 0.01},
+    "stitch_bn": True}``.
 
-    Values are read as JSON when they parse (numbers, true/false, lists), else kept as strings.
+    Values are read by the one KEY=VALUE grammar of :func:`similarity_plugins.utils.text.parse_value`
+    (JSON, yes/no/on/off, none, else a string), the same as model-spec queries. ``METRIC.KEY`` scopes an
+    option to one metric. Raises ``ValueError`` for an item without ``=``.
     """
     options: dict = {}
     for item in items:
-        if "=" not in item:
-            raise SystemExit(f"error: --option expects KEY=VALUE (or METRIC.KEY=VALUE), got {item!r}")
-        key, value = item.split("=", 1)
+        key, value = parse_assignment(item, what="--option")
         metric, dot, name = key.rpartition(".")
         if dot and metric:
-            options.setdefault(metric, {})[name] = _parse_value(value)
+            options.setdefault(metric, {})[name] = value
         else:
-            options[key] = _parse_value(value)
+            options[key] = value
     return options
+
+
+def parse_variant_options(items: Sequence[str] | None) -> dict:
+    """``--variant-option`` items (``["swap_fraction=0.5"]``) as keyword arguments, read by the same grammar."""
+    return parse_assignments(items or [], what="--variant-option")
 
 
 def parse_layer(text: str) -> "str | tuple[str, str]":
@@ -64,24 +63,25 @@ def load_model(spec: str, num_classes: int | None, in_channels: int | None = Non
                 seed: int | None = None):
     """Build MODEL (initial weights from ``seed`` if given); for ``small-cnn`` the input channels and classes
     default to the data's."""
-    from ..apps.zoo import build_model
+    from ..apps.zoo import build_model, split_model_spec
 
     if data is not None:
         sample_split = data.train if data.train is not None else data.test
         if num_classes is None:
             num_classes = dataset_num_classes(sample_split)
-        if in_channels is None and spec.split("@", 1)[0].split("?", 1)[0] == "small-cnn" and sample_split is not None:
+        if in_channels is None and split_model_spec(spec)[0] == "small-cnn" and sample_split is not None:
             in_channels = int(sample_split[0][0].shape[0])
     return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
 
 
 def apply_variant(name: str, dataset: Any, seed: int, **kw: Any) -> Any:
     """Wrap ``dataset`` in the variant ``name``, passing ``seed`` when the variant takes one."""
-    from ..datasets import make_variant
-    from ..datasets.variants import VARIANTS
+    import inspect
 
-    cls = VARIANTS.get(name.strip().lower().replace("_", "-"))
-    if cls is not None and "seed" in inspect.signature(cls).parameters:
+    from ..datasets import make_variant
+    from ..datasets.variants import variant_class
+
+    if "seed" in inspect.signature(variant_class(name)).parameters:
         kw["seed"] = seed
     return make_variant(name, dataset, **kw)
 

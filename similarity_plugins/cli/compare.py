@@ -14,22 +14,27 @@ from .common import (
     load_model,
     parse_layer,
     parse_options,
+    parse_variant_options,
 )
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..core.compare import compare
+    from ..core.registry import options_for_metrics, select_metrics
 
     options = parse_options(args.option or [])
     if args.epochs is not None:
         options["epochs"] = args.epochs
+    default = "stitch-slm,iri-slm" if args.excess_agreement else None
+    options_for_metrics(select_metrics(args.metrics or default), options)  # refuse bad names before loading anything
     data = load_data(args.data, args.max_train, args.max_test)
     if args.variant:
         from ..core.data import Data
 
-        variant_options = parse_options(args.variant_option or [])
-        data = Data(train=None if data.train is None else apply_variant(args.variant, data.train, args.seed + 3, **variant_options),
-                    test=None if data.test is None else apply_variant(args.variant, data.test, args.seed + 4, **variant_options))
+        variant_options = parse_variant_options(args.variant_option)
+        train, test = data.train, data.test
+        data = Data(train=None if train is None else apply_variant(args.variant, train, args.seed + 3, **variant_options),
+                    test=None if test is None else apply_variant(args.variant, test, args.seed + 4, **variant_options))
     front = load_model(args.front, args.num_classes, args.in_channels, data)
     end = load_model(args.end, args.num_classes, args.in_channels, data)
     layer_list = [parse_layer(text) for text in args.layer]
@@ -37,7 +42,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.excess_agreement:
         return _excess(args, front, end, layer_list, data, options)
     report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
-                     seed=args.seed, device=args.device, options=options, progress=not args.no_progress)
+                     seed=args.seed, device=args.device, options=options,
+                     progress=not args.no_progress and _writes_files())
+    if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
+        return 0 if all(r.error is None for r in report) else 1
     print(report)
     print(f"\n{len(report)} results in {time.perf_counter() - start:.1f} s")
     if args.out:
@@ -47,6 +55,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         report.to_csv(args.csv)
         print(f"wrote {args.csv}")
     return 0 if all(r.error is None for r in report) else 1
+
+
+def _writes_files() -> bool:
+    from ..core.parallel import current_world
+
+    return current_world().is_main
 
 
 def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, data: Any, options: dict) -> int:
@@ -59,6 +73,8 @@ def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, da
     start = time.perf_counter()
     rows = excess_agreement(front, end, layer_list, data, metrics, strength=args.cue_strength, seed=args.seed,
                             options=options, progress=not args.no_progress)
+    if not _writes_files():
+        return 0
     print(format_excess(rows))
     print(f"\nexcess agreement = agreement with the end model on test data carrying the unseen cue minus "
           f"the same without it ({time.perf_counter() - start:.1f} s)")
@@ -91,7 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the front's device)")
     p.add_argument("--epochs", type=int, default=None, help="stitch training epochs (default 30)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable")
+                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable. Values: JSON numbers, "
+                        "lists, true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
     p.add_argument("--max-train", type=int, default=None, help="use the first N training samples")
     p.add_argument("--max-test", type=int, default=None, help="use the first N test samples")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")

@@ -23,6 +23,10 @@ def cmd_iris(args: argparse.Namespace) -> int:
                          optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
                          backend=args.backend, seed=args.seed, progress=not args.no_progress,
                          cache_dir=args.cache_dir)
+    from ..core.parallel import current_world
+
+    if not current_world().is_main:  # under torchrun every rank holds the set; rank 0 writes it
+        return 0
     summary = dict(iris.summary)
     print(f"{len(iris)} IRIs of {args.model} at {args.layer}: median relative error {summary['median_error']:.4g}, "
           f"95th percentile {summary['p95_error']:.4g}, converged {summary['converged_fraction']:.1%} "

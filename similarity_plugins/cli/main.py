@@ -7,9 +7,9 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import compare, demo, inspect, iris, study, train
+from . import bench, compare, demo, inspect, iris, study, train
 
-COMMAND_MODULES = (inspect, compare, train, iris, demo, study)
+COMMAND_MODULES = (inspect, compare, train, iris, demo, bench, study)
 
 EPILOG = """MODEL specs: ``torchvision:NAME``, ``timm:NAME`` (keyword arguments after ``?``, e.g.
 ``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable`` or ``small-cnn``,
@@ -37,6 +37,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``similarity-plugins`` console script. Returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ..distributed.world import default_device, finish, init_from_env
+
+    started = init_from_env()  # under torchrun: gloo on CPU, NCCL on cuda:LOCAL_RANK (docs/scale_out.md)
+    if started:
+        if getattr(args, "device", "") is None:
+            args.device = default_device()
+        import torch
+
+        torch.manual_seed(int(getattr(args, "seed", 0) or 0))  # the same untrained models on every rank
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, KeyError, RuntimeError) as exc:
@@ -46,3 +55,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if started:
+            finish()

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_model_args, apply_variant, load_data, load_model, parse_options
+from .common import add_model_args, apply_variant, load_data, load_model, parse_variant_options
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..apps.training import evaluate_accuracy, save_weights, train_classifier
+    from ..apps.zoo import split_model_spec
+    from ..datasets.variants import PixelShortcut, variant_class
 
     data = load_data(args.data, args.max_train)
     model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
-    variant_options = parse_options(args.variant_option or [])
+    variant_options = parse_variant_options(args.variant_option)
     train_set, tests = data.train, {"clean": data.test}
     if args.variant:
         train_set = apply_variant(args.variant, data.train, args.seed, **variant_options)
         test_options = {k: v for k, v in variant_options.items() if k not in ("swap_fraction", "fraction")}
         tests[args.variant] = apply_variant(args.variant, data.test, args.seed + 1, **test_options)
-        if args.variant == "pixel-shortcut":
+        if variant_class(args.variant) is PixelShortcut:
             tests["shortcut-removed"] = apply_variant("shortcut-removed", tests[args.variant], 0)
             tests["shortcut-randomised"] = apply_variant("shortcut-randomised", tests[args.variant], args.seed + 2)
-    small = args.model.startswith("small-cnn")
+    small = split_model_spec(args.model)[0] == "small-cnn"
     epochs = args.epochs or (8 if small else 30)
     lr = args.lr or (3e-3 if small else 1e-3)
     adversarial = {"eps": args.eps} if args.adversarial else None

@@ -14,12 +14,15 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .context import Context
+from .contract import missing_splits
 from .data import Data
 from .manager import get_plugin_manager
 from .networks import _check_layer, model_device, preserved
-from .registry import select_metrics
+from .ranks import agree_on_result, check_ranks_agree
+from .registry import options_for_metrics, select_metrics
 from .repeats import check_repeats, is_deterministic, run_repeated
 from .results import LayerPair, Report, SimilarityResult, as_layer_pair
+from .rng import isolated_rng, seed_all
 
 LayerSpec = "str | tuple[str, str] | LayerPair"
 
@@ -94,14 +97,19 @@ def compare(
     - ``seed``: every random choice derives from it. ``device``: where the donors run (a copy is made
       when a model lives elsewhere; the user's models are never moved). ``options``: global options,
       plus per-metric dicts under metric names, e.g. ``{"epochs": 5, "stitch-dm": {"lr": 1e-2}}``.
-    - ``context``: reuse the caches of an earlier call (same models and data) to avoid recomputing.
+    - ``context``: reuse the caches of an earlier call (same models and data) to avoid recomputing;
+      the context itself is not changed (this call works on a child that shares its memo).
     - ``repeats``: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI
       starts); the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95%
       interval over seeds (see :mod:`~.repeats`). Deterministic metrics (CKA) run once.
 
     Returns a :class:`Report`. A metric that raises gets a row with its error; the others still run.
-    Unknown layers and metrics raise at once, naming the valid ones. Donor flags (``training``,
-    ``requires_grad``) are restored afterwards whatever the plugins do.
+    Unknown layers, metrics and options raise at once, before any work, naming the valid ones
+    (:class:`~similarity_plugins.core.contract.UnknownOption` for an option no selected metric takes).
+    A metric whose ``needs`` names a split that ``data`` lacks gets an error row without running.
+    Donor flags (``training``, ``requires_grad``) are restored afterwards whatever the plugins do, and
+    the global torch, NumPy and ``random`` generators are as they were (each metric runs seeded with
+    ``seed`` inside forked generators).
     """
     repeats = check_repeats(repeats)
     data = data if data is not None else Data()
@@ -113,6 +121,7 @@ def compare(
         _check_layer(end, pair.end)
     names = select_metrics(metrics)
     pm = get_plugin_manager()
+    metric_options = options_for_metrics(names, options)
 
     device = torch.device(device) if device is not None else model_device(front)
     front_run = _place(front, device, "front")
@@ -120,19 +129,18 @@ def compare(
 
     if context is None:
         ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
-    else:  # reuse the caches (they are keyed by model, layer and split), but this call's settings
-        ctx = context
-        if ctx.data.train is not data.train or ctx.data.test is not data.test:
-            ctx.memo.clear()  # other data: nothing cached applies
-        ctx.data, ctx.seed, ctx.device, ctx.options, ctx.progress = data, int(seed), device, dict(options or {}), progress
-    known = set(pm.info)
+    else:  # reuse the caches (keyed by model, layer and split) with this call's settings
+        ctx = context.for_call(data, seed=seed, device=device, options=options, progress=progress)
+    if ctx.world.distributed:  # every rank must hold the same models, data and settings
+        check_ranks_agree(ctx.world, front, end, data, ([str(p) for p in pairs], names, seed, options))
     results: list[SimilarityResult] = []
     jobs = [(p, n) for p in pairs for n in names]
     bar = tqdm(jobs, desc="compare", disable=not progress, leave=False)
-    with preserved(front, end, front_run, end_run):
+    with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
         for pair, name in bar:
             bar.set_postfix_str(f"{name} @ {pair}")
-            run = lambda s: _run_metric(pm, name, pair, front_run, end_run, data, ctx, known, s, device)  # noqa: E731
+            run = lambda s: _run_metric(pm, name, pair, front_run, end_run, data, ctx,  # noqa: E731
+                                        metric_options[name], s, device, cuda_rng)
             deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
             results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=ctx))
     meta = {
@@ -144,23 +152,28 @@ def compare(
         "repeats": repeats,
         "device": str(device),
         "torch": torch.__version__,
+        "world_size": ctx.world.size,
     }
     return Report(results, meta)
 
 
-def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module, data: Data,
-                ctx: Context, known: set[str], seed: int, device: torch.device) -> SimilarityResult:
+def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module, data: Data, ctx: Context,
+                options: dict, seed: int, device: torch.device, cuda_rng: bool = False) -> SimilarityResult:
     layer_str = str(pair)
     if name in pm.load_errors:
         return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer_str)
+    missing = missing_splits(name, pm.info[name].needs, data)
+    if missing:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer_str)
     impl = pm.hookimpl_for(name)
     arguments = {
-        "front": front, "end": end, "layer": pair, "data": data, "options": ctx.options_for(name, known),
+        "front": front, "end": end, "layer": pair, "data": data, "options": dict(options),
         "context": ctx, "seed": seed, "device": device,
     }
     start = time.perf_counter()
+    error = None
     try:
-        torch.manual_seed(seed)
+        seed_all(seed, cuda=cuda_rng)
         value = impl.function(**{a: arguments[a] for a in impl.argnames})
         result = _to_result(value, name, layer_str)
         if result.score is not None and not math.isfinite(result.score):
@@ -168,5 +181,8 @@ def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module
     except Exception as exc:  # noqa: BLE001 - one metric's failure must not stop the others
         result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
                                   f"{type(exc).__name__}: {exc}", layer_str)
+        error = exc
     result.seconds = time.perf_counter() - start
+    if ctx.world.distributed:
+        result = agree_on_result(ctx.world, result, error)
     return result

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from .activations import extract_activations, flatten, model_outputs
-from .data import Data
+from .data import Data, split_size
 from .networks import SplitNetwork
+from .parallel import World, current_world, split_shard
 
 
 class Context:
@@ -22,11 +23,13 @@ class Context:
 
     Attributes: ``data`` (:class:`Data`), ``seed`` (int), ``device`` (``torch.device``),
     ``progress`` (bool: show progress bars), ``options`` (the global options dict), ``memo``
-    (the memo dict, keyed by hashable tuples).
+    (the memo dict, keyed by hashable tuples), ``world`` (the :class:`~.parallel.World`: one process, or
+    the torch.distributed ranks that share the work; default: :func:`~.parallel.current_world`).
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,
-                 options: dict | None = None, progress: bool = False, batch_size: int = 256) -> None:
+                 options: dict | None = None, progress: bool = False, batch_size: int = 256,
+                 world: World | None = None) -> None:
         self.data = data
         self.seed = int(seed)
         self.device = device or torch.device("cpu")
@@ -34,6 +37,21 @@ class Context:
         self.progress = progress
         self.batch_size = batch_size
         self.memo: dict[Hashable, Any] = {}
+        self.world = world if world is not None else current_world()
+
+    def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
+                 progress: bool) -> "Context":
+        """A new context with one call's settings that shares this one's memo (its caches).
+
+        This context is left as it is. The memo is shared only when ``data`` holds the same split
+        objects as ``self.data`` (the caches are keyed by model, layer and split name, not by the data);
+        for other data the new context starts with an empty memo of its own.
+        """
+        child = Context(data, seed=seed, device=device, options=options, progress=progress, batch_size=self.batch_size,
+                        world=self.world)
+        if self.data.train is data.train and self.data.test is data.test:
+            child.memo = self.memo
+        return child
 
     def remember(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """Return the memoised value for ``key``, computing it with ``compute()`` the first time."""
@@ -43,7 +61,8 @@ class Context:
 
     def options_for(self, metric: str, metric_names: set[str] | None = None) -> dict:
         """Global options (entries that are not per-metric dicts) updated with ``options[metric]``."""
-        merged = {k: v for k, v in self.options.items() if not (isinstance(v, dict) and (metric_names is None or k in metric_names))}
+        merged = {k: v for k, v in self.options.items()
+                  if not (isinstance(v, dict) and (metric_names is None or k in metric_names))}
         own = self.options.get(metric)
         if isinstance(own, dict):
             merged.update(own)
@@ -54,20 +73,65 @@ class Context:
         key = ("split", id(model), layer, taps)
         return self.remember(key, lambda: SplitNetwork(model, layer, taps))
 
+    def split_rows(self, split: str) -> range | None:
+        """This rank's rows of a split (``range(N)`` in one process); None when the split has no length."""
+        n = split_size(self.data.split(split))
+        return None if n is None else self.world.shard(n)
+
+    def run_sharded(self, split: str, run, tag: str) -> tuple[tuple[torch.Tensor, ...], range | None]:
+        """``run(dataset)`` on this rank's share of ``split``: returns (``run``'s tuple of tensors (n_r, ...), rows).
+
+        Memoised per ``tag``. ``rows`` is None when this rank ran the whole split (one process, or a split
+        without length); a rank with no share gets empty tensors of the right shapes (from a 1-sample probe).
+        """
+        def compute():
+            whole = self.data.split(split)
+            rows = self.split_rows(split) if self.world.distributed else None
+            part = split_shard(whole, rows) if rows is not None else None
+            if rows is None or part is None:  # one process, or an unindexable split: run it whole
+                return run(whole), None
+            if len(rows) == 0:  # no share: the right shapes from one sample, then nothing
+                probe = run(split_shard(whole, range(1)))
+                return tuple(t[:0] for t in probe), rows
+            return run(part), rows
+        return self.remember(("shard", tag, split), compute)
+
+    def local_activations(self, model: nn.Module, layer: str,
+                          split: str = "test") -> tuple[torch.Tensor, torch.Tensor, range | None]:
+        """This rank's share of :meth:`activations` (layer's own shape), its labels, and its rows.
+
+        ``rows`` is None when the rank holds the whole split (one process, or a split without length).
+        """
+        def run(dataset):
+            return extract_activations(self.split(model, layer), dataset, batch_size=self.batch_size,
+                                       device=self.device, progress=self.progress, desc=f"activations {layer} ({split})")
+        (acts, labels), rows = self.run_sharded(split, run, ("activations", id(model), layer))
+        return acts, labels, rows
+
     def activations(self, model: nn.Module, layer: str, split: str = "test", *, flat: bool = True) -> torch.Tensor:
         """Activations of ``model`` at ``layer`` on a data split, float32 on the CPU, memoised.
 
         ``flat=True`` gives (N, D) (CNN maps as C*H*W, tokens as T*D); ``flat=False`` the layer's
-        own shape (N, C, H, W) or (N, T, D).
+        own shape (N, C, H, W) or (N, T, D). Under torch.distributed each rank extracts its share and the
+        shares are gathered, so every rank holds all N rows (memory: the whole array per rank).
         """
-        def compute() -> tuple[torch.Tensor, torch.Tensor]:
-            return extract_activations(self.split(model, layer), self.data.split(split),
-                                       batch_size=self.batch_size, device=self.device,
-                                       progress=self.progress, desc=f"activations {layer} ({split})")
-        acts, _ = self.remember(("activations", id(model), layer, split), compute)
+        def compute() -> torch.Tensor:
+            acts, _, rows = self.local_activations(model, layer, split)
+            if rows is None:
+                return acts
+            return self.world.gather_rows(acts, f"activations {layer} ({split})")
+        acts = self.remember(("activations", id(model), layer, split), compute)
         return flatten(acts) if flat else acts
 
     def outputs(self, model: nn.Module, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits (N, classes) and labels (N,) of ``model`` on a split, on the CPU, memoised."""
-        return self.remember(("outputs", id(model), split),
-                             lambda: model_outputs(model, self.data.split(split), batch_size=self.batch_size, device=self.device))
+        """Logits (N, classes) and labels (N,) of ``model`` on a split, on the CPU, memoised (sharded like
+        :meth:`activations` under torch.distributed)."""
+        def compute() -> tuple[torch.Tensor, torch.Tensor]:
+            def run(dataset):
+                return model_outputs(model, dataset, batch_size=self.batch_size, device=self.device)
+            (logits, labels), rows = self.run_sharded(split, run, ("outputs", id(model)))
+            if rows is None:
+                return logits, labels
+            return (self.world.gather_rows(logits, f"outputs ({split})"),
+                    self.world.gather_rows(labels, f"labels ({split})"))
+        return self.remember(("outputs", id(model), split), compute)

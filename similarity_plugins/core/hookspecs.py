@@ -2,8 +2,8 @@
 
 A metric is a plugin object (a module, a class or an instance) with one ``similarity`` hookimpl.
 Its name is the name it was registered under: the entry-point name for third-party packages
-(group ``similarity_plugins``), the key of ``DEFAULT_PLUGINS`` for the built-in ones, which are
-registered exactly the same way. Example, a complete plugin::
+(group ``similarity_plugins``), the key of ``core.manager.DEFAULT_PLUGINS`` for the built-in ones,
+which are registered exactly the same way (the first to take a name keeps it). Example, a complete plugin::
 
     import similarity_plugins
 
@@ -13,8 +13,11 @@ registered exactly the same way. Example, a complete plugin::
         y = context.activations(end, layer.end, "test")
         return float(similarity_plugins.functional.cka(x, y))
 
-Optional attributes on the plugin object: ``description`` (one line for ``similarity-plugins list``)
-and ``needs`` (the splits it reads, e.g. ``("train", "test")``).
+Optional attributes on the plugin object: ``description`` (one line for ``similarity-plugins list``),
+``needs`` (the splits it reads, e.g. ``("train", "test")``: a missing one gives the metric's row an
+error before it runs) and ``options`` (the options it takes, with defaults and docs, e.g.
+``(Option("alpha", 0.5, "mixing weight"),)`` or ``{"alpha": 0.5}``; without it the metric takes any
+option; see :mod:`~similarity_plugins.core.contract`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ def similarity(front, end, layer, data, options, context, seed, device) -> Any: 
     - ``layer``: a :class:`~similarity_plugins.core.results.LayerPair` with ``.front`` (the cut in A)
       and ``.end`` (the cut in B), both ``named_modules()`` names;
     - ``data``: a :class:`~similarity_plugins.Data` with ``train`` and ``test`` splits yielding ``(x, y)``;
-    - ``options``: a dict of this metric's options (global options merged with ``options[name]``);
+    - ``options``: a dict of this metric's options: for a metric that declares ``options``, every
+      declared option (its default unless given, globally or in ``options[name]``); for one that
+      declares none, the global options merged with ``options[name]``;
     - ``context``: the shared services of one ``compare`` call (cached activations, network splits,
       memoisation, progress), see :class:`~similarity_plugins.core.context.Context`;
     - ``seed``: an int; every random choice must derive from it;

@@ -22,7 +22,6 @@ hook that stops the forward pass at the cut); their end is then unavailable and 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import inspect
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -30,6 +29,8 @@ from typing import Iterator, Sequence
 import torch
 import torch.fx
 from torch import nn
+
+from ..utils.text import did_you_mean
 
 __all__ = ["frozen", "preserved", "layers", "SplitNetwork", "split_network", "model_device", "LayerNotFound"]
 
@@ -135,11 +136,9 @@ def _check_layer(model: nn.Module, layer: str) -> None:
     if layer in names and layer != "":
         return
     valid = layers(model)
-    close = difflib.get_close_matches(str(layer), [n for n in names if n], n=3)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise LayerNotFound(
-        f"layer {layer!r} not found in {type(model).__name__}; available: {', '.join(valid)}"
-        f" (any clean-cut module name from named_modules() also works).{hint}"
+        f"layer {layer!r} not found in {type(model).__name__}{did_you_mean(str(layer), names, cutoff=0.6)}; "
+        f"available: {', '.join(valid)} (any clean-cut module name from named_modules() also works)"
     )
 
 

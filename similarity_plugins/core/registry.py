@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
+from ..utils.text import did_you_mean
+from .contract import resolve_options
 from .manager import MetricInfo, get_plugin_manager
 
 
@@ -27,7 +28,9 @@ def list_metrics(pattern: str | Iterable[str] | None = None) -> list[str]:
 
 
 def metric_info(name: str) -> MetricInfo:
-    """The :class:`MetricInfo` (package, description, load error) of a metric."""
+    """The :class:`MetricInfo` of a metric: package, description, load error, ``options`` (the contract:
+    ``{option: default}``, or ``None`` when the metric declares none and takes any), ``option_docs``
+    (``{option: one-line doc}``) and ``needs`` (the data splits it reads)."""
     info = get_plugin_manager().info
     if name not in info:
         raise UnknownMetric(_unknown_message(name, list(info)))
@@ -35,9 +38,7 @@ def metric_info(name: str) -> MetricInfo:
 
 
 def _unknown_message(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return f"unknown metric {name!r}{hint} (registered: {', '.join(sorted(known))})"
+    return f"unknown metric {name!r}{did_you_mean(name, known)} (registered: {', '.join(sorted(known))})"
 
 
 def select_metrics(metrics: str | Iterable[str] | None) -> list[str]:
@@ -65,3 +66,14 @@ def select_metrics(metrics: str | Iterable[str] | None) -> list[str]:
     if not selected:
         raise UnknownMetric("no metric selected; pass names such as " + ", ".join(known[:3]))
     return selected
+
+
+def options_for_metrics(names: list[str], options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Validate ``options`` (global ones and per-metric dicts) for the selected metric ``names`` against
+    their declarations and return ``{metric: the options its hook receives}``.
+
+    Raises :class:`~similarity_plugins.core.contract.UnknownOption` (a ``ValueError``) with the valid
+    names and a did-you-mean for an option no selected metric takes, or that its metric does not take.
+    """
+    declared = {name: info.options for name, info in get_plugin_manager().info.items()}
+    return resolve_options(list(names), declared, options)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from ..utils.text import did_you_mean
 from .tensors import num_classes_of, tensors_of
 
 
@@ -358,13 +359,25 @@ VARIANTS: dict[str, type[_Variant]] = {
 }
 
 
+VARIANT_ALIASES: dict[str, str] = {"shortcut-randomized": "shortcut-randomised", "clean": "shortcut-removed"}
+
+
+def variant_class(name: str) -> type[_Variant]:
+    """The variant class called ``name`` (case, ``_``/``-`` and the aliases of :data:`VARIANT_ALIASES` allowed).
+
+    Raises ``ValueError`` naming the valid names (and a close one) for an unknown name.
+    """
+    key = str(name).strip().lower().replace("_", "-")
+    key = VARIANT_ALIASES.get(key, key)
+    if key not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}{did_you_mean(key, list(VARIANTS) + list(VARIANT_ALIASES))}; "
+                         f"valid names: {', '.join(VARIANTS)}")
+    return VARIANTS[key]
+
+
 def make_variant(name: str, dataset: Dataset, **kwargs: Any) -> Dataset:
     """Wrap ``dataset`` in the variant called ``name`` (one of :data:`VARIANTS`), passing ``kwargs`` on.
 
     "shortcut-randomized" is accepted as a spelling of "shortcut-randomised"; "clean" is "shortcut-removed".
     """
-    key = name.strip().lower().replace("_", "-")
-    key = {"shortcut-randomized": "shortcut-randomised", "clean": "shortcut-removed"}.get(key, key)
-    if key not in VARIANTS:
-        raise ValueError(f"unknown variant {name!r}; valid names: {', '.join(VARIANTS)}")
-    return VARIANTS[key](dataset, **kwargs)
+    return variant_class(name)(dataset, **kwargs)

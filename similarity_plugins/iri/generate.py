@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
-from . import cache
+from . import cache, sharded
 from .optimizer import make_settings, optimize_iris, _check_seeds
 from .relu import front_tensors, straight_through_relu, trace_front
 from .result import IRISet
@@ -76,20 +76,20 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
         key = cache.fingerprint(front_tensors(model, trace), layer, seeds, key_settings) if cache_dir else None
         if cache_dir is not None:
             hit = cache.load_file(cache.result_path(cache_dir, key))
-            if hit is not None and hit.get("key") == key:
+            if sharded.agreed_hit(hit if hit is not None and hit.get("key") == key else None):
                 return IRISet.from_state(hit, seeds.device)
         with straight_through_relu(model, targets or None) as reset:
             def front_fn(x: torch.Tensor) -> torch.Tensor:
                 reset()
                 return split.front(x)
 
-            iris = optimize_iris(front_fn, seeds, batch_size=batch_size, backend=backend, progress=progress,
-                                 device=device, settings=settings, checkpoint_every=checkpoint_every,
-                                 checkpoint_path=cache.checkpoint_path(cache_dir, key) if checkpoint_every else None,
-                                 **run_options)
+            iris = sharded.optimize(optimize_iris, front_fn, seeds, model=model, batch_size=batch_size, backend=backend,
+                                    progress=progress, device=device, settings=settings, checkpoint_every=checkpoint_every,
+                                    checkpoint_path=cache.checkpoint_path(cache_dir, key) if checkpoint_every else None,
+                                    **run_options)
     iris.settings["layer"] = layer
     iris.settings["fake_relu_at"] = [f"{name}#{call}" for name, call in targets]
     iris.key = key
     if cache_dir is not None:
-        cache.atomic_save(iris.to_state(), cache.result_path(cache_dir, key))
+        sharded.save_once(cache.atomic_save, iris.to_state(), cache.result_path(cache_dir, key))
     return iris

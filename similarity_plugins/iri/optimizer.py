@@ -264,7 +264,8 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
                   batch_size: int = 128, backend: str = "auto", seed: int = 0, progress: bool = True,
                   device: torch.device | str | None = None, checkpoint_path: str | os.PathLike | None = None,
                   checkpoint_every: int | None = None, callback: Callable[[dict], None] | None = None,
-                  profile: bool = False, settings: Settings | None = None, **advanced: Any) -> IRISet:
+                  profile: bool = False, settings: Settings | None = None, sample_range: range | None = None,
+                  **advanced: Any) -> IRISet:
     """Find IRIs for ``seeds`` under ``front_fn``: inputs ``x'`` in [0, 1] with ``front_fn(x') ~= front_fn(x)``.
 
     ``front_fn``: maps a batch (B, ...) on ``device`` to activations (B, ...); it must treat samples
@@ -282,7 +283,10 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     ``callback(info)`` runs after every batch step (``info``: step, active, finished, pending,
     median_error over all samples with pending ones counted as infinite, sample_steps so far, elapsed_s); an
     exception it raises stops the run (the last checkpoint remains). ``profile``: synchronise CUDA
-    around timings so ``stats`` splits time exactly.
+    around timings so ``stats`` splits time exactly. ``sample_range``: optimise only the seeds with these
+    (global) indices, e.g. one rank's share; each sample's randomness still derives from (seed, global
+    index) and the "shuffle" derangement is over all N seeds, so the shares of a partition, concatenated,
+    are the IRIs of one run (the returned set has ``len(sample_range)`` rows).
 
     Advanced options (``ADVANCED``; all part of the cache key):
     - ``schedule``: "cosine" (Adam's default), "exp", "step" (normgrad's default: halved over ``stages``
@@ -311,7 +315,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     device = torch.device(device) if device is not None else seeds.device
     be = resolve_backend(backend, device)
     return _Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path,
-                checkpoint_every, callback, profile).run()
+                checkpoint_every, callback, profile, sample_range).run()
 
 
 class _Run:
@@ -319,9 +323,13 @@ class _Run:
 
     def __init__(self, front_fn: Callable, seeds: torch.Tensor, settings: Settings, batch_size: int, backend: Backend,
                  device: torch.device, progress: bool, checkpoint_path: Any, checkpoint_every: int | None,
-                 callback: Callable | None, profile: bool) -> None:
+                 callback: Callable | None, profile: bool, sample_range: range | None = None) -> None:
         self.front_fn, self.seeds, self.s, self.backend, self.device = front_fn, seeds, settings, backend, device
-        self.n = int(seeds.shape[0])
+        rows = sample_range if sample_range is not None else range(int(seeds.shape[0]))
+        if rows.step != 1 or rows.start < 0 or rows.stop > int(seeds.shape[0]) or len(rows) == 0:
+            raise ValueError(f"sample_range must be a non-empty contiguous range within 0..{int(seeds.shape[0])}, got {rows}")
+        self.offset = rows.start  # global index of local sample 0
+        self.n = len(rows)
         self.shape = tuple(seeds.shape[1:])
         self.dim = int(np.prod(self.shape))
         self.capacity = min(batch_size, self.n)
@@ -329,7 +337,7 @@ class _Run:
         self.progress, self.callback, self.profile = progress, callback, profile and device.type == "cuda"
         self.checkpoint_path = os.fspath(checkpoint_path) if checkpoint_path is not None else None
         self.checkpoint_every = checkpoint_every
-        self.donors = derangement(self.n, settings.seed) if settings.init == "shuffle" else None
+        self.donors = derangement(int(seeds.shape[0]), settings.seed) if settings.init == "shuffle" else None
         self.kernel = update_kernel(backend, settings.optimizer, (settings.beta1, settings.beta2, settings.eps)
                                     if settings.optimizer == "adam" else ())
         self.np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
@@ -360,7 +368,7 @@ class _Run:
         self.next_pending += take
         w = self.w
         sl = torch.as_tensor(slots, device=self.device)
-        seeds = self.seeds[torch.as_tensor(idx, device=self.seeds.device)].to(self.device)
+        seeds = self.seeds[torch.as_tensor(idx + self.offset, device=self.seeds.device)].to(self.device)
         self._sync()
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -372,8 +380,9 @@ class _Run:
         self.t_target += time.perf_counter() - t0
         bad = ~torch.isfinite(act).all(dim=1)
         if bool(bad.any()):
-            raise FloatingPointError(f"the model's activation is NaN/inf for seed(s) {idx[bad.cpu().numpy()].tolist()}")
-        x0 = initial_inputs(self.seeds, idx, self.s, self.donors).reshape(take, -1).to(self.device)
+            bad_seeds = (idx + self.offset)[bad.cpu().numpy()].tolist()
+            raise FloatingPointError(f"the model's activation is NaN/inf for seed(s) {bad_seeds}")
+        x0 = initial_inputs(self.seeds, idx + self.offset, self.s, self.donors).reshape(take, -1).to(self.device)
         w.x[sl] = x0
         w.best[sl] = x0
         w.target[sl] = act
@@ -438,7 +447,7 @@ class _Run:
         self._sync()
         t1 = time.perf_counter()
         if not bool(finite.all()):
-            bad = w.sample[:k][~finite.cpu().numpy()]
+            bad = w.sample[:k][~finite.cpu().numpy()] + self.offset
             raise FloatingPointError(
                 f"the model produced NaN/inf errors or gradients for seed(s) {sorted(bad.tolist())} at their step(s) "
                 f"{sorted(set(w.t[:k][~finite.cpu().numpy()].tolist()))}; check the model for operations without a "
@@ -509,6 +518,7 @@ class _Run:
 
         state = {
             "version": CHECKPOINT_VERSION, "settings": self.s.as_dict(), "n": self.n, "capacity": self.capacity,
+            "offset": self.offset,
             "work": self.w.state(), "next_pending": self.next_pending, "finished": self.finished, "step": self.step,
             "out_x": self.out_x.detach().cpu(), "out_err": torch.from_numpy(self.out_err.copy()),
             "out_steps": torch.from_numpy(self.out_steps.copy()), "evals": self.evals, "restarts": self.restarts,
@@ -522,7 +532,7 @@ class _Run:
 
         state = load_file(self.checkpoint_path)
         if (state is None or state.get("version") != CHECKPOINT_VERSION or state.get("settings") != self.s.as_dict()
-                or state.get("n") != self.n):
+                or state.get("n") != self.n or state.get("offset", 0) != self.offset):
             warnings.warn(f"ignoring checkpoint {self.checkpoint_path}: it belongs to another run", stacklevel=3)
             return False
         if state["capacity"] != self.capacity:
@@ -600,7 +610,8 @@ class _Run:
 
     def _result(self, wall: float, resumed: bool) -> IRISet:
         x = self.out_x.reshape(self.n, *self.shape)
-        diff = (x.double() - self.seeds.to(x.device).double()).reshape(self.n, -1)
+        seeds = self.seeds[self.offset:self.offset + self.n]
+        diff = (x.double() - seeds.to(x.device).double()).reshape(self.n, -1)
         dist = diff.pow(2).mean(dim=1).sqrt().cpu()
         stats = {"wall_s": wall, "front_s": self.t_front, "target_s": self.t_target, "update_s": self.t_update,
                  "manage_s": self.t_manage,

@@ -11,8 +11,11 @@ from typing import Any
 import torch
 
 from ..core.context import Context
+from ..core.contract import Option
 from ..core.results import LayerPair, SimilarityResult
 from ..stitch.service import TrainingSet, stitch_result, training_set
+from ..stitch.settings import stitch_options
+from ..utils.text import did_you_mean
 from .generate import generate_iris
 from .optimizer import ADVANCED
 
@@ -31,11 +34,32 @@ IRI_DEFAULTS: dict[str, Any] = {
 }
 
 
+IRI_DOCS: dict[str, str] = {
+    "iri_steps": "per-sample step budget of the IRI optimiser",
+    "iri_tol": "target relative error ||f(x')-f(x)|| / ||f(x)||",
+    "iri_optimizer": "adam or normgrad",
+    "iri_lr": "IRI step size (None: the optimiser's default)",
+    "iri_init": "noise (0.5 + N(0, 1/20^2)) or shuffle (another training image)",
+    "iri_batch_size": "working-batch slots of the continuous batching",
+    "iri_backend": "numpy, torch, cupy or auto (CuPy on CUDA when installed)",
+    "iri_max_seeds": "use a seeded random subset of this many training samples as seeds (None: all)",
+    "iri_fake_relu": "straight-through gradient at the last ReLU before the cut",
+    "iri_cache_dir": "folder where finished IRI sets are saved and found again",
+    **{f"iri_{name}": f"advanced optimiser option {name} of optimize_iris (None: its default)" for name in ADVANCED},
+}
+
+
+def iri_options() -> tuple[Option, ...]:
+    """The options of the ``iri-*`` metrics: every stitch option, then every key of :data:`IRI_DEFAULTS`."""
+    return stitch_options() + tuple(Option(k, v, IRI_DOCS[k]) for k, v in IRI_DEFAULTS.items())
+
+
 def iri_settings(options: dict) -> dict:
     """The IRI options of ``options`` with their defaults filled in (unknown ``iri_*`` keys raise)."""
     unknown = sorted(k for k in options if k.startswith("iri_") and k not in IRI_DEFAULTS)
     if unknown:
-        raise ValueError(f"unknown IRI option(s) {', '.join(unknown)}; valid: {', '.join(IRI_DEFAULTS)}")
+        raise ValueError(f"unknown IRI option(s) {', '.join(unknown)}{did_you_mean(unknown[0], IRI_DEFAULTS)}; "
+                         f"valid: {', '.join(IRI_DEFAULTS)}")
     return {k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}
 
 

@@ -4,25 +4,37 @@ Each compares the front's activations at ``layer.front`` with the end's at ``lay
 test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64. Options:
 ``max_samples`` (use the first N test samples; default all), ``threshold`` (RBF bandwidth factor,
 default 1.0). CKA measures representational geometry, not function: see the stitching metrics.
+
+Under torch.distributed each rank extracts its share of the test split. Linear and debiased CKA then
+merge exact moments (:meth:`~similarity_plugins.cka.StreamingLinearCKA.merge`, in rank order, so every
+rank computes the same score, equal to one process to float64 rounding); RBF CKA needs the n x n Gram
+matrices, so it gathers all activations on every rank (memory: the whole (N, D) arrays per rank).
 """
 
 from __future__ import annotations
 
 from ..core.context import Context
+from ..core.contract import Option
 from ..core.hookspecs import hookimpl
 from ..core.results import LayerPair, SimilarityResult
+
+MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)")
+THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)")
 
 
 class _CKAPlugin:
     kernel = "linear"
     debiased = False
     needs = ("test",)
+    options = (MAX_SAMPLES,)
     deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
         from ..cka import cka
 
+        if context.world.distributed and self.kernel == "linear":
+            return self._sharded_linear(front, end, layer, options, context)
         x = context.activations(front, layer.front, "test")
         y = context.activations(end, layer.end, "test")
         limit = options.get("max_samples")
@@ -32,7 +44,35 @@ class _CKAPlugin:
         if self.kernel == "rbf":
             kwargs["threshold"] = float(options.get("threshold", 1.0))
         score = cka(x, y, **kwargs)
-        details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **{k: v for k, v in kwargs.items()}}
+        details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
+        return SimilarityResult("", float(score), details)
+
+    def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+        """Linear CKA from every rank's moments of its share of the test split (exact merge, rank order)."""
+        from ..cka.streaming import StreamingLinearCKA
+        from ..core.activations import flatten
+
+        dims: list[int] = []
+
+        def local_state() -> dict:
+            x, _, rows = context.local_activations(front, layer.front, "test")
+            y, _, _ = context.local_activations(end, layer.end, "test")
+            x, y = flatten(x), flatten(y)
+            limit = options.get("max_samples")
+            if limit and rows is not None:  # keep the global rows below the limit
+                keep = max(0, min(len(rows), int(limit) - rows.start))
+                x, y = x[:keep], y[:keep]
+            dims[:] = [int(x.shape[1]), int(y.shape[1])]
+            acc = StreamingLinearCKA(self.debiased)
+            if len(x):
+                acc.update(x, y)
+            return acc.state_dict()
+
+        states = context.world.exchange(local_state, "CKA moments")
+        total = StreamingLinearCKA.merged(states, self.debiased)
+        score = total.compute()
+        details = {"n": int(total.n), "front_dim": dims[0], "end_dim": dims[1], "kernel": self.kernel,
+                   "debiased": self.debiased}
         return SimilarityResult("", float(score), details)
 
 
@@ -54,3 +94,4 @@ class RBFCKA(_CKAPlugin):
 
     description = "RBF-kernel CKA (bandwidth: threshold x median squared distance; O(n^2) memory)"
     kernel = "rbf"
+    options = (MAX_SAMPLES, THRESHOLD)

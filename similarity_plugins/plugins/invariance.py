@@ -38,7 +38,7 @@ from __future__ import annotations
 from ..core.context import Context
 from ..core.hookspecs import hookimpl
 from ..core.results import LayerPair, SimilarityResult
-from ..iri.service import IRI_DEFAULTS, iri_result, iri_settings, iri_training_set
+from ..iri.service import IRI_DEFAULTS, iri_options, iri_result, iri_settings, iri_training_set
 
 __all__ = ["IRI_DEFAULTS", "IRIDM", "IRIFuLA", "IRIHLM", "IRISLM", "iri_result", "iri_settings", "iri_training_set"]
 
@@ -46,6 +46,7 @@ __all__ = ["IRI_DEFAULTS", "IRIDM", "IRIFuLA", "IRIHLM", "IRISLM", "iri_result",
 class _IRIPlugin:
     objective = "hlm"
     needs = ("train", "test")
+    options = iri_options()
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:

@@ -8,7 +8,8 @@ training losses and the settings used. Options (defaults from the paper; see
 ``similarity_plugins.stitch.settings``): ``epochs`` (30), ``lr`` (1e-3), ``weight_decay`` (1e-4),
 ``batch_size`` (128), ``milestones`` ((1/3, 2/3)), ``gamma`` (0.1), ``init`` ("least-squares" |
 "identity" | "random"), ``ls_samples`` (2048), ``stitch_bn`` (False), ``max_train`` (all),
-``dm_loss`` ("sum" | "normalised"), ``fula_weights``, ``temperature`` (1.0), ``cache_limit_mb`` (1024).
+``dm_loss`` ("sum" | "normalised"), ``fula_weights``, ``temperature`` (1.0), ``cache_limit_mb`` (1024),
+``eval_batch_size`` (256); declared in ``options`` from :class:`~similarity_plugins.stitch.StitchSettings`.
 Fitted stitches are shared within one ``compare`` call, so repeating a metric never refits.
 """
 
@@ -17,11 +18,13 @@ from __future__ import annotations
 from ..core.context import Context
 from ..core.hookspecs import hookimpl
 from ..core.results import LayerPair, SimilarityResult
+from ..stitch.settings import stitch_options
 
 
 class _StitchPlugin:
     objective = "hlm"
     needs = ("train", "test")
+    options = stitch_options()
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:

@@ -71,11 +71,14 @@ class TrainingCache:
     ``"end_taps"`` in one batched no-grad pass each for the front and B's native path.
     ``targets(idx, names)`` gathers a batch. ``front_shape``, ``end_shape`` are per-sample shapes and
     ``num_classes`` is B's output size (from a 2-sample probe when not cached yet).
+
+    ``rows``: cache only these rows (one rank's contiguous share of the N inputs under torch.distributed);
+    readers still take global indices, which must lie in ``rows``. ``len(cache)`` is N either way.
     """
 
     def __init__(self, front: SplitNetwork, end: SplitNetwork, x: torch.Tensor, y: torch.Tensor | None, *,
                  device: torch.device | None = None, batch_size: int = 256, limit_bytes: float = 2**30,
-                 progress: bool = False) -> None:
+                 progress: bool = False, rows: range | None = None) -> None:
         if not isinstance(x, torch.Tensor) or x.ndim < 2:
             raise TypeError("training inputs must be a tensor (N, ...) with one sample per row")
         if len(x) == 0:
@@ -84,6 +87,8 @@ class TrainingCache:
             raise ValueError(f"{len(x)} training inputs but {len(y)} labels; they must match")
         self.front_net, self.end_net = front, end
         self.x = x
+        self.rows = rows if rows is not None else range(len(x))
+        self._offset = self.rows.start
         self.y = None if y is None else torch.as_tensor(y).long().cpu()
         self.device = device or model_device(front.model)
         self.batch_size = int(batch_size)
@@ -141,12 +146,13 @@ class TrainingCache:
     def _batches(self) -> Iterable[tuple[int, torch.Tensor]]:
         from tqdm.auto import tqdm
 
-        starts = range(0, len(self.x), self.batch_size)
+        starts = range(self.rows.start, self.rows.stop, self.batch_size)
         for start in tqdm(starts, desc="caching", disable=not self.progress, leave=False):
-            yield start, self.x[start:start + self.batch_size].to(self.device)
+            stop = min(start + self.batch_size, self.rows.stop)
+            yield start - self._offset, self.x[start:stop].to(self.device)
 
     def _fill_front(self) -> None:
-        store = ArrayStore(len(self.x), self.front_shape, self.limit_bytes)
+        store = ArrayStore(len(self.rows), self.front_shape, self.limit_bytes)
         with torch.no_grad():
             for start, xb in self._batches():
                 a = self.front_net.front(xb)
@@ -160,7 +166,7 @@ class TrainingCache:
         self.stores["front"] = store
 
     def _fill_end(self, names: list[str]) -> None:
-        n = len(self.x)
+        n = len(self.rows)
         new: dict[str, object] = {}
         with torch.no_grad():
             for start, xb in self._batches():
@@ -181,7 +187,7 @@ class TrainingCache:
     def front(self, idx: torch.Tensor) -> torch.Tensor:
         """A's activations at cut i for samples ``idx``: (len(idx), *front_shape) float32 on the CPU."""
         self.ensure(["front"])
-        return self.stores["front"].take(idx)
+        return self.stores["front"].take(self._local(idx))
 
     def targets(self, idx: torch.Tensor, names: Iterable[str], device: torch.device | None = None) -> dict:
         """The cached targets ``names`` (see :data:`~.objectives.NEEDS`) for samples ``idx``, on ``device``."""
@@ -195,9 +201,9 @@ class TrainingCache:
                     raise ValueError("this objective needs labels, but the training set has none")
                 out[name] = self.y[idx].to(device)
             elif name == "end_taps":
-                out[name] = tuple(s.take(idx).to(device) for s in self.stores[name])
+                out[name] = tuple(s.take(self._local(idx)).to(device) for s in self.stores[name])
             else:
-                out[name] = self.stores[name].take(idx).to(device)
+                out[name] = self.stores[name].take(self._local(idx)).to(device)
         return out
 
     def end_cut(self, idx: torch.Tensor) -> torch.Tensor:
@@ -206,13 +212,21 @@ class TrainingCache:
         Read from the cache when it holds them; otherwise computed for these samples only.
         """
         if "end_cut" in self.stores:
-            return self.stores["end_cut"].take(idx)
+            return self.stores["end_cut"].take(self._local(idx))
         chunks = []
         with torch.no_grad():
             for start in range(0, len(idx), self.batch_size):
                 xb = self.x[idx[start:start + self.batch_size]].to(self.device)
                 chunks.append(self.end_net.native(xb)[0].detach().to("cpu", torch.float32))
         return torch.cat(chunks)
+
+    def _local(self, idx: torch.Tensor) -> torch.Tensor:
+        """Global sample indices -> rows of the stores (raises when a sample is outside this cache's rows)."""
+        if self._offset == 0 and len(self.rows) == len(self.x):
+            return idx
+        if len(idx) and (int(idx.min()) < self.rows.start or int(idx.max()) >= self.rows.stop):
+            raise IndexError(f"samples {int(idx.min())}..{int(idx.max())} are outside this cache's rows {self.rows}")
+        return idx - self._offset
 
     def memmapped(self) -> list[str]:
         """Names of the arrays held in memory-mapped files."""

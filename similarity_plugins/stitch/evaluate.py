@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..core.networks import SplitNetwork
@@ -33,7 +35,8 @@ def stitched_logits(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
 
 def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.Tensor, labels: torch.Tensor,
                     end_logits: torch.Tensor, *, front_logits: torch.Tensor | None = None,
-                    end_acts: torch.Tensor | None = None, batch_size: int = 256) -> dict:
+                    end_acts: torch.Tensor | None = None, batch_size: int = 256,
+                    reduce: Callable[[Callable[[], torch.Tensor], torch.Tensor], torch.Tensor] | None = None) -> dict:
     """Evaluate the stitched model ``h`` on test samples.
 
     - ``front_acts``: A's activations at cut i on the test inputs, (N, *front_shape);
@@ -42,6 +45,8 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
       when A's outputs do not cover the labels);
     - ``end_acts``: B's activations at cut j (N, *end_shape), optional: adds ``dm_relative_error``, the
       mean over samples of ``||T(f(x)) - g_{<=j}(x)||^2 / ||g_{<=j}(x)||^2``.
+    - ``reduce(compute, like)``: sums the count vector ``compute()`` over ranks (e.g.
+      ``world.reduce_sum(..., phase)``) when each rank holds a shard of the test set; None in one process.
 
     Returns a dict with ``relative_accuracy`` (stitched accuracy / B's accuracy, the score),
     ``agreement`` (fraction where h and B predict the same class), ``stitched_accuracy``,
@@ -54,31 +59,49 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
     if not (len(front_acts) == len(labels) == len(end_logits)):
         raise ValueError(f"test arrays disagree in length: {len(front_acts)} activations, {len(labels)} labels, "
                          f"{len(end_logits)} end logits")
-    if len(labels) == 0:
+
+    def counts() -> torch.Tensor:
+        """(n, stitched correct, end correct, agreeing, front correct, labels A does not cover, DM error sum)."""
+        out = torch.zeros(7, dtype=torch.float64)
+        if len(labels) == 0:
+            return out
+        check_labels(labels, end_logits.shape[1], "test")
+        logits, stitched = stitched_logits(fitted, end, front_acts, batch_size=batch_size,
+                                           keep_stitched=end_acts is not None)
+        pred, end_pred = logits.argmax(1), end_logits.argmax(1)
+        correct["stitched"], correct["end"] = pred == labels, end_pred == labels
+        out[:4] = torch.tensor([len(labels), int((pred == labels).sum()), int((end_pred == labels).sum()),
+                                int((pred == end_pred).sum())], dtype=torch.float64)
+        if front_logits is not None:
+            covered = labels < front_logits.shape[1]
+            out[4] = int((front_logits.argmax(1) == labels).sum())
+            out[5] = int((~covered).sum())
+        if stitched is not None:
+            out[6] = float(relative_sq_error(stitched, end_acts.float()).double().sum())
+        return out
+
+    correct: dict[str, torch.Tensor] = {}  # per-sample correctness, for the bootstrap interval
+    c = counts() if reduce is None else reduce(counts, torch.zeros(7, dtype=torch.float64))
+    n = float(c[0])
+    if n == 0:
         raise ValueError("the test set is empty: stitching is scored on Data.test")
-    check_labels(labels, end_logits.shape[1], "test")
-    logits, stitched = stitched_logits(fitted, end, front_acts, batch_size=batch_size, keep_stitched=end_acts is not None)
-    pred = logits.argmax(1)
-    end_pred = end_logits.argmax(1)
-    end_acc = float((end_pred == labels).float().mean())
-    stitched_acc = float((pred == labels).float().mean())
+    stitched_acc, end_acc = float(c[1]) / n, float(c[2]) / n
     if end_acc == 0.0:
         raise ValueError(
             "the end model classifies none of the test samples correctly, so relative accuracy (stitched "
             "accuracy / end accuracy) is undefined; use a trained end model and its own test data"
         )
-    front_acc = None
-    if front_logits is not None and front_logits.shape[1] > int(labels.max()):
-        front_acc = float((front_logits.argmax(1) == labels).float().mean())
+    front_acc = float(c[4]) / n if front_logits is not None and float(c[5]) == 0 else None
     out = {
         "relative_accuracy": stitched_acc / end_acc,
-        "agreement": float((pred == end_pred).float().mean()),
+        "agreement": float(c[3]) / n,
         "stitched_accuracy": stitched_acc,
         "front_accuracy": front_acc,
         "end_accuracy": end_acc,
-        "test_size": int(len(labels)),
-        "test_ci95": list(relative_accuracy_ci(pred == labels, end_pred == labels)),
+        "test_size": int(n),
     }
-    if stitched is not None:
-        out["dm_relative_error"] = float(relative_sq_error(stitched, end_acts.float()).mean())
+    if reduce is None:  # sharded over ranks, each rank holds only its samples: no interval
+        out["test_ci95"] = list(relative_accuracy_ci(correct["stitched"], correct["end"]))
+    if end_acts is not None:
+        out["dm_relative_error"] = float(c[6]) / n
     return out

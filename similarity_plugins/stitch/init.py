@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..core.parallel import World
 from .cache import TrainingCache
 from .layer import StitchLayer, fan_in_bound, to_rows
 
@@ -31,29 +32,42 @@ def least_squares_solve(gram: torch.Tensor, cross: torch.Tensor) -> torch.Tensor
 
 @torch.no_grad()
 def least_squares_init(stitch: StitchLayer, cache: TrainingCache, samples: int, generator: torch.Generator,
-                       batch_size: int = 256) -> dict:
+                       batch_size: int = 256, world: World | None = None) -> dict:
     """Set ``stitch`` to the least-squares map from A's to B's activations on ``samples`` training samples.
 
     The samples are a random subset drawn with ``generator`` (all of them when fewer). Returns
     ``{"method": "least-squares", "samples": n, "rows": n*P, "relative_error": e}``, where ``e`` is
     ``||[A,1]W - B||^2 / ||B||^2`` over the fitted rows (0 = exact; the DM optimum in closed form).
+    With several ranks (``world``), each accumulates the normal equations of its samples (those in
+    ``cache.rows``) and one all-reduce sums them, so every rank solves the single-process system.
     """
     n = len(cache)
     idx = torch.randperm(n, generator=generator)[: min(samples, n)].sort().values
     plan = stitch.plan
     c = plan.in_features
-    gram = torch.zeros(c + 1, c + 1, dtype=torch.float64)
-    cross = torch.zeros(c + 1, plan.out_features, dtype=torch.float64)
-    y_sq = torch.zeros((), dtype=torch.float64)
-    target_all = cache.end_cut(idx)
-    for start in range(0, len(idx), batch_size):
-        sel = idx[start:start + batch_size]
-        a = stitch.prepare(cache.front(sel).double()).reshape(-1, c)
-        b = to_rows(target_all[start:start + batch_size].double(), plan.end_layout).reshape(-1, plan.out_features)
-        z = torch.cat([a, torch.ones(len(a), 1, dtype=torch.float64)], dim=1)
-        gram += z.T @ z
-        cross += z.T @ b
-        y_sq += b.pow(2).sum()
+    sharded = world is not None and world.distributed
+    mine = idx[(idx >= cache.rows.start) & (idx < cache.rows.stop)] if sharded else idx
+
+    def normal_equations() -> torch.Tensor:
+        gram = torch.zeros(c + 1, c + 1, dtype=torch.float64)
+        cross = torch.zeros(c + 1, plan.out_features, dtype=torch.float64)
+        y_sq = torch.zeros(1, dtype=torch.float64)
+        target_all = cache.end_cut(mine) if len(mine) else None
+        for start in range(0, len(mine), batch_size):
+            sel = mine[start:start + batch_size]
+            a = stitch.prepare(cache.front(sel).double()).reshape(-1, c)
+            b = to_rows(target_all[start:start + batch_size].double(), plan.end_layout).reshape(-1, plan.out_features)
+            z = torch.cat([a, torch.ones(len(a), 1, dtype=torch.float64)], dim=1)
+            gram += z.T @ z
+            cross += z.T @ b
+            y_sq += b.pow(2).sum()
+        return torch.cat([gram.reshape(-1), cross.reshape(-1), y_sq])
+
+    like = torch.zeros((c + 1) * (c + 1 + plan.out_features) + 1, dtype=torch.float64)
+    flat = world.reduce_sum(normal_equations, like, "least-squares init") if sharded else normal_equations()
+    gram = flat[:(c + 1) ** 2].reshape(c + 1, c + 1)
+    cross = flat[(c + 1) ** 2:-1].reshape(c + 1, plan.out_features)
+    y_sq = flat[-1]
     solution = least_squares_solve(gram, cross)
     weight, bias = solution[:c].T, solution[c]  # (C_B, C_A), (C_B,)
     rows = gram[c, c]
@@ -95,10 +109,12 @@ def random_init(stitch: StitchLayer, generator: torch.Generator) -> dict:
 
 
 def initialise(stitch: StitchLayer, method: str, cache: TrainingCache, generator: torch.Generator,
-               samples: int = 2048, batch_size: int = 256) -> dict:
-    """Initialise ``stitch`` with ``method`` ("least-squares", "identity", "random"); returns a details dict."""
+               samples: int = 2048, batch_size: int = 256, world: World | None = None) -> dict:
+    """Initialise ``stitch`` with ``method`` ("least-squares", "identity", "random"); returns a details dict.
+
+    ``world``: several ranks share least squares (see :func:`least_squares_init`)."""
     if method == "least-squares":
-        return least_squares_init(stitch, cache, samples, generator, batch_size)
+        return least_squares_init(stitch, cache, samples, generator, batch_size, world=world)
     if method == "identity":
         return identity_init(stitch)
     if method == "random":

@@ -70,9 +70,10 @@ def _cache(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair,
         idx = subset_indices(len(x), settings.max_train, settings.seed)
         if idx is not None:
             x, y = x[idx], (None if y is None else y[idx])
+        rows = context.world.shard(len(x)) if context.world.distributed else None  # this rank's share
         return TrainingCache(context.split(front, layer.front), context.split(end, layer.end), x, y,
                              device=context.device, batch_size=settings.eval_batch_size,
-                             limit_bytes=settings.cache_limit_bytes, progress=context.progress)
+                             limit_bytes=settings.cache_limit_bytes, progress=context.progress, rows=rows)
 
     subset = (settings.max_train, settings.seed) if settings.max_train else None
     key = ("stitch-cache", id(front), id(end), layer.front, layer.end, train.key, subset, settings.cache_limit_mb)
@@ -99,7 +100,8 @@ def fitted_stitch(context: Context, front: nn.Module, end: nn.Module, layer: Lay
     def fit() -> FittedStitch:
         cache = _cache(context, front, end, layer, train, settings)
         return fit_stitch(context.split(front, layer.front), context.split(end, layer.end), None, None, objective,
-                          settings, device=context.device, progress=context.progress, cache=cache)
+                          settings, device=context.device, progress=context.progress, cache=cache,
+                          world=context.world)
 
     return context.remember(_fit_key(front, end, layer, objective, train, settings), fit)
 
@@ -110,12 +112,12 @@ def evaluation_arrays(context: Context, front: nn.Module, end: nn.Module, layer:
 
     Returns ``{"front_acts": (N, *A's cut shape), "front_logits": (N, K_A), "end_logits": (N, K),
     "labels": (N,)}`` (CPU, float32/int64), plus ``"end_acts"`` (N, *B's cut shape) when ``end_acts``.
-    All come from the same batches, so they stay aligned even for a shuffling ``DataLoader``.
+    All come from the same batches, so they stay aligned even for a shuffling ``DataLoader``. Under
+    torch.distributed they cover this rank's share of the test split only (the counts are summed later).
     """
     front_net, end_net = context.split(front, layer.front), context.split(end, layer.end)
-    test = context.data.split("test")
 
-    def compute() -> dict:
+    def compute(test) -> tuple[torch.Tensor, ...]:
         out: dict[str, list] = {"front_acts": [], "front_logits": [], "end_logits": [], "labels": []}
         if end_acts:
             out["end_acts"] = []
@@ -135,9 +137,19 @@ def evaluation_arrays(context: Context, front: nn.Module, end: nn.Module, layer:
                 out["labels"].append(y.long().cpu())
                 if end_acts:
                     out["end_acts"].append(cut.float().cpu())
-        return {k: torch.cat(v) for k, v in out.items()}
+        return tuple(torch.cat(v) for v in out.values())
 
-    return context.remember(("stitch-test", id(front), id(end), layer.front, layer.end, end_acts), compute)
+    names = ["front_acts", "front_logits", "end_logits", "labels"] + (["end_acts"] if end_acts else [])
+    arrays, _ = context.run_sharded("test", compute, ("stitch-test", id(front), id(end), layer.front, layer.end,
+                                                       end_acts, batch_size))
+    return dict(zip(names, arrays))
+
+
+def _reducer(context: Context):
+    """Sum evaluation counts over the ranks (None in one process)."""
+    if not context.world.distributed:
+        return None
+    return lambda compute, like: context.world.reduce_sum(compute, like, "stitch evaluation")
 
 
 def _short(losses: list[float]) -> list[float]:
@@ -169,7 +181,8 @@ def stitch_result(context: Context, front: nn.Module, end: nn.Module, layer: Lay
         arrays = evaluation_arrays(context, front, end, layer, end_acts=objective == "dm", batch_size=settings.eval_batch_size)
         return evaluate_stitch(fitted, context.split(end, layer.end), arrays["front_acts"], arrays["labels"],
                                arrays["end_logits"], front_logits=arrays["front_logits"],
-                               end_acts=arrays.get("end_acts"), batch_size=settings.eval_batch_size)
+                               end_acts=arrays.get("end_acts"), batch_size=settings.eval_batch_size,
+                               reduce=_reducer(context))
 
     scores = context.remember(("stitch-eval",) + _fit_key(front, end, layer, objective, train, settings)[1:], evaluate)
     plan = fitted.plan

@@ -34,13 +34,34 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
-__all__ = ["StitchSettings", "OBJECTIVES", "INITS", "check_objective"]
+from ..core.contract import Option
+
+__all__ = ["StitchSettings", "OBJECTIVES", "INITS", "OPTION_DOCS", "check_objective", "stitch_options"]
 
 OBJECTIVES = ("hlm", "slm", "dm", "fula")
 INITS = ("least-squares", "identity", "random")
 _INIT_ALIASES = {"least-squares": "least-squares", "least_squares": "least-squares", "lstsq": "least-squares",
                  "ls": "least-squares", "identity": "identity", "eye": "identity", "random": "random"}
 _DM_LOSSES = {"sum": "sum", "normalised": "normalised", "normalized": "normalised"}
+
+
+OPTION_DOCS: dict[str, str] = {
+    "epochs": "passes over the training set",
+    "lr": "Adam learning rate",
+    "weight_decay": "Adam weight decay (L2 added to the gradient)",
+    "batch_size": "samples per optimiser step",
+    "milestones": "where the lr is multiplied by gamma: fractions of all steps in (0, 1), or epoch numbers >= 1",
+    "gamma": "lr factor at each milestone",
+    "init": "stitch initialisation: least-squares, identity or random",
+    "ls_samples": "training samples (seeded random subset) for the least-squares init",
+    "stitch_bn": "BatchNorm before the stitch's affine map",
+    "max_train": "use a seeded random subset of this many training samples (None: all)",
+    "dm_loss": "DM loss: sum (per-sample squared L2) or normalised (divided by ||target||^2)",
+    "fula_weights": "FuLA per-term weights: the stitch output, then each tap after the cut (None: all 1)",
+    "temperature": "SLM softmax temperature (applied to both logits)",
+    "cache_limit_mb": "cached activation arrays above this size (MiB) go to a memory-mapped file",
+    "eval_batch_size": "batch size of the no-grad passes (caching, evaluation)",
+}
 
 
 def check_objective(objective: str) -> str:
@@ -147,3 +168,10 @@ def _number(name: str, value: Any, *, minimum: float, strict: bool = False) -> f
     if value < minimum or (strict and value == minimum):
         raise ValueError(f"option {name} must be {'>' if strict else '>='} {minimum}, got {value!r}")
     return float(value)
+
+
+def stitch_options() -> tuple[Option, ...]:
+    """The options of the stitching metrics, one per :class:`StitchSettings` field (but ``seed``), with the
+    field's default and its line of :data:`OPTION_DOCS`."""
+    return tuple(Option(f.name, getattr(StitchSettings, f.name), OPTION_DOCS[f.name])
+                 for f in fields(StitchSettings) if f.name != "seed")

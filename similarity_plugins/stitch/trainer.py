@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..core.networks import SplitNetwork, model_device
+from ..core.parallel import World
 from .cache import TrainingCache, subset_indices
 from .init import initialise
 from .layer import StitchLayer, StitchPlan, plan_stitch
@@ -85,7 +86,7 @@ def check_labels(labels: torch.Tensor, num_classes: int, what: str) -> None:
 
 def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | None, train_y: torch.Tensor | None,
                objective: str, settings: StitchSettings | None = None, *, device: torch.device | None = None,
-               progress: bool = False, cache: TrainingCache | None = None) -> FittedStitch:
+               progress: bool = False, cache: TrainingCache | None = None, world: World | None = None) -> FittedStitch:
     """Train a stitch from ``front`` (A cut at i) to ``end`` (B cut at j) with ``objective``.
 
     - ``train_x``: training inputs (N, ...) (e.g. images (N, C, H, W) in [0, 1], or IRIs); B's targets
@@ -94,6 +95,11 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
     - ``objective``: "hlm", "slm", "dm" or "fula". ``settings``: :class:`StitchSettings` (defaults:
       the paper's; ``settings.seed`` seeds initialisation and shuffling; ``max_train`` subsets).
     - ``cache``: a :class:`TrainingCache` over the same inputs to share across objectives.
+    - ``world``: with several ranks, training is data-parallel: each global batch (the same shuffled
+      indices on every rank) is split by the ranks' cache rows (``cache.rows``), each rank backpropagates
+      its part of the batch mean, and the summed gradients (one all-reduce per step) equal the
+      single-process mean gradient up to float reduction order; every rank ends with the same stitch.
+      (With ``stitch_bn`` each rank normalises by its own part's batch statistics.)
 
     Returns a :class:`FittedStitch`. Raises ``ValueError`` for a training set smaller than one batch,
     labels outside B's classes, shapes that cannot be stitched, or a NaN/Inf loss
@@ -129,7 +135,8 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
     stitch = StitchLayer(plan, bn=settings.stitch_bn)
     needs = NEEDS[objective]
     cache.ensure(("front", *needs))
-    init = initialise(stitch, settings.init, cache, init_gen, settings.ls_samples, settings.eval_batch_size)
+    init = initialise(stitch, settings.init, cache, init_gen, settings.ls_samples, settings.eval_batch_size,
+                      world=world)
     stitch.to(device)
 
     optimizer = torch.optim.Adam(stitch.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
@@ -150,7 +157,10 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
                 continue  # BatchNorm cannot normalise a single vector
             for group in optimizer.param_groups:
                 group["lr"] = settings.lr_at(step, total_steps)
-            loss = _step(objective, stitch, end, cache, idx, needs, settings, optimizer, device)
+            if world is not None and world.distributed:
+                loss = _step_sharded(objective, stitch, end, cache, idx, needs, settings, optimizer, device, world)
+            else:
+                loss = _step(objective, stitch, end, cache, idx, needs, settings, optimizer, device)
             if not math.isfinite(loss):
                 raise StitchDivergedError(
                     f"stitch training diverged: the {objective.upper()} loss is {loss} at epoch {epoch + 1} of "
@@ -181,5 +191,45 @@ def _step(objective: str, stitch: nn.Module, end: SplitNetwork, cache: TrainingC
         return value
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    optimizer.step()
+    return value
+
+
+def _step_sharded(objective: str, stitch: nn.Module, end: SplitNetwork, cache: TrainingCache, idx: torch.Tensor,
+                  needs: tuple[str, ...], settings: StitchSettings, optimizer: torch.optim.Optimizer,
+                  device: torch.device, world: World) -> float:
+    """One data-parallel step on the global batch ``idx``: this rank's part is ``idx`` within ``cache.rows``.
+
+    Each rank backpropagates ``mean_loss(part) * len(part) / len(idx)``; one all-reduce sums the gradients
+    and the loss, so every rank takes the single-process step. Returns the global batch loss (float).
+    """
+    rows = cache.rows
+    part = idx[(idx >= rows.start) & (idx < rows.stop)]
+    params = [p for p in stitch.parameters() if p.requires_grad]
+    like = torch.zeros(sum(p.numel() for p in params) + 1, dtype=torch.float64)
+
+    def local() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=False)
+        out = torch.zeros_like(like)
+        if len(part) == 0 or (len(part) < 2 and getattr(stitch, "bn", None) is not None):
+            return out  # no share of this batch (or one vector, which BatchNorm cannot normalise)
+        h = stitch(cache.front(part).to(device, non_blocking=True))
+        loss = stitched_loss(objective, h, end, cache.targets(part, needs, device), temperature=settings.temperature,
+                             dm_reduction=settings.dm_loss, fula_weights=settings.fula_weights)
+        weight = len(part) / len(idx)
+        (loss * weight).backward()
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        out[:-1] = torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float64)
+        out[-1] = float(loss.detach()) * weight
+        return out
+
+    total = world.reduce_sum(local, like, "stitch training step")
+    value = float(total[-1])
+    if not math.isfinite(value):
+        return value
+    offset = 0
+    for p in params:
+        p.grad = total[offset:offset + p.numel()].reshape(p.shape).to(p.device, p.dtype)
+        offset += p.numel()
     optimizer.step()
     return value

@@ -1,0 +1,127 @@
+"""What a metric takes: its declared options (name, default, one-line doc) and the data splits it needs.
+
+A metric plugin opts in by giving its plugin object (class, instance or module; for a bare function,
+the function itself) an ``options`` attribute, and optionally ``needs``::
+
+    class MyMetric:
+        options = (Option("alpha", 0.5, "mixing weight in [0, 1]"), Option("max_samples", None, "first N"))
+        needs = ("test",)
+
+``options`` may also be a dict ``{name: default}`` or a sequence of ``(name, default[, doc])`` tuples.
+A plugin without ``options`` is *open*: it takes any option, receives every global option plus its own
+``options[metric]`` dict, and counts as taking every global option when :func:`resolve_options`
+checks that each global option is taken by at least one selected metric.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, NamedTuple
+
+from ..utils.text import did_you_mean
+
+__all__ = ["Option", "UnknownOption", "read_declaration", "read_needs", "resolve_options", "missing_splits"]
+
+SPLIT_NAMES = {"train": "training split", "test": "test split"}
+
+
+class Option(NamedTuple):
+    """One declared metric option: its ``name``, ``default`` value and a one-line ``doc``."""
+
+    name: str
+    default: Any = None
+    doc: str = ""
+
+
+class UnknownOption(ValueError):
+    """An option that no selected metric takes (the message names the valid ones and close matches)."""
+
+
+def read_declaration(declared: Any, metric: str) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """A plugin's ``options`` attribute as ``({name: default}, {name: doc})``; ``None`` when undeclared.
+
+    Raises ``TypeError`` naming the metric for a malformed declaration.
+    """
+    if declared is None:
+        return None
+    defaults: dict[str, Any] = {}
+    docs: dict[str, str] = {}
+    items: Iterable[Any] = declared.items() if isinstance(declared, Mapping) else declared
+    try:
+        for item in items:
+            option = Option(item) if isinstance(item, str) else Option(*item)
+            if not isinstance(option.name, str) or not option.name:
+                raise TypeError(f"option name {option.name!r} is not a non-empty string")
+            defaults[option.name] = option.default
+            docs[option.name] = str(option.doc or "")
+    except TypeError as exc:
+        raise TypeError(f"metric {metric!r}: `options` must be a dict {{name: default}} or a sequence of "
+                        f"Option(name, default, doc); {exc}") from None
+    return defaults, docs
+
+
+def read_needs(declared: Any, metric: str) -> tuple[str, ...] | None:
+    """A plugin's ``needs`` attribute as a tuple of split names ("train", "test"); ``None`` when undeclared."""
+    if declared is None:
+        return None
+    needs = (declared,) if isinstance(declared, str) else tuple(declared)
+    unknown = [s for s in needs if s not in SPLIT_NAMES]
+    if unknown:
+        raise TypeError(f"metric {metric!r}: `needs` lists unknown split(s) {unknown}; use 'train' and/or 'test'")
+    return needs
+
+
+def missing_splits(metric: str, needs: tuple[str, ...] | None, data: Any) -> str | None:
+    """An error message naming the split(s) ``data`` lacks of those the metric ``needs``, else ``None``."""
+    missing = [SPLIT_NAMES[s] for s in needs or () if getattr(data, s, None) is None]
+    if not missing:
+        return None
+    what = " and ".join(missing)
+    return (f"{metric} needs the {what}, but no {what} was given; "
+            f"pass Data(train=..., test=...) with the {what}")
+
+
+def resolve_options(selected: list[str], declared: Mapping[str, dict[str, Any] | None],
+                    options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Check ``options`` against the selected metrics' declarations; return each metric's own options.
+
+    ``declared`` maps every registered metric name to its ``{option: default}`` (``None``: open).
+    ``options`` holds global options and per-metric dicts under metric names. Raises
+    :class:`UnknownOption` for a global option that no selected metric takes, for a per-metric option
+    its metric does not take, and ``TypeError`` for a per-metric entry that is not a dict. Returns
+    ``{metric: options}``: for a declared metric its defaults updated with the global options it takes
+    and its own dict; for an open one every global option updated with its own dict.
+    """
+    options = dict(options or {})
+    scoped = {k: v for k, v in options.items() if k in declared}
+    plain = {k: v for k, v in options.items() if k not in declared}
+    for metric, own in scoped.items():
+        if not isinstance(own, Mapping):
+            raise TypeError(f"options[{metric!r}] must be a dict of that metric's options, got {type(own).__name__}")
+        takes = declared[metric]
+        for name in own:
+            if takes is not None and name not in takes:
+                raise UnknownOption(f"unknown option {name!r} for metric {metric!r}{did_you_mean(name, takes)} "
+                                    f"({metric} takes: {', '.join(sorted(takes)) or 'no options'})")
+    _check_global(plain, [declared[m] for m in selected], selected, list(declared))
+    resolved = {}
+    for metric in selected:
+        takes = declared[metric]
+        own = dict(scoped.get(metric, {}))
+        if takes is None:
+            resolved[metric] = {**plain, **own}
+        else:
+            resolved[metric] = {**takes, **{k: v for k, v in plain.items() if k in takes}, **own}
+    return resolved
+
+
+def _check_global(plain: dict[str, Any], takes: list[dict[str, Any] | None], selected: list[str],
+                  metric_names: list[str]) -> None:
+    if any(t is None for t in takes):
+        return  # an open metric takes anything
+    valid = sorted({name for t in takes for name in t if t is not None})
+    for name in plain:
+        if name not in valid:
+            hint = did_you_mean(name, valid + metric_names)
+            raise UnknownOption(f"unknown option {name!r}: no selected metric ({', '.join(selected)}) takes it{hint} "
+                                f"(they take: {', '.join(valid) or 'no options'}; "
+                                f"`similarity-plugins info METRIC` lists each metric's options)")

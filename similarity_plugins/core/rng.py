@@ -1,0 +1,47 @@
+"""Random state at the boundary: ``compare`` seeds inside forked generators and leaves the caller's as they were."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Iterator
+
+import numpy as np
+import torch
+
+__all__ = ["isolated_rng", "seed_all"]
+
+
+def _cuda_devices(device: torch.device | None) -> list[int]:
+    """CUDA devices whose generators may be touched: all of them when CUDA is in use, none otherwise."""
+    if not torch.cuda.is_available():
+        return []
+    if (device is not None and device.type == "cuda") or torch.cuda.is_initialized():
+        return list(range(torch.cuda.device_count()))
+    return []
+
+
+@contextlib.contextmanager
+def isolated_rng(device: torch.device | None = None) -> Iterator[bool]:
+    """Run the block with the torch (CPU and, when in use, CUDA), NumPy and ``random`` states saved and
+    restored on exit, even when the block raises. Yields whether the CUDA generators are included."""
+    python_state = random.getstate()
+    numpy_state = np.random.get_state()
+    devices = _cuda_devices(device)
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield bool(devices)
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def seed_all(seed: int, cuda: bool = False) -> None:
+    """Seed torch's CPU generator (and every CUDA one when ``cuda``), NumPy's global and ``random``'s."""
+    seed = int(seed)
+    if cuda:
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)

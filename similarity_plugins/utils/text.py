@@ -1,0 +1,66 @@
+"""Text helpers used everywhere user input is read: "did you mean" hints and the one KEY=VALUE grammar.
+
+The grammar (``--option``, ``--variant-option`` and model-spec queries ``?key=value&...``) reads each
+value with :func:`parse_value`: JSON when it parses (numbers, ``true``/``false``, ``null``, lists such as
+``[0.5, 0.8]``, quoted strings), else ``yes``/``on`` -> True, ``no``/``off`` -> False, ``none`` -> None
+(any case), else a Python float literal (``.5``, ``1.``, ``inf``), else the text itself as a string.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any, Iterable
+
+__all__ = ["close_matches", "did_you_mean", "parse_value", "parse_assignment", "parse_assignments"]
+
+_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False,
+          "none": None, "null": None}
+
+
+def close_matches(name: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.5) -> list[str]:
+    """Up to ``n`` of ``choices`` that look like ``name`` (difflib ratio >= ``cutoff``), best first."""
+    return difflib.get_close_matches(str(name), [str(c) for c in choices if c], n=n, cutoff=cutoff)
+
+
+def did_you_mean(name: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.5) -> str:
+    """``"; did you mean 'epochs'?"`` for the choices close to ``name``, or ``""`` when none is close.
+
+    Meant to be appended to an error message: ``f"unknown option {name!r}{did_you_mean(name, valid)}"``.
+    """
+    close = close_matches(name, choices, n=n, cutoff=cutoff)
+    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def parse_value(text: str) -> Any:
+    """The value of a ``KEY=VALUE`` text (see the module docstring for the rules).
+
+    ``"5"`` -> 5, ``"1e-3"`` -> 0.001, ``"yes"`` -> True, ``"[0.5, 0.8]"`` -> [0.5, 0.8],
+    ``"none"`` -> None, ``"identity"`` -> "identity".
+    """
+    text = str(text).strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    low = text.lower()
+    if low in _WORDS:
+        return _WORDS[low]
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def parse_assignment(item: str, *, what: str = "option") -> tuple[str, Any]:
+    """``"epochs=5"`` -> ``("epochs", 5)``; raises ``ValueError`` naming ``what`` when there is no ``KEY=``."""
+    key, eq, value = str(item).partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise ValueError(f"{what} expects KEY=VALUE, got {item!r}")
+    return key, parse_value(value)
+
+
+def parse_assignments(items: Iterable[str], *, what: str = "option") -> dict[str, Any]:
+    """``["epochs=5", "stitch_bn=yes"]`` -> ``{"epochs": 5, "stitch_bn": True}`` (a later key wins)."""
+    return dict(parse_assignment(item, what=what) for item in items)
