@@ -3,9 +3,10 @@
 Trains two clean small CNNs and one that relies on a pixel shortcut (all three adversarially robust,
 PGD-trained: non-robust models have idiosyncratic invariances that no other model shares, which hides
 every difference), then sweeps layers from shallow to deep with CKA, standard stitching and invariance-aware
-stitching for the pairs clean -> clean and clean -> shortcut. Writes ``report.json``, ``report.csv`` and
-``similarity.png`` to the output folder and prints the table with a short reading of it. Only layers whose
-IRIs converged are reported.
+stitching for the pairs clean -> clean and clean -> shortcut. Writes ``report.json``, ``report.csv``,
+``similarity.png`` and ``iris.png`` (seeds next to the clean front's IRIs, a row per layer) to the output
+folder and prints the table, with 95% intervals, and a short reading of it. Only layers whose IRIs
+converged are reported. This is ``similarity-plugins study shortcut``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ..core.compare import compare
 from ..core.context import Context
 from ..core.data import Data
 from ..core.results import Report
-from ..utils.io import csv_text, write_json, write_text
+from ..utils.io import write_text
+from .studies.common import DonorPool, DonorSpec, ci_text, intervals_overlap, prepare_out_dir, study_csv, write_json_ready
 
 METRICS = ["cka-linear", "stitch-slm", "stitch-dm", "iri-slm", "iri-dm"]
 
@@ -47,6 +49,7 @@ class DemoConfig:
     iri_cycle_steps: int = 100
     swap_fraction: float = 0.5
     stitch_batch: int = 128
+    repeats: int = 1  # seeds per stitching metric (compare(repeats=...)); 1: intervals over test samples only
 
     @classmethod
     def quick(cls) -> "DemoConfig":
@@ -57,42 +60,37 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _train(cfg: DemoConfig, dataset: Any, seed: int, progress: bool) -> torch.nn.Module:
-    from .training import train_classifier
-    from .zoo import SmallCNN
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = SmallCNN(in_channels=1, num_classes=10, width=cfg.width)
-    adversarial = {"eps": cfg.pgd_eps, "steps": cfg.pgd_steps} if cfg.pgd_eps > 0 else None
-    train_classifier(model, dataset, epochs=cfg.train_epochs, lr=3e-3, seed=seed, adversarial=adversarial,
-                     progress=progress)
-    return model.eval()
+def _spec(cfg: DemoConfig) -> DonorSpec:
+    return DonorSpec(width=cfg.width, epochs=cfg.train_epochs, pgd_eps=cfg.pgd_eps, pgd_steps=cfg.pgd_steps)
 
 
 def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 0, progress: bool = True,
-             config: DemoConfig | None = None) -> dict:
+             config: DemoConfig | None = None, donors: DonorPool | None = None) -> dict:
     """Run the demo (see the module docstring); returns ``{"reports": {pair: Report}, "files": [...], ...}``.
 
-    ``out_dir``: where report.json, report.csv and similarity.png go (created if needed). ``quick``:
-    the smaller configuration. ``seed``: models, shortcut placement, IRIs and stitches derive from it.
+    ``out_dir``: where report.json, report.csv, similarity.png and iris.png go (created if needed; checked
+    for writing before any training). ``quick``: the smaller configuration. ``seed``: models, shortcut
+    placement, IRIs and stitches derive from it. ``donors``: a :class:`DonorPool` to share trained donors
+    with other studies in this process (a new one when None).
     """
     from ..datasets import PixelShortcut, digits_data
 
     cfg = config or (DemoConfig.quick() if quick else DemoConfig())
     start = time.perf_counter()
-    os.makedirs(out_dir, exist_ok=True)
+    prepare_out_dir(out_dir)
+    donors = donors if donors is not None else DonorPool()
     clean = digits_data(size=32, seed=seed)
     _say(f"similarity-plugins demo{' (quick)' if quick else ''}: scikit-learn digits at 32x32 "
          f"({len(clean.train)} train / {len(clean.test)} test images), small CNNs, seed {seed}")
     marked_test = PixelShortcut(clean.test, seed=seed + 4)
-    models = _train_donors(cfg, clean.train, seed, progress)
+    models = _train_donors(cfg, clean.train, seed, progress, donors)
     _say(f"trained in {time.perf_counter() - start:.0f} s")
     accuracy = _donor_accuracy(models, marked_test, seed)
 
     # comparisons on data where every image carries the mark of its label
     data = Data(train=PixelShortcut(clean.train, seed=seed + 3), test=marked_test)
-    reports = _compare_pairs(cfg, models, data, seed, progress)
+    context = Context(data, seed=seed, progress=progress)
+    reports = _compare_pairs(cfg, models, data, context, progress)
     reports, kept, dropped = _keep_converged_layers(cfg, reports)
     for title, report in reports.items():
         _say(f"\n{title}\n{report}")
@@ -109,12 +107,19 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
         _say("  " + line)
 
     files = _write_outputs(out_dir, reports, accuracy, cfg, seed, explanation, dropped)
+    if kept:
+        from .gallery import iris_of_sweep, plot_iris
+
+        sets, seeds = iris_of_sweep(context, models["clean A"], kept, _compare_options(cfg))
+        files.append(plot_iris(sets, seeds, os.path.join(out_dir, "iris.png"),
+                               title="clean A's IRIs: seeds (top), one row per layer; err = relative error, "
+                                     "dist = RMS distance from seed"))
     seconds = time.perf_counter() - start
     _say(f"\nwrote {', '.join(files)} in {seconds:.0f} s")
     return {"reports": reports, "accuracy": accuracy, "files": files, "seconds": seconds, "dropped": dropped}
 
 
-def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool) -> dict[str, nn.Module]:
+def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors: DonorPool) -> dict[str, nn.Module]:
     """Two clean donors (marks at random: present but meaningless) and one that relies on a label-coded
     mark (half its images swapped for other digits while the mark follows the label)."""
     from ..datasets import PixelShortcut, RandomMark
@@ -123,10 +128,11 @@ def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool) -> dic
     clean_train = RandomMark(shortcut_train, seed=seed + 6)
     robust = f", PGD-robust at eps {cfg.pgd_eps:g}" if cfg.pgd_eps > 0 else ""
     _say(f"training 3 donors ({cfg.train_epochs} epochs each{robust}) ...")
+    marks = ("marked-at-random", cfg.swap_fraction, seed)
     return {
-        "clean A": _train(cfg, clean_train, seed, progress),
-        "clean B": _train(cfg, clean_train, seed + 1, progress),
-        "shortcut S": _train(cfg, shortcut_train, seed + 2, progress),
+        "clean A": donors.get(marks, clean_train, _spec(cfg), seed, progress),
+        "clean B": donors.get(marks, clean_train, _spec(cfg), seed + 1, progress),
+        "shortcut S": donors.get(("shortcut", cfg.swap_fraction, seed), shortcut_train, _spec(cfg), seed + 2, progress),
     }
 
 
@@ -146,20 +152,24 @@ def _donor_accuracy(models: dict[str, nn.Module], marked_test: Any, seed: int) -
     return accuracy
 
 
-def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, seed: int,
+def _compare_options(cfg: DemoConfig) -> dict[str, Any]:
+    """The options of the demo's comparisons (stitch training and IRI budget) from its configuration."""
+    return {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds,
+            "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol, "iri_init": cfg.iri_init,
+            "iri_cycle_steps": cfg.iri_cycle_steps}
+
+
+def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, context: Context,
                    progress: bool) -> dict[str, Report]:
     """The layer sweep for clean -> clean and clean -> shortcut, sharing one context (and clean A's IRIs)."""
-    options = {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds,
-               "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol,
-               "iri_init": cfg.iri_init, "iri_cycle_steps": cfg.iri_cycle_steps}
-    context = Context(data, seed=seed, progress=progress)
+    options, seed = _compare_options(cfg), context.seed
     pairs = {"clean -> clean": ("clean A", "clean B"), "clean -> shortcut": ("clean A", "shortcut S")}
     reports: dict[str, Report] = {}
     for title, (front_name, end_name) in pairs.items():
         _say(f"\ncomparing {front_name} (front) with {end_name} (end) at {', '.join(cfg.layers)} ...")
         began = time.perf_counter()
         reports[title] = compare(models[front_name], models[end_name], cfg.layers, data, METRICS, seed=seed,
-                                 options=options, context=context, progress=progress)
+                                 options=options, context=context, progress=progress, repeats=cfg.repeats)
         _say(f"  done in {time.perf_counter() - began:.0f} s")
     return reports
 
@@ -227,11 +237,32 @@ def _explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
     else:
         lines.append(f"Here invariance-aware stitching does not separate the pairs more than standard stitching "
                      f"(gap iri vs standard: {gaps}).")
+    lines += _interval_lines(cc, cs, deeper)
     last = deeper[-1]
     cka_cc, cka_cs = _score(cc, "cka-linear", last), _score(cs, "cka-linear", last)
     if cka_cc is not None and cka_cs is not None:
         lines.append(f"CKA ({fmt(cka_cc)} vs {fmt(cka_cs)} at {last}) measures geometry, not function.")
     return lines
+
+
+def _interval_lines(cc: Report, cs: Report, layers: list[str]) -> list[str]:
+    """Whether the iri-slm intervals of the two pairs overlap at each layer (separation larger than noise)."""
+    apart, overlapping = [], []
+    for layer in layers:
+        a, b = cc.get("iri-slm", layer), cs.get("iri-slm", layer)
+        verdict = intervals_overlap(a, b)
+        if verdict is not None:
+            (overlapping if verdict else apart).append(f"{layer} ({ci_text(a)} vs {ci_text(b)})")
+    if not apart and not overlapping:
+        return []
+    kind = "seeds" if any(r.details.get("seed_ci95") for r in cc.results) else "test samples"
+    out = []
+    if apart:
+        out.append(f"The 95% intervals (over {kind}) of iri-slm clean->clean and clean->shortcut do not overlap at "
+                   + ", ".join(apart) + ": that separation is larger than the measurement noise.")
+    if overlapping:
+        out.append("They overlap at " + ", ".join(overlapping) + ": there the pairs are not told apart.")
+    return out
 
 
 def _write_outputs(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: DemoConfig, seed: int,
@@ -240,20 +271,14 @@ def _write_outputs(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg
 
     json_path = os.path.join(out_dir, "report.json")
     payload = {
-        "meta": {"data": "sklearn digits 32x32", "seed": seed, "config": cfg.__dict__, "torch": torch.__version__,
-                 "not_reported_layers": dropped},
+        "meta": {"study": "shortcut", "data": "sklearn digits 32x32", "seed": seed, "config": cfg.__dict__,
+                 "torch": torch.__version__, "not_reported_layers": dropped},
         "donor_accuracy": accuracy,
         "pairs": {title: report.to_dict() for title, report in reports.items()},
         "explanation": explanation,
     }
-    write_json(json_path, payload)
-
-    csv_path = os.path.join(out_dir, "report.csv")
-    rows = ([title, r.metric, r.layer, "" if r.score is None else f"{r.score:.6f}", f"{r.seconds:.2f}", r.error or "",
-             r.details.get("iri_median_error"), r.details.get("iri_mean_seed_distance"), r.details.get("agreement")]
-            for title, report in reports.items() for r in report.results)
-    write_text(csv_path, csv_text(["pair", "metric", "layer", "score", "seconds", "error", "iri_median_error",
-                                   "iri_mean_seed_distance", "agreement"], rows))
+    csv_path = write_text(os.path.join(out_dir, "report.csv"), study_csv(reports))
+    write_json_ready(json_path, payload)
 
     png_path = plot_sweep(reports, os.path.join(out_dir, "similarity.png"), metrics=METRICS,
                           title="clean model A as the front: standard vs invariance-aware stitching")

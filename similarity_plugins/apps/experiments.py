@@ -35,6 +35,7 @@ class ExcessAgreement:
     agreement_without_cue: float
     relative_accuracy_with_cue: float
     relative_accuracy_without_cue: float
+    iri_median_error: float | None = None  # iri-* only: median relative error of the IRIs the stitch was fit on
 
     @property
     def excess(self) -> float:
@@ -92,7 +93,7 @@ def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, 
             without_cue.memo.update({k: v for k, v in with_cue.memo.items() if k[0] in _TRAIN_ONLY_KEYS})
             b = _result(without_cue, metric, front, end, pair, own)
             out.append(ExcessAgreement(metric, str(as_layer_pair(pair)), a.details["agreement"], b.details["agreement"],
-                                       a.score, b.score))
+                                       a.score, b.score, a.details.get("iri_median_error")))
     return out
 
 

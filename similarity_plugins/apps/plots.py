@@ -15,7 +15,8 @@ def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metric
 
     ``reports`` maps a panel title (e.g. ``"clean -> clean"``) to the :class:`Report` of a layer
     sweep; the x axis follows each report's layer order (shallow to deep). Failed results are left
-    out of their line. Returns the path written. Uses matplotlib's Agg backend (no display needed).
+    out of their line; error bars show each score's 95% interval (``seed_ci95`` when repeated, else
+    ``test_ci95``). Returns the path written. Uses matplotlib's Agg backend (no display needed).
     """
     import matplotlib
 
@@ -31,13 +32,17 @@ def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metric
         layers = report.layers
         chosen = [m for m in (metrics or report.metrics) if m in report.metrics]
         for i, metric in enumerate(chosen):
-            xs, ys = [], []
+            xs, ys, low, high = [], [], [], []
             for x, layer in enumerate(layers):
                 result = report.get(metric, layer)
                 if result is not None and result.score is not None:
                     xs.append(x)
                     ys.append(result.score)
-            ax.plot(xs, ys, styles[i % len(styles)], label=metric, linewidth=1.8, markersize=5)
+                    bounds = result.details.get("seed_ci95") or result.details.get("test_ci95") or (result.score,) * 2
+                    low.append(result.score - bounds[0])
+                    high.append(bounds[1] - result.score)
+            ax.errorbar(xs, ys, yerr=[low, high], fmt=styles[i % len(styles)], label=metric, linewidth=1.8, markersize=5,
+                        capsize=3)
         ax.set_xticks(range(len(layers)))
         ax.set_xticklabels(layers, rotation=30, ha="right")
         ax.set_title(name)

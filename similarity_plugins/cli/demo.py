@@ -7,15 +7,17 @@ import argparse
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from ..apps.demo import run_demo
+    from ..apps.studies import prepare_out_dir
 
-    run_demo(out_dir=args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    run_demo(out_dir=prepare_out_dir(args.out), quick=args.quick, seed=args.seed, progress=not args.no_progress)
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
-    p = sub.add_parser("demo", help="the paper's central claim on built-in digits, in minutes")
-    p.add_argument("--out", default="similarity-demo", help="output folder (report.json, report.csv, similarity.png)")
+    p = sub.add_parser("demo", help="the paper's central claim on built-in digits, in minutes (= study shortcut)")
+    p.add_argument("--out", default="similarity-demo",
+                   help="output folder (report.json, report.csv, similarity.png, iris.png)")
     p.add_argument("--quick", action="store_true", help="a smaller run (under 90 s on 2 cores)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")

@@ -33,6 +33,11 @@ def cmd_iris(args: argparse.Namespace) -> int:
           f"(tol {args.tol:g}), mean RMS distance from seed {summary['mean_seed_distance']:.4g}")
     save_iris(iris, args.out, labels=labels, seeds=seeds)
     print(f"wrote {args.out}")
+    if args.gallery:
+        from ..apps.gallery import plot_iris
+
+        plot_iris(iris, seeds, args.gallery, title=f"{args.model} at {args.layer}: seeds (top) and IRIs")
+        print(f"wrote {args.gallery}")
     return 0
 
 
@@ -56,5 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--gallery", default=None, metavar="PNG",
+                   help="also write a PNG of the first seeds next to their IRIs (relative error, distance from seed)")
     add_model_args(p)
     p.set_defaults(func=cmd_iris)

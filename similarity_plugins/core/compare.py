@@ -20,6 +20,7 @@ from .manager import get_plugin_manager
 from .networks import _check_layer, model_device, preserved
 from .ranks import agree_on_result, check_ranks_agree
 from .registry import options_for_metrics, select_metrics
+from .repeats import check_repeats, is_deterministic, run_repeated
 from .results import LayerPair, Report, SimilarityResult, as_layer_pair
 from .rng import isolated_rng, seed_all
 
@@ -85,6 +86,7 @@ def compare(
     options: dict | None = None,
     progress: bool = False,
     context: Context | None = None,
+    repeats: int = 1,
 ) -> Report:
     """Score how similar ``front`` (network A) and ``end`` (network B) are, with every selected metric.
 
@@ -97,6 +99,9 @@ def compare(
       plus per-metric dicts under metric names, e.g. ``{"epochs": 5, "stitch-dm": {"lr": 1e-2}}``.
     - ``context``: reuse the caches of an earlier call (same models and data) to avoid recomputing;
       the context itself is not changed (this call works on a child that shares its memo).
+    - ``repeats``: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI
+      starts); the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95%
+      interval over seeds (see :mod:`~.repeats`). Deterministic metrics (CKA) run once.
 
     Returns a :class:`Report`. A metric that raises gets a row with its error; the others still run.
     Unknown layers, metrics and options raise at once, before any work, naming the valid ones
@@ -106,6 +111,7 @@ def compare(
     the global torch, NumPy and ``random`` generators are as they were (each metric runs seeded with
     ``seed`` inside forked generators).
     """
+    repeats = check_repeats(repeats)
     data = data if data is not None else Data()
     if not isinstance(data, Data):
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
@@ -133,14 +139,17 @@ def compare(
     with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
         for pair, name in bar:
             bar.set_postfix_str(f"{name} @ {pair}")
-            results.append(_run_metric(pm, name, pair, front_run, end_run, data, ctx, metric_options[name], seed,
-                                       device, cuda_rng))
+            run = lambda s: _run_metric(pm, name, pair, front_run, end_run, data, ctx,  # noqa: E731
+                                        metric_options[name], s, device, cuda_rng)
+            deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
+            results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=ctx))
     meta = {
         "front": type(front).__name__,
         "end": type(end).__name__,
         "layers": [str(p) for p in pairs],
         "metrics": names,
         "seed": seed,
+        "repeats": repeats,
         "device": str(device),
         "torch": torch.__version__,
         "world_size": ctx.world.size,

@@ -155,14 +155,15 @@ class Report:
 
     def to_csv(self, path: str | None = None) -> str:
         """One CSV row per result: metric, layer, score, seconds, error, then scalar details."""
-        detail_keys: list[str] = []
+        detail_keys: list[str] = [k for k in INTERVAL_COLUMNS if any(k in _interval_cells(r) for r in self.results)]
         for r in self.results:
             for k, v in r.details.items():
                 if isinstance(v, (int, float, str, bool)) or v is None:
                     if k not in detail_keys:
                         detail_keys.append(k)
         rows = ([r.metric, r.layer, "" if r.score is None else repr(float(r.score)), f"{r.seconds:.3f}", r.error or ""]
-                + [r.details.get(k) for k in detail_keys] for r in self.results)
+                + ["" if (v := {**r.details, **_interval_cells(r)}.get(k)) is None else v for k in detail_keys]
+                for r in self.results)
         text = csv_text(["metric", "layer", "score", "seconds", "error"] + detail_keys, rows)
         if path is not None:
             write_text(path, text)
@@ -174,10 +175,12 @@ class Report:
             cells, total = [m], 0.0
             for layer in self.layers:
                 r = next((r for r in self.results if r.metric == m and str(r.layer) == layer), None)
-                cells.append("" if r is None else _format_score(r.score) + ("*" if r.details.get("warnings") else ""))
+                cells.append("" if r is None else _format_score(r.score) + _format_interval(r)
+                             + ("*" if r.details.get("warnings") else ""))
                 total += r.seconds if r else 0.0
             rows.append(cells + [f"{total:.1f}"])
         out = [text_table(["metric"] + self.layers + ["time (s)"], rows)]
+        out += _interval_legend(self.results)
         notes = []
         for r in self.results:
             if r.error:
@@ -188,5 +191,69 @@ class Report:
             out += ["", "notes:"] + notes
         return "\n".join(out)
 
+    def to_pandas(self) -> Any:
+        """A ``pandas.DataFrame``: one row per metric and layer with ``metric``, ``layer``, ``score``,
+        ``seconds``, ``error``, the interval bounds (``test_ci95_low/high``: bootstrap over test samples;
+        ``seed_ci95_low/high``: over seeds with ``repeats``), ``repeats`` and the scalar details.
+
+        Needs pandas (``pip install pandas``); raises ``ImportError`` saying so when it is missing.
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise ImportError("Report.to_pandas() needs pandas, which is not installed; install it with "
+                              "`pip install pandas` (or `pip install 'similarity-plugins[pandas]'`), "
+                              "or use report.to_csv() / report.to_dict() instead") from exc
+        rows = []
+        for r in self.results:
+            row = {"metric": r.metric, "layer": r.layer, "score": r.score, "seconds": r.seconds, "error": r.error}
+            row.update({k: None for k in INTERVAL_COLUMNS})
+            row.update(_interval_cells(r))
+            row["repeats"] = r.details.get("repeats", 1)
+            row.update({k: v for k, v in r.details.items() if k not in row and isinstance(v, (int, float, str, bool))})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
     def __repr__(self) -> str:
         return f"Report({len(self.results)} results: metrics={self.metrics}, layers={self.layers})"
+
+
+# -- intervals (details["test_ci95"], details["seed_ci95"]) in tables, CSV and DataFrames ---------------------
+
+INTERVAL_COLUMNS = ("test_ci95_low", "test_ci95_high", "seed_ci95_low", "seed_ci95_high")
+
+
+def _interval(result: SimilarityResult | None, key: str) -> tuple[float, float] | None:
+    value = None if result is None else result.details.get(key)
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return float(value[0]), float(value[1])
+    return None
+
+
+def _interval_cells(result: SimilarityResult) -> dict:
+    """``{"test_ci95_low": ..., "test_ci95_high": ..., "seed_ci95_low": ..., ...}`` for the intervals present."""
+    cells = {}
+    for key in ("test_ci95", "seed_ci95"):
+        bounds = _interval(result, key)
+        if bounds is not None:
+            cells[f"{key}_low"], cells[f"{key}_high"] = bounds
+    return cells
+
+
+def _format_interval(result: SimilarityResult | None) -> str:
+    """`` [low, high]`` for a table cell: over seeds when the row has repeats, else over test samples."""
+    bounds = _interval(result, "seed_ci95") or _interval(result, "test_ci95")
+    return "" if bounds is None or result is None or result.score is None else f" [{bounds[0]:.2f}, {bounds[1]:.2f}]"
+
+
+def _interval_legend(results: list[SimilarityResult]) -> list[str]:
+    seeds = sorted({int(r.details.get("repeats", 1)) for r in results if _interval(r, "seed_ci95")})
+    tests = any(_interval(r, "test_ci95") and not _interval(r, "seed_ci95") for r in results)
+    lines = []
+    if seeds:
+        lines.append(f"[low, high]: 95% interval of the mean over {'/'.join(map(str, seeds))} seeds "
+                     "(details: test_ci95 per stitch, scores per seed)")
+    if tests:
+        lines.append("[low, high]: 95% bootstrap interval over test samples (one seed)")
+    return lines
+

@@ -27,6 +27,7 @@ class _CKAPlugin:
     debiased = False
     needs = ("test",)
     options = (MAX_SAMPLES,)
+    deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:

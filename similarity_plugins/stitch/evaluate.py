@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 
 from ..core.networks import SplitNetwork
+from .bootstrap import relative_accuracy_ci
 from .objectives import relative_sq_error
 from .trainer import FittedStitch, check_labels
 
@@ -49,7 +50,9 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
 
     Returns a dict with ``relative_accuracy`` (stitched accuracy / B's accuracy, the score),
     ``agreement`` (fraction where h and B predict the same class), ``stitched_accuracy``,
-    ``end_accuracy``, ``front_accuracy`` (fractions in [0, 1]) and ``test_size``. Raises
+    ``end_accuracy``, ``front_accuracy`` (fractions in [0, 1]), ``test_size`` and ``test_ci95``
+    (``[low, high]``: 95% bootstrap interval of the relative accuracy over test samples, 1,000
+    resamples with a fixed seed; see :mod:`~.bootstrap`). Raises
     ``ValueError`` for labels outside B's classes or when B's accuracy is 0 (ratio undefined).
     """
     labels = torch.as_tensor(labels).long().cpu()
@@ -66,6 +69,7 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
         logits, stitched = stitched_logits(fitted, end, front_acts, batch_size=batch_size,
                                            keep_stitched=end_acts is not None)
         pred, end_pred = logits.argmax(1), end_logits.argmax(1)
+        correct["stitched"], correct["end"] = pred == labels, end_pred == labels
         out[:4] = torch.tensor([len(labels), int((pred == labels).sum()), int((end_pred == labels).sum()),
                                 int((pred == end_pred).sum())], dtype=torch.float64)
         if front_logits is not None:
@@ -76,8 +80,12 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
             out[6] = float(relative_sq_error(stitched, end_acts.float()).double().sum())
         return out
 
+    correct: dict[str, torch.Tensor] = {}  # per-sample correctness, for the bootstrap interval
     c = counts() if reduce is None else reduce(counts, torch.zeros(7, dtype=torch.float64))
-    return _scores(c, front_logits is not None, end_acts is not None)
+    out = _scores(c, front_logits is not None, end_acts is not None)
+    if reduce is None:  # sharded over ranks, each rank holds only its samples: no interval
+        out["test_ci95"] = list(relative_accuracy_ci(correct["stitched"], correct["end"]))
+    return out
 
 
 def _scores(c: torch.Tensor, with_front: bool, with_dm: bool) -> dict:

@@ -163,7 +163,8 @@ def stitch_result(context: Context, front: nn.Module, end: nn.Module, layer: Lay
                   options: dict | None = None, train_source: TrainingSet | None = None) -> SimilarityResult:
     """Fit (memoised) and evaluate a stitch; the score is the relative accuracy on ``Data.test``.
 
-    ``details`` holds: ``objective``, ``relative_accuracy``, ``agreement``, ``stitched_accuracy``,
+    ``details`` holds: ``objective``, ``relative_accuracy``, ``test_ci95`` (95% bootstrap interval of the
+    score over test samples), ``agreement``, ``stitched_accuracy``,
     ``front_accuracy``, ``end_accuracy`` (fractions), ``final_loss`` and ``losses`` (per epoch),
     ``dm_relative_error`` (DM only), ``train_size``, ``test_size``, ``train_source``, ``resized``,
     ``stitch`` (a description), ``front_shape``, ``end_shape``, ``init`` (method; least squares adds its

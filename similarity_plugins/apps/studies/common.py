@@ -1,0 +1,128 @@
+"""What the studies share: the output folder check, donor training with a pool that keeps trained donors
+for reuse within a process, atomic report writers and the way intervals are printed."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import Any, Hashable, Mapping
+
+import torch
+
+from ...core.results import Report, SimilarityResult, _jsonable
+from ...utils.io import csv_text, write_json
+
+__all__ = ["DonorPool", "DonorSpec", "ci_text", "prepare_out_dir", "say", "study_csv", "write_json_ready"]
+
+
+def say(text: str = "") -> None:
+    """Print a line at once (studies report progress as they go)."""
+    print(text, flush=True)
+
+
+def prepare_out_dir(out_dir: str | os.PathLike) -> str:
+    """Create ``out_dir`` if needed and check that files can be written there, before any training.
+
+    Raises ``ValueError`` naming the folder and the reason when it cannot be written.
+    """
+    path = os.fspath(out_dir)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"cannot write to the output folder {path!r} ({exc.strerror or exc}); "
+                         "pass --out with a folder you can write to") from exc
+    return path
+
+
+def write_json_ready(path: str, payload: Any) -> str:
+    """``payload`` made JSON-ready (tensors, dataclasses, NaN) as indented JSON, written atomically."""
+    return write_json(path, _jsonable(payload))
+
+
+CSV_COLUMNS = ["pair", "metric", "layer", "score", "test_ci95_low", "test_ci95_high", "seed_ci95_low", "seed_ci95_high",
+               "repeats", "agreement", "iri_median_error", "iri_mean_seed_distance", "seconds", "error"]
+
+
+def _bounds(result: SimilarityResult, key: str) -> tuple[Any, Any]:
+    value = result.details.get(key)
+    return (value[0], value[1]) if isinstance(value, (list, tuple)) and len(value) == 2 else ("", "")
+
+
+def study_csv(reports: Mapping[str, Report]) -> str:
+    """One CSV row per (pair, metric, layer) with the score, its intervals and the main details."""
+    rows = ([pair, r.metric, r.layer, "" if r.score is None else f"{r.score:.6f}",
+             *_bounds(r, "test_ci95"), *_bounds(r, "seed_ci95"), r.details.get("repeats", 1),
+             r.details.get("agreement"), r.details.get("iri_median_error"),
+             r.details.get("iri_mean_seed_distance"), f"{r.seconds:.2f}", r.error or ""]
+            for pair, report in reports.items() for r in report.results)
+    return csv_text(CSV_COLUMNS, rows)
+
+
+def ci_text(result: SimilarityResult | None) -> str:
+    """``"0.57 [0.52, 0.62]"``: the score and its interval (over seeds when repeated, else over test samples)."""
+    if result is None or result.score is None:
+        return "n/a"
+    bounds = result.details.get("seed_ci95") or result.details.get("test_ci95")
+    return f"{result.score:.2f}" + (f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else "")
+
+
+def intervals_overlap(a: SimilarityResult | None, b: SimilarityResult | None) -> bool | None:
+    """Whether the intervals of two results overlap (``None`` when either is missing)."""
+    if a is None or b is None or a.score is None or b.score is None:
+        return None
+    ia = a.details.get("seed_ci95") or a.details.get("test_ci95")
+    ib = b.details.get("seed_ci95") or b.details.get("test_ci95")
+    if not ia or not ib:
+        return None
+    return not (ia[1] < ib[0] or ib[1] < ia[0])
+
+
+@dataclass(frozen=True)
+class DonorSpec:
+    """How a donor is trained: SmallCNN ``width``, ``epochs`` of Adam at ``lr``, PGD radius ``pgd_eps`` in
+    [0, 1] pixel units with ``pgd_steps`` steps (``pgd_eps == 0``: standard training)."""
+
+    width: int = 16
+    epochs: int = 6
+    pgd_eps: float = 0.1
+    pgd_steps: int = 3
+    lr: float = 3e-3
+
+    @property
+    def robust(self) -> bool:
+        """True for adversarially trained donors."""
+        return self.pgd_eps > 0
+
+
+class DonorPool:
+    """Trained donors kept by (data key, spec, seed), so studies in one process train each donor once.
+
+    Explicit (no module-level cache): pass the same pool to several ``run_study`` calls to share donors.
+    """
+
+    def __init__(self) -> None:
+        self.models: dict[Hashable, torch.nn.Module] = {}
+        self.seconds = 0.0
+
+    def get(self, data_key: Hashable, dataset: Any, spec: DonorSpec, seed: int, progress: bool = False) -> torch.nn.Module:
+        """The donor trained on ``dataset`` (identified by ``data_key``) with ``spec`` and ``seed``; trained once."""
+        import time
+
+        from ..training import train_classifier
+        from ..zoo import SmallCNN
+
+        key = (data_key, asdict(spec).__repr__(), int(seed))
+        if key not in self.models:
+            began = time.perf_counter()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                model = SmallCNN(in_channels=1, num_classes=10, width=spec.width)
+            adversarial = {"eps": spec.pgd_eps, "steps": spec.pgd_steps} if spec.robust else None
+            train_classifier(model, dataset, epochs=spec.epochs, lr=spec.lr, seed=seed, adversarial=adversarial,
+                             progress=progress)
+            self.models[key] = model.eval()
+            self.seconds += time.perf_counter() - began
+        return self.models[key]

@@ -1,0 +1,99 @@
+"""``compare(..., repeats=k)``: run a metric with seeds ``seed, seed+1, ..., seed+k-1`` and aggregate.
+
+The row's ``score`` is the mean of the k scores; ``details["scores"]`` lists them, ``details["seeds"]``
+their seeds and ``details["seed_ci95"]`` is a 95% Student-t interval of the mean over seeds (it covers the
+randomness of stitch initialisation, data order and IRI starts, not the test-sample uncertainty, which
+``details["test_ci95"]`` gives per stitch). A metric plugin that declares ``deterministic = True`` (CKA)
+is computed once; its ``scores`` repeat the one value and ``details["deterministic"]`` is True.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from typing import Any, Callable
+
+from .results import SimilarityResult
+
+__all__ = ["check_repeats", "is_deterministic", "mean_interval", "run_repeated"]
+
+
+def check_repeats(repeats: Any) -> int:
+    """``repeats`` as an int >= 1; ``TypeError``/``ValueError`` naming the problem otherwise."""
+    if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral):
+        raise TypeError(f"repeats must be a whole number of seeds (1, 2, 3, ...), got {repeats!r}")
+    if int(repeats) < 1:
+        raise ValueError(f"repeats must be at least 1 (the number of seeds per metric), got {repeats}")
+    return int(repeats)
+
+
+def is_deterministic(plugin: Any) -> bool:
+    """True when a metric plugin declares ``deterministic = True`` (its score does not depend on the seed)."""
+    return bool(getattr(plugin, "deterministic", False))
+
+
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean of ``values`` (floats); ``(v, v)`` for one value or zero spread."""
+    k = len(values)
+    mean = sum(values) / k
+    if k < 2:
+        return mean, mean
+    from scipy.stats import t
+
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
+    half = float(t.ppf(0.5 + level / 2, k - 1)) * sd / math.sqrt(k)
+    return mean - half, mean + half
+
+
+def run_repeated(run_once: Callable[[int], SimilarityResult], seed: int, repeats: int, *, deterministic: bool = False,
+                 context: Any = None) -> SimilarityResult:
+    """Call ``run_once(s)`` for ``s = seed .. seed+repeats-1`` (once when ``deterministic``) and aggregate.
+
+    ``context``: when given, its ``seed`` attribute is set to ``s`` for each call and restored after.
+    ``repeats == 1`` returns the single result unchanged. Failed runs are left out of the mean; when every
+    run fails the first failure is returned. See the module docstring for the details added.
+    """
+    seeds = [seed + i for i in range(1 if deterministic else repeats)]
+    saved = getattr(context, "seed", None)
+    runs = []
+    try:
+        for s in seeds:
+            if context is not None:
+                context.seed = s
+            runs.append(run_once(s))
+    finally:
+        if context is not None:
+            context.seed = saved
+    if repeats == 1:
+        return runs[0]
+    ok = [r for r in runs if r.ok]
+    if not ok:
+        return runs[0]
+    failures = [f"seed {s}: {r.error}" for s, r in zip(seeds, runs) if not r.ok]
+    scores = [float(r.score) for r in ok]
+    if deterministic:
+        scores, seeds = scores * repeats, [seed + i for i in range(repeats)]
+    else:
+        seeds = [s for s, r in zip(seeds, runs) if r.ok]
+    return _aggregate(ok, scores, seeds, repeats, deterministic, sum(r.seconds for r in runs), failures)
+
+
+def _aggregate(ok: list[SimilarityResult], scores: list[float], seeds: list[int], repeats: int, deterministic: bool,
+               seconds: float, failures: list[str]) -> SimilarityResult:
+    first = ok[0]
+    details = copy.deepcopy(first.details)
+    for key, value in first.details.items():  # average the float details every run has (accuracies, errors)
+        if isinstance(value, float) and all(isinstance(r.details.get(key), float) for r in ok):
+            details[key] = sum(r.details[key] for r in ok) / len(ok)
+    intervals = [r.details.get("test_ci95") for r in ok]
+    if all(isinstance(i, (list, tuple)) and len(i) == 2 for i in intervals):
+        details["test_ci95_per_seed"] = [list(i) for i in intervals]
+        details["test_ci95"] = [sum(i[0] for i in intervals) / len(ok), sum(i[1] for i in intervals) / len(ok)]
+    warnings = list(dict.fromkeys(w for r in ok for w in (r.details.get("warnings") or [])))
+    warnings += [f"{f} (left out of the mean)" for f in failures]
+    if warnings:
+        details["warnings"] = warnings
+    details.update(scores=scores, seeds=seeds, repeats=repeats, seed_ci95=list(mean_interval(scores)),
+                   deterministic=deterministic)
+    return SimilarityResult(first.metric, sum(scores) / len(scores), details, seconds, None, first.layer)
