@@ -9,11 +9,12 @@ import json
 import pytest
 
 from similarity_plugins.apps.studies import STUDIES, check_study, run_study
-from similarity_plugins.apps.studies.common import DonorPool, prepare_out_dir, write_text_atomic
+from similarity_plugins.apps.studies.common import DonorPool, prepare_out_dir
 from similarity_plugins.apps.studies.robustness import explain_robustness
 from similarity_plugins.apps.studies.unseen_cue import explain_excess, summarise
 from similarity_plugins.cli import main
 from similarity_plugins.core.results import Report, SimilarityResult
+from similarity_plugins.utils.io import write_text
 
 
 def _no_training(monkeypatch):
@@ -47,9 +48,9 @@ def test_unwritable_out_refused_before_training(tmp_path, capsys, monkeypatch, n
 def test_atomic_write_leaves_nothing_when_interrupted(tmp_path):
     path = tmp_path / "report.json"
     with pytest.raises(TypeError):
-        write_text_atomic(str(path), 12345)  # the write fails half-way
+        write_text(str(path), 12345)  # the write fails half-way
     assert list(tmp_path.iterdir()) == []
-    write_text_atomic(str(path), "{}\n")
+    write_text(str(path), "{}\n")
     assert path.read_text() == "{}\n" and [p.name for p in tmp_path.iterdir()] == ["report.json"]
     assert prepare_out_dir(tmp_path / "new" / "dir").endswith("dir")
 
