@@ -10,7 +10,7 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache
-from .optimizer import make_settings, optimize_iris, _check_seeds
+from .optimizer import DEFAULT_OPTIMIZER, make_settings, optimize_iris, _check_seeds
 from .relu import front_tensors, straight_through_relu, trace_front
 from .result import IRISet
 
@@ -31,7 +31,7 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
 
 
 def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 1000, tol: float = 1e-2,
-                  optimizer: str = "adam", lr: float | None = None, init: str = "noise", batch_size: int = 128,
+                  optimizer: str = DEFAULT_OPTIMIZER, lr: float | None = None, init: str = "noise", batch_size: int = 128,
                   backend: str = "auto", seed: int = 0, progress: bool = True,
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
                   fake_relu: bool | str = True, **advanced: Any) -> IRISet:

@@ -76,3 +76,25 @@ def update_kernel(backend: Backend, optimizer: str, hyper: tuple = ()) -> Callab
         raise ValueError(f"unknown optimizer {optimizer!r}; choose 'adam' or 'normgrad'")
     _CACHE[key] = (xp, kernel)
     return kernel
+
+
+def trial_step(xp: Any, zt: Any, z: Any, d: Any, a: Any) -> None:
+    """The L-BFGS trial point in place: ``zt = z + a * d``. ``zt, z, d``: (B, D); ``a``: (B, 1)."""
+    zt[...] = z + a * d
+
+
+def best_copy(xp: Any, x: Any, best: Any, improved: Any) -> None:
+    """Rows whose error just improved (``improved`` (B, 1) = 1.0) copy ``x`` into ``best``; (B, D) each."""
+    best[...] = improved * x + (1.0 - improved) * best
+
+
+def trial_kernel(backend: Backend) -> Callable:
+    """The (possibly fused) :func:`trial_step` on ``backend``: ``kernel(zt, z, d, a)``."""
+    xp = backend.xp
+    return backend.fuse(lambda zt, z, d, a: trial_step(xp, zt, z, d, a))
+
+
+def best_copy_kernel(backend: Backend) -> Callable:
+    """The (possibly fused) :func:`best_copy` on ``backend``: ``kernel(x, best, improved)``."""
+    xp = backend.xp
+    return backend.fuse(lambda x, best, improved: best_copy(xp, x, best, improved))
