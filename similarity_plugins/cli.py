@@ -234,7 +234,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
     iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
                          optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
                          backend=args.backend, seed=args.seed, progress=not args.no_progress,
-                         cache_dir=args.cache_dir)
+                         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every)
     summary = dict(iris.summary)
     print(f"{len(iris)} IRIs of {args.model} at {args.layer}: median relative error {summary['median_error']:.4g}, "
           f"95th percentile {summary['p95_error']:.4g}, converged {summary['converged_fraction']:.1%} "
@@ -332,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seeds", type=int, default=None, help="use the first N samples as seeds")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--tol", type=float, default=1e-2)
-    p.add_argument("--optimizer", default="adam", choices=["adam", "normgrad"])
+    p.add_argument("--optimizer", default="lbfgs", choices=["lbfgs", "adam", "normgrad"])
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
     p.add_argument("--batch-size", type=int, default=128)
@@ -340,6 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.add_argument("--cache-dir", default=None)
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
     p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
     p.add_argument("--no-progress", action="store_true")
     model_args(p)

@@ -21,6 +21,7 @@ def save_checkpoint(run: Any) -> None:
         "out_x": run.out_x.detach().cpu(), "out_err": torch.from_numpy(run.out_err.copy()),
         "out_steps": torch.from_numpy(run.out_steps.copy()), "evals": run.evals,
         "restarts": run.stepper.restarts, "rejected": getattr(run.stepper, "rejected", 0),
+        "phases": getattr(run.stepper, "phases", 0),
     }
     atomic_save(state, run.checkpoint_path)
 
@@ -47,6 +48,7 @@ def resume(run: Any) -> bool:
     run.stepper.restarts = state.get("restarts", 0)
     if hasattr(run.stepper, "rejected"):
         run.stepper.rejected = state.get("rejected", 0)
+        run.stepper.phases = state.get("phases", 0)
     run.out_x.copy_(state["out_x"].to(run.out_x.device, run.out_x.dtype))
     run.out_err[:] = state["out_err"].numpy()
     run.out_steps[:] = state["out_steps"].numpy()

@@ -244,6 +244,7 @@ class Run:
         stats = {"wall_s": wall, "front_s": self.t_front, "target_s": self.t_target, "update_s": self.t_update,
                  "manage_s": self.t_manage, "batch_steps": self.step, "sample_steps": self.evals,
                  "backend": self.backend.name, "batch_size": self.capacity, "resumed": resumed,
-                 "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0)}
+                 "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0),
+                 "adam_phases": getattr(self.stepper, "phases", 0)}
         return IRISet(x, torch.from_numpy(self.out_err.copy()), torch.from_numpy(self.out_steps.copy()), dist,
                       self.s.as_dict(), stats)

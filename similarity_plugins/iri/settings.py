@@ -51,6 +51,10 @@ class Settings:
     history: int = 10
     armijo: float = 1e-4
     max_backtracks: int = 8
+    stall_patience: int = 20
+    phase_steps: int = 100
+    phase_lr: float = 0.2
+    warmup_steps: int = 0
     fake_relu: str = "none"
 
     def as_dict(self) -> dict[str, Any]:
@@ -59,7 +63,8 @@ class Settings:
 
 
 ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience", "restart_threshold",
-            "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks")
+            "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr",
+            "warmup_steps")
 
 
 def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
@@ -116,6 +121,11 @@ _ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
     "history": (int, lambda v: 1 <= v <= 100, "an integer in [1, 100] (L-BFGS curvature pairs kept per sample)"),
     "armijo": (float, lambda v: 0.0 < v < 0.5, "in (0, 0.5) (sufficient-decrease constant of the line search)"),
     "max_backtracks": (int, lambda v: v >= 1, "an integer >= 1 (rejected trials before the history is reset)"),
+    "stall_patience": (int, lambda v: v >= 0, "an integer >= 0 (L-BFGS evaluations without 1% progress before "
+                                              "an Adam phase; 0 = never)"),
+    "phase_steps": (int, lambda v: v >= 1, "an integer >= 1 (length of an Adam phase)"),
+    "phase_lr": (float, lambda v: v > 0.0, "> 0 (Adam's step size in an Adam phase)"),
+    "warmup_steps": (int, lambda v: v >= 0, "an integer >= 0 (Adam steps before L-BFGS starts)"),
 }
 
 
