@@ -2,7 +2,8 @@
 
 Run from the repository root (a few minutes per case at 16 seeds on an idle 2-core CPU):
 
-    python scripts/iri_depth_study.py --cases resnet18:layer3,resnet18:layer4,vgg16_bn:features.33,vgg16_bn:features.43,small_cnn:block3 --seeds 16
+    python scripts/iri_depth_study.py --seeds 16 \\
+        --cases resnet18:layer3,resnet18:layer4,vgg16_bn:features.33,vgg16_bn:features.43,small_cnn:block3
 
 The donors, seeds, plain loop and figures are those of ``benchmarks/bench_iri.py`` (torchvision ResNet-18 /
 VGG-16-BN trained 2 epochs on 3x32x32 digits, cached; SmallCNN at block3). Per case: the plain loop at lr
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "lbfgs_fake_relu": dict(fake_relu=True),
-    "lbfgs_no_stall": dict(stall_patience=0),
+    "lbfgs_stall20": dict(stall_patience=20),
     "lbfgs_h20": dict(history=20),
     "adam": dict(optimizer="adam"),                      # the previous default
     "adam_c100": dict(optimizer="adam", cycle_steps=100),
@@ -41,9 +42,25 @@ def fmt(label: str, r: dict[str, Any]) -> str:
             f"{r['seed_distance']:.3f} | total {r['total_steps']:.0f} steps/sample {r['total_s']:.0f} s")
 
 
+def _stored_plain(path: str, spec: str, seeds: int, steps: int) -> dict[str, Any] | None:
+    """The plain-loop record for ``spec`` in an earlier ``--json`` file, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if rec["case"] == spec and rec["seeds"] == seeds and rec["budget"] == steps and "plain" in rec:
+                plain = rec["plain"]
+                for key in ("steps_to_1e-2", "seconds_to_1e-2"):
+                    plain[key] = math.inf if plain[key] is None else plain[key]
+                return plain
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse the options, run the cases, print one line per run and optionally write JSON."""
     import bench_iri as bench
+
     from similarity_plugins.core.networks import SplitNetwork, frozen
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -54,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--plain-lrs", default="0.05,0.1,0.2", help="empty: skip the plain loop")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default=None, help="append one JSON line per case to this file")
+    p.add_argument("--plain-from", default=None, help="reuse the plain loops of an earlier --json file (same seeds)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     for spec in args.cases.split(","):
@@ -61,9 +79,11 @@ def main(argv: list[str] | None = None) -> None:
         model, seeds = bench.case_inputs(arch, args.seeds)
         print(f"# {arch} {layer}: {len(seeds)} seeds, budget {args.steps}, {args.threads} thread(s)", flush=True)
         record: dict[str, Any] = {"case": spec, "seeds": len(seeds), "budget": args.steps}
-        plain = None
+        plain = _stored_plain(args.plain_from, spec, len(seeds), args.steps) if args.plain_from else None
         lrs = [float(v) for v in args.plain_lrs.split(",") if v]
-        if lrs:
+        if plain is not None:
+            print(fmt(f"plain lr {plain['lr']} (stored)", plain), flush=True)
+        elif lrs:
             with frozen(model):
                 plain = bench.best_plain(SplitNetwork(model, layer).front, seeds, args.steps, lrs, stop_at_tol=True)
             for r in plain["all"]:

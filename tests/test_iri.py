@@ -15,7 +15,6 @@ from similarity_plugins.iri.backends import cupy_backend, numpy_backend, resolve
 from similarity_plugins.iri.relu import straight_through_relu, trace_front
 from similarity_plugins.iri.update import update_kernel
 
-
 # ------------------------------------------------------------------------------------------ fixtures
 
 

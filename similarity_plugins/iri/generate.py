@@ -10,7 +10,7 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache
-from .optimizer import DEFAULT_OPTIMIZER, make_settings, optimize_iris, _check_seeds
+from .optimizer import DEFAULT_OPTIMIZER, _check_seeds, make_settings, optimize_iris
 from .relu import front_tensors, straight_through_relu, trace_front
 from .result import IRISet
 
@@ -45,11 +45,12 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     Options (see :func:`similarity_plugins.iri.optimize_iris` for the optimiser): ``steps`` per-sample
     budget; ``tol`` target relative error; ``optimizer`` "lbfgs" (default: per-sample L-BFGS with a per-sample
     line search), "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps) or "normgrad" (lr 1.0,
-    halved over 4 stages); ``init`` "noise" or "shuffle";
-    ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness derives from
-    (seed, index)); ``progress`` tqdm bar; ``fake_relu``: True/"last" passes the gradient
-    straight through the last ReLU before the cut (the default for "adam" and "normgrad"), "all" through every ReLU of the front, False/"none"
-    keeps true gradients (the default for "lbfgs", whose line search needs the true slope); it changes only the search direction, never the loss or the reported error.
+    halved over 4 stages); ``init`` "noise" or "shuffle"; ``batch_size`` working-batch slots; ``backend``
+    "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
+    ``progress`` tqdm bar; ``fake_relu``: True/"last" passes the gradient straight through the last ReLU
+    before the cut (the default for "adam" and "normgrad"), "all" through every ReLU of the front,
+    False/"none" keeps true gradients (the default for "lbfgs", whose line search needs the true slope); it
+    changes only the search direction, never the loss or the reported error.
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
     seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every
     that many batch steps and resume from it after an interruption. ``advanced``: optimiser options

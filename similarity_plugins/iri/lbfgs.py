@@ -14,6 +14,11 @@ unconstrained in ``z``. Objective per sample: ``phi = rel_error**2`` (smooth at 
   and ``phi_t``, clamped to [0.1 a, 0.5 a]; after ``max_backtracks`` rejections in a row, or if ``d`` is
   not a descent direction, the history is cleared and the sample restarts from ``-g``.
 
+Optional per-sample Adam phases (off by default; measured in docs/iri_depth.md): ``warmup_steps`` > 0 starts
+every sample with that many Adam steps on ``z``; ``stall_patience`` > 0 sends a sample whose best error has
+not improved by 1% for that many evaluations into an Adam phase of ``phase_steps`` (step size
+``phase_lr`` in ``z`` units, cosine over the phase), after which L-BFGS restarts from its best iterate.
+
 Every evaluation is a forward+backward of one sample and counts as one step of the budget, backtracking
 included. Nothing couples samples: a sample's trajectory depends only on its own seed, start and settings.
 
@@ -32,6 +37,7 @@ import torch
 from .update import best_copy_kernel, trial_kernel, update_kernel
 
 Z_CLAMP = 1e-3  # starting pixels are clamped to [Z_CLAMP, 1 - Z_CLAMP] before the logit
+MAX_Z_STEP = 10.0  # no trial step moves a logit by more than this (sigmoid(10) = 1 - 4.5e-5)
 
 
 def two_loop(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, rho: torch.Tensor,
@@ -165,8 +171,14 @@ class LbfgsStepper:
         w.d[r] = d
         gg = (g_new * g_new).sum(dim=1).double().cpu().numpy()
         w.gd[rows] = np.where(w.count[rows] > 0, gd, -gg)
-        polyak = s.lr * phi_t[rows] / np.maximum(gg, 1e-300)
-        w.a[rows] = np.where(w.count[rows] > 0, s.lr, polyak)
+        polyak = np.where(gg > 0, s.lr * phi_t[rows] / np.maximum(gg, 1e-300), 0.0)  # no gradient: stay
+        w.a[rows] = np.minimum(np.where(w.count[rows] > 0, s.lr, polyak), self._cap(d))
+
+    @staticmethod
+    def _cap(d: torch.Tensor) -> np.ndarray:
+        """Largest step per row that moves no logit by more than ``MAX_Z_STEP``: (B,) float64."""
+        peak = d.abs().amax(dim=1).double().cpu().numpy()
+        return np.where(peak > 0, MAX_Z_STEP / np.maximum(peak, 1e-300), 0.0)
 
     def _backtrack(self, rows: np.ndarray, phi_t: np.ndarray) -> None:
         """Shrink the step of rejected rows (safeguarded quadratic interpolation); reset hopeless ones."""
@@ -188,7 +200,8 @@ class LbfgsStepper:
             w.count[hopeless] = 0
             w.fails[hopeless] = 0
             w.gd[hopeless] = -gg
-            w.a[hopeless] = s.lr * w.phi[hopeless] / np.maximum(gg, 1e-300) * 0.1
+            polyak = np.where(gg > 0, s.lr * w.phi[hopeless] / np.maximum(gg, 1e-300) * 0.1, 0.0)
+            w.a[hopeless] = np.minimum(polyak, self._cap(-g))
             self.restarts += len(hopeless)
 
     # -- Adam phases -------------------------------------------------------------------------------

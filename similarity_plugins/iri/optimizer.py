@@ -29,8 +29,17 @@ from .backends import resolve_backend
 from .checkpoint import CHECKPOINT_VERSION
 from .result import IRISet
 from .run import Run
-from .settings import (ADVANCED, DEFAULT_CYCLE_STEPS, DEFAULT_LR, DEFAULT_OPTIMIZER, DEFAULT_SCHEDULE, INITS,
-                       OPTIMIZERS, Settings, make_settings)
+from .settings import (
+    ADVANCED,
+    DEFAULT_CYCLE_STEPS,
+    DEFAULT_LR,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_SCHEDULE,
+    INITS,
+    OPTIMIZERS,
+    Settings,
+    make_settings,
+)
 from .starts import check_seeds, derangement, initial_inputs, sample_rng
 
 _check_seeds = check_seeds   # the name other modules used before the split

@@ -51,7 +51,7 @@ class Settings:
     history: int = 10
     armijo: float = 1e-4
     max_backtracks: int = 8
-    stall_patience: int = 20
+    stall_patience: int = 0
     phase_steps: int = 100
     phase_lr: float = 0.2
     warmup_steps: int = 0
@@ -63,8 +63,8 @@ class Settings:
 
 
 ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience", "restart_threshold",
-            "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr",
-            "warmup_steps")
+            "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience",
+            "phase_steps", "phase_lr", "warmup_steps")
 
 
 def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
