@@ -30,6 +30,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lbfgs_fake_relu": dict(fake_relu=True),
     "lbfgs_stall20": dict(stall_patience=20),
     "lbfgs_h20": dict(history=20),
+    "lbfgs_h50": dict(history=50),
+    "lbfgs_h50_fake_relu": dict(history=50, fake_relu=True),
+    "lbfgs_h100_fake_relu": dict(history=100, fake_relu=True),
+    "lbfgs_stall50_to_adam": dict(stall_patience=50, phase_steps=1000),
+    "lbfgs_stall20_plr05": dict(stall_patience=20, phase_lr=0.5),
+    "lbfgs_warmup100": dict(warmup_steps=100),
     "adam": dict(optimizer="adam"),                      # the previous default
     "adam_c100": dict(optimizer="adam", cycle_steps=100),
 }

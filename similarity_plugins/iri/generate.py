@@ -34,7 +34,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
                   optimizer: str = DEFAULT_OPTIMIZER, lr: float | None = None, init: str = "noise", batch_size: int = 128,
                   backend: str = "auto", seed: int = 0, progress: bool = True,
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  fake_relu: bool | str | None = None, **advanced: Any) -> IRISet:
+                  fake_relu: bool | str = True, **advanced: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 
     ``model``: any ``nn.Module``; it is run in eval mode with gradients off for its parameters and is left
@@ -47,10 +47,10 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     line search), "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps) or "normgrad" (lr 1.0,
     halved over 4 stages); ``init`` "noise" or "shuffle"; ``batch_size`` working-batch slots; ``backend``
     "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
-    ``progress`` tqdm bar; ``fake_relu``: True/"last" passes the gradient straight through the last ReLU
-    before the cut (the default for "adam" and "normgrad"), "all" through every ReLU of the front,
-    False/"none" keeps true gradients (the default for "lbfgs", whose line search needs the true slope); it
-    changes only the search direction, never the loss or the reported error.
+    ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient straight through the
+    last ReLU before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients; it
+    changes only the search direction (for L-BFGS also the slope its line search expects), never the loss
+    or the reported error.
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
     seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every
     that many batch steps and resume from it after an interruption. ``advanced``: optimiser options
@@ -63,8 +63,6 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     run_options = {k: advanced.pop(k) for k in RUN_OPTIONS if k in advanced}
-    if fake_relu is None:   # per-optimiser default: measured in docs/iri_depth.md
-        fake_relu = optimizer != "lbfgs"
     settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, lr=lr, init=init, seed=seed,
                              fake_relu=fake_relu, **advanced)
     if checkpoint_every is not None and cache_dir is None:

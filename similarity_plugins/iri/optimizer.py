@@ -90,7 +90,8 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     around timings so ``stats`` splits time exactly.
 
     Advanced options (``ADVANCED``; all part of the cache key):
-    - L-BFGS: ``history`` (10 curvature pairs per sample), ``armijo`` (1e-4), ``max_backtracks`` (8
+    - L-BFGS: ``history`` (50 curvature pairs per sample; memory: 2 x history x D floats per slot),
+      ``armijo`` (1e-4), ``max_backtracks`` (8
       rejected trials in a row before the sample's history is cleared);
     - first-order: ``schedule`` ("cosine" for Adam, "step" for normgrad, "exp", "constant"), ``lr_floor``,
       ``stages``, ``beta1``, ``beta2``, ``eps``; ``cycle_steps`` (> 0: per-sample cosine cycles restarting

@@ -48,7 +48,7 @@ class Settings:
     cycle_steps: int = 0
     cycle_mult: float = 2.0
     cycle_decay: float = 1.0
-    history: int = 10
+    history: int = 50
     armijo: float = 1e-4
     max_backtracks: int = 8
     stall_patience: int = 0
