@@ -211,5 +211,5 @@ def test_iri_depth(benchmark, arch, layer, which):
     benchmark.extra_info.update(info)
     print(f"\n{which} {key}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                          for k, v in info.items() if k != "per_lr"))
-    if which == "ours":
+    if which == "ours" and STEPS >= 1000:
         assert out["median"] <= 1e-2 + 1e-12
