@@ -26,11 +26,13 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "default": {},
+    "default": {},                                       # generate_iris's defaults (Adam)
+    "lbfgs": dict(optimizer="lbfgs"),                    # history 50, fake ReLU
     "lbfgs_fake_relu": dict(fake_relu=True),
     "lbfgs_stall20": dict(stall_patience=20),
     "lbfgs_h20": dict(history=20),
     "lbfgs_h50": dict(history=50),
+    "lbfgs_h10_true_relu": dict(history=10, fake_relu=False),
     "lbfgs_h50_fake_relu": dict(history=50, fake_relu=True),
     "lbfgs_h100_fake_relu": dict(history=100, fake_relu=True),
     "lbfgs_stall50_to_adam": dict(stall_patience=50, phase_steps=1000),
@@ -82,7 +84,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     for spec in args.cases.split(","):
         arch, layer = spec.split(":")
-        model, seeds = bench.case_inputs(arch, args.seeds)
+        if arch == "demo":   # the demo's donor A (SmallCNN width 16, PGD-trained), as in iri_schedule_grid.py
+            import iri_schedule_grid
+
+            model, layer, seeds = iri_schedule_grid._case(f"demo{layer[-1]}", args.seeds)
+        else:
+            model, seeds = bench.case_inputs(arch, args.seeds)
         print(f"# {arch} {layer}: {len(seeds)} seeds, budget {args.steps}, {args.threads} thread(s)", flush=True)
         record: dict[str, Any] = {"case": spec, "seeds": len(seeds), "budget": args.steps}
         plain = _stored_plain(args.plain_from, spec, len(seeds), args.steps) if args.plain_from else None

@@ -332,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seeds", type=int, default=None, help="use the first N samples as seeds")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--tol", type=float, default=1e-2)
-    p.add_argument("--optimizer", default="lbfgs", choices=["lbfgs", "adam", "normgrad"])
+    p.add_argument("--optimizer", default="adam", choices=["adam", "normgrad", "lbfgs"])
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
     p.add_argument("--batch-size", type=int, default=128)

@@ -76,9 +76,10 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     ``init`` ("noise": ``0.5 + randn/20`` clipped; "shuffle": another seed of the set, a derangement), and
     stops at ``rel_error <= tol`` or after ``steps`` forward+backward evaluations, returning its best iterate.
 
-    ``optimizer``: "lbfgs" (default; per-sample L-BFGS on ``x = sigmoid(z)`` with a per-sample Armijo line
-    search, ``lr`` 1.0 = the full quasi-Newton step; see ``lbfgs.py``), "adam" (lr 0.2, per-sample cosine
-    cycles of 300, 600, ... steps) or "normgrad" (steps of L2 length ``lr`` in pixel units, default 1.0,
+    ``optimizer``: "adam" (default; lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs"
+    (per-sample L-BFGS on ``x = sigmoid(z)`` with a per-sample Armijo line search, ``lr`` 1.0 = the full
+    quasi-Newton step; faster at deep layers of ResNet-18, fails on small max-pool CNNs: see ``lbfgs.py``
+    and docs/iri_depth.md) or "normgrad" (steps of L2 length ``lr`` in pixel units, default 1.0,
     halved over 4 stages). ``batch_size``: slots in the working batch. ``backend``: array library of the
     elementwise update ("auto", "numpy", "torch", "cupy"; L-BFGS's reductions run in torch on ``device``).
 
