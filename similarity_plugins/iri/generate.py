@@ -46,7 +46,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     budget; ``tol`` target relative error; ``optimizer`` "adam" (default, lr 0.2, per-sample cosine cycles of
     300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a per-sample line search: for deep layers of
     ResNet-like networks, see docs/iri_depth.md) or "normgrad" (lr 1.0, halved over 4 stages); ``init``
-    "noise" or "shuffle"; ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
+    "noise" or "shuffle"; ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" /
+    "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
     ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient straight through the
     last ReLU before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients; it
     changes only the search direction (for L-BFGS also the slope its line search expects), never the loss
