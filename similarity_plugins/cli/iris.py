@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..iri.settings import OPTIMIZERS
 from .common import add_model_args, load_data, load_model, subset
 
 
@@ -22,7 +23,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
     iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
                          optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
                          backend=args.backend, seed=args.seed, progress=not args.no_progress,
-                         cache_dir=args.cache_dir)
+                         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every)
     from ..core.parallel import current_world
 
     if not current_world().is_main:  # under torchrun every rank holds the set; rank 0 writes it
@@ -51,14 +52,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-seeds", type=int, default=None, help="use the first N samples as seeds")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--tol", type=float, default=1e-2)
-    p.add_argument("--optimizer", default="adam", choices=["adam", "normgrad"])
+    p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS))
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "torch", "cupy"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
-    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--cache-dir", default=None, help="folder where finished IRI sets (and checkpoints) are kept")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
     p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--gallery", default=None, metavar="PNG",

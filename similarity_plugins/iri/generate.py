@@ -10,7 +10,7 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache, sharded
-from .optimizer import _check_seeds, make_settings, optimize_iris
+from .optimizer import DEFAULT_OPTIMIZER, _check_seeds, make_settings, optimize_iris
 from .relu import front_tensors, straight_through_relu, trace_front
 from .result import IRISet
 
@@ -31,7 +31,7 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
 
 
 def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 1000, tol: float = 1e-2,
-                  optimizer: str = "adam", lr: float | None = None, init: str = "noise", batch_size: int = 128,
+                  optimizer: str = DEFAULT_OPTIMIZER, lr: float | None = None, init: str = "noise", batch_size: int = 128,
                   backend: str = "auto", seed: int = 0, progress: bool = True,
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
                   fake_relu: bool | str = True, **advanced: Any) -> IRISet:
@@ -44,11 +44,14 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
 
     Options (see :func:`similarity_plugins.iri.optimize_iris` for the optimiser): ``steps`` per-sample
     budget; ``tol`` target relative error; ``optimizer`` "adam" (default, lr 0.2, per-sample cosine cycles of
-    300, 600, ... steps) or "normgrad" (lr 1.0, halved over 4 stages); ``init`` "noise" or "shuffle";
-    ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``seed`` (each sample's randomness
-    derives from (seed, index)); ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient
-    straight through the last ReLU before the cut, "all" through every ReLU of the front, False/"none"
-    keeps true gradients; it changes only the search direction, never the loss or the reported error.
+    300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a per-sample line search: for deep layers of
+    ResNet-like networks, see docs/iri_depth.md) or "normgrad" (lr 1.0, halved over 4 stages); ``init``
+    "noise" or "shuffle"; ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" /
+    "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
+    ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient straight through the
+    last ReLU before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients; it
+    changes only the search direction (for L-BFGS also the slope its line search expects), never the loss
+    or the reported error.
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
     seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every
     that many batch steps and resume from it after an interruption. ``advanced``: optimiser options

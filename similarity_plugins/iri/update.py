@@ -34,6 +34,19 @@ def adam_step(xp: Any, x: Any, g: Any, m: Any, v: Any, best: Any, improved: Any,
     x[...] = xp.minimum(xp.maximum(x, 0.0), 1.0)
 
 
+def adam_unboxed_step(xp: Any, x: Any, g: Any, m: Any, v: Any, lr: Any, bc1: Any, bc2: Any, beta1: float,
+                      beta2: float, eps: float) -> None:
+    """One per-sample Adam step in place on an unconstrained variable (L-BFGS's ``z``; no projection).
+
+    ``x, g, m, v``: (B, D); ``lr``, ``bc1``, ``bc2``: (B, 1) as in :func:`adam_step`.
+    """
+    m *= beta1
+    m += (1.0 - beta1) * g
+    v *= beta2
+    v += (1.0 - beta2) * (g * g)
+    x -= lr * (m / bc1) / (xp.sqrt(v / bc2) + eps)
+
+
 def normgrad_step(xp: Any, x: Any, g: Any, best: Any, improved: Any, step: Any) -> None:
     """One normalised-gradient step in place: ``x -= step * g`` with ``step = lr / ||g||`` per sample.
 
@@ -67,6 +80,13 @@ def update_kernel(backend: Backend, optimizer: str, hyper: tuple = ()) -> Callab
             adam_step(xp, x, g, m, v, best, improved, lr, bc1, bc2, beta1, beta2, eps)
 
         kernel = backend.fuse(adam)
+    elif optimizer == "adam_unboxed":
+        beta1, beta2, eps = (float(h) for h in hyper)
+
+        def adam_unboxed(x, g, m, v, lr, bc1, bc2):
+            adam_unboxed_step(xp, x, g, m, v, lr, bc1, bc2, beta1, beta2, eps)
+
+        kernel = backend.fuse(adam_unboxed)
     elif optimizer == "normgrad":
         def normgrad(x, g, best, improved, step):
             normgrad_step(xp, x, g, best, improved, step)
@@ -76,3 +96,25 @@ def update_kernel(backend: Backend, optimizer: str, hyper: tuple = ()) -> Callab
         raise ValueError(f"unknown optimizer {optimizer!r}; choose 'adam' or 'normgrad'")
     _CACHE[key] = (xp, kernel)
     return kernel
+
+
+def trial_step(xp: Any, zt: Any, z: Any, d: Any, a: Any) -> None:
+    """The L-BFGS trial point in place: ``zt = z + a * d``. ``zt, z, d``: (B, D); ``a``: (B, 1)."""
+    zt[...] = z + a * d
+
+
+def best_copy(xp: Any, x: Any, best: Any, improved: Any) -> None:
+    """Rows whose error just improved (``improved`` (B, 1) = 1.0) copy ``x`` into ``best``; (B, D) each."""
+    best[...] = improved * x + (1.0 - improved) * best
+
+
+def trial_kernel(backend: Backend) -> Callable:
+    """The (possibly fused) :func:`trial_step` on ``backend``: ``kernel(zt, z, d, a)``."""
+    xp = backend.xp
+    return backend.fuse(lambda zt, z, d, a: trial_step(xp, zt, z, d, a))
+
+
+def best_copy_kernel(backend: Backend) -> Callable:
+    """The (possibly fused) :func:`best_copy` on ``backend``: ``kernel(x, best, improved)``."""
+    xp = backend.xp
+    return backend.fuse(lambda x, best, improved: best_copy(xp, x, best, improved))

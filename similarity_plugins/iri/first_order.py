@@ -1,0 +1,105 @@
+"""First-order per-sample steps (Adam, normalised gradient) with per-sample schedules and restarts.
+
+The stepper keeps, per slot: Adam moments ``m``, ``v`` (Adam only), the step count since the moments were
+last reset (``t_adam``, for the per-sample bias correction), the current schedule cycle and a step-size
+multiplier. The elementwise update (best-iterate copy, step, box projection) runs on the array backend as
+one kernel (``update.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .schedule import multiplier
+from .update import update_kernel
+
+
+class FirstOrderStepper:
+    """Adam / normgrad steps on the evaluated iterate ``x`` (pixel space, projected onto [0, 1])."""
+
+    def __init__(self, run: Any) -> None:
+        self.run, self.s = run, run.s
+        self.adam = self.s.optimizer == "adam"
+        hyper = (self.s.beta1, self.s.beta2, self.s.eps) if self.adam else ()
+        self.kernel = update_kernel(run.backend, self.s.optimizer, hyper)
+        self.restarts = 0
+
+    def fields(self, dim: int) -> tuple[dict, dict]:
+        """Extra per-slot fields: (tensors name -> trailing shape, host name -> (dtype, fill))."""
+        tensors = {"m": (dim,), "v": (dim,)} if self.adam else {}
+        host = {"t_adam": (np.int64, 0), "cycle_start": (np.int64, 0), "cycle_len": (np.int64, 0),
+                "scale": (np.float64, 1.0), "ref_err": (np.float64, np.inf), "since": (np.int64, 0)}
+        return tensors, host
+
+    def init_slots(self, w: Any, slots: np.ndarray, sl: torch.Tensor) -> None:
+        """Fresh state for the samples just loaded into ``slots`` (their ``x`` is already the start)."""
+        if self.adam:
+            w.m[sl] = 0
+            w.v[sl] = 0
+        first = self.s.cycle_steps if self.s.cycle_steps > 0 else self.s.steps
+        for name, value in (("t_adam", 0), ("cycle_start", 0), ("cycle_len", min(first, self.s.steps)),
+                            ("scale", 1.0), ("ref_err", np.inf), ("since", 0)):
+            getattr(w, name)[slots] = value
+
+    def _columns(self, k: int, improved: np.ndarray) -> tuple:
+        w, s, run = self.run.w, self.s, self.run
+        lr = s.lr * w.scale[:k] * multiplier(s.schedule, w.t[:k] - w.cycle_start[:k], np.maximum(w.cycle_len[:k], 1),
+                                             floor=s.lr_floor, stages=s.stages)
+        col = lambda a: run.backend.column(np.ascontiguousarray(a, dtype=run.np_dtype), run.device)  # noqa: E731
+        if self.adam:
+            ta = (w.t_adam[:k] + 1).astype(np.float64)
+            return col(improved), col(lr), col(1.0 - s.beta1 ** ta), col(1.0 - s.beta2 ** ta)
+        return col(improved), col(lr)
+
+    def step(self, k: int, err: torch.Tensor, err_h: np.ndarray, grad: torch.Tensor, improved: np.ndarray,
+             done: np.ndarray) -> None:
+        """One update of the first ``k`` slots given their errors (k,) and input gradients (k, D)."""
+        w, s, be = self.run.w, self.s, self.run.backend
+        real = err_h < w.ref_err[:k] * (1.0 - s.restart_threshold)
+        w.ref_err[:k] = np.where(real, err_h, w.ref_err[:k])
+        w.since[:k] = np.where(real, 0, w.since[:k] + 1)
+        with be.stream(self.run.device):
+            x, g, best = be.view(w.x[:k]), be.view(grad), be.view(w.best[:k])
+            if self.adam:
+                imp, lr, bc1, bc2 = self._columns(k, improved)
+                self.kernel(x, g, be.view(w.m[:k]), be.view(w.v[:k]), best, imp, lr, bc1, bc2)
+            else:
+                imp, lr = self._columns(k, improved)
+                step = lr / be.xp.maximum(be.xp.row_norm(g), 1e-30)
+                self.kernel(x, g, best, imp, step)
+        w.t_adam[:k] += 1
+
+    def after_step(self, k: int, done: np.ndarray) -> None:
+        """Per-sample restarts (after the step counts moved): see :meth:`_restart_rows`."""
+        if self.s.restart_patience or self.s.cycle_steps:
+            self._restart_rows(k, done)
+
+    def _restart_rows(self, k: int, done: np.ndarray) -> None:
+        """A sample whose schedule cycle ended (``cycle_steps``) or that is stuck for ``restart_patience``
+        steps goes back to its best iterate with fresh Adam moments and starts a new cycle (``cycle_mult``
+        times longer, never past its budget) at a step size scaled by ``cycle_decay`` (cycle end) or
+        ``restart_decay`` (plateau)."""
+        w, s = self.run.w, self.s
+        active = ~done & (w.t[:k] < s.steps)
+        ended = active & (w.t[:k] - w.cycle_start[:k] >= w.cycle_len[:k]) if s.cycle_steps else np.zeros(k, bool)
+        stuck = active & ~ended & (w.since[:k] >= s.restart_patience) if s.restart_patience else np.zeros(k, bool)
+        rows = np.flatnonzero(ended | stuck)
+        if len(rows) == 0:
+            return
+        r = torch.as_tensor(rows, device=w.device)
+        w.x[r] = w.best[r]
+        if self.adam:
+            w.m[r] = 0
+            w.v[r] = 0
+        w.t_adam[rows] = 0
+        remaining = s.steps - w.t[rows]
+        grown = np.ceil(w.cycle_len[rows] * s.cycle_mult).astype(np.int64)
+        w.cycle_len[rows] = np.where(ended[rows], np.minimum(grown, remaining), remaining)
+        w.cycle_start[rows] = w.t[rows]
+        w.scale[rows] *= np.where(ended[rows], s.cycle_decay, s.restart_decay)
+        w.since[rows] = 0
+        w.ref_err[rows] = w.best_err[rows]
+        self.restarts += len(rows)

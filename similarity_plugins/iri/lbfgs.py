@@ -1,0 +1,272 @@
+"""Per-sample L-BFGS for IRIs: every sample has its own curvature history, step and line search.
+
+Parametrisation: pixels ``x = sigmoid(z)``, so the box [0, 1] needs no projection and the problem is
+unconstrained in ``z``. Objective per sample: ``phi = rel_error**2`` (smooth at the optimum, whose value,
+0, is known). Each batch step evaluates every active sample once (forward+backward at its trial point
+``x_t = sigmoid(z + a d)``) and then, per sample:
+
+- the trial is *accepted* when it is the sample's first evaluation or satisfies Armijo's condition
+  ``phi_t <= phi + armijo * a * g.d``; the pair ``(s, y) = (z_t - z, g_t - g)`` enters the sample's
+  history when ``s.y > 0``, the new direction is the two-loop recursion's ``d = -H g`` (history
+  ``history`` pairs, initial scaling ``s.y / y.y``) tried at ``a = lr`` (1: the quasi-Newton step); with no
+  history it is ``d = -g`` at the Polyak step ``a = lr * phi / |g|^2`` (the minimum is 0);
+- a rejected trial *backtracks*: ``a`` shrinks to the minimiser of the quadratic through ``phi``, ``g.d``
+  and ``phi_t``, clamped to [0.1 a, 0.5 a]; after ``max_backtracks`` rejections in a row, or if ``d`` is
+  not a descent direction, the history is cleared and the sample restarts from ``-g``.
+
+Optional per-sample Adam phases (off by default; measured in docs/iri_depth.md): ``warmup_steps`` > 0 starts
+every sample with that many Adam steps on ``z``; ``stall_patience`` > 0 sends a sample whose best error has
+not improved by 1% for that many evaluations into an Adam phase of ``phase_steps`` (step size
+``phase_lr`` in ``z`` units, cosine over the phase), after which L-BFGS restarts from its best iterate.
+
+Every evaluation is a forward+backward of one sample and counts as one step of the budget, backtracking
+included. Nothing couples samples: a sample's trajectory depends only on its own seed, start and settings.
+
+What runs where: the reductions (dot products), the two-loop recursion and the sigmoid run in torch on the
+model's device; the elementwise trial update ``z_t = z + a d`` and the best-iterate copy run on the array
+backend (NumPy / CuPy / torch), bit-identical on each, since they use only arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .update import best_copy_kernel, trial_kernel, update_kernel
+
+Z_CLAMP = 1e-3  # starting pixels are clamped to [Z_CLAMP, 1 - Z_CLAMP] before the logit
+MAX_Z_STEP = 10.0  # no trial step moves a logit by more than this (sigmoid(10) = 1 - 4.5e-5)
+
+
+def two_loop(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, rho: torch.Tensor,
+             count: torch.Tensor) -> torch.Tensor:
+    """The L-BFGS direction ``-H g`` for each row, every row with its own history.
+
+    ``g``: (B, D) gradients; ``s_hist``, ``y_hist``: (B, m, D) curvature pairs, newest last; ``rho``: (B, m)
+    ``1 / s.y``; ``count``: (B,) int, how many of the newest pairs are valid (0 gives ``-g``).
+    Returns (B, D).
+    """
+    m = s_hist.shape[1]
+    valid = (torch.arange(m, device=g.device)[None, :] >= (m - count)[:, None]).to(g.dtype)
+    q = g.clone()
+    alpha = torch.zeros_like(rho)
+    for j in range(m - 1, -1, -1):
+        alpha[:, j] = rho[:, j] * valid[:, j] * (s_hist[:, j] * q).sum(dim=1)
+        q -= alpha[:, j, None] * y_hist[:, j]
+    sy = (s_hist[:, -1] * y_hist[:, -1]).sum(dim=1)
+    yy = (y_hist[:, -1] * y_hist[:, -1]).sum(dim=1)
+    gamma = torch.where(count > 0, sy / yy.clamp_min(torch.finfo(g.dtype).tiny), torch.ones_like(sy))
+    r = gamma[:, None] * q
+    for j in range(m):
+        beta = rho[:, j] * valid[:, j] * (y_hist[:, j] * r).sum(dim=1)
+        r += (alpha[:, j] - beta)[:, None] * s_hist[:, j]
+    return -r
+
+
+class LbfgsStepper:
+    """Per-sample L-BFGS with a per-sample Armijo backtracking line search (see the module docstring)."""
+
+    def __init__(self, run: Any) -> None:
+        self.run, self.s = run, run.s
+        self.trial = trial_kernel(run.backend)
+        self.best_copy = best_copy_kernel(run.backend)
+        self.adam = update_kernel(run.backend, "adam_unboxed", (self.s.beta1, self.s.beta2, self.s.eps))
+        self.restarts = 0     # L-BFGS histories cleared (no descent direction, or too many rejections)
+        self.rejected = 0     # rejected line-search trials
+        self.phases = 0       # Adam phases begun (warm-up and stalls)
+
+    def fields(self, dim: int) -> tuple[dict, dict]:
+        """Extra per-slot fields: (tensors name -> trailing shape, host name -> (dtype, fill))."""
+        m = self.s.history
+        tensors = {"z": (dim,), "zt": (dim,), "g": (dim,), "d": (dim,), "s_hist": (m, dim), "y_hist": (m, dim),
+                   "rho": (m,), "m": (dim,), "v": (dim,)}
+        host = {"phi": (np.float64, np.inf), "a": (np.float64, 0.0), "gd": (np.float64, 0.0),
+                "count": (np.int64, 0), "fails": (np.int64, 0), "fresh": (np.int8, 1),
+                "mode": (np.int8, 0), "phase_start": (np.int64, 0), "phase_len": (np.int64, 0),
+                "ref_err": (np.float64, np.inf), "since": (np.int64, 0)}
+        return tensors, host
+
+    def init_slots(self, w: Any, slots: np.ndarray, sl: torch.Tensor) -> None:
+        """Fresh state for the samples just loaded into ``slots``: ``z = logit(x0)``, evaluated first as is."""
+        x0 = w.x[sl].clamp(Z_CLAMP, 1.0 - Z_CLAMP)
+        w.z[sl] = torch.logit(x0)
+        w.zt[sl] = w.z[sl]
+        w.x[sl] = torch.sigmoid(w.zt[sl])
+        for name in ("g", "d", "s_hist", "y_hist", "rho"):
+            getattr(w, name)[sl] = 0
+        for name, value in (("phi", np.inf), ("a", 0.0), ("gd", 0.0), ("count", 0), ("fails", 0), ("fresh", 1),
+                            ("mode", 0), ("ref_err", np.inf), ("since", 0)):
+            getattr(w, name)[slots] = value
+        if self.s.warmup_steps:
+            self._to_adam(slots, w.t[slots], self.s.warmup_steps)
+
+    def step(self, k: int, err: torch.Tensor, err_h: np.ndarray, grad: torch.Tensor, improved: np.ndarray,
+             done: np.ndarray) -> None:
+        """Consume the evaluation at the trial points of the first ``k`` slots; set their next trial points.
+
+        ``err``: (k,) relative errors; ``grad``: (k, D) gradients of ``err`` in pixel space."""
+        w, s, run = self.run.w, self.s, self.run
+        be = run.backend
+        with be.stream(run.device):
+            imp = be.column(np.ascontiguousarray(improved, dtype=run.np_dtype), run.device)
+            self.best_copy(be.view(w.x[:k]), be.view(w.best[:k]), imp)
+        live = ~done
+        self._adam_rows(np.flatnonzero(live & (w.mode[:k] == 1)), err.detach(), grad)
+        live &= w.mode[:k] == 0
+        if not live.any():
+            return
+        phi_t = err_h ** 2
+        fresh = w.fresh[:k] == 1
+        ok = phi_t <= w.phi[:k] + s.armijo * w.a[:k] * w.gd[:k]
+        accept = np.flatnonzero(live & (fresh | ok))
+        reject = np.flatnonzero(live & ~fresh & ~ok)
+        if len(accept):
+            xk = w.x[:k]
+            g_t = (2.0 * err.detach()[:, None]) * grad * (xk * (1.0 - xk))   # d phi / d z
+            self._accept(accept, phi_t, g_t, fresh)
+        if len(reject):
+            self._backtrack(reject, phi_t)
+        rows = np.concatenate([accept, reject])
+        r = torch.as_tensor(rows, device=w.device)
+        zt, z, d = w.zt[r], w.z[r], w.d[r]
+        with be.stream(run.device):
+            self.trial(be.view(zt), be.view(z), be.view(d),
+                       be.column(np.ascontiguousarray(w.a[rows], dtype=run.np_dtype), run.device))
+        w.zt[r] = zt
+        w.x[r] = torch.sigmoid(zt)
+
+    def _accept(self, rows: np.ndarray, phi_t: np.ndarray, g_t: torch.Tensor, fresh: np.ndarray) -> None:
+        """Move accepted rows to their trial point, update their histories and pick new directions."""
+        w, s = self.run.w, self.s
+        r = torch.as_tensor(rows, device=w.device)
+        g_new = g_t[r]
+        old = rows[~fresh[rows]]
+        if len(old):
+            ro = torch.as_tensor(old, device=w.device)
+            sv = w.zt[ro] - w.z[ro]
+            yv = g_t[ro] - w.g[ro]
+            sy = (sv * yv).sum(dim=1)
+            keep = (sy > 1e-10 * (yv * yv).sum(dim=1).sqrt() * (sv * sv).sum(dim=1).sqrt()).cpu().numpy()
+            if keep.any():
+                kr = ro[torch.as_tensor(keep, device=w.device)]
+                w.s_hist[kr] = torch.cat([w.s_hist[kr, 1:], sv[keep][:, None]], dim=1)
+                w.y_hist[kr] = torch.cat([w.y_hist[kr, 1:], yv[keep][:, None]], dim=1)
+                w.rho[kr] = torch.cat([w.rho[kr, 1:], (1.0 / sy[keep])[:, None]], dim=1)
+                w.count[old[keep]] = np.minimum(w.count[old[keep]] + 1, s.history)
+        w.z[r] = w.zt[r]
+        w.g[r] = g_new
+        w.phi[rows] = phi_t[rows]
+        w.fresh[rows] = 0
+        w.fails[rows] = 0
+        count = torch.as_tensor(w.count[rows], device=w.device)
+        d = two_loop(g_new, w.s_hist[r], w.y_hist[r], w.rho[r], count)
+        gd = (g_new * d).sum(dim=1).double().cpu().numpy()
+        bad = ~(gd < 0) & (w.count[rows] > 0)
+        if bad.any():   # not a descent direction: forget the history
+            w.count[rows[bad]] = 0
+            d[torch.as_tensor(bad, device=w.device)] = -g_new[torch.as_tensor(bad, device=w.device)]
+            self.restarts += int(bad.sum())
+        w.d[r] = d
+        gg = (g_new * g_new).sum(dim=1).double().cpu().numpy()
+        w.gd[rows] = np.where(w.count[rows] > 0, gd, -gg)
+        polyak = np.where(gg > 0, s.lr * phi_t[rows] / np.maximum(gg, 1e-300), 0.0)  # no gradient: stay
+        w.a[rows] = np.minimum(np.where(w.count[rows] > 0, s.lr, polyak), self._cap(d))
+
+    @staticmethod
+    def _cap(d: torch.Tensor) -> np.ndarray:
+        """Largest step per row that moves no logit by more than ``MAX_Z_STEP``: (B,) float64."""
+        peak = d.abs().amax(dim=1).double().cpu().numpy()
+        return np.where(peak > 0, MAX_Z_STEP / np.maximum(peak, 1e-300), 0.0)
+
+    def _backtrack(self, rows: np.ndarray, phi_t: np.ndarray) -> None:
+        """Shrink the step of rejected rows (safeguarded quadratic interpolation); reset hopeless ones."""
+        w, s = self.run.w, self.s
+        self.rejected += len(rows)
+        a, gd, phi = w.a[rows], w.gd[rows], w.phi[rows]
+        curv = phi_t[rows] - phi - a * gd
+        with np.errstate(divide="ignore", invalid="ignore"):
+            quad = np.where(curv > 0, -gd * a * a / (2.0 * curv), 0.5 * a)
+        quad = np.where(np.isfinite(quad), quad, 0.5 * a)
+        w.a[rows] = np.clip(quad, 0.1 * a, 0.5 * a)
+        w.fails[rows] += 1
+        hopeless = rows[w.fails[rows] > s.max_backtracks]
+        if len(hopeless):
+            hr = torch.as_tensor(hopeless, device=w.device)
+            g = w.g[hr]
+            gg = (g * g).sum(dim=1).double().cpu().numpy()
+            w.d[hr] = -g
+            w.count[hopeless] = 0
+            w.fails[hopeless] = 0
+            w.gd[hopeless] = -gg
+            polyak = np.where(gg > 0, s.lr * w.phi[hopeless] / np.maximum(gg, 1e-300) * 0.1, 0.0)
+            w.a[hopeless] = np.minimum(polyak, self._cap(-g))
+            self.restarts += len(hopeless)
+
+    # -- Adam phases -------------------------------------------------------------------------------
+
+    def _to_adam(self, rows: np.ndarray, t: np.ndarray, length: int) -> None:
+        """Put ``rows`` into an Adam phase (on ``z``) of ``length`` evaluations from their best iterate."""
+        w = self.run.w
+        r = torch.as_tensor(rows, device=w.device)
+        w.z[r] = torch.logit(w.best[r].clamp(Z_CLAMP, 1.0 - Z_CLAMP))
+        w.x[r] = torch.sigmoid(w.z[r])
+        w.m[r] = 0
+        w.v[r] = 0
+        w.mode[rows] = 1
+        self.phases += len(rows)
+        w.phase_start[rows] = t
+        w.phase_len[rows] = length
+
+    def _to_lbfgs(self, rows: np.ndarray) -> None:
+        """End the Adam phase of ``rows``: L-BFGS restarts (empty history) from their best iterate."""
+        w = self.run.w
+        r = torch.as_tensor(rows, device=w.device)
+        w.z[r] = torch.logit(w.best[r].clamp(Z_CLAMP, 1.0 - Z_CLAMP))
+        w.zt[r] = w.z[r]
+        w.x[r] = torch.sigmoid(w.z[r])
+        w.mode[rows] = 0
+        w.fresh[rows] = 1
+        w.count[rows] = 0
+        w.fails[rows] = 0
+        w.since[rows] = 0
+        w.ref_err[rows] = w.best_err[rows]
+
+    def _adam_rows(self, rows: np.ndarray, err: torch.Tensor, grad: torch.Tensor) -> None:
+        """One per-sample Adam step on ``z`` (cosine over the phase from ``phase_lr``) for ``rows``."""
+        if len(rows) == 0:
+            return
+        w, s, run = self.run.w, self.s, self.run
+        be = run.backend
+        r = torch.as_tensor(rows, device=w.device)
+        xr = w.x[r]
+        g = ((2.0 * err[r])[:, None] * grad[r] * (xr * (1.0 - xr))).contiguous()
+        z, m, v = w.z[r], w.m[r], w.v[r]
+        ta = (w.t[rows] - w.phase_start[rows] + 1).astype(np.float64)
+        lr = s.phase_lr * 0.5 * (1.0 + np.cos(np.pi * np.clip((ta - 1) / np.maximum(w.phase_len[rows], 1), 0, 1)))
+        col = lambda a: be.column(np.ascontiguousarray(a, dtype=run.np_dtype), run.device)  # noqa: E731
+        with be.stream(run.device):
+            self.adam(be.view(z), be.view(g), be.view(m), be.view(v), col(lr), col(1.0 - s.beta1 ** ta),
+                      col(1.0 - s.beta2 ** ta))
+        w.z[r], w.m[r], w.v[r] = z, m, v
+        w.x[r] = torch.sigmoid(z)
+
+    def after_step(self, k: int, done: np.ndarray) -> None:
+        """Per-sample mode switches: a stalled L-BFGS sample (its best error not 1% better for
+        ``stall_patience`` evaluations) runs an Adam phase of ``phase_steps``; a finished phase returns
+        to L-BFGS from the best iterate."""
+        w, s = self.run.w, self.s
+        live = ~done & (w.t[:k] < s.steps)
+        ended = np.flatnonzero(live & (w.mode[:k] == 1) & (w.t[:k] - w.phase_start[:k] >= w.phase_len[:k]))
+        if len(ended):
+            self._to_lbfgs(ended)
+        if not s.stall_patience:
+            return
+        lb = live & (w.mode[:k] == 0)
+        real = w.best_err[:k] < w.ref_err[:k] * 0.99
+        w.ref_err[:k] = np.where(lb & real, w.best_err[:k], w.ref_err[:k])
+        w.since[:k] = np.where(lb & ~real, w.since[:k] + 1, np.where(lb, 0, w.since[:k]))
+        stalled = np.flatnonzero(lb & (w.since[:k] >= s.stall_patience))
+        if len(stalled):
+            self._to_adam(stalled, w.t[stalled], s.phase_steps)

@@ -1,0 +1,258 @@
+"""One optimisation run: the working batch, continuous batching, checkpoints and the result.
+
+``Run`` owns the slots (``work.Work``) and the loop; a stepper (``first_order.FirstOrderStepper`` or
+``lbfgs.LbfgsStepper``) owns the optimiser's per-slot fields and turns each evaluation into the next
+iterate. Each batch step evaluates every active slot once (forward+backward of the front), tracks each
+sample's best error, lets the stepper update, and retires samples that reached ``tol`` or their budget,
+refilling their slots from the pending seeds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .backends import Backend
+from .checkpoint import resume, save_checkpoint
+from .first_order import FirstOrderStepper
+from .lbfgs import LbfgsStepper
+from .result import IRISet
+from .settings import Settings
+from .starts import derangement, initial_inputs
+
+
+def evaluate(front_fn: Callable, x: torch.Tensor, target: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
+    """Relative errors (B,) of ``front_fn(x)`` against flattened targets (B, A) with norms (B,)."""
+    act = front_fn(x)
+    if not isinstance(act, torch.Tensor):
+        raise TypeError(f"front_fn must return a tensor, got {type(act).__name__}")
+    act = act.reshape(act.shape[0], -1)
+    return torch.linalg.vector_norm(act - target, dim=1) / tnorm
+
+
+class Run:
+    """One optimisation run (see the module docstring)."""
+
+    def __init__(self, front_fn: Callable, seeds: torch.Tensor, settings: Settings, batch_size: int, backend: Backend,
+                 device: torch.device, progress: bool, checkpoint_path: Any, checkpoint_every: int | None,
+                 callback: Callable | None, profile: bool, sample_range: range | None = None) -> None:
+        self.front_fn, self.seeds, self.s, self.backend, self.device = front_fn, seeds, settings, backend, device
+        rows = sample_range if sample_range is not None else range(int(seeds.shape[0]))
+        if rows.step != 1 or rows.start < 0 or rows.stop > int(seeds.shape[0]) or len(rows) == 0:
+            raise ValueError(f"sample_range must be a non-empty contiguous range within 0..{int(seeds.shape[0])}, "
+                             f"got {rows}")
+        self.offset = rows.start  # global index of local sample 0 (one rank's share under torch.distributed)
+        self.n = len(rows)
+        self.shape = tuple(seeds.shape[1:])
+        self.dim = int(np.prod(self.shape))
+        self.capacity = min(batch_size, self.n)
+        self.dtype = seeds.dtype
+        self.progress, self.callback, self.profile = progress, callback, profile and device.type == "cuda"
+        self.checkpoint_path = os.fspath(checkpoint_path) if checkpoint_path is not None else None
+        self.checkpoint_every = checkpoint_every
+        self.donors = derangement(int(seeds.shape[0]), settings.seed) if settings.init == "shuffle" else None
+        self.np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
+        self.stepper = LbfgsStepper(self) if settings.optimizer == "lbfgs" else FirstOrderStepper(self)
+        self.out_x = torch.empty(self.n, self.dim, dtype=self.dtype, device=seeds.device)
+        self.out_err = np.full(self.n, np.nan)
+        self.out_steps = np.zeros(self.n, dtype=np.int64)
+        self.next_pending = self.finished = self.step = self.evals = 0
+        self.t_front = self.t_update = self.t_manage = self.t_target = 0.0
+
+    def _sync(self) -> None:
+        if self.profile:
+            torch.cuda.synchronize(self.device)
+
+    def alloc(self) -> None:
+        """Allocate the working batch for ``self.capacity`` slots."""
+        from .work import Work
+
+        with torch.no_grad():
+            act_dim = int(self.front_fn(self.seeds[:1].to(self.device)).reshape(1, -1).shape[1])
+        tensors, host = self.stepper.fields(self.dim)
+        tensors = {"x": (self.dim,), "best": (self.dim,), "target": (act_dim,), "tnorm": (), **tensors}
+        host = {"sample": (np.int64, -1), "t": (np.int64, 0), "best_err": (np.float64, np.inf), **host}
+        self.w = Work(self.capacity, tensors, host, self.device, self.dtype)
+
+    # -- slots ------------------------------------------------------------------------------------
+
+    def _targets(self, idx: np.ndarray) -> torch.Tensor:
+        seeds = self.seeds[torch.as_tensor(idx + self.offset, device=self.seeds.device)].to(self.device)
+        self._sync()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            act = self.front_fn(seeds)
+            if not isinstance(act, torch.Tensor):
+                raise TypeError(f"front_fn must return a tensor, got {type(act).__name__}")
+            act = act.reshape(len(idx), -1).to(self.dtype)
+        self._sync()
+        self.t_target += time.perf_counter() - t0
+        bad = ~torch.isfinite(act).all(dim=1)
+        if bool(bad.any()):
+            bad_seeds = (idx + self.offset)[bad.cpu().numpy()].tolist()
+            raise FloatingPointError(f"the model's activation is NaN/inf for seed(s) {bad_seeds}")
+        return act
+
+    def fill(self, slots: np.ndarray) -> None:
+        """Load the next pending seeds into ``slots`` (as many as are pending)."""
+        take = min(len(slots), self.n - self.next_pending)
+        if take <= 0:
+            return
+        slots = slots[:take]
+        idx = np.arange(self.next_pending, self.next_pending + take)
+        self.next_pending += take
+        w = self.w
+        sl = torch.as_tensor(slots, device=self.device)
+        act = self._targets(idx)
+        x0 = initial_inputs(self.seeds, idx + self.offset, self.s, self.donors).reshape(take, -1).to(self.device)
+        w.x[sl] = x0
+        w.best[sl] = x0
+        w.target[sl] = act
+        w.tnorm[sl] = torch.linalg.vector_norm(act, dim=1).clamp_min(torch.finfo(self.dtype).tiny)
+        w.sample[slots] = idx
+        w.t[slots] = 0
+        w.best_err[slots] = np.inf
+        self.stepper.init_slots(w, slots, sl)
+
+    def _retire(self, rows: np.ndarray) -> None:
+        """Write finished rows out, refill them from the pending seeds, and compact the active slots."""
+        w = self.w
+        samples = w.sample[rows]
+        r = torch.as_tensor(rows, device=self.device)
+        self.out_x[torch.as_tensor(samples, device=self.out_x.device)] = w.best[r].to(self.out_x.device)
+        self.out_err[samples] = w.best_err[rows]
+        self.out_steps[samples] = w.t[rows]
+        self.finished += len(rows)
+        w.sample[rows] = -1
+        self.fill(rows)
+        empty = np.sort(rows[w.sample[rows] < 0])   # no pending work: move the last active rows into the holes
+        if len(empty):
+            k = w.active
+            keep = np.arange(k)[w.sample[:k] >= 0]
+            tail = keep[keep >= k - len(empty)]
+            holes = empty[empty < k - len(empty)]
+            w.move(tail[: len(holes)], holes)
+            w.active = k - len(empty)
+            w.sample[w.active:k] = -1
+
+    # -- one step -----------------------------------------------------------------------------------
+
+    def _evaluate(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Errors (k,) and their input gradients (k, D) at the active slots' iterates (one fwd+bwd each)."""
+        w = self.w
+        xk = w.x[:k].reshape(k, *self.shape).detach().requires_grad_(True)
+        with torch.enable_grad():
+            err = evaluate(self.front_fn, xk, w.target[:k], w.tnorm[:k])
+            (grad,) = torch.autograd.grad(err.sum(), xk)
+        grad = grad.reshape(k, -1)
+        if not grad.is_contiguous():
+            grad = grad.contiguous()
+        finite = (torch.isfinite(grad.sum(dim=1)) & torch.isfinite(err)).cpu().numpy()
+        if not finite.all():
+            bad = sorted((w.sample[:k][~finite] + self.offset).tolist())
+            raise FloatingPointError(
+                f"the model produced NaN/inf errors or gradients for seed(s) {bad} "
+                f"at their step(s) {sorted(set(w.t[:k][~finite].tolist()))}; check the model for operations without "
+                "a gradient at these inputs (e.g. sqrt(0), log(0)) or lower lr")
+        return err.detach(), grad
+
+    def batch_step(self) -> None:
+        """Evaluate every active slot once, update it, retire finished samples."""
+        w, s = self.w, self.s
+        k = w.active
+        self._sync()
+        t0 = time.perf_counter()
+        err, grad = self._evaluate(k)
+        err_h = err.double().cpu().numpy()
+        self._sync()
+        t1 = time.perf_counter()
+        self.evals += k
+        improved = err_h < w.best_err[:k]
+        w.best_err[:k] = np.where(improved, err_h, w.best_err[:k])
+        done = (w.best_err[:k] <= s.tol) | (w.t[:k] >= s.steps)
+        self.stepper.step(k, err, err_h, grad, improved, done)
+        w.t[:k] += ~done      # finished samples keep the count of steps they used
+        self._sync()
+        t2 = time.perf_counter()
+        target_before = self.t_target
+        self.stepper.after_step(k, done)
+        rows = np.flatnonzero(done)
+        if len(rows):
+            self._retire(rows)
+        self.step += 1
+        t3 = time.perf_counter()
+        self.t_front += t1 - t0
+        self.t_update += t2 - t1
+        self.t_manage += t3 - t2 - (self.t_target - target_before)
+
+    # -- driver -------------------------------------------------------------------------------------
+
+    def _info(self, start: float) -> dict:
+        return {"step": self.step, "active": self.w.active, "finished": self.finished,
+                "pending": self.n - self.next_pending, "median_error": self.median_error(),
+                "sample_steps": self.evals, "elapsed_s": time.perf_counter() - start}
+
+    def run(self) -> IRISet:
+        """Run to completion (resuming from the checkpoint when there is one) and return the IRIs."""
+        from tqdm.auto import tqdm
+
+        start = time.perf_counter()
+        self.alloc()
+        resumed = resume(self)
+        if not resumed:
+            self.w.active = self.capacity
+            self.fill(np.arange(self.capacity))
+        bar = tqdm(total=self.n, disable=not self.progress, desc="IRIs", unit="iri", initial=self.finished,
+                   dynamic_ncols=True)
+        last_post = 0.0
+        try:
+            while self.w.active > 0:
+                before = self.finished
+                self.batch_step()
+                if self.checkpoint_every and self.step % self.checkpoint_every == 0 and self.w.active > 0:
+                    save_checkpoint(self)
+                bar.update(self.finished - before)
+                if self.progress and time.perf_counter() - last_post > 0.5:
+                    self._postfix(bar)
+                    last_post = time.perf_counter()
+                if self.callback is not None:
+                    self.callback(self._info(start))
+            if self.progress:
+                self._postfix(bar)
+        finally:
+            bar.close()
+        if self.checkpoint_path is not None and os.path.exists(self.checkpoint_path):
+            os.remove(self.checkpoint_path)
+        return self._result(time.perf_counter() - start, resumed)
+
+    def median_error(self) -> float:
+        """Median over all N samples of their best error so far (pending samples count as infinite)."""
+        errs = self.out_err.copy()
+        k = self.w.active
+        errs[self.w.sample[:k]] = self.w.best_err[:k]
+        errs[np.isnan(errs)] = np.inf
+        return float(np.median(errs))
+
+    def _postfix(self, bar: Any) -> None:
+        done = self.out_err[~np.isnan(self.out_err)]
+        k = self.w.active
+        current = np.concatenate([done, self.w.best_err[:k][np.isfinite(self.w.best_err[:k])]])
+        bar.set_postfix(converged=int((done <= self.s.tol).sum()), pending=self.n - self.next_pending,
+                        median=f"{np.median(current):.3g}" if len(current) else "-", refresh=False)
+
+    def _result(self, wall: float, resumed: bool) -> IRISet:
+        x = self.out_x.reshape(self.n, *self.shape)
+        seeds = self.seeds[self.offset:self.offset + self.n]
+        diff = (x.double() - seeds.to(x.device).double()).reshape(self.n, -1)
+        dist = diff.pow(2).mean(dim=1).sqrt().cpu()
+        stats = {"wall_s": wall, "front_s": self.t_front, "target_s": self.t_target, "update_s": self.t_update,
+                 "manage_s": self.t_manage, "batch_steps": self.step, "sample_steps": self.evals,
+                 "backend": self.backend.name, "batch_size": self.capacity, "resumed": resumed,
+                 "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0),
+                 "adam_phases": getattr(self.stepper, "phases", 0)}
+        return IRISet(x, torch.from_numpy(self.out_err.copy()), torch.from_numpy(self.out_steps.copy()), dist,
+                      self.s.as_dict(), stats)

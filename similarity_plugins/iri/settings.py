@@ -1,0 +1,143 @@
+"""The IRI optimiser's settings: defaults per optimiser, validation with errors that name the fix.
+
+Every field of :class:`Settings` shapes the result, so the whole object is part of the cache key and is
+saved with every IRI set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .schedule import SCHEDULES
+
+OPTIMIZERS = ("lbfgs", "adam", "normgrad")
+INITS = ("noise", "shuffle")
+# Adam stays the default: per-sample L-BFGS (lbfgs.py) is 1.7-3.5x faster than the plain loop at ResNet-18
+# layer3/layer4 but fails on small CNNs with max-pools (SmallCNN block3: median 0.15 where Adam converges
+# every sample), see docs/iri_depth.md. Adam: lr 0.2 with per-sample
+# cosine cycles of 300, 600, ... steps (warm restarts from the best iterate); normgrad: normalised-gradient
+# steps of L2 length lr, halved over 4 stages.
+DEFAULT_OPTIMIZER = "adam"
+DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.2, "normgrad": 1.0}
+DEFAULT_SCHEDULE = {"lbfgs": "constant", "adam": "cosine", "normgrad": "step"}
+DEFAULT_CYCLE_STEPS = {"lbfgs": 0, "adam": 300, "normgrad": 0}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting that shapes the result (used for the cache key and saved with the set)."""
+
+    steps: int = 1000
+    tol: float = 1e-2
+    optimizer: str = DEFAULT_OPTIMIZER
+    lr: float = 0.2
+    init: str = "noise"
+    seed: int = 0
+    schedule: str = "cosine"
+    lr_floor: float = 0.0
+    stages: int = 4
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    restart_patience: int = 0
+    restart_threshold: float = 0.01
+    restart_decay: float = 0.5
+    cycle_steps: int = 0
+    cycle_mult: float = 2.0
+    cycle_decay: float = 1.0
+    history: int = 50
+    armijo: float = 1e-4
+    max_backtracks: int = 8
+    stall_patience: int = 0
+    phase_steps: int = 100
+    phase_lr: float = 0.2
+    warmup_steps: int = 0
+    fake_relu: str = "none"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (JSON-able; saved with every IRI set)."""
+        return dict(self.__dict__)
+
+
+ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience", "restart_threshold",
+            "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience",
+            "phase_steps", "phase_lr", "warmup_steps")
+
+
+def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps <= 0:
+        raise ValueError(f"steps must be a positive integer (the per-sample step budget), got {steps!r}")
+    if not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
+        raise ValueError(f"tol must be a positive number (relative representation error, e.g. 1e-2), got {tol!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; choose 'noise' (0.5 + randn/20) or 'shuffle' (another seed)")
+
+
+def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER, lr: float | None, init: str,
+                  seed: int, fake_relu: bool | str = False, **advanced: Any) -> Settings:
+    """Validate the public options and fill per-optimiser defaults; raises ValueError naming the fix.
+
+    ``steps``: per-sample budget of forward+backward evaluations; ``tol``: target relative error;
+    ``lr``: None for the optimiser's default (``DEFAULT_LR``); ``advanced``: names from ``ADVANCED``.
+    """
+    _check_basic(steps, tol, optimizer, init)
+    unknown = sorted(set(advanced) - set(ADVANCED))
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; advanced options are: {', '.join(ADVANCED)}")
+    lr = DEFAULT_LR[optimizer] if lr is None else lr
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    advanced.setdefault("schedule", DEFAULT_SCHEDULE[optimizer])
+    advanced.setdefault("cycle_steps", DEFAULT_CYCLE_STEPS[optimizer])
+    if advanced["schedule"] not in SCHEDULES:
+        raise ValueError(f"unknown schedule {advanced['schedule']!r}; choose one of {', '.join(SCHEDULES)}")
+    modes = {True: "last", False: "none", None: "none", "last": "last", "all": "all", "none": "none"}
+    if not isinstance(fake_relu, (bool, str, type(None))) or fake_relu not in modes:
+        raise ValueError(f"fake_relu must be True/'last' (straight-through gradient at the last ReLU before the "
+                         f"cut), 'all' (every ReLU) or False/'none'; got {fake_relu!r}")
+    _check_advanced(advanced)
+    return Settings(steps=int(steps), tol=float(tol), optimizer=optimizer, lr=float(lr), init=init,
+                    seed=int(seed), fake_relu=modes[fake_relu], **advanced)
+
+
+# name -> (kind, test, what the value must be); checked before a run starts, so a typo fails at once
+_ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
+    "lr_floor": (float, lambda v: 0.0 <= v <= 1.0, "a multiplier in [0, 1]"),
+    "stages": (int, lambda v: v >= 1, "an integer >= 1"),
+    "beta1": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "beta2": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "eps": (float, lambda v: v > 0.0, "> 0"),
+    "restart_patience": (int, lambda v: v >= 0, "an integer >= 0 (0 turns restarts off)"),
+    "restart_threshold": (float, lambda v: 0.0 <= v < 1.0, "a relative improvement in [0, 1)"),
+    "restart_decay": (float, lambda v: v > 0.0, "a step-size factor > 0"),
+    "cycle_steps": (int, lambda v: v >= 0, "an integer >= 0 (0: one cycle over the budget)"),
+    "cycle_mult": (float, lambda v: v >= 1.0, "a growth factor >= 1"),
+    "cycle_decay": (float, lambda v: v > 0.0, "a step-size factor > 0"),
+    "history": (int, lambda v: 1 <= v <= 100, "an integer in [1, 100] (L-BFGS curvature pairs kept per sample)"),
+    "armijo": (float, lambda v: 0.0 < v < 0.5, "in (0, 0.5) (sufficient-decrease constant of the line search)"),
+    "max_backtracks": (int, lambda v: v >= 1, "an integer >= 1 (rejected trials before the history is reset)"),
+    "stall_patience": (int, lambda v: v >= 0, "an integer >= 0 (L-BFGS evaluations without 1% progress before "
+                                              "an Adam phase; 0 = never)"),
+    "phase_steps": (int, lambda v: v >= 1, "an integer >= 1 (length of an Adam phase)"),
+    "phase_lr": (float, lambda v: v > 0.0, "> 0 (Adam's step size in an Adam phase)"),
+    "warmup_steps": (int, lambda v: v >= 0, "an integer >= 0 (Adam steps before L-BFGS starts)"),
+}
+
+
+def _check_advanced(advanced: dict[str, Any]) -> None:
+    """Raise ValueError naming the option, its value and the valid range for a bad advanced option."""
+    for name, (kind, ok, want) in _ADVANCED_RULES.items():
+        if name not in advanced:
+            continue
+        value = advanced[name]
+        valid_type = (isinstance(value, (int, np.integer)) if kind is int
+                      else isinstance(value, (int, float, np.number)))
+        if isinstance(value, bool) or not valid_type or not math.isfinite(float(value)) or not ok(value):
+            raise ValueError(f"{name} must be {want}, got {value!r}")
+        advanced[name] = kind(value)
