@@ -133,8 +133,9 @@ def test_unseen_cue_study_quick(tmp_path, capsys):
         low, high = entry["difference"]["ci95"]
         assert low <= entry["difference"]["mean"] <= high
         assert len(entry["difference"]["values"]) == 3
-        # What held across donor pairs when measured (strength 1.0, block3/block4, 3 pairs; docs/studies.md):
-        # not the sign of standard stitching's excess (+0.13/-0.03/-0.18 at block3), but its size: the
-        # invariance-aware excess stays small (|excess| <= 0.06) and varies less across donor pairs.
-        assert entry["iri-slm"]["spread"] < entry["stitch-slm"]["spread"]
+        # What held in every measured configuration (quick: 3 donor pairs, full: 4; strength 1.0, block3/4;
+        # README "Unseen cue"): not the sign of either family's excess, which changes with the donor pair,
+        # but that the invariance-aware excess stays small (mean |excess| 0.019-0.075). That it also varies
+        # less across donor pairs than standard stitching's held in the quick run (spread 0.07 vs 0.31) and
+        # not in the full one (0.16 vs 0.12), so it is not asserted.
         assert entry["iri-slm"]["mean_abs"] < 0.1
