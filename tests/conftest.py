@@ -15,6 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import TensorDataset
+
+import similarity_plugins as sp
 
 
 def pytest_collection_modifyitems(config, items):
@@ -101,3 +104,23 @@ def tiny_cnn16(digits16) -> nn.Module:
         accuracy = float((model(xt).argmax(1) == yt).float().mean())
     assert accuracy > 0.85, f"the tiny_cnn16 donor failed to train (test accuracy {accuracy:.2f})"
     return model
+
+
+@pytest.fixture
+def data():
+    """A tiny random ``Data`` (64 train / 48 test images of 1x16x16, 10 classes), the same every time."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(64, 1, 16, 16, generator=g)
+    y = torch.randint(0, 10, (64,), generator=g)
+    return sp.Data(train=TensorDataset(x, y), test=TensorDataset(x[:48], y[:48]))
+
+
+@pytest.fixture
+def fresh_manager(monkeypatch):
+    """A private plugin manager, so tests can register metrics without leaking them."""
+    from similarity_plugins.core import manager as manager_module
+    from similarity_plugins.core.manager import build_plugin_manager
+
+    pm = build_plugin_manager(load_entry_points=False)
+    monkeypatch.setattr(manager_module, "_pm", pm)
+    return pm

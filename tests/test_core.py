@@ -16,22 +16,6 @@ from similarity_plugins.core import manager as manager_module
 from similarity_plugins.core.manager import build_plugin_manager
 
 
-@pytest.fixture
-def data():
-    g = torch.Generator().manual_seed(0)
-    x = torch.rand(64, 1, 16, 16, generator=g)
-    y = torch.randint(0, 10, (64,), generator=g)
-    return sp.Data(train=TensorDataset(x, y), test=TensorDataset(x[:48], y[:48]))
-
-
-@pytest.fixture
-def fresh_manager(monkeypatch):
-    """A private plugin manager, so tests can register metrics without leaking them."""
-    pm = build_plugin_manager(load_entry_points=False)
-    monkeypatch.setattr(manager_module, "_pm", pm)
-    return pm
-
-
 def test_builtins_are_registered():
     names = sp.list_metrics()
     for name in ["cka-linear", "cka-debiased", "cka-rbf"]:

@@ -7,31 +7,13 @@ import dataclasses
 import pytest
 import torch
 from models_for_tests import assert_unchanged, snapshot, tiny_cnn
-from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 from similarity_plugins.apps.zoo import split_model_spec
 from similarity_plugins.cli import main, parse_options
-from similarity_plugins.core import manager as manager_module
-from similarity_plugins.core.manager import build_plugin_manager
 from similarity_plugins.iri.service import IRI_DEFAULTS
 from similarity_plugins.stitch.settings import StitchSettings
 from similarity_plugins.utils.text import did_you_mean, parse_assignments, parse_value
-
-
-@pytest.fixture
-def data():
-    g = torch.Generator().manual_seed(0)
-    x = torch.rand(64, 1, 16, 16, generator=g)
-    y = torch.randint(0, 10, (64,), generator=g)
-    return sp.Data(train=TensorDataset(x, y), test=TensorDataset(x[:48], y[:48]))
-
-
-@pytest.fixture
-def fresh_manager(monkeypatch):
-    pm = build_plugin_manager(load_entry_points=False)
-    monkeypatch.setattr(manager_module, "_pm", pm)
-    return pm
 
 
 class _Recorder:

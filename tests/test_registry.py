@@ -15,13 +15,6 @@ from similarity_plugins.core.manager import BUILTIN_PACKAGE, DEFAULT_PLUGINS, bu
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def fresh_manager(monkeypatch):
-    pm = build_plugin_manager(load_entry_points=False)
-    monkeypatch.setattr(manager_module, "_pm", pm)
-    return pm
-
-
 class _Two:
     """Always 2."""
 

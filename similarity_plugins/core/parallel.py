@@ -155,14 +155,19 @@ def module_digest(modules: Iterable[nn.Module]) -> str:
     h = hashlib.sha256()
     for i, module in enumerate(modules):
         for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-            t = t.detach()
-            h.update(f"{i}|{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-            if t.numel():
-                data = t.contiguous().cpu()
-                if data.dtype == torch.bfloat16:
-                    data = data.view(torch.int16)
-                h.update(data.numpy().tobytes())
+            update_digest(h, f"{i}|{name}", t)
     return h.hexdigest()
+
+
+def update_digest(h: "hashlib._Hash", label: str, t: torch.Tensor) -> None:
+    """Feed ``label``, the dtype, the shape and the exact bytes of tensor ``t`` (any device) into hash ``h``."""
+    t = t.detach()
+    h.update(f"{label}|{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        data = t.contiguous().cpu()
+        if data.dtype == torch.bfloat16:
+            data = data.view(torch.int16)
+        h.update(data.numpy().tobytes())
 
 
 _SINGLE = World()

@@ -16,17 +16,9 @@ from typing import Any, Iterable
 
 import torch
 
+from ..core.parallel import update_digest
+
 FORMAT_VERSION = "iri-cache-1"
-
-
-def _update_tensor(h: "hashlib._Hash", name: str, t: torch.Tensor) -> None:
-    t = t.detach()
-    h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-    if t.numel():
-        data = t.contiguous().cpu()
-        if data.dtype == torch.bfloat16:
-            data = data.view(torch.int16)
-        h.update(data.numpy().tobytes())
 
 
 def fingerprint(named_tensors: Iterable[tuple[str, torch.Tensor]], layer: str, seeds: torch.Tensor,
@@ -34,9 +26,9 @@ def fingerprint(named_tensors: Iterable[tuple[str, torch.Tensor]], layer: str, s
     """Hex digest identifying an IRI set: weights (name, tensor) pairs, layer, seeds and settings."""
     h = hashlib.sha256(FORMAT_VERSION.encode())
     for name, t in sorted(named_tensors, key=lambda item: item[0]):
-        _update_tensor(h, "w:" + name, t)
+        update_digest(h, "w:" + name, t)
     h.update(f"layer|{layer}|".encode())
-    _update_tensor(h, "seeds", seeds)
+    update_digest(h, "seeds", seeds)
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
