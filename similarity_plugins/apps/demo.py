@@ -24,7 +24,15 @@ from ..core.context import Context
 from ..core.data import Data
 from ..core.results import Report
 from ..utils.io import write_text
-from .studies.common import DonorPool, DonorSpec, ci_text, intervals_overlap, prepare_out_dir, study_csv, write_json_ready
+from .studies.common import (
+    DonorPool,
+    DonorSpec,
+    begin_study,
+    ci_text,
+    intervals_overlap,
+    study_csv,
+    write_json_ready,
+)
 
 METRICS = ["cka-linear", "stitch-slm", "stitch-dm", "iri-slm", "iri-dm"]
 
@@ -76,9 +84,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     from ..datasets import PixelShortcut, digits_data
 
     cfg = config or (DemoConfig.quick() if quick else DemoConfig())
-    start = time.perf_counter()
-    prepare_out_dir(out_dir)
-    donors = donors if donors is not None else DonorPool()
+    start, donors = begin_study(out_dir, donors)
     clean = digits_data(size=32, seed=seed)
     _say(f"similarity-plugins demo{' (quick)' if quick else ''}: scikit-learn digits at 32x32 "
          f"({len(clean.train)} train / {len(clean.test)} test images), small CNNs, seed {seed}")

@@ -97,6 +97,16 @@ class DonorSpec:
         return self.pgd_eps > 0
 
 
+def begin_study(out_dir: str | os.PathLike, donors: "DonorPool | None") -> tuple[float, "DonorPool"]:
+    """What every study does first: start its clock (``time.perf_counter()`` seconds), check ``out_dir`` for
+    writing before any training (:func:`prepare_out_dir`), and take ``donors`` or a new :class:`DonorPool`."""
+    import time
+
+    start = time.perf_counter()
+    prepare_out_dir(out_dir)
+    return start, donors if donors is not None else DonorPool()
+
+
 class DonorPool:
     """Trained donors kept by (data key, spec, seed), so studies in one process train each donor once.
 

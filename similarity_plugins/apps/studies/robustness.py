@@ -25,9 +25,9 @@ from ...utils.io import write_text
 from .common import (
     DonorPool,
     DonorSpec,
+    begin_study,
     ci_text,
     intervals_overlap,
-    prepare_out_dir,
     say,
     study_csv,
     write_json_ready,
@@ -80,9 +80,7 @@ def run_robustness(out_dir: str = "study-robustness", *, quick: bool = False, se
     from ..training import evaluate_accuracy
 
     cfg = config or (RobustnessConfig.quick() if quick else RobustnessConfig())
-    start = time.perf_counter()
-    prepare_out_dir(out_dir)
-    donors = donors if donors is not None else DonorPool()
+    start, donors = begin_study(out_dir, donors)
     data = digits_data(size=32, seed=seed)
     say(f"study robustness{' (quick)' if quick else ''}: digits 32x32 ({len(data.train)} train / {len(data.test)} test), "
         f"seed {seed}; training 2 PGD-robust (eps {cfg.robust.pgd_eps:g}) and 2 plain SmallCNNs ...")

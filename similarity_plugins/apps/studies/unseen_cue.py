@@ -22,7 +22,7 @@ from ...core.compare import compare
 from ...core.data import Data
 from ...core.repeats import mean_interval
 from ...utils.io import write_text
-from .common import DonorPool, DonorSpec, prepare_out_dir, say, write_json_ready
+from .common import DonorPool, DonorSpec, begin_study, say, write_json_ready
 
 METRICS = ("stitch-slm", "iri-slm")
 
@@ -135,9 +135,7 @@ def run_unseen_cue(out_dir: str = "study-unseen-cue", *, quick: bool = False, se
                    donors: DonorPool | None = None, config: UnseenCueConfig | None = None) -> dict:
     """Run the unseen-cue study (module docstring); returns ``{"rows", "summary", "files", "seconds", ...}``."""
     cfg = config or (UnseenCueConfig.quick() if quick else UnseenCueConfig())
-    start = time.perf_counter()
-    prepare_out_dir(out_dir)
-    donors = donors if donors is not None else DonorPool()
+    start, donors = begin_study(out_dir, donors)
     say(f"study unseen-cue{' (quick)' if quick else ''}: {cfg.donor_pairs} pairs of PGD-robust SmallCNNs on digits, "
         f"stitches trained on digits with a label-coded border (strength {cfg.strength:g}) neither donor saw; "
         f"layers {', '.join(cfg.layers)}, seed {seed}")
