@@ -31,6 +31,7 @@ from .studies.common import (
     ci_text,
     intervals_overlap,
     study_csv,
+    study_options,
     write_json_ready,
 )
 
@@ -160,9 +161,7 @@ def _donor_accuracy(models: dict[str, nn.Module], marked_test: Any, seed: int) -
 
 def _compare_options(cfg: DemoConfig) -> dict[str, Any]:
     """The options of the demo's comparisons (stitch training and IRI budget) from its configuration."""
-    return {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds,
-            "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol, "iri_init": cfg.iri_init,
-            "iri_cycle_steps": cfg.iri_cycle_steps}
+    return study_options(cfg)
 
 
 def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, context: Context,

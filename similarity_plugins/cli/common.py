@@ -97,6 +97,12 @@ def dataset_num_classes(dataset: Any) -> int | None:
     return num_classes_of(dataset) if dataset is not None else None
 
 
+def add_variant_args(p: argparse.ArgumentParser, what: str) -> None:
+    """``--variant NAME`` (``what`` says what the variant applies to) and repeatable ``--variant-option KEY=VALUE``."""
+    p.add_argument("--variant", default=None, help=what)
+    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
     p.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")

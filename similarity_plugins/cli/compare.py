@@ -8,6 +8,7 @@ from typing import Any
 
 from .common import (
     add_model_args,
+    add_variant_args,
     apply_variant,
     load_data,
     load_model,
@@ -112,8 +113,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "neither donor saw, report agreement with the end model with and without the cue "
                         "(metrics default to stitch-slm,iri-slm)")
     p.add_argument("--cue-strength", type=float, default=0.5, help="intensity of the unseen cue (0, 1]")
-    p.add_argument("--variant", default=None,
-                   help="compare on a variant of both splits (e.g. pixel-shortcut: every image carries its label's mark)")
-    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
+    add_variant_args(p, "compare on a variant of both splits (e.g. pixel-shortcut: every image carries its label's mark)")
     add_model_args(p)
     p.set_defaults(func=cmd_compare)

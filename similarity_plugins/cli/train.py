@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_model_args, apply_variant, load_data, load_model, parse_variant_options
+from .common import add_model_args, add_variant_args, apply_variant, load_data, load_model, parse_variant_options
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -44,8 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a donor model (small CNN on digits; ResNet/VGG/ViT on CIFAR-10)")
     p.add_argument("--model", required=True, help="MODEL spec, e.g. small-cnn or torchvision:resnet18")
     p.add_argument("--data", required=True, help="DATA spec")
-    p.add_argument("--variant", default=None, help="train on a variant: pixel-shortcut, unseen-cue, ...")
-    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
+    add_variant_args(p, "train on a variant: pixel-shortcut, unseen-cue, ...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)

@@ -97,6 +97,17 @@ class DonorSpec:
         return self.pgd_eps > 0
 
 
+def study_options(cfg: Any) -> dict[str, Any]:
+    """The ``compare`` options of a study's configuration: stitch epochs and batch, IRI seeds, steps, tolerance
+    and first cycle (``stitch_epochs``, ``stitch_batch``, ``iri_seeds``, ``iri_steps``, ``iri_tol``,
+    ``iri_cycle_steps``), plus ``iri_init`` when the configuration has one."""
+    options = {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds,
+               "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol, "iri_cycle_steps": cfg.iri_cycle_steps}
+    if hasattr(cfg, "iri_init"):
+        options["iri_init"] = cfg.iri_init
+    return options
+
+
 def begin_study(out_dir: str | os.PathLike, donors: "DonorPool | None") -> tuple[float, "DonorPool"]:
     """What every study does first: start its clock (``time.perf_counter()`` seconds), check ``out_dir`` for
     writing before any training (:func:`prepare_out_dir`), and take ``donors`` or a new :class:`DonorPool`."""

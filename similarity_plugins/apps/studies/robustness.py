@@ -30,6 +30,7 @@ from .common import (
     intervals_overlap,
     say,
     study_csv,
+    study_options,
     write_json_ready,
 )
 
@@ -60,8 +61,7 @@ class RobustnessConfig:
 
     def options(self) -> dict:
         """The ``compare`` options of the study (stitch and IRI settings as in the demo)."""
-        return {"epochs": self.stitch_epochs, "batch_size": self.stitch_batch, "iri_max_seeds": self.iri_seeds,
-                "iri_steps": self.iri_steps, "iri_tol": self.iri_tol, "iri_cycle_steps": self.iri_cycle_steps}
+        return study_options(self)
 
 
 def train_donors(cfg: RobustnessConfig, data: Data, seed: int, donors: DonorPool, progress: bool) -> dict:

@@ -22,7 +22,7 @@ from ...core.compare import compare
 from ...core.data import Data
 from ...core.repeats import mean_interval
 from ...utils.io import write_text
-from .common import DonorPool, DonorSpec, begin_study, say, write_json_ready
+from .common import DonorPool, DonorSpec, begin_study, say, study_options, write_json_ready
 
 METRICS = ("stitch-slm", "iri-slm")
 
@@ -51,8 +51,7 @@ class UnseenCueConfig:
 
     def options(self) -> dict:
         """The stitch and IRI options (as in the demo)."""
-        return {"epochs": self.stitch_epochs, "batch_size": self.stitch_batch, "iri_max_seeds": self.iri_seeds,
-                "iri_steps": self.iri_steps, "iri_tol": self.iri_tol, "iri_cycle_steps": self.iri_cycle_steps}
+        return study_options(self)
 
 
 def measure_excess(cfg: UnseenCueConfig, seed: int, donors: DonorPool, progress: bool = False) -> list[dict]:
