@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-seeds", type=int, default=None, help="use the first N samples as seeds")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--tol", type=float, default=1e-2)
-    p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS))
+    p.add_argument("--optimizer", default="auto", choices=["auto", *OPTIMIZERS],
+                   help="auto (default): L-BFGS at deep ResNet-like cuts, Adam elsewhere (see docs/iri_depth.md)")
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
     p.add_argument("--batch-size", type=int, default=128)

@@ -10,8 +10,9 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache, sharded
-from .optimizer import DEFAULT_OPTIMIZER, _check_seeds, make_settings, optimize_iris
-from .relu import front_tensors, straight_through_relu, trace_front
+from .optimizer import _check_seeds, make_settings, optimize_iris
+from .relu import front_tensors, straight_through_relu, surrogate_slopes, trace_front
+from .settings import AUTO, auto_optimizer
 from .result import IRISet
 
 RUN_OPTIONS = ("callback", "profile")
@@ -31,7 +32,7 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
 
 
 def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 1000, tol: float = 1e-2,
-                  optimizer: str = DEFAULT_OPTIMIZER, lr: float | None = None, init: str = "noise", batch_size: int = 128,
+                  optimizer: str = AUTO, lr: float | None = None, init: str = "noise", batch_size: int = 128,
                   backend: str = "auto", seed: int = 0, progress: bool = True,
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
                   fake_relu: bool | str = True, **advanced: Any) -> IRISet:
@@ -43,15 +44,19 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     on any device; the IRIs come back with the same shape, dtype and device.
 
     Options (see :func:`similarity_plugins.iri.optimize_iris` for the optimiser): ``steps`` per-sample
-    budget; ``tol`` target relative error; ``optimizer`` "adam" (default, lr 0.2, per-sample cosine cycles of
-    300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a per-sample line search: for deep layers of
-    ResNet-like networks, see docs/iri_depth.md) or "normgrad" (lr 1.0, halved over 4 stages); ``init``
+    budget; ``tol`` target relative error; ``optimizer`` "auto" (default: "lbfgs" when at least 6 ReLU calls
+    follow the front's last max-pool, as at deep ResNet cuts, else "adam"; an option only one of them takes,
+    such as ``cycle_steps`` or ``history``, picks that one; the choice is in ``iris.settings["optimizer"]``),
+    "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a
+    per-sample line search and leaky ReLU gradients, ``relu_leak`` 0.1; see docs/iri_depth.md) or
+    "normgrad" (lr 1.0, halved over 4 stages); ``init``
     "noise" or "shuffle"; ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" /
     "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
     ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient straight through the
-    last ReLU before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients; it
-    changes only the search direction (for L-BFGS also the slope its line search expects), never the loss
-    or the reported error.
+    last ReLU before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients;
+    ``relu_leak`` (advanced; default 0.1 for L-BFGS, 0 otherwise) gives the front's other ReLU calls the
+    gradient slope ``relu_leak`` below zero. Both change only the search direction (for L-BFGS also the
+    slope its line search expects), never the loss or the reported error.
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
     seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every
     that many batch steps and resume from it after an interruption. ``advanced``: optimiser options
@@ -64,8 +69,9 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     run_options = {k: advanced.pop(k) for k in RUN_OPTIONS if k in advanced}
-    settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, lr=lr, init=init, seed=seed,
-                             fake_relu=fake_relu, **advanced)
+    # every check before any work ("auto" is checked as the optimiser its options point to; resolved below)
+    make_settings(steps=steps, tol=tol, optimizer=auto_optimizer(0, advanced) if optimizer == AUTO else optimizer,
+                  lr=lr, init=init, seed=seed, fake_relu=fake_relu, **dict(advanced))
     if checkpoint_every is not None and cache_dir is None:
         raise ValueError("checkpoint_every needs cache_dir (the folder where checkpoints are written)")
     seeds = _as_tensor(inputs)
@@ -74,14 +80,19 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     device = model_device(model)
     with frozen(model):
         trace = trace_front(model, split.front, seeds[:1].to(device))
-        targets = {"none": [], "last": trace.relu_calls[-1:], "all": trace.relu_calls}[settings.fake_relu]
+        if optimizer == AUTO:
+            optimizer = auto_optimizer(trace.relus_after_last_maxpool, advanced)
+        settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, lr=lr, init=init, seed=seed,
+                                 fake_relu=fake_relu, **advanced)
+        slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
+        targets = [call for call, slope in slopes.items() if slope == 1.0]
         key_settings = dict(settings.as_dict(), fake_relu_at=[list(t) for t in targets])
         key = cache.fingerprint(front_tensors(model, trace), layer, seeds, key_settings) if cache_dir else None
         if cache_dir is not None:
             hit = cache.load_file(cache.result_path(cache_dir, key))
             if sharded.agreed_hit(hit if hit is not None and hit.get("key") == key else None):
                 return IRISet.from_state(hit, seeds.device)
-        with straight_through_relu(model, targets or None) as reset:
+        with straight_through_relu(model, slopes) as reset:
             def front_fn(x: torch.Tensor) -> torch.Tensor:
                 reset()
                 return split.front(x)

@@ -22,7 +22,7 @@ from .optimizer import ADVANCED
 IRI_DEFAULTS: dict[str, Any] = {
     "iri_steps": 1000,
     "iri_tol": 1e-2,
-    "iri_optimizer": "adam",
+    "iri_optimizer": "auto",
     "iri_lr": None,
     "iri_init": "noise",
     "iri_batch_size": 128,
@@ -37,7 +37,7 @@ IRI_DEFAULTS: dict[str, Any] = {
 IRI_DOCS: dict[str, str] = {
     "iri_steps": "per-sample step budget of the IRI optimiser",
     "iri_tol": "target relative error ||f(x')-f(x)|| / ||f(x)||",
-    "iri_optimizer": "adam or normgrad",
+    "iri_optimizer": "auto (L-BFGS at deep ResNet-like cuts, else Adam), adam, lbfgs or normgrad",
     "iri_lr": "IRI step size (None: the optimiser's default)",
     "iri_init": "noise (0.5 + N(0, 1/20^2)) or shuffle (another training image)",
     "iri_batch_size": "working-batch slots of the continuous batching",

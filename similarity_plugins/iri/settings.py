@@ -15,14 +15,21 @@ import numpy as np
 from .schedule import SCHEDULES
 
 OPTIMIZERS = ("lbfgs", "adam", "normgrad")
+AUTO = "auto"   # generate_iris's default: L-BFGS or Adam, chosen from the front's structure (auto_optimizer)
 INITS = ("noise", "shuffle")
-# Adam stays the default: per-sample L-BFGS (lbfgs.py) is 1.7-3.5x faster than the plain loop at ResNet-18
-# layer3/layer4 but fails on small CNNs with max-pools (SmallCNN block3: median 0.15 where Adam converges
-# every sample), see docs/iri_depth.md. Adam: lr 0.2 with per-sample
-# cosine cycles of 300, 600, ... steps (warm restarts from the best iterate); normgrad: normalised-gradient
-# steps of L2 length lr, halved over 4 stages.
+# optimize_iris (a bare front function, no model to look at) defaults to Adam: lr 0.2 with per-sample cosine
+# cycles of 300, 600, ... steps (warm restarts from the best iterate); normgrad: normalised-gradient steps of
+# L2 length lr, halved over 4 stages; lbfgs: per-sample L-BFGS (lbfgs.py) with leaky ReLU gradients.
 DEFAULT_OPTIMIZER = "adam"
 DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.2, "normgrad": 1.0}
+DEFAULT_RELU_LEAK = {"lbfgs": 0.1, "adam": 0.0, "normgrad": 0.0}
+# auto: L-BFGS when at least this many ReLU calls follow the front's last max-pool (deep cuts of ResNets);
+# Adam otherwise (cuts at or just after max-pools, as in VGG and small CNNs, and shallow cuts, whose IRIs
+# keep many pixels at 0 or 1, where the logit parametrisation of L-BFGS crawls). Measured: docs/iri_depth.md.
+AUTO_LBFGS_MIN_RELUS = 6
+FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
+                    "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
+LBFGS_ONLY = ("history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps")
 DEFAULT_SCHEDULE = {"lbfgs": "constant", "adam": "cosine", "normgrad": "step"}
 DEFAULT_CYCLE_STEPS = {"lbfgs": 0, "adam": 300, "normgrad": 0}
 
@@ -57,6 +64,7 @@ class Settings:
     phase_lr: float = 0.2
     warmup_steps: int = 0
     fake_relu: str = "none"
+    relu_leak: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (JSON-able; saved with every IRI set)."""
@@ -65,7 +73,22 @@ class Settings:
 
 ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience", "restart_threshold",
             "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience",
-            "phase_steps", "phase_lr", "warmup_steps")
+            "phase_steps", "phase_lr", "warmup_steps", "relu_leak")
+
+
+def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any]) -> str:
+    """The optimiser ``optimizer="auto"`` runs: "lbfgs" or "adam".
+
+    ``relus_after_last_maxpool``: ReLU calls in the front after its last max-pool (all of them when it has
+    none); ``options``: the advanced options the caller passed. An option only one optimiser takes decides
+    (e.g. ``cycle_steps`` -> Adam, ``history`` -> L-BFGS); otherwise L-BFGS when at least
+    ``AUTO_LBFGS_MIN_RELUS`` ReLUs follow the last max-pool, else Adam.
+    """
+    if any(name in options for name in FIRST_ORDER_ONLY):
+        return "adam"
+    if any(name in options for name in LBFGS_ONLY):
+        return "lbfgs"
+    return "lbfgs" if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS else "adam"
 
 
 def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
@@ -73,8 +96,12 @@ def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
         raise ValueError(f"steps must be a positive integer (the per-sample step budget), got {steps!r}")
     if not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
         raise ValueError(f"tol must be a positive number (relative representation error, e.g. 1e-2), got {tol!r}")
+    if optimizer == AUTO:
+        raise ValueError("optimizer='auto' chooses from the model's structure, so it works in generate_iris (and the "
+                         f"iri metrics), not on a bare front function; choose one of {', '.join(OPTIMIZERS)}")
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)} (or 'auto' in "
+                         "generate_iris)")
     if init not in INITS:
         raise ValueError(f"unknown init {init!r}; choose 'noise' (0.5 + randn/20) or 'shuffle' (another seed)")
 
@@ -95,6 +122,7 @@ def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER,
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     advanced.setdefault("schedule", DEFAULT_SCHEDULE[optimizer])
     advanced.setdefault("cycle_steps", DEFAULT_CYCLE_STEPS[optimizer])
+    advanced.setdefault("relu_leak", DEFAULT_RELU_LEAK[optimizer])
     if advanced["schedule"] not in SCHEDULES:
         raise ValueError(f"unknown schedule {advanced['schedule']!r}; choose one of {', '.join(SCHEDULES)}")
     modes = {True: "last", False: "none", None: "none", "last": "last", "all": "all", "none": "none"}
@@ -127,6 +155,8 @@ _ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
     "phase_steps": (int, lambda v: v >= 1, "an integer >= 1 (length of an Adam phase)"),
     "phase_lr": (float, lambda v: v > 0.0, "> 0 (Adam's step size in an Adam phase)"),
     "warmup_steps": (int, lambda v: v >= 0, "an integer >= 0 (Adam steps before L-BFGS starts)"),
+    "relu_leak": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1) (gradient slope of the front's ReLUs below zero; "
+                                                   "0 = true gradients)"),
 }
 
 
