@@ -12,8 +12,8 @@ from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache, sharded
 from .optimizer import _check_seeds, make_settings, optimize_iris
 from .relu import front_tensors, straight_through_relu, surrogate_slopes, trace_front
-from .settings import AUTO, auto_optimizer
 from .result import IRISet
+from .settings import AUTO, auto_optimizer
 
 RUN_OPTIONS = ("callback", "profile")
 

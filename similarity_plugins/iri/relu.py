@@ -29,7 +29,6 @@ from typing import Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-
 MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
              nn.AdaptiveMaxPool3d)
 

@@ -1,0 +1,157 @@
+"""Tests for ``optimizer="auto"`` (generate_iris's default) and the leaky ReLU surrogate gradient of L-BFGS."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_iri import _digits16, trained  # noqa: F401 - fixture
+from torch import nn
+
+from similarity_plugins.iri import generate_iris, optimize_iris
+from similarity_plugins.iri.relu import straight_through_relu, surrogate_slopes, trace_front
+from similarity_plugins.iri.settings import AUTO_LBFGS_MIN_RELUS, auto_optimizer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+class _Scaled(nn.Module):
+    """``relu(2 * x)`` through a (possibly in-place) ReLU module, so the ReLU's input is not a leaf."""
+
+    def __init__(self, inplace: bool) -> None:
+        super().__init__()
+        self.relu = nn.ReLU(inplace=inplace)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(2.0 * x)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("slope", [0.1, 1.0])
+def test_surrogate_slope_keeps_values_and_sets_the_gradient_below_zero(inplace, slope):
+    torch.manual_seed(0)
+    model = _Scaled(inplace)
+    x = torch.randn(4, 50)
+    xr = x.clone().requires_grad_(True)
+    with straight_through_relu(model, {("relu", 1): slope}) as reset:
+        reset()
+        out = model(xr)
+        (grad,) = torch.autograd.grad(out.sum(), xr)
+    assert torch.equal(out.detach(), torch.relu(2.0 * x))          # forward value exact
+    want = torch.where(x > 0, torch.tensor(2.0), torch.tensor(2.0 * slope))
+    assert torch.allclose(grad, want)
+    assert not model.relu._forward_hooks and not model.relu._forward_pre_hooks   # hooks removed
+
+
+def test_trace_counts_relus_after_the_last_maxpool():
+    conv = lambda: nn.Conv2d(2, 2, 3, padding=1)  # noqa: E731
+    x = torch.rand(1, 2, 8, 8)
+    cases = {
+        2: nn.Sequential(conv(), nn.ReLU(), nn.MaxPool2d(2), conv(), nn.ReLU(), conv(), nn.ReLU()),
+        3: nn.Sequential(conv(), nn.ReLU(), conv(), nn.ReLU(), conv(), nn.ReLU()),    # no pool: every ReLU
+        0: nn.Sequential(conv(), nn.ReLU(), nn.MaxPool2d(2)),
+    }
+    for want, model in cases.items():
+        trace = trace_front(model, model, x)
+        assert trace.relus_after_last_maxpool == want, (want, trace.events)
+
+
+def test_auto_rule_and_options_that_decide():
+    n = AUTO_LBFGS_MIN_RELUS
+    assert auto_optimizer(n, {}) == "lbfgs" and auto_optimizer(n - 1, {}) == "adam"
+    assert auto_optimizer(100, {"cycle_steps": 100}) == "adam"      # an Adam-only option picks Adam
+    assert auto_optimizer(0, {"history": 20}) == "lbfgs"            # an L-BFGS-only option picks L-BFGS
+    assert auto_optimizer(0, {"relu_leak": 0.2}) == "adam"          # shared options do not decide
+
+
+def test_surrogate_slopes_from_a_trace():
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3), nn.ReLU())
+    trace = trace_front(model, model, torch.rand(1, 3))
+    assert surrogate_slopes(trace, "last", 0.1) == {("1", 1): 0.1, ("3", 1): 0.1, ("5", 1): 1.0}
+    assert surrogate_slopes(trace, "none", 0.0) == {}
+    assert surrogate_slopes(trace, "last", 0.0) == {("5", 1): 1.0}
+
+
+class _Block(nn.Module):
+    def __init__(self, w: int) -> None:
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(w, w, 3, padding=1, bias=False), nn.BatchNorm2d(w)
+        self.c2, self.b2 = nn.Conv2d(w, w, 3, padding=1, bias=False), nn.BatchNorm2d(w)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.b2(self.c2(self.relu(self.b1(self.c1(x))))) + x)
+
+
+@pytest.fixture(scope="module")
+def tiny_resnet() -> tuple[nn.Module, torch.Tensor]:
+    """A residual CNN (stem + 3 blocks: 7 ReLU calls, no max-pool) trained 3 epochs on 32x32 digits; 16 seeds."""
+    torch.manual_seed(0)
+    x, y = _digits16()
+    x = nn.functional.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False).clamp(0, 1)
+    w = 8
+    model = nn.Sequential(nn.Conv2d(1, w, 4, stride=4, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True),
+                          *[_Block(w) for _ in range(3)], nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(3):
+        for idx in torch.randperm(len(x), generator=g).split(64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+    return model.eval(), x[-16:].clone()
+
+
+def test_auto_picks_lbfgs_with_leak_at_a_deep_residual_cut_and_it_wins(tiny_resnet):
+    model, seeds = tiny_resnet
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    auto = generate_iris(model, "5", seeds, steps=300, progress=False)
+    assert auto.settings["optimizer"] == "lbfgs" and auto.settings["relu_leak"] == 0.1
+    no_leak = generate_iris(model, "5", seeds, steps=300, progress=False, optimizer="lbfgs", relu_leak=0.0)
+    adam = generate_iris(model, "5", seeds, steps=300, progress=False, optimizer="adam")
+    assert adam.settings["relu_leak"] == 0.0
+    # measured: median 0.086 (auto) vs 0.127 (L-BFGS without the leak) vs 0.178 (Adam) after 300 steps
+    med = lambda s: float(s.rel_error.median())  # noqa: E731
+    assert med(auto) < 0.85 * med(no_leak) and med(auto) < 0.7 * med(adam), (med(auto), med(no_leak), med(adam))
+    assert float(auto.seed_distance.mean()) > 0.25      # far from the seeds, as Adam's
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    assert all(not m.training for m in model.modules())
+
+
+def test_auto_picks_adam_where_a_maxpool_ends_the_front(trained):  # noqa: F811 - fixture from test_iri
+    model, seeds = trained
+    iris = generate_iris(model, "2", seeds[:4], steps=20, progress=False)
+    assert iris.settings["optimizer"] == "adam" and iris.settings["relu_leak"] == 0.0
+    same = generate_iris(model, "2", seeds[:4], steps=20, progress=False, optimizer="adam")
+    assert torch.equal(iris.inputs, same.inputs)          # auto = the optimiser it picked, bit for bit
+    forced = generate_iris(model, "2", seeds[:4], steps=20, progress=False, history=10)
+    assert forced.settings["optimizer"] == "lbfgs"        # an L-BFGS-only option decides
+
+
+def test_auto_errors_name_the_fix(trained):  # noqa: F811 - fixture from test_iri
+    model, seeds = trained
+    with pytest.raises(ValueError, match="generate_iris"):
+        optimize_iris(lambda x: x, seeds[:2], optimizer="auto", progress=False)
+    with pytest.raises(ValueError, match="relu_leak must be in"):
+        generate_iris(model, "2", seeds[:2], steps=5, progress=False, relu_leak=1.5)
+    with pytest.raises(ValueError, match="unknown optimizer 'lbgfs'"):
+        generate_iris(model, "2", seeds[:2], steps=5, progress=False, optimizer="lbgfs")
+
+
+def test_relu_leak_is_part_of_the_cache_key(trained, tmp_path):  # noqa: F811 - fixture from test_iri
+    model, seeds = trained
+    common = dict(steps=5, progress=False, optimizer="lbfgs", cache_dir=tmp_path)
+    a = generate_iris(model, "2", seeds[:2], **common)
+    b = generate_iris(model, "2", seeds[:2], relu_leak=0.0, **common)
+    assert a.key != b.key
+
+
+def test_plugins_and_cli_expose_auto_and_relu_leak():
+    from similarity_plugins import metric_info
+    from similarity_plugins.cli.main import build_parser
+
+    options = metric_info("iri-slm").options
+    assert options["iri_optimizer"] == "auto" and "iri_relu_leak" in options
+    args = build_parser().parse_args(["iris", "--model", "m", "--layer", "l", "--data", "d", "--out", "o.npz"])
+    assert args.optimizer == "auto"
