@@ -26,8 +26,14 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "default": {},                                       # generate_iris's defaults (Adam)
-    "lbfgs": dict(optimizer="lbfgs"),                    # history 50, fake ReLU
+    "default": {},                                       # generate_iris's defaults (optimizer="auto")
+    "lbfgs": dict(optimizer="lbfgs"),                    # history 50, fake ReLU, relu_leak 0.1
+    "lbfgs_leak0": dict(optimizer="lbfgs", relu_leak=0.0),   # the previous round's L-BFGS (true gradients
+                                                             # below the last ReLU)
+    "lbfgs_leak03": dict(optimizer="lbfgs", relu_leak=0.03),
+    "lbfgs_leak03x": dict(optimizer="lbfgs", relu_leak=0.3),
+    "adam_leak": dict(optimizer="adam", relu_leak=0.1),
+    "adam_exp": dict(optimizer="adam", schedule="exp", lr_floor=0.01, lr=0.1),
     "lbfgs_fake_relu": dict(fake_relu=True),
     "lbfgs_stall20": dict(stall_patience=20),
     "lbfgs_h20": dict(history=20),

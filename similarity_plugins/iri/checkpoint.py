@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION = 3   # 3: L-BFGS histories are rings (hvalid, gamma)
 
 
 def save_checkpoint(run: Any) -> None:

@@ -40,29 +40,58 @@ Z_CLAMP = 1e-3  # starting pixels are clamped to [Z_CLAMP, 1 - Z_CLAMP] before t
 MAX_Z_STEP = 10.0  # no trial step moves a logit by more than this (sigmoid(10) = 1 - 4.5e-5)
 
 
-def two_loop(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, rho: torch.Tensor,
-             count: torch.Tensor) -> torch.Tensor:
-    """The L-BFGS direction ``-H g`` for each row, every row with its own history.
+def two_loop_ring(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, rho: torch.Tensor,
+                  valid: torch.Tensor, newest: int, gamma: torch.Tensor) -> torch.Tensor:
+    """The L-BFGS direction ``-H g`` for each row, every row with its own curvature pairs.
 
-    ``g``: (B, D) gradients; ``s_hist``, ``y_hist``: (B, m, D) curvature pairs, newest last; ``rho``: (B, m)
-    ``1 / s.y``; ``count``: (B,) int, how many of the newest pairs are valid (0 gives ``-g``).
-    Returns (B, D).
+    ``g``: (B, D) gradients; ``s_hist``, ``y_hist``: (B, m, D) pairs in a ring: position ``newest`` holds the
+    newest, ``newest - 1`` (mod m) the one before, ...; ``rho``: (B, m) ``1 / s.y``; ``valid``: (B, m) 1.0
+    for a row's pairs, 0.0 for empty or expired positions (skipped exactly: they change nothing);
+    ``gamma``: (B,) initial scaling ``s.y / y.y`` of the row's newest pair (1 without pairs).
+    Returns (B, D). Rows never mix, and the result of a row is independent of where its ring starts.
     """
     m = s_hist.shape[1]
-    valid = (torch.arange(m, device=g.device)[None, :] >= (m - count)[:, None]).to(g.dtype)
+    order = [(newest - j) % m for j in range(m)]                   # newest -> oldest
+    used = valid.any(dim=0).cpu().tolist()
+    order = [p for p in order if used[p]]
     q = g.clone()
     alpha = torch.zeros_like(rho)
-    for j in range(m - 1, -1, -1):
-        alpha[:, j] = rho[:, j] * valid[:, j] * (s_hist[:, j] * q).sum(dim=1)
-        q -= alpha[:, j, None] * y_hist[:, j]
+    for p in order:
+        alpha[:, p] = rho[:, p] * valid[:, p] * (s_hist[:, p] * q).sum(dim=1)
+        q -= alpha[:, p, None] * y_hist[:, p]
+    r = gamma[:, None] * q
+    for p in reversed(order):
+        beta = rho[:, p] * valid[:, p] * (y_hist[:, p] * r).sum(dim=1)
+        r += (alpha[:, p] - beta)[:, None] * s_hist[:, p]
+    return -r
+
+
+def two_loop(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, rho: torch.Tensor,
+             count: torch.Tensor) -> torch.Tensor:
+    """:func:`two_loop_ring` for histories stored newest last, of which the newest ``count`` (B,) are valid."""
+    m = s_hist.shape[1]
+    valid = (torch.arange(m, device=g.device)[None, :] >= (m - count)[:, None]).to(g.dtype)
     sy = (s_hist[:, -1] * y_hist[:, -1]).sum(dim=1)
     yy = (y_hist[:, -1] * y_hist[:, -1]).sum(dim=1)
     gamma = torch.where(count > 0, sy / yy.clamp_min(torch.finfo(g.dtype).tiny), torch.ones_like(sy))
-    r = gamma[:, None] * q
-    for j in range(m):
-        beta = rho[:, j] * valid[:, j] * (y_hist[:, j] * r).sum(dim=1)
-        r += (alpha[:, j] - beta)[:, None] * s_hist[:, j]
-    return -r
+    return two_loop_ring(g, s_hist, y_hist, rho, valid, m - 1, gamma)
+
+
+def _rows(t: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    """``t[rows]``: a view when ``rows`` is 0, 1, ..., n-1 (the usual case), else a gathered copy."""
+    n = len(rows)
+    if n and rows[0] == 0 and rows[-1] == n - 1:
+        return t[:n]
+    return t[torch.as_tensor(rows, device=t.device)]
+
+
+def _put_rows(t: torch.Tensor, rows: np.ndarray, value: torch.Tensor) -> None:
+    """``t[rows] = value``, a no-op when ``value`` is already the view :func:`_rows` gave."""
+    target = _rows(t, rows) if len(rows) and rows[0] == 0 and rows[-1] == len(rows) - 1 else None
+    if target is None:
+        t[torch.as_tensor(rows, device=t.device)] = value
+    elif value.data_ptr() != target.data_ptr():
+        target.copy_(value)
 
 
 class LbfgsStepper:
@@ -81,7 +110,7 @@ class LbfgsStepper:
         """Extra per-slot fields: (tensors name -> trailing shape, host name -> (dtype, fill))."""
         m = self.s.history
         tensors = {"z": (dim,), "zt": (dim,), "g": (dim,), "d": (dim,), "s_hist": (m, dim), "y_hist": (m, dim),
-                   "rho": (m,), "m": (dim,), "v": (dim,)}
+                   "rho": (m,), "hvalid": (m,), "gamma": (), "m": (dim,), "v": (dim,)}
         host = {"phi": (np.float64, np.inf), "a": (np.float64, 0.0), "gd": (np.float64, 0.0),
                 "count": (np.int64, 0), "fails": (np.int64, 0), "fresh": (np.int8, 1),
                 "mode": (np.int8, 0), "phase_start": (np.int64, 0), "phase_len": (np.int64, 0),
@@ -94,8 +123,9 @@ class LbfgsStepper:
         w.z[sl] = torch.logit(x0)
         w.zt[sl] = w.z[sl]
         w.x[sl] = torch.sigmoid(w.zt[sl])
-        for name in ("g", "d", "s_hist", "y_hist", "rho"):
+        for name in ("g", "d", "s_hist", "y_hist", "rho", "hvalid"):
             getattr(w, name)[sl] = 0
+        w.gamma[sl] = 1
         for name, value in (("phi", np.inf), ("a", 0.0), ("gd", 0.0), ("count", 0), ("fails", 0), ("fresh", 1),
                             ("mode", 0), ("ref_err", np.inf), ("since", 0)):
             getattr(w, name)[slots] = value
@@ -112,6 +142,8 @@ class LbfgsStepper:
         with be.stream(run.device):
             imp = be.column(np.ascontiguousarray(improved, dtype=run.np_dtype), run.device)
             self.best_copy(be.view(w.x[:k]), be.view(w.best[:k]), imp)
+        self.pos = run.step % s.history   # this batch step's ring position: its old pairs are history steps old
+        w.hvalid[:k, self.pos] = 0
         live = ~done
         self._adam_rows(np.flatnonzero(live & (w.mode[:k] == 1)), err.detach(), grad)
         live &= w.mode[:k] == 0
@@ -128,44 +160,49 @@ class LbfgsStepper:
             self._accept(accept, phi_t, g_t, fresh)
         if len(reject):
             self._backtrack(reject, phi_t)
-        rows = np.concatenate([accept, reject])
-        r = torch.as_tensor(rows, device=w.device)
-        zt, z, d = w.zt[r], w.z[r], w.d[r]
+        rows = np.sort(np.concatenate([accept, reject]))
+        zt, z, d = _rows(w.zt, rows), _rows(w.z, rows), _rows(w.d, rows)
         with be.stream(run.device):
             self.trial(be.view(zt), be.view(z), be.view(d),
                        be.column(np.ascontiguousarray(w.a[rows], dtype=run.np_dtype), run.device))
-        w.zt[r] = zt
-        w.x[r] = torch.sigmoid(zt)
+        _put_rows(w.zt, rows, zt)
+        _put_rows(w.x, rows, torch.sigmoid(zt))
 
     def _accept(self, rows: np.ndarray, phi_t: np.ndarray, g_t: torch.Tensor, fresh: np.ndarray) -> None:
         """Move accepted rows to their trial point, update their histories and pick new directions."""
         w, s = self.run.w, self.s
         r = torch.as_tensor(rows, device=w.device)
-        g_new = g_t[r]
+        g_new = _rows(g_t, rows)
         old = rows[~fresh[rows]]
         if len(old):
             ro = torch.as_tensor(old, device=w.device)
             sv = w.zt[ro] - w.z[ro]
             yv = g_t[ro] - w.g[ro]
             sy = (sv * yv).sum(dim=1)
-            keep = (sy > 1e-10 * (yv * yv).sum(dim=1).sqrt() * (sv * sv).sum(dim=1).sqrt()).cpu().numpy()
-            if keep.any():
-                kr = ro[torch.as_tensor(keep, device=w.device)]
-                w.s_hist[kr] = torch.cat([w.s_hist[kr, 1:], sv[keep][:, None]], dim=1)
-                w.y_hist[kr] = torch.cat([w.y_hist[kr, 1:], yv[keep][:, None]], dim=1)
-                w.rho[kr] = torch.cat([w.rho[kr, 1:], (1.0 / sy[keep])[:, None]], dim=1)
-                w.count[old[keep]] = np.minimum(w.count[old[keep]] + 1, s.history)
+            yy = (yv * yv).sum(dim=1)
+            keep = (sy > 1e-10 * yy.sqrt() * (sv * sv).sum(dim=1).sqrt()).cpu().numpy()
+            if keep.any():   # the pair goes into this step's ring position
+                kt = torch.as_tensor(keep, device=w.device)
+                kr = ro[kt]
+                w.s_hist[kr, self.pos] = sv[kt]
+                w.y_hist[kr, self.pos] = yv[kt]
+                w.rho[kr, self.pos] = 1.0 / sy[kt]
+                w.hvalid[kr, self.pos] = 1
+                w.gamma[kr] = sy[kt] / yy[kt].clamp_min(torch.finfo(yy.dtype).tiny)
         w.z[r] = w.zt[r]
         w.g[r] = g_new
         w.phi[rows] = phi_t[rows]
         w.fresh[rows] = 0
         w.fails[rows] = 0
-        count = torch.as_tensor(w.count[rows], device=w.device)
-        d = two_loop(g_new, w.s_hist[r], w.y_hist[r], w.rho[r], count)
+        valid = _rows(w.hvalid, rows)
+        w.count[rows] = valid.sum(dim=1).cpu().numpy().astype(np.int64)
+        gamma = torch.where(valid.any(dim=1), _rows(w.gamma, rows), torch.ones_like(_rows(w.gamma, rows)))
+        d = two_loop_ring(g_new, _rows(w.s_hist, rows), _rows(w.y_hist, rows), _rows(w.rho, rows), valid,
+                          self.pos, gamma)
         gd = (g_new * d).sum(dim=1).double().cpu().numpy()
         bad = ~(gd < 0) & (w.count[rows] > 0)
         if bad.any():   # not a descent direction: forget the history
-            w.count[rows[bad]] = 0
+            self._forget(rows[bad])
             d[torch.as_tensor(bad, device=w.device)] = -g_new[torch.as_tensor(bad, device=w.device)]
             self.restarts += int(bad.sum())
         w.d[r] = d
@@ -173,6 +210,12 @@ class LbfgsStepper:
         w.gd[rows] = np.where(w.count[rows] > 0, gd, -gg)
         polyak = np.where(gg > 0, s.lr * phi_t[rows] / np.maximum(gg, 1e-300), 0.0)  # no gradient: stay
         w.a[rows] = np.minimum(np.where(w.count[rows] > 0, s.lr, polyak), self._cap(d))
+
+    def _forget(self, rows: np.ndarray) -> None:
+        """Clear the curvature history of ``rows`` (their next direction is ``-g``)."""
+        w = self.run.w
+        w.hvalid[torch.as_tensor(rows, device=w.device)] = 0
+        w.count[rows] = 0
 
     @staticmethod
     def _cap(d: torch.Tensor) -> np.ndarray:
@@ -197,7 +240,7 @@ class LbfgsStepper:
             g = w.g[hr]
             gg = (g * g).sum(dim=1).double().cpu().numpy()
             w.d[hr] = -g
-            w.count[hopeless] = 0
+            self._forget(hopeless)
             w.fails[hopeless] = 0
             w.gd[hopeless] = -gg
             polyak = np.where(gg > 0, s.lr * w.phi[hopeless] / np.maximum(gg, 1e-300) * 0.1, 0.0)
@@ -228,7 +271,7 @@ class LbfgsStepper:
         w.x[r] = torch.sigmoid(w.z[r])
         w.mode[rows] = 0
         w.fresh[rows] = 1
-        w.count[rows] = 0
+        self._forget(rows)
         w.fails[rows] = 0
         w.since[rows] = 0
         w.ref_err[rows] = w.best_err[rows]

@@ -7,8 +7,9 @@ the identity: a unit that should be active but is not gets pushed up. Only the l
 the cut is changed, so the loss (and hence ``rel_error``) is always the true one.
 
 A ReLU module can run several times per forward (torchvision's ResNet blocks reuse ``self.relu``), so the
-target is a (module name, call number) pair found by tracing one front pass. In-place ReLUs overwrite their
-input, so the pre-activation is cloned in a forward pre-hook. A MaxPool after the ReLU is fine: the forward
+target is a (module name, call number) pair found by tracing one front pass. For the duration of a run the
+targeted calls run an out-of-place ReLU with the surrogate gradient (a custom autograd function, so no
+extra tensors are kept); the module's ``forward`` is restored afterwards. A MaxPool after the ReLU is fine: the forward
 value is exact, and the pool routes the gradient to one element of the window, which the straight-through
 gradient then moves.
 
@@ -116,7 +117,9 @@ def straight_through_relu(model: nn.Module, targets: Iterable[tuple[str, int]] |
     straight through (gradient 1 everywhere); or a dict pair -> slope, giving the gradient 1 where the
     ReLU's input is positive and ``slope`` where it is not (1.0: straight through, e.g. 0.1: leaky); or None
     (nothing changes). Yields ``reset()``, which must be called before every forward pass (it restarts
-    the call counts). The hooks are removed on exit, leaving the model as it was.
+    the call counts). The ReLU modules' ``forward`` is replaced for the duration (a targeted call runs an
+    out-of-place ReLU with that gradient, every other call the module's own forward) and restored on exit,
+    leaving the model as it was.
     """
     if targets is None or (isinstance(targets, dict) and not targets):
         yield lambda: None
@@ -129,45 +132,50 @@ def straight_through_relu(model: nn.Module, targets: Iterable[tuple[str, int]] |
         calls.setdefault(name, {})[int(call)] = float(slope)
     modules = dict(model.named_modules())
     counts: dict[str, int] = {}
-    saved: dict[str, torch.Tensor | None] = {}
 
     def reset() -> None:
         counts.clear()
-        saved.clear()
 
-    handles = []
+    patched = []
     for name, wanted in calls.items():
         module = modules[name]
-        inplace = bool(getattr(module, "inplace", False))
+        own = module.__dict__.get("forward")      # an instance-level forward the user set, restored on exit
+        original = module.forward
 
-        def pre_hook(_m: nn.Module, inputs: tuple, name: str = name, wanted: dict = wanted,
-                     inplace: bool = inplace) -> None:
+        def forward(x: torch.Tensor, name: str = name, wanted: dict = wanted, original: Callable = original
+                    ) -> torch.Tensor:
             counts[name] = counts.get(name, 0) + 1
-            if inplace and counts[name] in wanted and torch.is_grad_enabled():
-                saved[name] = inputs[0].clone()
+            slope = wanted.get(counts[name])
+            if slope is None or not torch.is_grad_enabled() or not x.requires_grad:
+                return original(x)
+            return _SurrogateReLU.apply(x, slope)
 
-        def post_hook(_m: nn.Module, inputs: tuple, output: torch.Tensor, name: str = name, wanted: dict = wanted,
-                      inplace: bool = inplace) -> torch.Tensor | None:
-            slope = wanted.get(counts.get(name, 0))
-            if slope is None or not torch.is_grad_enabled():
-                return None
-            pre = saved.pop(name, None) if inplace else inputs[0]
-            if not isinstance(pre, torch.Tensor) or not pre.requires_grad:
-                return None
-            return _with_slope(pre, output, slope)
-
-        handles.append(module.register_forward_pre_hook(pre_hook, prepend=True))
-        handles.append(module.register_forward_hook(post_hook, prepend=True))
+        module.forward = forward
+        patched.append((module, own))
     try:
         yield reset
     finally:
-        for h in handles:
-            h.remove()
+        for module, own in patched:
+            if own is None:
+                del module.forward
+            else:
+                module.forward = own
 
 
-def _with_slope(pre: torch.Tensor, output: torch.Tensor, slope: float) -> torch.Tensor:
-    """``output`` (= relu(pre)) exactly, with gradient 1 where ``pre > 0`` and ``slope`` elsewhere."""
-    if slope == 1.0:   # x + (relu(x) - x) is exact for relu; gradient: identity
-        return pre + (output - pre).detach()
-    neg = pre.clamp(max=0.0)
-    return output + slope * (neg - neg.detach())   # neg - neg.detach() is exactly 0 in value
+class _SurrogateReLU(torch.autograd.Function):
+    """``relu(x)`` (out of place) whose gradient is 1 where ``x > 0`` and ``slope`` elsewhere."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, slope: float) -> torch.Tensor:  # noqa: ANN001 - autograd's ctx
+        y = torch.relu(x)
+        ctx.slope = slope
+        if slope != 1.0:
+            ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001 - autograd's ctx
+        if ctx.slope == 1.0:    # straight through
+            return grad, None
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.leaky_relu_backward(grad, y, ctx.slope, True), None   # one fused kernel
