@@ -311,6 +311,12 @@ class SplitNetwork:
                 return self._check_tensor(self._front_gm(x))
             return self._check_tensor(_front_by_hook(self.model, self.layer, x))
 
+    @property
+    def front_graph(self) -> torch.fx.GraphModule | None:
+        """The traced front (runs the layers up to the cut; shares the model's modules), or None when the
+        model is not traceable by torch.fx and ``front`` runs the model with a hook instead."""
+        return self._front_gm
+
     def _require_end(self) -> torch.fx.GraphModule:
         if self._end_gm is None:
             raise RuntimeError(

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache, sharded
+from .fold import folded_front
 from .optimizer import _check_seeds, make_settings, optimize_iris
 from .relu import front_tensors, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
@@ -84,6 +85,10 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
             optimizer = auto_optimizer(trace.relus_after_last_maxpool, advanced)
         settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, lr=lr, init=init, seed=seed,
                                  fake_relu=fake_relu, **advanced)
+        front_module, front_call = model, split.front
+        folded = folded_front(split) if settings.fold_bn else None
+        if folded is not None:   # a private folded copy; same module names, so the same ReLU calls
+            front_module = front_call = folded
         slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
         targets = [call for call, slope in slopes.items() if slope == 1.0]
         key_settings = dict(settings.as_dict(), fake_relu_at=[list(t) for t in targets])
@@ -92,10 +97,10 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
             hit = cache.load_file(cache.result_path(cache_dir, key))
             if sharded.agreed_hit(hit if hit is not None and hit.get("key") == key else None):
                 return IRISet.from_state(hit, seeds.device)
-        with straight_through_relu(model, slopes) as reset:
+        with straight_through_relu(front_module, slopes) as reset:
             def front_fn(x: torch.Tensor) -> torch.Tensor:
                 reset()
-                return split.front(x)
+                return front_call(x)
 
             iris = sharded.optimize(optimize_iris, front_fn, seeds, model=model, batch_size=batch_size, backend=backend,
                                     progress=progress, device=device, settings=settings, checkpoint_every=checkpoint_every,
@@ -103,6 +108,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
                                     **run_options)
     iris.settings["layer"] = layer
     iris.settings["fake_relu_at"] = [f"{name}#{call}" for name, call in targets]
+    iris.stats["bn_folded"] = folded is not None
     iris.key = key
     if cache_dir is not None:
         sharded.save_once(cache.atomic_save, iris.to_state(), cache.result_path(cache_dir, key))

@@ -7,8 +7,9 @@ unconstrained in ``z``. Objective per sample: ``phi = rel_error**2`` (smooth at 
 
 - the trial is *accepted* when it is the sample's first evaluation or satisfies Armijo's condition
   ``phi_t <= phi + armijo * a * g.d``; the pair ``(s, y) = (z_t - z, g_t - g)`` enters the sample's
-  history when ``s.y > 0``, the new direction is the two-loop recursion's ``d = -H g`` (history
-  ``history`` pairs, initial scaling ``s.y / y.y``) tried at ``a = lr`` (1: the quasi-Newton step); with no
+  history when ``s.y > 0``, the new direction is the two-loop recursion's ``d = -H g`` (the pairs of the
+  sample's last ``history`` evaluations, initial scaling ``s.y / y.y`` of the newest) tried at ``a = lr``
+  (1: the quasi-Newton step); with no
   history it is ``d = -g`` at the Polyak step ``a = lr * phi / |g|^2`` (the minimum is 0);
 - a rejected trial *backtracks*: ``a`` shrinks to the minimiser of the quadratic through ``phi``, ``g.d``
   and ``phi_t``, clamped to [0.1 a, 0.5 a]; after ``max_backtracks`` rejections in a row, or if ``d`` is
@@ -21,6 +22,16 @@ not improved by 1% for that many evaluations into an Adam phase of ``phase_steps
 
 Every evaluation is a forward+backward of one sample and counts as one step of the budget, backtracking
 included. Nothing couples samples: a sample's trajectory depends only on its own seed, start and settings.
+
+Gradients: with ``generate_iris``, the front's ReLUs pass the gradient slope ``relu_leak`` (0.1) below zero
+and the last one passes it straight through (``relu.py``): the forward values, the loss and the line
+search's function values stay exact; only the search direction and the slope the line search expects change.
+
+Storage: each slot's pairs sit in a ring of ``history`` positions; batch step ``n`` writes position
+``n mod history`` (and expires what was there, ``history`` evaluations old, for every slot), so adding a
+pair moves no memory, and the two-loop recursion reads the working batch in place. A sample's pairs are
+visited in its own chronological order wherever its ring starts, so the result stays independent of the
+batch it shares.
 
 What runs where: the reductions (dot products), the two-loop recursion and the sigmoid run in torch on the
 model's device; the elementwise trial update ``z_t = z + a d`` and the best-iterate copy run on the array

@@ -23,6 +23,9 @@ INITS = ("noise", "shuffle")
 DEFAULT_OPTIMIZER = "adam"
 DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.2, "normgrad": 1.0}
 DEFAULT_RELU_LEAK = {"lbfgs": 0.1, "adam": 0.0, "normgrad": 0.0}
+# Conv+BatchNorm folding of the front (fold.py): on for L-BFGS; off for the first-order optimisers, whose IRIs
+# thereby stay bit-identical to earlier releases (pass fold_bn=True to speed them up too)
+DEFAULT_FOLD_BN = {"lbfgs": True, "adam": False, "normgrad": False}
 # auto: L-BFGS when at least this many ReLU calls follow the front's last max-pool (deep cuts of ResNets);
 # Adam otherwise (cuts at or just after max-pools, as in VGG and small CNNs, and shallow cuts, whose IRIs
 # keep many pixels at 0 or 1, where the logit parametrisation of L-BFGS crawls). Measured: docs/iri_depth.md.
@@ -65,6 +68,7 @@ class Settings:
     warmup_steps: int = 0
     fake_relu: str = "none"
     relu_leak: float = 0.0
+    fold_bn: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (JSON-able; saved with every IRI set)."""
@@ -73,7 +77,7 @@ class Settings:
 
 ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience", "restart_threshold",
             "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience",
-            "phase_steps", "phase_lr", "warmup_steps", "relu_leak")
+            "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn")
 
 
 def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any]) -> str:
@@ -123,6 +127,7 @@ def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER,
     advanced.setdefault("schedule", DEFAULT_SCHEDULE[optimizer])
     advanced.setdefault("cycle_steps", DEFAULT_CYCLE_STEPS[optimizer])
     advanced.setdefault("relu_leak", DEFAULT_RELU_LEAK[optimizer])
+    advanced.setdefault("fold_bn", DEFAULT_FOLD_BN[optimizer])
     if advanced["schedule"] not in SCHEDULES:
         raise ValueError(f"unknown schedule {advanced['schedule']!r}; choose one of {', '.join(SCHEDULES)}")
     modes = {True: "last", False: "none", None: "none", "last": "last", "all": "all", "none": "none"}
@@ -147,7 +152,8 @@ _ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
     "cycle_steps": (int, lambda v: v >= 0, "an integer >= 0 (0: one cycle over the budget)"),
     "cycle_mult": (float, lambda v: v >= 1.0, "a growth factor >= 1"),
     "cycle_decay": (float, lambda v: v > 0.0, "a step-size factor > 0"),
-    "history": (int, lambda v: 1 <= v <= 100, "an integer in [1, 100] (L-BFGS curvature pairs kept per sample)"),
+    "history": (int, lambda v: 1 <= v <= 100, "an integer in [1, 100] (L-BFGS keeps the curvature pairs of a "
+                                                  "sample's last history evaluations)"),
     "armijo": (float, lambda v: 0.0 < v < 0.5, "in (0, 0.5) (sufficient-decrease constant of the line search)"),
     "max_backtracks": (int, lambda v: v >= 1, "an integer >= 1 (rejected trials before the history is reset)"),
     "stall_patience": (int, lambda v: v >= 0, "an integer >= 0 (L-BFGS evaluations without 1% progress before "
@@ -162,6 +168,11 @@ _ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
 
 def _check_advanced(advanced: dict[str, Any]) -> None:
     """Raise ValueError naming the option, its value and the valid range for a bad advanced option."""
+    if "fold_bn" in advanced and not isinstance(advanced["fold_bn"], (bool, np.bool_)):
+        raise ValueError(f"fold_bn must be True or False (fold BatchNorm into the convolutions of a private copy "
+                         f"of the front), got {advanced['fold_bn']!r}")
+    if "fold_bn" in advanced:
+        advanced["fold_bn"] = bool(advanced["fold_bn"])
     for name, (kind, ok, want) in _ADVANCED_RULES.items():
         if name not in advanced:
             continue
