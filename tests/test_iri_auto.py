@@ -155,3 +155,43 @@ def test_plugins_and_cli_expose_auto_and_relu_leak():
     assert options["iri_optimizer"] == "auto" and "iri_relu_leak" in options
     args = build_parser().parse_args(["iris", "--model", "m", "--layer", "l", "--data", "d", "--out", "o.npz"])
     assert args.optimizer == "auto"
+
+
+def test_folded_front_is_the_same_function_and_leaves_the_model_alone(tiny_resnet):
+    from similarity_plugins.core.networks import SplitNetwork
+    from similarity_plugins.iri.fold import folded_front
+
+    model, seeds = tiny_resnet
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    split = SplitNetwork(model, "5")
+    folded = folded_front(split)
+    assert folded is not None
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules()
+                   if any(n.op == "call_module" and folded.get_submodule(n.target) is m for n in folded.graph.nodes))
+    with torch.no_grad():
+        ref = split.front(seeds)
+        out = folded(seeds)
+    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert all(not p.requires_grad for p in folded.parameters())
+    # no BatchNorm to fold -> None (the front runs as it is)
+    plain = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Conv2d(2, 2, 3)).eval()
+    assert folded_front(SplitNetwork(plain, "2")) is None
+
+
+def test_fold_bn_option_is_validated_recorded_and_keyed(tiny_resnet, tmp_path):
+    model, seeds = tiny_resnet
+    on = generate_iris(model, "5", seeds[:2], steps=5, progress=False, cache_dir=tmp_path)
+    assert on.settings["fold_bn"] is True and on.stats["bn_folded"] is True
+    off = generate_iris(model, "5", seeds[:2], steps=5, progress=False, fold_bn=False, cache_dir=tmp_path)
+    assert off.settings["fold_bn"] is False and off.stats["bn_folded"] is False and off.key != on.key
+    with pytest.raises(ValueError, match="fold_bn must be True or False"):
+        generate_iris(model, "5", seeds[:2], steps=5, progress=False, fold_bn="yes")
+    # the folded front reports true errors: they match the model's own front to rounding
+    from similarity_plugins.core.networks import SplitNetwork
+
+    with torch.no_grad():
+        split = SplitNetwork(model, "5")
+        t, a = split.front(seeds[:2]).flatten(1), split.front(on.inputs).flatten(1)
+    true = (a - t).norm(dim=1) / t.norm(dim=1)
+    assert torch.allclose(true.double(), on.rel_error, rtol=1e-3, atol=1e-5)
