@@ -14,8 +14,9 @@ digits; budget ``IRI_BENCH_STEPS`` (1,000), tol 1e-2.
   true ReLU gradients, no per-sample stop, for each lr in ``PLAIN_LRS``; the best lr (fewest steps to a
   median error of 1e-2, else the lowest final median) is the reference. It runs first and leaves its
   figures in ``_PLAIN`` for the paired ``ours`` case.
-- ``ours``: ``generate_iris`` with ``optimizer=IRI_BENCH_OPTIMIZER`` ("lbfgs"; "adam" is the library
-  default) and otherwise its defaults, ``batch_size`` = seeds.
+- ``ours``: ``generate_iris`` with ``optimizer=IRI_BENCH_OPTIMIZER`` ("auto", the library default: L-BFGS
+  with leaky ReLU gradients and folded BatchNorm at the ResNet cuts, Adam at the max-pool cuts; "lbfgs" or
+  "adam" to force one) and otherwise its defaults, ``batch_size`` = seeds.
 
 ``benchmark.extra_info``: steps per sample to median 1e-2 (work: one sample's forward+backward), the wall
 seconds to it, converged fraction, median / p95 error, mean RMS seed distance; ``ours`` also has
@@ -44,7 +45,7 @@ STEPS = int(os.environ.get("IRI_BENCH_STEPS", "1000"))
 TRAIN_EPOCHS = int(os.environ.get("IRI_BENCH_TRAIN_EPOCHS", "2"))
 DONORS = os.environ.get("IRI_BENCH_DONORS", os.path.join(os.path.expanduser("~"), ".cache", "iri_depth_donors"))
 PLAIN_LRS = (0.05, 0.1, 0.2)
-OURS = os.environ.get("IRI_BENCH_OPTIMIZER", "lbfgs")   # the optimiser ``ours`` runs (the rest: defaults)
+OURS = os.environ.get("IRI_BENCH_OPTIMIZER", "auto")   # the optimiser ``ours`` runs (the rest: defaults)
 CASES = [("resnet18", "layer3"), ("resnet18", "layer4"), ("vgg16_bn", "features.33"), ("vgg16_bn", "features.43"),
          ("small_cnn", "block3")]
 _PLAIN: dict[str, dict[str, Any]] = {}

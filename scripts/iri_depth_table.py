@@ -16,7 +16,9 @@ def row(case: str, name: str, plain: dict, r: dict) -> str:
     plain_steps = (f"{plain['steps_to_1e-2']:.0f}" if reached
                    else f"never ({plain['total_steps']:.0f}, final median {plain['median']:.4f})")
     ours = f"{r['steps_to_1e-2']:.0f}" if math.isfinite(r["steps_to_1e-2"]) else "never"
-    ratio = lambda key: f"{r[key]:.2f}" if key in r and r[key] is not None else "-"  # noqa: E731
+    ratio = lambda key: f"{r[key]:.2f}" if r.get(key) and ours != "never" else "-"  # noqa: E731
+    if name == "default" and r.get("optimizer"):
+        name = f"auto -> {r['optimizer']}"
     return (f"| {case} | {name} | {plain['lr']} | {plain_steps} | {ours} | {ratio('wall_ratio')} | {ratio('work_ratio')} | "
             f"{r['converged']:.2f} ({plain['converged']:.2f}) | {r['median']:.4f} / {r['p95']:.4f} | "
             f"{r['seed_distance']:.3f} / {plain['seed_distance']:.3f} |")

@@ -5,11 +5,14 @@
 return an :class:`IRISet`. The update step runs on an array backend: NumPy (CPU), CuPy (GPU, one fused
 kernel) or PyTorch (reference), sharing memory with torch through DLPack.
 
-Defaults and why: Adam (lr 0.2, per-sample cosine cycles of 300 then 600 steps, straight-through gradient
-at the last ReLU) stays the default. ``optimizer="lbfgs"`` (``lbfgs.py``: per-sample L-BFGS on
-sigmoid-parametrised pixels, history 50, per-sample Armijo line search, Polyak first steps since the minimum
-is 0) reaches a median of 1e-2 1.7-3.5x sooner than the plain loop at ResNet-18 layer3/layer4 but fails on
-small max-pool CNNs; ``docs/iri_depth.md`` has the measurements (``scripts/iri_depth_study.py``,
+Defaults and why: ``generate_iris`` runs ``optimizer="auto"``: per-sample L-BFGS (``lbfgs.py``: on
+sigmoid-parametrised pixels, the pairs of each sample's last 50 evaluations, per-sample Armijo line search,
+Polyak first steps since the minimum is 0, leaky ReLU gradients, BatchNorm folded in a private copy of the
+front) when at least 6 ReLU calls follow the front's last max-pool, as at deep ResNet cuts (3.9-4.3x fewer
+steps and 3.2-3.4x less time than the plain loop at ResNet-18 layer3/layer4, every sample converged), and
+Adam (lr 0.2, per-sample cosine cycles of 300 then 600 steps, straight-through gradient at the last ReLU)
+elsewhere, where L-BFGS crawls (max-pool cuts, shallow cuts). ``optimize_iris`` on a bare function defaults
+to Adam. ``docs/iri_depth.md`` has the measurements (``scripts/iri_depth_study.py``,
 ``benchmarks/bench_iri.py``).
 """
 

@@ -12,9 +12,9 @@ from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache, sharded
 from .fold import folded_front
 from .optimizer import _check_seeds, make_settings, optimize_iris
-from .relu import front_tensors, straight_through_relu, surrogate_slopes, trace_front
+from .relu import FrontTrace, front_tensors, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
-from .settings import AUTO, auto_optimizer
+from .settings import AUTO, Settings, auto_optimizer
 
 RUN_OPTIONS = ("callback", "profile")
 
@@ -70,9 +70,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     run_options = {k: advanced.pop(k) for k in RUN_OPTIONS if k in advanced}
-    # every check before any work ("auto" is checked as the optimiser its options point to; resolved below)
-    make_settings(steps=steps, tol=tol, optimizer=auto_optimizer(0, advanced) if optimizer == AUTO else optimizer,
-                  lr=lr, init=init, seed=seed, fake_relu=fake_relu, **dict(advanced))
+    common = dict(steps=steps, tol=tol, lr=lr, init=init, seed=seed, fake_relu=fake_relu)
+    _settings(optimizer, None, common, advanced)   # every check before any work
     if checkpoint_every is not None and cache_dir is None:
         raise ValueError("checkpoint_every needs cache_dir (the folder where checkpoints are written)")
     seeds = _as_tensor(inputs)
@@ -81,14 +80,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     device = model_device(model)
     with frozen(model):
         trace = trace_front(model, split.front, seeds[:1].to(device))
-        if optimizer == AUTO:
-            optimizer = auto_optimizer(trace.relus_after_last_maxpool, advanced)
-        settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, lr=lr, init=init, seed=seed,
-                                 fake_relu=fake_relu, **advanced)
-        front_module, front_call = model, split.front
-        folded = folded_front(split) if settings.fold_bn else None
-        if folded is not None:   # a private folded copy; same module names, so the same ReLU calls
-            front_module = front_call = folded
+        settings = _settings(optimizer, trace, common, advanced)
         slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
         targets = [call for call, slope in slopes.items() if slope == 1.0]
         key_settings = dict(settings.as_dict(), fake_relu_at=[list(t) for t in targets])
@@ -97,19 +89,38 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
             hit = cache.load_file(cache.result_path(cache_dir, key))
             if sharded.agreed_hit(hit if hit is not None and hit.get("key") == key else None):
                 return IRISet.from_state(hit, seeds.device)
-        with straight_through_relu(front_module, slopes) as reset:
-            def front_fn(x: torch.Tensor) -> torch.Tensor:
-                reset()
-                return front_call(x)
-
-            iris = sharded.optimize(optimize_iris, front_fn, seeds, model=model, batch_size=batch_size, backend=backend,
-                                    progress=progress, device=device, settings=settings, checkpoint_every=checkpoint_every,
-                                    checkpoint_path=cache.checkpoint_path(cache_dir, key) if checkpoint_every else None,
-                                    **run_options)
+        iris = _optimize(model, split, settings, slopes, seeds, batch_size=batch_size, backend=backend,
+                         progress=progress, device=device, checkpoint_every=checkpoint_every,
+                         checkpoint_path=cache.checkpoint_path(cache_dir, key) if checkpoint_every else None,
+                         **run_options)
     iris.settings["layer"] = layer
     iris.settings["fake_relu_at"] = [f"{name}#{call}" for name, call in targets]
-    iris.stats["bn_folded"] = folded is not None
     iris.key = key
     if cache_dir is not None:
         sharded.save_once(cache.atomic_save, iris.to_state(), cache.result_path(cache_dir, key))
+    return iris
+
+
+def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: dict) -> Settings:
+    """Validated settings; ``optimizer="auto"`` resolved from ``trace`` (without one, it is checked as the
+    optimiser its options point to, so that bad options fail before any work)."""
+    if optimizer == AUTO:
+        optimizer = auto_optimizer(trace.relus_after_last_maxpool if trace is not None else 0, advanced)
+    return make_settings(optimizer=optimizer, **common, **advanced)
+
+
+def _optimize(model: nn.Module, split: SplitNetwork, settings: Settings, slopes: dict, seeds: torch.Tensor,
+              **run: Any) -> IRISet:
+    """Run the optimiser on the front (BatchNorm-folded copy when ``settings.fold_bn``) with the surrogate
+    ReLU ``slopes``; ``run``: the options of :func:`optimize_iris` that ``generate_iris`` passes through."""
+    folded = folded_front(split) if settings.fold_bn else None
+    front = folded if folded is not None else model   # the copy keeps the model's module names
+    call = folded if folded is not None else split.front
+    with straight_through_relu(front, slopes) as reset:
+        def front_fn(x: torch.Tensor) -> torch.Tensor:
+            reset()
+            return call(x)
+
+        iris = sharded.optimize(optimize_iris, front_fn, seeds, model=model, settings=settings, **run)
+    iris.stats["bn_folded"] = folded is not None
     return iris
