@@ -79,12 +79,13 @@ def scenario_iris(rank: int, cache_dir: str) -> Any:
     seeds = seeds_tensor(10)
     one = generate_iris(front, "block2", seeds, steps=15, batch_size=1, progress=False)
     shuffled = generate_iris(front, "block2", seeds, steps=15, batch_size=1, init="shuffle", progress=False)
+    lbfgs = generate_iris(front, "block2", seeds, steps=15, batch_size=1, optimizer="lbfgs", progress=False)
     batched = generate_iris(front, "block2", seeds, steps=15, batch_size=4, progress=False)
     single_seed = generate_iris(front, "block2", seeds[:1], steps=5, progress=False)  # rank 1 has no share
     cached = generate_iris(front, "block2", seeds, steps=10, progress=False, cache_dir=cache_dir)
     again = generate_iris(front, "block2", seeds, steps=10, progress=False, cache_dir=cache_dir)
     resumed = _interrupted_then_resumed(front, seeds, os.path.join(cache_dir, "ckpt"))
-    return {"one": iri_state(one), "resumed": resumed, "shuffle": iri_state(shuffled), "batched": iri_state(batched),
+    return {"one": iri_state(one), "resumed": resumed, "shuffle": iri_state(shuffled), "lbfgs": iri_state(lbfgs), "batched": iri_state(batched),
             "single_seed": iri_state(single_seed), "cached": iri_state(cached),
             "again_from_cache": bool(again.stats.get("from_cache")), "again": iri_state(again),
             "files": sorted(os.listdir(cache_dir))}

@@ -133,7 +133,8 @@ def test_iris_on_two_ranks_are_the_single_process_iris(ranks, tmp_path):
     rank0, rank1 = _ok(ranks, "iris")
     front, _, _ = w.small_setup()
     seeds = w.seeds_tensor(10)
-    for name, kw in [("one", {"batch_size": 1}), ("shuffle", {"batch_size": 1, "init": "shuffle"})]:
+    for name, kw in [("one", {"batch_size": 1}), ("shuffle", {"batch_size": 1, "init": "shuffle"}),
+                     ("lbfgs", {"batch_size": 1, "optimizer": "lbfgs"})]:   # ring histories, folded front
         ref = generate_iris(front, "block2", seeds, steps=15, progress=False, **kw)
         for got in (rank0[name], rank1[name]):  # bit-identical: the same float operations per sample
             assert torch.equal(got["inputs"], ref.inputs) and torch.equal(got["steps"], ref.steps), name
