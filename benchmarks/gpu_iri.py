@@ -82,7 +82,7 @@ def time_update_step(backend: Backend, optimizer: str, shape: tuple[int, ...], d
 
 
 def iris_per_second(layer: str, size: int, seeds: int, steps: int, batch: int, device: torch.device,
-                    backend: str = "auto") -> dict[str, Any]:
+                    backend: str = "auto", optimizer: str = "auto") -> dict[str, Any]:
     """Generate IRIs for random-weight ResNet-18 at ``layer`` on ``size`` x ``size`` inputs; report rate and quality."""
     import torchvision
 
@@ -93,11 +93,12 @@ def iris_per_second(layer: str, size: int, seeds: int, steps: int, batch: int, d
     _sync(device)
     t0 = time.perf_counter()
     iris = generate_iris(model, layer, x, steps=steps, tol=1e-2, batch_size=batch, backend=backend,
-                         progress=False, profile=True)
+                         optimizer=optimizer, progress=False, profile=True)
     _sync(device)
     wall = time.perf_counter() - t0
     s, st = iris.summary, iris.stats
-    return {"layer": layer, "input": f"3x{size}x{size}", "weights": "random", "seeds": seeds, "steps": steps,
+    return {"layer": layer, "optimizer": iris.settings["optimizer"], "input": f"3x{size}x{size}",
+            "weights": "random", "seeds": seeds, "steps": steps,
             "batch": batch, "backend": st["backend"], "wall_s": wall, "iris_per_s": seeds / wall,
             "median_error": s["median_error"], "p95_error": s["p95_error"],
             "converged_fraction": s["converged_fraction"], "mean_seed_distance": s["mean_seed_distance"],
@@ -155,12 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         if "median_s" in a and "median_s" in b:
             report[f"update_{opt}_speedup_cupy_vs_torch"] = a["median_s"] / b["median_s"]
 
-    runs = [("layer2", 32, 512, 1000, 512), ("layer4", 32, 512, 1000, 512),
-            ("layer2", 224, 64, 200, 64), ("layer4", 224, 64, 200, 64)]
+    runs = [("layer3", 32, 512, 1000, 512, "auto"), ("layer4", 32, 512, 1000, 512, "auto"),
+            ("layer4", 32, 512, 1000, 512, "adam"), ("layer4", 224, 64, 200, 64, "auto")]
     if args.small:
-        runs = [("layer2", 16, 3, 2, 2), ("layer4", 16, 2, 2, 2)]
-    for layer, size, n, steps, batch in runs:
-        _guard(f"iris_{layer}_{size}", lambda: iris_per_second(layer, size, n, steps, batch, device), report)
+        runs = [("layer3", 16, 3, 2, 2, "auto"), ("layer4", 16, 2, 2, 2, "adam")]
+    for layer, size, n, steps, batch, opt in runs:
+        _guard(f"iris_{layer}_{size}_{opt}", lambda: iris_per_second(layer, size, n, steps, batch, device, optimizer=opt),
+               report)
 
     if not args.skip_tests:
         def tests() -> dict[str, Any]:

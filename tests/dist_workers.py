@@ -85,7 +85,8 @@ def scenario_iris(rank: int, cache_dir: str) -> Any:
     cached = generate_iris(front, "block2", seeds, steps=10, progress=False, cache_dir=cache_dir)
     again = generate_iris(front, "block2", seeds, steps=10, progress=False, cache_dir=cache_dir)
     resumed = _interrupted_then_resumed(front, seeds, os.path.join(cache_dir, "ckpt"))
-    return {"one": iri_state(one), "resumed": resumed, "shuffle": iri_state(shuffled), "lbfgs": iri_state(lbfgs), "batched": iri_state(batched),
+    return {"one": iri_state(one), "resumed": resumed, "shuffle": iri_state(shuffled),
+            "lbfgs": iri_state(lbfgs), "batched": iri_state(batched),
             "single_seed": iri_state(single_seed), "cached": iri_state(cached),
             "again_from_cache": bool(again.stats.get("from_cache")), "again": iri_state(again),
             "files": sorted(os.listdir(cache_dir))}
