@@ -475,6 +475,7 @@ def test_gpu_script_dry_run_on_cpu(tmp_path):
     assert module.main(["--out", str(tmp_path), "--device", "cpu", "--small", "--skip-tests"]) == 0
     report = json.loads((tmp_path / "gpu_iri.json").read_text())
     assert report["update_adam_torch"]["median_s"] > 0 and report["update_normgrad_numpy"]["median_s"] > 0
-    assert report["iris_layer4_16"]["seeds"] == 2 and "error" not in report["iris_layer2_16"]
+    assert report["iris_layer4_16_adam"]["seeds"] == 2 and "error" not in report["iris_layer3_16_auto"]
+    assert report["iris_layer3_16_auto"]["optimizer"] == "lbfgs" and report["iris_layer4_16_adam"]["optimizer"] == "adam"
     if not torch.cuda.is_available():
         assert module.main(["--out", str(tmp_path)]) == 2  # fails loudly without CUDA
