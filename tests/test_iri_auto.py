@@ -9,7 +9,7 @@ from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
 from similarity_plugins.iri.relu import straight_through_relu, surrogate_slopes, trace_front
-from similarity_plugins.iri.settings import AUTO_LBFGS_MIN_RELUS, auto_optimizer
+from similarity_plugins.iri.settings import AUTO_LBFGS_MAX_BYTES, AUTO_LBFGS_MIN_RELUS, auto_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -61,6 +61,8 @@ def test_auto_rule_and_options_that_decide():
     assert auto_optimizer(100, {"cycle_steps": 100}) == "adam"      # an Adam-only option picks Adam
     assert auto_optimizer(0, {"history": 20}) == "lbfgs"            # an L-BFGS-only option picks L-BFGS
     assert auto_optimizer(0, {"relu_leak": 0.2}) == "adam"          # shared options do not decide
+    assert auto_optimizer(n, {}, history_bytes=AUTO_LBFGS_MAX_BYTES + 1) == "adam"   # would not fit in memory
+    assert auto_optimizer(n, {"history": 5}, history_bytes=AUTO_LBFGS_MAX_BYTES + 1) == "lbfgs"
 
 
 def test_surrogate_slopes_from_a_trace():
@@ -195,3 +197,11 @@ def test_fold_bn_option_is_validated_recorded_and_keyed(tiny_resnet, tmp_path):
         t, a = split.front(seeds[:2]).flatten(1), split.front(on.inputs).flatten(1)
     true = (a - t).norm(dim=1) / t.norm(dim=1)
     assert torch.allclose(true.double(), on.rel_error, rtol=1e-3, atol=1e-5)
+
+
+def test_history_bytes_counts_the_working_batch_not_the_whole_set():
+    from similarity_plugins.iri.generate import _history_bytes
+
+    seeds = torch.rand(300, 3, 32, 32)
+    assert _history_bytes(seeds, 128) == 2 * 50 * 3 * 32 * 32 * 128 * 4       # 128 slots of float32
+    assert _history_bytes(seeds[:4].double(), 128) == 2 * 50 * 3 * 32 * 32 * 4 * 8

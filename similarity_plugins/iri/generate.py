@@ -71,7 +71,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     run_options = {k: advanced.pop(k) for k in RUN_OPTIONS if k in advanced}
     common = dict(steps=steps, tol=tol, lr=lr, init=init, seed=seed, fake_relu=fake_relu)
-    _settings(optimizer, None, common, advanced)   # every check before any work
+    _settings(optimizer, None, common, advanced, 0.0)   # every check before any work
     if checkpoint_every is not None and cache_dir is None:
         raise ValueError("checkpoint_every needs cache_dir (the folder where checkpoints are written)")
     seeds = _as_tensor(inputs)
@@ -80,7 +80,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     device = model_device(model)
     with frozen(model):
         trace = trace_front(model, split.front, seeds[:1].to(device))
-        settings = _settings(optimizer, trace, common, advanced)
+        settings = _settings(optimizer, trace, common, advanced, _history_bytes(seeds, batch_size))
         slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
         targets = [call for call, slope in slopes.items() if slope == 1.0]
         key_settings = dict(settings.as_dict(), fake_relu_at=[list(t) for t in targets])
@@ -101,11 +101,20 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     return iris
 
 
-def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: dict) -> Settings:
-    """Validated settings; ``optimizer="auto"`` resolved from ``trace`` (without one, it is checked as the
-    optimiser its options point to, so that bad options fail before any work)."""
+def _history_bytes(seeds: torch.Tensor, batch_size: int) -> float:
+    """Bytes L-BFGS's curvature pairs (default history) would take for these seeds and working batch."""
+    slots = min(int(batch_size), int(seeds.shape[0]))
+    return 2.0 * Settings.history * seeds[0].numel() * slots * seeds.element_size()
+
+
+def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: dict,
+              history_bytes: float) -> Settings:
+    """Validated settings; ``optimizer="auto"`` resolved from ``trace`` and the memory L-BFGS would need
+    (without a trace, it is checked as the optimiser its options point to, so bad options fail before any
+    work)."""
     if optimizer == AUTO:
-        optimizer = auto_optimizer(trace.relus_after_last_maxpool if trace is not None else 0, advanced)
+        optimizer = auto_optimizer(trace.relus_after_last_maxpool if trace is not None else 0, advanced,
+                                   history_bytes)
     return make_settings(optimizer=optimizer, **common, **advanced)
 
 

@@ -30,6 +30,9 @@ DEFAULT_FOLD_BN = {"lbfgs": True, "adam": False, "normgrad": False}
 # Adam otherwise (cuts at or just after max-pools, as in VGG and small CNNs, and shallow cuts, whose IRIs
 # keep many pixels at 0 or 1, where the logit parametrisation of L-BFGS crawls). Measured: docs/iri_depth.md.
 AUTO_LBFGS_MIN_RELUS = 6
+# auto never picks L-BFGS when its curvature pairs would take more memory than this (2 x history x pixels x
+# working-batch slots floats: 7.7 GB for 128 slots of 3x224x224 at history 50); Adam needs a few floats per pixel
+AUTO_LBFGS_MAX_BYTES = 4 * 2**30
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
 LBFGS_ONLY = ("history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps")
@@ -80,19 +83,21 @@ ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_
             "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn")
 
 
-def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any]) -> str:
+def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any], history_bytes: float = 0.0) -> str:
     """The optimiser ``optimizer="auto"`` runs: "lbfgs" or "adam".
 
     ``relus_after_last_maxpool``: ReLU calls in the front after its last max-pool (all of them when it has
-    none); ``options``: the advanced options the caller passed. An option only one optimiser takes decides
-    (e.g. ``cycle_steps`` -> Adam, ``history`` -> L-BFGS); otherwise L-BFGS when at least
-    ``AUTO_LBFGS_MIN_RELUS`` ReLUs follow the last max-pool, else Adam.
+    none); ``options``: the advanced options the caller passed; ``history_bytes``: memory L-BFGS's curvature
+    pairs would take (bytes). An option only one optimiser takes decides (e.g. ``cycle_steps`` -> Adam,
+    ``history`` -> L-BFGS); otherwise L-BFGS when at least ``AUTO_LBFGS_MIN_RELUS`` ReLUs follow the last
+    max-pool and the pairs fit in ``AUTO_LBFGS_MAX_BYTES``, else Adam.
     """
     if any(name in options for name in FIRST_ORDER_ONLY):
         return "adam"
     if any(name in options for name in LBFGS_ONLY):
         return "lbfgs"
-    return "lbfgs" if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS else "adam"
+    deep = relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS
+    return "lbfgs" if deep and history_bytes <= AUTO_LBFGS_MAX_BYTES else "adam"
 
 
 def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
