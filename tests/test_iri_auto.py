@@ -205,3 +205,25 @@ def test_history_bytes_counts_the_working_batch_not_the_whole_set():
     seeds = torch.rand(300, 3, 32, 32)
     assert _history_bytes(seeds, 128) == 2 * 50 * 3 * 32 * 32 * 128 * 4       # 128 slots of float32
     assert _history_bytes(seeds[:4].double(), 128) == 2 * 50 * 3 * 32 * 32 * 4 * 8
+
+
+def test_auto_gives_deep_maxpool_fronts_adam_at_a_lower_lr_with_one_cosine():
+    from similarity_plugins.iri.settings import AUTO_DEEP_POOLED_RELUS, auto_adam_defaults
+
+    n = AUTO_DEEP_POOLED_RELUS
+    assert auto_adam_defaults(n, {}, None) == {"lr": 0.05, "cycle_steps": 0}
+    assert auto_adam_defaults(n - 1, {}, None) == {}                    # small CNNs: Adam's defaults
+    assert auto_adam_defaults(n, {}, 0.2) == {}                         # the caller's lr wins
+    assert auto_adam_defaults(n, {"cycle_steps": 100}, None) == {}      # so does a schedule option
+    torch.manual_seed(0)
+    layers = []
+    for i in range(n):
+        layers += [nn.Conv2d(1 if i == 0 else 4, 4, 3, padding=1), nn.ReLU()]
+    vgg_like = nn.Sequential(*layers, nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 8 * 8, 10)).eval()
+    seeds = torch.rand(2, 1, 16, 16)
+    iris = generate_iris(vgg_like, str(2 * n), seeds, steps=5, progress=False)
+    s = iris.settings
+    assert (s["optimizer"], s["lr"], s["cycle_steps"]) == ("adam", 0.05, 0)
+    short = nn.Sequential(*layers[:4], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
+    s = generate_iris(short, "4", seeds, steps=5, progress=False).settings
+    assert (s["optimizer"], s["lr"], s["cycle_steps"]) == ("adam", 0.2, 300)

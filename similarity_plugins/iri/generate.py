@@ -14,7 +14,7 @@ from .fold import folded_front
 from .optimizer import _check_seeds, make_settings, optimize_iris
 from .relu import FrontTrace, front_tensors, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
-from .settings import AUTO, Settings, auto_optimizer
+from .settings import AUTO, Settings, auto_adam_defaults, auto_optimizer
 
 RUN_OPTIONS = ("callback", "profile")
 
@@ -115,6 +115,10 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
     if optimizer == AUTO:
         optimizer = auto_optimizer(trace.relus_after_last_maxpool if trace is not None else 0, advanced,
                                    history_bytes)
+        if optimizer == "adam" and trace is not None:
+            extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"])
+            common = dict(common, lr=extra.pop("lr", common["lr"]))
+            advanced = {**extra, **advanced}
     return make_settings(optimizer=optimizer, **common, **advanced)
 
 

@@ -33,6 +33,11 @@ AUTO_LBFGS_MIN_RELUS = 6
 # auto never picks L-BFGS when its curvature pairs would take more memory than this (2 x history x pixels x
 # working-batch slots floats: 7.7 GB for 128 slots of 3x224x224 at history 50); Adam needs a few floats per pixel
 AUTO_LBFGS_MAX_BYTES = 4 * 2**30
+# auto, deep fronts that end at or just after a max-pool (VGG): at least this many ReLU calls in all get Adam
+# at lr 0.05 with one cosine over the budget. Adam's default lr 0.2 is too large there: VGG-16-BN features.43
+# ends at median 0.025 after 1,000 steps; lr 0.05 and one cosine converge every sample in 852 (docs/iri_depth.md)
+AUTO_DEEP_POOLED_RELUS = 8
+AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0}
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
 LBFGS_ONLY = ("history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps")
@@ -113,6 +118,19 @@ def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
                          "generate_iris)")
     if init not in INITS:
         raise ValueError(f"unknown init {init!r}; choose 'noise' (0.5 + randn/20) or 'shuffle' (another seed)")
+
+
+def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | None) -> dict[str, Any]:
+    """Adam's defaults that ``optimizer="auto"`` changes for a deep front ending at or after a max-pool.
+
+    ``relu_calls``: ReLU calls in the whole front; ``options``: the advanced options the caller passed;
+    ``lr``: the caller's lr (None: default). Returns ``AUTO_DEEP_POOLED_ADAM`` when the front has at least
+    ``AUTO_DEEP_POOLED_RELUS`` ReLU calls and the caller set neither the lr nor a schedule option, else {}.
+    """
+    own_schedule = any(name in options for name in FIRST_ORDER_ONLY)
+    if relu_calls < AUTO_DEEP_POOLED_RELUS or lr is not None or own_schedule:
+        return {}
+    return dict(AUTO_DEEP_POOLED_ADAM)
 
 
 def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER, lr: float | None, init: str,
