@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         lrs = [float(v) for v in args.plain_lrs.split(",") if v]
         if plain is not None:
             print(fmt(f"plain lr {plain['lr']} (stored)", plain), flush=True)
+            record["plain"], record["plain_stored"] = plain, True
         elif lrs:
             with frozen(model):
                 plain = bench.best_plain(SplitNetwork(model, layer).front, seeds, args.steps, lrs, stop_at_tol=True)

@@ -38,9 +38,12 @@ def main(argv: list[str] | None = None) -> None:
         with open(path) as fh:
             for line in fh:
                 rec = json.loads(line)
+                if "plain" not in rec:
+                    continue
                 for name, r in rec.items():
                     if isinstance(r, dict) and "converged" in r and name != "plain" and (wanted is None or name in wanted):
-                        print(row(rec["case"], name, rec["plain"], r))
+                        print(row(rec["case"] + (" (plain stored)" if rec.get("plain_stored") else ""), name,
+                                  rec["plain"], r))
 
 
 if __name__ == "__main__":
