@@ -45,21 +45,25 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+def _fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 3) -> nn.Module:
+    """``model`` trained ``epochs`` epochs of Adam (lr 3e-3, batch 64, fixed order) on (x, y); in eval mode."""
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=g).split(64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
 @pytest.fixture(scope="module")
 def trained() -> tuple[nn.Module, torch.Tensor]:
     """A 3-block CNN (conv-BN-ReLU-maxpool) trained for a few epochs on 16x16 digits, and 16 seed images."""
     torch.manual_seed(0)
     x, y = _digits16()
-    model = _tiny_cnn()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(3):
-        for idx in torch.randperm(len(x), generator=g).split(64):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-    model.eval()
+    model = _fit(_tiny_cnn(), x, y)
     with torch.no_grad():
         acc = (model(x).argmax(1) == y).float().mean().item()
     assert acc > 0.8, f"fixture model failed to train (accuracy {acc:.2f})"

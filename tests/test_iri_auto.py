@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_iri import _digits16, trained  # noqa: F401 - fixture
+from test_iri import _digits16, _fit, trained  # noqa: F401 - fixture
 from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
@@ -93,15 +93,7 @@ def tiny_resnet() -> tuple[nn.Module, torch.Tensor]:
     w = 8
     model = nn.Sequential(nn.Conv2d(1, w, 4, stride=4, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True),
                           *[_Block(w) for _ in range(3)], nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w, 10))
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(3):
-        for idx in torch.randperm(len(x), generator=g).split(64):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-    return model.eval(), x[-16:].clone()
+    return _fit(model, x, y), x[-16:].clone()
 
 
 def test_auto_picks_lbfgs_with_leak_at_a_deep_residual_cut_and_it_wins(tiny_resnet):
