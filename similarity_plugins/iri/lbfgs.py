@@ -88,21 +88,22 @@ def two_loop(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, rho: t
     return two_loop_ring(g, s_hist, y_hist, rho, valid, m - 1, gamma)
 
 
+def _is_prefix(rows: np.ndarray) -> bool:
+    """True when the sorted, distinct ``rows`` are 0, 1, ..., n-1 (the usual case: every slot active)."""
+    return len(rows) > 0 and rows[0] == 0 and rows[-1] == len(rows) - 1
+
+
 def _rows(t: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
-    """``t[rows]``: a view when ``rows`` is 0, 1, ..., n-1 (the usual case), else a gathered copy."""
-    n = len(rows)
-    if n and rows[0] == 0 and rows[-1] == n - 1:
-        return t[:n]
-    return t[torch.as_tensor(rows, device=t.device)]
+    """``t[rows]``: a view when ``rows`` is a prefix, else a gathered copy."""
+    return t[: len(rows)] if _is_prefix(rows) else t[torch.as_tensor(rows, device=t.device)]
 
 
 def _put_rows(t: torch.Tensor, rows: np.ndarray, value: torch.Tensor) -> None:
     """``t[rows] = value``, a no-op when ``value`` is already the view :func:`_rows` gave."""
-    target = _rows(t, rows) if len(rows) and rows[0] == 0 and rows[-1] == len(rows) - 1 else None
-    if target is None:
+    if not _is_prefix(rows):
         t[torch.as_tensor(rows, device=t.device)] = value
-    elif value.data_ptr() != target.data_ptr():
-        target.copy_(value)
+    elif value.data_ptr() != t.data_ptr():
+        t[: len(rows)].copy_(value)
 
 
 class LbfgsStepper:
