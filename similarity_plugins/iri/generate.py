@@ -128,7 +128,9 @@ def _optimize(model: nn.Module, split: SplitNetwork, settings: Settings, slopes:
     ReLU ``slopes``; ``run``: the options of :func:`optimize_iris` that ``generate_iris`` passes through."""
     folded = folded_front(split) if settings.fold_bn else None
     front = folded if folded is not None else model   # the copy keeps the model's module names
-    call = folded if folded is not None else split.front
+    # the caller holds frozen(model), so the traced front can run directly (split.front would re-enter it)
+    graph = split.front_graph
+    call = folded if folded is not None else graph if graph is not None else split.front
     with straight_through_relu(front, slopes) as reset:
         def front_fn(x: torch.Tensor) -> torch.Tensor:
             reset()
