@@ -219,3 +219,32 @@ def test_auto_gives_deep_maxpool_fronts_adam_at_a_lower_lr_with_one_cosine():
     short = nn.Sequential(*layers[:4], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
     s = generate_iris(short, "4", seeds, steps=5, progress=False).settings
     assert (s["optimizer"], s["lr"], s["cycle_steps"]) == ("adam", 0.2, 300)
+
+
+class _Untraceable(nn.Module):
+    """Seven Conv-BN-ReLU layers behind data-dependent control flow (torch.fx cannot trace it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.ModuleList(nn.Sequential(nn.Conv2d(1 if i == 0 else 4, 4, 3, padding=1), nn.BatchNorm2d(4),
+                                                nn.ReLU()) for i in range(7))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if float(x.detach().sum()) < 0:   # data-dependent: breaks symbolic tracing
+            x = -x
+        for layer in self.body:
+            x = layer(x)
+        return x
+
+
+def test_untraceable_fronts_run_unfolded_through_the_hook_path():
+    from similarity_plugins.core.networks import SplitNetwork
+    from similarity_plugins.iri.fold import folded_front
+
+    torch.manual_seed(0)
+    model = _Untraceable().eval()
+    assert SplitNetwork(model, "body.6").front_graph is None
+    assert folded_front(SplitNetwork(model, "body.6")) is None
+    iris = generate_iris(model, "body.6", torch.rand(2, 1, 8, 8), steps=5, progress=False)
+    assert iris.settings["optimizer"] == "lbfgs" and iris.stats["bn_folded"] is False
+    assert torch.isfinite(iris.rel_error).all()
