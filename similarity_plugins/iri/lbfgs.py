@@ -124,7 +124,7 @@ class LbfgsStepper:
         tensors = {"z": (dim,), "zt": (dim,), "g": (dim,), "d": (dim,), "s_hist": (m, dim), "y_hist": (m, dim),
                    "rho": (m,), "hvalid": (m,), "gamma": (), "m": (dim,), "v": (dim,)}
         host = {"phi": (np.float64, np.inf), "a": (np.float64, 0.0), "gd": (np.float64, 0.0),
-                "count": (np.int64, 0), "fails": (np.int64, 0), "fresh": (np.int8, 1),
+                "fails": (np.int64, 0), "fresh": (np.int8, 1),
                 "mode": (np.int8, 0), "phase_start": (np.int64, 0), "phase_len": (np.int64, 0),
                 "ref_err": (np.float64, np.inf), "since": (np.int64, 0)}
         return tensors, host
@@ -138,7 +138,7 @@ class LbfgsStepper:
         for name in ("g", "d", "s_hist", "y_hist", "rho", "hvalid"):
             getattr(w, name)[sl] = 0
         w.gamma[sl] = 1
-        for name, value in (("phi", np.inf), ("a", 0.0), ("gd", 0.0), ("count", 0), ("fails", 0), ("fresh", 1),
+        for name, value in (("phi", np.inf), ("a", 0.0), ("gd", 0.0), ("fails", 0), ("fresh", 1),
                             ("mode", 0), ("ref_err", np.inf), ("since", 0)):
             getattr(w, name)[slots] = value
         if self.s.warmup_steps:
@@ -207,27 +207,28 @@ class LbfgsStepper:
         w.fresh[rows] = 0
         w.fails[rows] = 0
         valid = _rows(w.hvalid, rows)
-        w.count[rows] = valid.sum(dim=1).cpu().numpy().astype(np.int64)
-        gamma = torch.where(valid.any(dim=1), _rows(w.gamma, rows), torch.ones_like(_rows(w.gamma, rows)))
+        has_pairs = valid.any(dim=1)
+        gamma = torch.where(has_pairs, _rows(w.gamma, rows), torch.ones_like(_rows(w.gamma, rows)))
         d = two_loop_ring(g_new, _rows(w.s_hist, rows), _rows(w.y_hist, rows), _rows(w.rho, rows), valid,
                           self.pos, gamma)
+        has_pairs = has_pairs.cpu().numpy()
         gd = (g_new * d).sum(dim=1).double().cpu().numpy()
-        bad = ~(gd < 0) & (w.count[rows] > 0)
+        bad = ~(gd < 0) & has_pairs
         if bad.any():   # not a descent direction: forget the history
             self._forget(rows[bad])
+            has_pairs &= ~bad
             d[torch.as_tensor(bad, device=w.device)] = -g_new[torch.as_tensor(bad, device=w.device)]
             self.restarts += int(bad.sum())
         w.d[r] = d
         gg = (g_new * g_new).sum(dim=1).double().cpu().numpy()
-        w.gd[rows] = np.where(w.count[rows] > 0, gd, -gg)
+        w.gd[rows] = np.where(has_pairs, gd, -gg)
         polyak = np.where(gg > 0, s.lr * phi_t[rows] / np.maximum(gg, 1e-300), 0.0)  # no gradient: stay
-        w.a[rows] = np.minimum(np.where(w.count[rows] > 0, s.lr, polyak), self._cap(d))
+        w.a[rows] = np.minimum(np.where(has_pairs, s.lr, polyak), self._cap(d))
 
     def _forget(self, rows: np.ndarray) -> None:
         """Clear the curvature history of ``rows`` (their next direction is ``-g``)."""
         w = self.run.w
         w.hvalid[torch.as_tensor(rows, device=w.device)] = 0
-        w.count[rows] = 0
 
     @staticmethod
     def _cap(d: torch.Tensor) -> np.ndarray:
