@@ -9,7 +9,8 @@ The donors, seeds, plain loop and figures are those of ``benchmarks/bench_iri.py
 VGG-16-BN trained 2 epochs on 3x32x32 digits, cached; SmallCNN at block3). Per case: the plain loop at lr
 0.05, 0.1 and 0.2 (stopped once its median reaches 1e-2: the trajectory up to there is unchanged), then
 each variant of ours; work in sample-steps (one sample's forward+backward), seconds measured in this same
-process. ``--variants`` picks from ``VARIANTS`` (``default`` = ``generate_iris``'s defaults).
+process. ``--variants`` picks from ``VARIANTS`` (``default`` = ``generate_iris``'s defaults) or gives options
+inline (``optimizer=adam+lr=0.02+cycle_steps=300``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,23 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "adam": dict(optimizer="adam"),                      # the previous default
     "adam_c100": dict(optimizer="adam", cycle_steps=100),
 }
+
+
+def variant_options(name: str) -> dict[str, Any]:
+    """Options of a variant: a name in ``VARIANTS``, or inline ``key=value`` pairs joined by ``+``
+    (``optimizer=adam+lr=0.02+cycle_steps=300``; values parsed as Python literals, else kept as strings)."""
+    if "=" not in name:
+        return VARIANTS[name]
+    import ast
+
+    options: dict[str, Any] = {}
+    for pair in name.split("+"):
+        key, _, value = pair.partition("=")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value
+    return options
 
 
 def fmt(label: str, r: dict[str, Any]) -> str:
@@ -110,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(fmt(f"plain lr {r['lr']}", r), flush=True)
             record["plain"] = plain
         for name in args.variants.split(","):
-            r = bench.ours(model, layer, seeds, args.steps, **VARIANTS[name])
+            r = bench.ours(model, layer, seeds, args.steps, **variant_options(name))
             line = fmt(name, r)
             if plain is not None:
                 q = bench.ratios(plain, r)

@@ -199,26 +199,36 @@ def test_history_bytes_counts_the_working_batch_not_the_whole_set():
     assert _history_bytes(seeds[:4].double(), 128) == 2 * 50 * 3 * 32 * 32 * 4 * 8
 
 
-def test_auto_gives_deep_maxpool_fronts_adam_at_a_lower_lr_with_one_cosine():
-    from similarity_plugins.iri.settings import AUTO_DEEP_POOLED_RELUS, auto_adam_defaults
+def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
+    from similarity_plugins.iri.settings import (AUTO_COMPRESSION, AUTO_DEEP_POOLED_RELUS, auto_adam_defaults)
 
-    n = AUTO_DEEP_POOLED_RELUS
-    assert auto_adam_defaults(n, {}, None) == {"lr": 0.05, "cycle_steps": 0}
-    assert auto_adam_defaults(n - 1, {}, None) == {}                    # small CNNs: Adam's defaults
-    assert auto_adam_defaults(n, {}, 0.2) == {}                         # the caller's lr wins
+    n, c = AUTO_DEEP_POOLED_RELUS, AUTO_COMPRESSION
+    wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True}
+    narrow = {"lr": 0.02, "cycle_steps": 350, "fold_bn": True}
+    assert auto_adam_defaults(n, {}, None, 3072, 2048) == wide          # VGG-16-BN features.33 at 32x32
+    assert auto_adam_defaults(n, {}, None, 3072, 512) == narrow         # features.43: 6x fewer values
+    assert auto_adam_defaults(n, {}, None, 100 * c, 100) == narrow      # the boundary is compressive
+    assert auto_adam_defaults(n, {}, None, 100 * c - 1, 100) == wide
+    assert auto_adam_defaults(n, {}, None) == wide                      # sizes unknown
+    assert auto_adam_defaults(n - 1, {}, None, 3072, 512) == {}         # small CNNs: Adam's defaults
+    assert auto_adam_defaults(n, {}, 0.2, 3072, 512) == {}              # the caller's lr wins
     assert auto_adam_defaults(n, {"cycle_steps": 100}, None) == {}      # so does a schedule option
     torch.manual_seed(0)
     layers = []
     for i in range(n):
-        layers += [nn.Conv2d(1 if i == 0 else 4, 4, 3, padding=1), nn.ReLU()]
-    vgg_like = nn.Sequential(*layers, nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 8 * 8, 10)).eval()
+        layers += [nn.Conv2d(1 if i == 0 else 4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()]
     seeds = torch.rand(2, 1, 16, 16)
-    iris = generate_iris(vgg_like, str(2 * n), seeds, steps=5, progress=False)
-    s = iris.settings
-    assert (s["optimizer"], s["lr"], s["cycle_steps"]) == ("adam", 0.05, 0)
-    short = nn.Sequential(*layers[:4], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
-    s = generate_iris(short, "4", seeds, steps=5, progress=False).settings
-    assert (s["optimizer"], s["lr"], s["cycle_steps"]) == ("adam", 0.2, 300)
+    for pool, expected in ((2, wide), (4, narrow)):   # 4x8x8 = 256 values (as many as the input), 4x4x4 = 64
+        vgg_like = nn.Sequential(*layers, nn.MaxPool2d(pool)).eval()
+        iris = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False)
+        s = iris.settings
+        assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"]) == ("adam", *expected.values())
+        assert iris.stats["bn_folded"]
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, fold_bn=False).settings
+    assert (s["lr"], s["fold_bn"]) == (0.02, False)                    # the caller's fold_bn stays theirs
+    short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
+    s = generate_iris(short, "6", seeds, steps=5, progress=False).settings
+    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"]) == ("adam", 0.2, 300, False)
 
 
 class _Untraceable(nn.Module):

@@ -116,7 +116,8 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
         optimizer = auto_optimizer(trace.relus_after_last_maxpool if trace is not None else 0, advanced,
                                    history_bytes)
         if optimizer == "adam" and trace is not None:
-            extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"])
+            extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], trace.input_values,
+                                       trace.output_values)
             common = dict(common, lr=extra.pop("lr", common["lr"]))
             advanced = {**extra, **advanced}
     return make_settings(optimizer=optimizer, **common, **advanced)

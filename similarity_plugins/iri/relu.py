@@ -41,6 +41,8 @@ class FrontTrace:
     modules: list[str] = field(default_factory=list)
     relu_calls: list[tuple[str, int]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)   # "relu" / "maxpool", in call order
+    input_values: int = 0    # values per sample going into the front (C*H*W of the seeds)
+    output_values: int = 0   # values per sample of the representation at the cut
 
     @property
     def relus_after_last_maxpool(self) -> int:
@@ -75,10 +77,12 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
             handles.append(module.register_forward_hook(lambda *_: trace.events.append("maxpool")))
     try:
         with torch.no_grad():
-            front(example)
+            out = front(example)
     finally:
         for h in handles:
             h.remove()
+    trace.input_values = int(example[0].numel())
+    trace.output_values = int(out[0].numel()) if isinstance(out, torch.Tensor) and out.dim() > 0 else 0
     return trace
 
 

@@ -34,10 +34,16 @@ AUTO_LBFGS_MIN_RELUS = 6
 # working-batch slots floats: 7.7 GB for 128 slots of 3x224x224 at history 50); Adam needs a few floats per pixel
 AUTO_LBFGS_MAX_BYTES = 4 * 2**30
 # auto, deep fronts that end at or just after a max-pool (VGG): at least this many ReLU calls in all get Adam
-# at lr 0.05 with one cosine over the budget. Adam's default lr 0.2 is too large there: VGG-16-BN features.43
-# ends at median 0.025 after 1,000 steps; lr 0.05 and one cosine converge every sample in 852 (docs/iri_depth.md)
+# with BatchNorm folded and a schedule chosen by how much the cut compresses its input. Measured on VGG-16-BN
+# (docs/iri_depth.md): where the representation has at most a quarter as many values as the input
+# (features.43: 512 of 3,072), Adam at lr 0.02 with per-sample cosine cycles of 350, 700, ... converges every
+# sample in 285 steps (lr 0.05 with one cosine: 852; Adam's defaults: median 0.025 after 1,000); where it has
+# more (features.33 / .42: 2,048), the small lr stalls (0.067) and lr 0.05 with one cosine over the budget does
+# best (0.044 / 0.037; Adam's defaults 0.082)
 AUTO_DEEP_POOLED_RELUS = 8
-AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0}
+AUTO_COMPRESSION = 4   # "compressive cut": input values >= this many times the representation's values
+AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True}
+AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 350, "fold_bn": True}
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
 LBFGS_ONLY = ("history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps")
@@ -120,17 +126,22 @@ def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
         raise ValueError(f"unknown init {init!r}; choose 'noise' (0.5 + randn/20) or 'shuffle' (another seed)")
 
 
-def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | None) -> dict[str, Any]:
+def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | None, input_values: int = 0,
+                       output_values: int = 0) -> dict[str, Any]:
     """Adam's defaults that ``optimizer="auto"`` changes for a deep front ending at or after a max-pool.
 
     ``relu_calls``: ReLU calls in the whole front; ``options``: the advanced options the caller passed;
-    ``lr``: the caller's lr (None: default). Returns ``AUTO_DEEP_POOLED_ADAM`` when the front has at least
-    ``AUTO_DEEP_POOLED_RELUS`` ReLU calls and the caller set neither the lr nor a schedule option, else {}.
+    ``lr``: the caller's lr (None: default); ``input_values`` / ``output_values``: values per sample at the
+    front's input and at the cut. Returns {} (Adam's defaults) when the front has fewer than
+    ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or the caller set the lr or a schedule option; else
+    ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values as
+    the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise. Options the caller passed (e.g. ``fold_bn``) stay theirs.
     """
     own_schedule = any(name in options for name in FIRST_ORDER_ONLY)
     if relu_calls < AUTO_DEEP_POOLED_RELUS or lr is not None or own_schedule:
         return {}
-    return dict(AUTO_DEEP_POOLED_ADAM)
+    compressive = 0 < output_values * AUTO_COMPRESSION <= input_values
+    return dict(AUTO_COMPRESSIVE_POOLED_ADAM if compressive else AUTO_DEEP_POOLED_ADAM)
 
 
 def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER, lr: float | None, init: str,
