@@ -200,7 +200,7 @@ def test_history_bytes_counts_the_working_batch_not_the_whole_set():
 
 
 def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
-    from similarity_plugins.iri.settings import (AUTO_COMPRESSION, AUTO_DEEP_POOLED_RELUS, auto_adam_defaults)
+    from similarity_plugins.iri.settings import AUTO_COMPRESSION, AUTO_DEEP_POOLED_RELUS, auto_adam_defaults
 
     n, c = AUTO_DEEP_POOLED_RELUS, AUTO_COMPRESSION
     wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True}
