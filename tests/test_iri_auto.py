@@ -203,7 +203,7 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
     from similarity_plugins.iri.settings import AUTO_COMPRESSION, AUTO_DEEP_POOLED_RELUS, auto_adam_defaults
 
     n, c = AUTO_DEEP_POOLED_RELUS, AUTO_COMPRESSION
-    wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True}
+    wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
     narrow = {"lr": 0.02, "cycle_steps": 350, "fold_bn": True}
     assert auto_adam_defaults(n, {}, None, 3072, 2048) == wide          # VGG-16-BN features.33 at 32x32
     assert auto_adam_defaults(n, {}, None, 3072, 512) == narrow         # features.43: 6x fewer values
@@ -222,13 +222,14 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
         vgg_like = nn.Sequential(*layers, nn.MaxPool2d(pool)).eval()
         iris = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False)
         s = iris.settings
-        assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"]) == ("adam", *expected.values())
+        assert (s["optimizer"], s["relu_leak"]) == ("adam", expected.get("relu_leak", 0.0))
+        assert (s["lr"], s["cycle_steps"], s["fold_bn"]) == (expected["lr"], expected["cycle_steps"], True)
         assert iris.stats["bn_folded"]
     s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, fold_bn=False).settings
     assert (s["lr"], s["fold_bn"]) == (0.02, False)                    # the caller's fold_bn stays theirs
     short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
     s = generate_iris(short, "6", seeds, steps=5, progress=False).settings
-    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"]) == ("adam", 0.2, 300, False)
+    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"]) == ("adam", 0.2, 300, False, 0.0)
 
 
 class _Untraceable(nn.Module):
