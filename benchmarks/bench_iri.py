@@ -61,19 +61,24 @@ def _digits_rgb32() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # VGG-16-BN's 25,088 x 4,096 classifier collapses under Adam at lr 1e-3 (chance accuracy after 2 epochs:
-# its activations no longer depend on the input), so it trains at 1e-4.
+# its activations no longer depend on the input), so it (and every VGG) trains at 1e-4.
 TRAIN_LR = {"resnet18": 1e-3, "vgg16_bn": 1e-4}
+
+
+def train_lr(arch: str) -> float:
+    """Adam's lr for training the donor ``arch``: ``TRAIN_LR``, else 1e-4 for VGGs and 1e-3 otherwise."""
+    return TRAIN_LR.get(arch, 1e-4 if arch.startswith("vgg") else 1e-3)
 
 
 @lru_cache(maxsize=4)
 def torchvision_digits(arch: str, epochs: int = TRAIN_EPOCHS, folder: str = DONORS) -> nn.Module:
-    """torchvision ``arch`` (10 classes) trained ``epochs`` epochs of Adam (lr ``TRAIN_LR``, batch 64) on
+    """torchvision ``arch`` (10 classes) trained ``epochs`` epochs of Adam (lr :func:`train_lr`, batch 64) on
     3x32x32 digits; the weights are cached in ``folder``."""
     import torchvision
 
     torch.manual_seed(0)
     model = getattr(torchvision.models, arch)(num_classes=10)
-    lr = TRAIN_LR.get(arch, 1e-3)
+    lr = train_lr(arch)
     path = os.path.join(folder, f"{arch}_digits_e{epochs}" + ("" if lr == 1e-3 else f"_lr{lr:g}") + ".pt")
     if os.path.exists(path):
         model.load_state_dict(torch.load(path))
