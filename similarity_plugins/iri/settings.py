@@ -35,16 +35,17 @@ AUTO_LBFGS_MIN_RELUS = 6
 AUTO_LBFGS_MAX_BYTES = 4 * 2**30
 # auto, deep fronts that end at or just after a max-pool (VGG): at least this many ReLU calls in all get Adam
 # with BatchNorm folded and a schedule chosen by how much the cut compresses its input. Measured on VGG-16-BN
-# (docs/iri_depth.md): where the representation has at most a quarter as many values as the input
-# (features.43: 512 of 3,072), Adam at lr 0.02 with per-sample cosine cycles of 350, 700, ... converges every
-# sample in 285 steps (lr 0.05 with one cosine: 852; Adam's defaults: median 0.025 after 1,000); where it has
-# more (features.33 / .42: 2,048), the small lr stalls (0.067) and lr 0.05 with one cosine over the budget and
+# and VGG-11-BN (docs/iri_depth.md): where the representation has at most a quarter as many values as the
+# input (their last pools: 512 of 3,072), Adam at lr 0.025 with per-sample cosine cycles of 400, 800, ...
+# converges every sample, 328 and 281 steps to the median (lr 0.02 / cycles 350: 285 and 498; lr 0.05 with
+# one cosine: 852 on VGG-16; Adam's defaults: median 0.025 after 1,000); where it has more (VGG-16-BN
+# features.33 / .42: 2,048), small lrs stall (0.067 at 0.02) and lr 0.05 with one cosine over the budget and
 # leaky ReLU gradients (0.1) does best, though no schedule tried converges there (0.034 / 0.029; without the
 # leak 0.044 / 0.037; Adam's defaults 0.082)
 AUTO_DEEP_POOLED_RELUS = 8
 AUTO_COMPRESSION = 4   # "compressive cut": input values >= this many times the representation's values
 AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
-AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 350, "fold_bn": True}
+AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.025, "cycle_steps": 400, "fold_bn": True}
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
 LBFGS_ONLY = ("history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps")
