@@ -11,7 +11,7 @@ from test_iri import _fake_cupy, _one_thread, _rel_error, _tiny_cnn, trained  # 
 
 from similarity_plugins.iri import generate_iris, optimize_iris
 from similarity_plugins.iri.backends import cupy_backend, numpy_backend, torch_backend
-from similarity_plugins.iri.lbfgs import two_loop
+from similarity_plugins.iri.lbfgs import two_loop_ring
 from similarity_plugins.iri.update import trial_kernel, update_kernel
 
 
@@ -30,6 +30,17 @@ def test_lbfgs_converges_at_a_deep_layer(trained):  # noqa: F811 - the fixture i
     # fewer steps than Adam on the converged samples
     adam = generate_iris(model, "2", seeds, steps=300, optimizer="adam", progress=False)
     assert float(iris.steps.double().median()) < 0.7 * float(adam.steps.double().median())
+
+
+def two_loop(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, rho: torch.Tensor,
+             count: torch.Tensor) -> torch.Tensor:
+    """:func:`two_loop_ring` for histories stored newest last, of which the newest ``count`` (B,) are valid."""
+    m = s_hist.shape[1]
+    valid = (torch.arange(m, device=g.device)[None, :] >= (m - count)[:, None]).to(g.dtype)
+    sy = (s_hist[:, -1] * y_hist[:, -1]).sum(dim=1)
+    yy = (y_hist[:, -1] * y_hist[:, -1]).sum(dim=1)
+    gamma = torch.where(count > 0, sy / yy.clamp_min(torch.finfo(g.dtype).tiny), torch.ones_like(sy))
+    return two_loop_ring(g, s_hist, y_hist, rho, valid, m - 1, gamma)
 
 
 def test_two_loop_satisfies_the_secant_equation_per_row():

@@ -77,17 +77,6 @@ def two_loop_ring(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, r
     return -r
 
 
-def two_loop(g: torch.Tensor, s_hist: torch.Tensor, y_hist: torch.Tensor, rho: torch.Tensor,
-             count: torch.Tensor) -> torch.Tensor:
-    """:func:`two_loop_ring` for histories stored newest last, of which the newest ``count`` (B,) are valid."""
-    m = s_hist.shape[1]
-    valid = (torch.arange(m, device=g.device)[None, :] >= (m - count)[:, None]).to(g.dtype)
-    sy = (s_hist[:, -1] * y_hist[:, -1]).sum(dim=1)
-    yy = (y_hist[:, -1] * y_hist[:, -1]).sum(dim=1)
-    gamma = torch.where(count > 0, sy / yy.clamp_min(torch.finfo(g.dtype).tiny), torch.ones_like(sy))
-    return two_loop_ring(g, s_hist, y_hist, rho, valid, m - 1, gamma)
-
-
 def _is_prefix(rows: np.ndarray) -> bool:
     """True when the sorted, distinct ``rows`` are 0, 1, ..., n-1 (the usual case: every slot active)."""
     return len(rows) > 0 and rows[0] == 0 and rows[-1] == len(rows) - 1
