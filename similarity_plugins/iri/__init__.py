@@ -11,8 +11,9 @@ Polyak first steps since the minimum is 0, leaky ReLU gradients, BatchNorm folde
 front) when at least 6 ReLU calls follow the front's last max-pool, as at deep ResNet cuts (3.9-4.3x fewer
 steps and 3.2-3.4x less time than the plain loop at ResNet-18 layer3/layer4, every sample converged), and
 Adam (lr 0.2, per-sample cosine cycles of 300 then 600 steps, straight-through gradient at the last ReLU)
-elsewhere, where L-BFGS crawls (max-pool cuts, shallow cuts). ``optimize_iris`` on a bare function defaults
-to Adam. ``docs/iri_depth.md`` has the measurements (``scripts/iri_depth_study.py``,
+elsewhere, where L-BFGS crawls (max-pool cuts, shallow cuts); deep max-pool fronts such as VGG's get their
+own Adam schedule, chosen by how much the cut compresses the input (``settings.auto_adam_defaults``).
+``optimize_iris`` on a bare function defaults to Adam. ``docs/iri_depth.md`` has the measurements (``scripts/iri_depth_study.py``,
 ``benchmarks/bench_iri.py``).
 """
 

@@ -3,8 +3,8 @@
 At a deep layer, many units of the target activation sit in a ReLU's dead zone for the current iterate,
 so their error has no gradient and plain Adam stalls around 5-10% relative error. The fake ReLU keeps the
 forward value exact (``relu(pre)``) but passes the gradient straight through to ``pre``, as if the ReLU were
-the identity: a unit that should be active but is not gets pushed up. Only the last ReLU call before
-the cut is changed, so the loss (and hence ``rel_error``) is always the true one.
+the identity: a unit that should be active but is not gets pushed up. Only gradients change, never forward
+values, so the loss (and hence ``rel_error``) is always the true one.
 
 A ReLU module can run several times per forward (torchvision's ResNet blocks reuse ``self.relu``), so the
 target is a (module name, call number) pair found by tracing one front pass. For the duration of a run the
