@@ -45,6 +45,17 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+def _load_repo_module(relative: str, name: str) -> types.ModuleType:
+    """Import a repository script or benchmark (``relative`` to the repository root; not packages) as ``name``."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), relative)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 3) -> nn.Module:
     """``model`` trained ``epochs`` epochs of Adam (lr 3e-3, batch 64, fixed order) on (x, y); in eval mode."""
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -469,13 +480,9 @@ def test_cycles_and_plateau_restarts_run_and_stay_honest(trained):
 
 def test_gpu_script_dry_run_on_cpu(tmp_path):
     """benchmarks/gpu_iri.py cannot run its GPU path here; its CPU dry run exercises the same code."""
-    import importlib.util
     import json
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpu_iri.py")
-    spec = importlib.util.spec_from_file_location("gpu_iri", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load_repo_module("benchmarks/gpu_iri.py", "gpu_iri")
     assert module.main(["--out", str(tmp_path), "--device", "cpu", "--small", "--skip-tests"]) == 0
     report = json.loads((tmp_path / "gpu_iri.json").read_text())
     assert report["update_adam_torch"]["median_s"] > 0 and report["update_normgrad_numpy"]["median_s"] > 0

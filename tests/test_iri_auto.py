@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_iri import _digits16, _fit, trained  # noqa: F401 - fixture
+from test_iri import _digits16, _fit, _load_repo_module, trained  # noqa: F401 - fixture
 from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
@@ -259,3 +259,15 @@ def test_untraceable_fronts_run_unfolded_through_the_hook_path():
     iris = generate_iris(model, "body.6", torch.rand(2, 1, 8, 8), steps=5, progress=False)
     assert iris.settings["optimizer"] == "lbfgs" and iris.stats["bn_folded"] is False
     assert torch.isfinite(iris.rel_error).all()
+
+
+def test_study_variants_by_name_or_inline_options_and_donor_lrs():
+    study = _load_repo_module("scripts/iri_depth_study.py", "iri_depth_study")
+    assert study.variant_options("lbfgs") == {"optimizer": "lbfgs"}
+    assert study.variant_options("optimizer=adam+lr=0.025+cycle_steps=400+fold_bn=True+fake_relu='all'") == {
+        "optimizer": "adam", "lr": 0.025, "cycle_steps": 400, "fold_bn": True, "fake_relu": "all"}
+    with pytest.raises(KeyError):
+        study.variant_options("no_such_variant")
+    bench = _load_repo_module("benchmarks/bench_iri.py", "bench_iri_for_test")
+    assert bench.train_lr("vgg16_bn") == bench.train_lr("vgg11_bn") == 1e-4   # VGG collapses at 1e-3
+    assert bench.train_lr("resnet50") == 1e-3
