@@ -204,7 +204,7 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
 
     n, c = AUTO_DEEP_POOLED_RELUS, AUTO_COMPRESSION
     wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
-    narrow = {"lr": 0.025, "cycle_steps": 400, "fold_bn": True}
+    narrow = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98}
     assert auto_adam_defaults(n, {}, None, 3072, 2048) == wide          # VGG-16-BN features.33 at 32x32
     assert auto_adam_defaults(n, {}, None, 3072, 512) == narrow         # features.43: 6x fewer values
     assert auto_adam_defaults(n, {}, None, 100 * c, 100) == narrow      # the boundary is compressive
@@ -213,6 +213,7 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
     assert auto_adam_defaults(n - 1, {}, None, 3072, 512) == {}         # small CNNs: Adam's defaults
     assert auto_adam_defaults(n, {}, 0.2, 3072, 512) == {}              # the caller's lr wins
     assert auto_adam_defaults(n, {"cycle_steps": 100}, None) == {}      # so does a schedule option
+    assert auto_adam_defaults(n, {"beta1": 0.9}, None, 3072, 512) == narrow   # beta1 replaces only itself
     torch.manual_seed(0)
     layers = []
     for i in range(n):
@@ -224,12 +225,16 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
         s = iris.settings
         assert (s["optimizer"], s["relu_leak"]) == ("adam", expected.get("relu_leak", 0.0))
         assert (s["lr"], s["cycle_steps"], s["fold_bn"]) == (expected["lr"], expected["cycle_steps"], True)
+        assert s["beta1"] == expected.get("beta1", 0.9)
         assert iris.stats["bn_folded"]
     s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, fold_bn=False).settings
-    assert (s["lr"], s["fold_bn"]) == (0.025, False)                    # the caller's fold_bn stays theirs
+    assert (s["lr"], s["beta1"], s["fold_bn"]) == (0.02, 0.98, False)   # the caller's fold_bn stays theirs
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, beta1=0.9).settings
+    assert (s["lr"], s["cycle_steps"], s["beta1"]) == (0.02, 400, 0.9)  # and so does their beta1
     short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
     s = generate_iris(short, "6", seeds, steps=5, progress=False).settings
-    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"]) == ("adam", 0.2, 300, False, 0.0)
+    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"], s["beta1"]) == (
+        "adam", 0.2, 300, False, 0.0, 0.9)
 
 
 class _Untraceable(nn.Module):

@@ -35,19 +35,25 @@ AUTO_LBFGS_MIN_RELUS = 6
 AUTO_LBFGS_MAX_BYTES = 4 * 2**30
 # auto, deep fronts that end at or just after a max-pool (VGG): at least this many ReLU calls in all get Adam
 # with BatchNorm folded and a schedule chosen by how much the cut compresses its input. Measured on VGG-16-BN
-# and VGG-11-BN (docs/iri_depth.md): where the representation has at most a quarter as many values as the
-# input (their last pools: 512 of 3,072), Adam at lr 0.025 with per-sample cosine cycles of 400, 800, ...
-# converges every sample, 328 and 281 steps to the median (lr 0.02 / cycles 350: 285 and 498; lr 0.05 with
-# one cosine: 852 on VGG-16; Adam's defaults: median 0.025 after 1,000); where it has more (VGG-16-BN
-# features.33 / .42: 2,048), small lrs stall (0.067 at 0.02) and lr 0.05 with one cosine over the budget and
-# leaky ReLU gradients (0.1) does best, though no schedule tried converges there (0.034 / 0.029; without the
-# leak 0.044 / 0.037; Adam's defaults 0.082)
+# (trained 2 and 3 epochs) and VGG-11-BN (docs/iri_depth.md). Where the representation has at most a quarter as many
+# values as the input (their last pools: 512 of 3,072), Adam's error settles at a floor proportional to its
+# lr (about 5 x lr at VGG-16-BN features.43), so a small lr with short per-sample cosine cycles (400, 800, ...
+# steps) wins, and heavy momentum (beta1 0.98) damps the oscillation that sets the floor: lr 0.02 with beta1
+# 0.98 converges every sample, 270 / 287 / 210 steps to the median on these three donors (beta1 0.9 at lr
+# 0.025: 325 / 339 / 281; lr 0.025 with beta1 0.98: 271 / 586 / 201, lr 0.015: 299 / 279 / -; Adam's
+# defaults: median 0.025 after 1,000). Where it has more (VGG-16-BN features.33 / .42: 2,048), small lrs
+# stall (0.067 at 0.02) and lr 0.05 with one cosine over the budget and leaky ReLU gradients (0.1) does best,
+# though no schedule tried converges there (0.034 / 0.029; without the leak 0.044 / 0.037; with beta1 0.98
+# 0.050; Adam's defaults 0.082)
 AUTO_DEEP_POOLED_RELUS = 8
 AUTO_COMPRESSION = 4   # "compressive cut": input values >= this many times the representation's values
 AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
-AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.025, "cycle_steps": 400, "fold_bn": True}
+AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98}
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
+# the first-order options that shape the step-size schedule: a caller who sets one keeps Adam's defaults at
+# deep max-pool cuts (auto_adam_defaults); the moments' options (beta1, beta2, eps) only replace their own value
+SCHEDULE_OPTIONS = tuple(name for name in FIRST_ORDER_ONLY if name not in ("beta1", "beta2", "eps"))
 LBFGS_ONLY = ("history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps")
 DEFAULT_SCHEDULE = {"lbfgs": "constant", "adam": "cosine", "normgrad": "step"}
 DEFAULT_CYCLE_STEPS = {"lbfgs": 0, "adam": 300, "normgrad": 0}
@@ -135,11 +141,12 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     ``relu_calls``: ReLU calls in the whole front; ``options``: the advanced options the caller passed;
     ``lr``: the caller's lr (None: default); ``input_values`` / ``output_values``: values per sample at the
     front's input and at the cut. Returns {} (Adam's defaults) when the front has fewer than
-    ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or the caller set the lr or a schedule option; else
-    ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values as
-    the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise. Options the caller passed (e.g. ``fold_bn``) stay theirs.
+    ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or the caller set the lr or a schedule option (``SCHEDULE_OPTIONS``);
+    else ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
+    as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise. Other options the caller passed (``fold_bn``, ``beta1``,
+    ...) replace only their own value.
     """
-    own_schedule = any(name in options for name in FIRST_ORDER_ONLY)
+    own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
     if relu_calls < AUTO_DEEP_POOLED_RELUS or lr is not None or own_schedule:
         return {}
     compressive = 0 < output_values * AUTO_COMPRESSION <= input_values
