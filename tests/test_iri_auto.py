@@ -9,7 +9,7 @@ from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
 from similarity_plugins.iri.relu import straight_through_relu, surrogate_slopes, trace_front
-from similarity_plugins.iri.settings import AUTO_LBFGS_MAX_BYTES, AUTO_LBFGS_MIN_RELUS, auto_optimizer
+from similarity_plugins.iri.settings import AUTO_LBFGS_MAX_BYTES, AUTO_LBFGS_MIN_COMPRESSION, AUTO_LBFGS_MIN_RELUS, auto_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -63,6 +63,12 @@ def test_auto_rule_and_options_that_decide():
     assert auto_optimizer(0, {"relu_leak": 0.2}) == "adam"          # shared options do not decide
     assert auto_optimizer(n, {}, history_bytes=AUTO_LBFGS_MAX_BYTES + 1) == "adam"   # would not fit in memory
     assert auto_optimizer(n, {"history": 5}, history_bytes=AUTO_LBFGS_MAX_BYTES + 1) == "lbfgs"
+    c = AUTO_LBFGS_MIN_COMPRESSION
+    assert auto_optimizer(n, {}, 0.0, 3072, 1024) == "lbfgs"        # ResNet-18 layer3 at 32x32: 3x fewer values
+    assert auto_optimizer(n, {}, 0.0, 3072, 2048) == "adam"         # layer2: 1.5x
+    assert auto_optimizer(n, {}, 0.0, 100 * c, 100) == "lbfgs"      # the boundary compresses enough
+    assert auto_optimizer(n, {}, 0.0, 100 * c - 1, 100) == "adam"
+    assert auto_optimizer(n, {"history": 50}, 0.0, 3072, 2048) == "lbfgs"   # an L-BFGS option still decides
 
 
 def test_surrogate_slopes_from_a_trace():
@@ -237,6 +243,30 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
         "adam", 0.2, 300, False, 0.0, 0.9)
 
 
+def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_momentum():
+    from similarity_plugins.iri.settings import AUTO_DEEP_ADAM, auto_adam_defaults
+
+    n = AUTO_LBFGS_MIN_RELUS
+    assert AUTO_DEEP_ADAM == {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True}
+    assert auto_adam_defaults(2 * n, {}, None, 3072, 2048, n) == AUTO_DEEP_ADAM       # ResNet layer2 at 32x32
+    assert auto_adam_defaults(2 * n, {}, 0.1, 3072, 2048, n) == AUTO_DEEP_ADAM        # the caller's lr: only lr
+    assert auto_adam_defaults(2 * n, {"cycle_steps": 100}, None, 3072, 2048, n) == AUTO_DEEP_ADAM
+    assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n - 1) == {                 # pooled: VGG's rules
+        "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98}
+    torch.manual_seed(0)
+    w = 8   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 8x16x16 = 2,048 values from 1x32x32
+    model = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+                          *[_Block(w) for _ in range(3)]).eval()
+    seeds = torch.rand(2, 1, 32, 32)
+    s = generate_iris(model, "5", seeds, steps=5, progress=False).settings
+    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"]) == (
+        "adam", 0.2, 300, 0.98, 0.1, True)
+    s = generate_iris(model, "5", seeds, steps=5, progress=False, lr=0.1, relu_leak=0.0).settings
+    assert (s["optimizer"], s["lr"], s["beta1"], s["relu_leak"]) == ("adam", 0.1, 0.98, 0.0)   # yours replace ours
+    narrow = nn.Sequential(*model, nn.Conv2d(w, 2, 1)).eval()   # 2x16x16 = 512 values: compressive, L-BFGS
+    assert generate_iris(narrow, "6", seeds, steps=5, progress=False).settings["optimizer"] == "lbfgs"
+
+
 class _Untraceable(nn.Module):
     """Seven Conv-BN-ReLU layers behind data-dependent control flow (torch.fx cannot trace it)."""
 
@@ -261,9 +291,12 @@ def test_untraceable_fronts_run_unfolded_through_the_hook_path():
     model = _Untraceable().eval()
     assert SplitNetwork(model, "body.6").front_graph is None
     assert folded_front(SplitNetwork(model, "body.6")) is None
-    iris = generate_iris(model, "body.6", torch.rand(2, 1, 8, 8), steps=5, progress=False)
-    assert iris.settings["optimizer"] == "lbfgs" and iris.stats["bn_folded"] is False
+    seeds = torch.rand(2, 1, 8, 8)
+    iris = generate_iris(model, "body.6", seeds, steps=5, progress=False)   # 256 values from 64: Adam
+    assert (iris.settings["optimizer"], iris.settings["fold_bn"], iris.stats["bn_folded"]) == ("adam", True, False)
     assert torch.isfinite(iris.rel_error).all()
+    iris = generate_iris(model, "body.6", seeds, steps=5, progress=False, optimizer="lbfgs")
+    assert iris.stats["bn_folded"] is False and torch.isfinite(iris.rel_error).all()
 
 
 def test_study_variants_by_name_or_inline_options_and_donor_lrs():

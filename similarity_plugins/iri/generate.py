@@ -114,11 +114,11 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
     (without a trace, it is checked as the optimiser its options point to, so bad options fail before any
     work)."""
     if optimizer == AUTO:
-        optimizer = auto_optimizer(trace.relus_after_last_maxpool if trace is not None else 0, advanced,
-                                   history_bytes)
+        relus_tail = trace.relus_after_last_maxpool if trace is not None else 0
+        sizes = (trace.input_values, trace.output_values) if trace is not None else (0, 0)
+        optimizer = auto_optimizer(relus_tail, advanced, history_bytes, *sizes)
         if optimizer == "adam" and trace is not None:
-            extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], trace.input_values,
-                                       trace.output_values)
+            extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], *sizes, relus_tail)
             common = dict(common, lr=extra.pop("lr", common["lr"]))
             advanced = {**extra, **advanced}
     return make_settings(optimizer=optimizer, **common, **advanced)

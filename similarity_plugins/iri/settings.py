@@ -26,10 +26,22 @@ DEFAULT_RELU_LEAK = {"lbfgs": 0.1, "adam": 0.0, "normgrad": 0.0}
 # Conv+BatchNorm folding of the front (fold.py): on for L-BFGS; off for the first-order optimisers, whose IRIs
 # thereby stay bit-identical to earlier releases (pass fold_bn=True to speed them up too)
 DEFAULT_FOLD_BN = {"lbfgs": True, "adam": False, "normgrad": False}
-# auto: L-BFGS when at least this many ReLU calls follow the front's last max-pool (deep cuts of ResNets);
-# Adam otherwise (cuts at or just after max-pools, as in VGG and small CNNs, and shallow cuts, whose IRIs
-# keep many pixels at 0 or 1, where the logit parametrisation of L-BFGS crawls). Measured: docs/iri_depth.md.
+# auto: L-BFGS when at least this many ReLU calls follow the front's last max-pool (deep cuts of ResNets) and
+# the cut compresses the input at least AUTO_LBFGS_MIN_COMPRESSION-fold; Adam otherwise (cuts at or just after
+# max-pools, as in VGG and small CNNs, and shallow cuts, whose IRIs keep many pixels at 0 or 1, where the logit
+# parametrisation of L-BFGS crawls). Measured: docs/iri_depth.md.
 AUTO_LBFGS_MIN_RELUS = 6
+# Deep fronts without a max-pool near the cut whose representation has more than half as many values as the
+# input (ResNet-18 / ResNet-34 layer2 at 32x32: 2,048 of 3,072) run Adam with heavy momentum and leaky ReLU
+# gradients instead of L-BFGS: 186 / 228 steps to the median against L-BFGS's 258 / 317 (plain loop: 729 /
+# 722), every sample converged. At layer3 (1,024 values) L-BFGS stays ahead in steps (155 / 60 against 165 /
+# 85), at ResNet-18 layer4 far ahead (197 against 382-451).
+AUTO_LBFGS_MIN_COMPRESSION = 2
+# Adam at deep unpooled fronts (non-compressive cuts, or where L-BFGS's pairs would not fit in memory): Adam's
+# lr (0.2) and cycles (300, 600, ...) with beta1 0.98, leaky ReLU gradients and BatchNorm folded. lr 0.15 /
+# 0.3 and cycles of 400 took 184 / 197 / 210 steps at ResNet-18 layer2 and 368 / 230 / 234 at ResNet-34
+# layer2 (lr 0.2, cycles 300: 186 and 228); beta1 0.9 (Adam's default) with lr 0.05: far behind L-BFGS.
+AUTO_DEEP_ADAM = {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True}
 # auto never picks L-BFGS when its curvature pairs would take more memory than this (2 x history x pixels x
 # working-batch slots floats: 7.7 GB for 128 slots of 3x224x224 at history 50); Adam needs a few floats per pixel
 AUTO_LBFGS_MAX_BYTES = 4 * 2**30
@@ -102,21 +114,25 @@ ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_
             "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn")
 
 
-def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any], history_bytes: float = 0.0) -> str:
+def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any], history_bytes: float = 0.0,
+                   input_values: int = 0, output_values: int = 0) -> str:
     """The optimiser ``optimizer="auto"`` runs: "lbfgs" or "adam".
 
     ``relus_after_last_maxpool``: ReLU calls in the front after its last max-pool (all of them when it has
     none); ``options``: the advanced options the caller passed; ``history_bytes``: memory L-BFGS's curvature
-    pairs would take (bytes). An option only one optimiser takes decides (e.g. ``cycle_steps`` -> Adam,
+    pairs would take (bytes); ``input_values`` / ``output_values``: values per sample at the front's input
+    and at the cut (0: unknown). An option only one optimiser takes decides (e.g. ``cycle_steps`` -> Adam,
     ``history`` -> L-BFGS); otherwise L-BFGS when at least ``AUTO_LBFGS_MIN_RELUS`` ReLUs follow the last
-    max-pool and the pairs fit in ``AUTO_LBFGS_MAX_BYTES``, else Adam.
+    max-pool, the input has at least ``AUTO_LBFGS_MIN_COMPRESSION`` times as many values as the cut (or the
+    sizes are unknown) and the pairs fit in ``AUTO_LBFGS_MAX_BYTES``; else Adam.
     """
     if any(name in options for name in FIRST_ORDER_ONLY):
         return "adam"
     if any(name in options for name in LBFGS_ONLY):
         return "lbfgs"
     deep = relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS
-    return "lbfgs" if deep and history_bytes <= AUTO_LBFGS_MAX_BYTES else "adam"
+    compressive = not (input_values and output_values) or input_values >= AUTO_LBFGS_MIN_COMPRESSION * output_values
+    return "lbfgs" if deep and compressive and history_bytes <= AUTO_LBFGS_MAX_BYTES else "adam"
 
 
 def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
@@ -135,17 +151,22 @@ def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
 
 
 def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | None, input_values: int = 0,
-                       output_values: int = 0) -> dict[str, Any]:
-    """Adam's defaults that ``optimizer="auto"`` changes for a deep front ending at or after a max-pool.
+                       output_values: int = 0, relus_after_last_maxpool: int = 0) -> dict[str, Any]:
+    """Adam's defaults that ``optimizer="auto"`` changes for a deep front.
 
     ``relu_calls``: ReLU calls in the whole front; ``options``: the advanced options the caller passed;
     ``lr``: the caller's lr (None: default); ``input_values`` / ``output_values``: values per sample at the
-    front's input and at the cut. Returns {} (Adam's defaults) when the front has fewer than
-    ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or the caller set the lr or a schedule option (``SCHEDULE_OPTIONS``);
-    else ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
-    as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise. Other options the caller passed (``fold_bn``, ``beta1``,
-    ...) replace only their own value.
+    front's input and at the cut; ``relus_after_last_maxpool``: ReLU calls after the front's last max-pool.
+    - A deep front without a max-pool near the cut (at least ``AUTO_LBFGS_MIN_RELUS`` ReLU calls after the
+      last one; ResNets where Adam runs): ``AUTO_DEEP_ADAM``.
+    - A deep front ending at or after a max-pool (VGG): {} (Adam's defaults) when it has fewer than
+      ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or the caller set the lr or a schedule option
+      (``SCHEDULE_OPTIONS``); else ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least
+      ``AUTO_COMPRESSION`` times as many values as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise.
+    Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value.
     """
+    if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS:
+        return dict(AUTO_DEEP_ADAM)
     own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
     if relu_calls < AUTO_DEEP_POOLED_RELUS or lr is not None or own_schedule:
         return {}
