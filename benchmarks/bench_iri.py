@@ -3,7 +3,7 @@
 Run: ``python -m pytest benchmarks/bench_iri.py --benchmark-only -s`` (one pair per architecture and
 layer, each pair in its own benchmark ``group``; ``-k resnet18-layer4`` for one pair).
 
-Cases: torchvision ``resnet18`` (``layer3``, ``layer4``) and ``vgg16_bn`` (``features.33``,
+Cases: torchvision ``resnet18`` (``layer2``, ``layer3``, ``layer4``) and ``vgg16_bn`` (``features.33``,
 ``features.43``: after its 4th and 5th max-pool), 10 classes, 3x32x32, trained ``IRI_BENCH_TRAIN_EPOCHS``
 (2) epochs of Adam on scikit-learn digits (grey replicated to 3 channels, upsampled to 32x32; trained
 weights are cached in ``IRI_BENCH_DONORS``, default ``~/.cache/iri_depth_donors``); and the library's
@@ -15,8 +15,9 @@ digits; budget ``IRI_BENCH_STEPS`` (1,000), tol 1e-2.
   median error of 1e-2, else the lowest final median) is the reference. It runs first and leaves its
   figures in ``_PLAIN`` for the paired ``ours`` case.
 - ``ours``: ``generate_iris`` with ``optimizer=IRI_BENCH_OPTIMIZER`` ("auto", the library default: L-BFGS
-  with leaky ReLU gradients and folded BatchNorm at the ResNet cuts, Adam at the max-pool cuts; "lbfgs" or
-  "adam" to force one) and otherwise its defaults, ``batch_size`` = seeds.
+  with leaky ReLU gradients and folded BatchNorm at ResNet ``layer3`` / ``layer4``, Adam with heavy momentum
+  at ``layer2``, Adam at the max-pool cuts; "lbfgs" or "adam" to force one) and otherwise its defaults,
+  ``batch_size`` = seeds.
 
 ``benchmark.extra_info``: steps per sample to median 1e-2 (work: one sample's forward+backward), the wall
 seconds to it, converged fraction, median / p95 error, mean RMS seed distance; ``ours`` also has
@@ -46,8 +47,8 @@ TRAIN_EPOCHS = int(os.environ.get("IRI_BENCH_TRAIN_EPOCHS", "2"))
 DONORS = os.environ.get("IRI_BENCH_DONORS", os.path.join(os.path.expanduser("~"), ".cache", "iri_depth_donors"))
 PLAIN_LRS = (0.05, 0.1, 0.2)
 OURS = os.environ.get("IRI_BENCH_OPTIMIZER", "auto")   # the optimiser ``ours`` runs (the rest: defaults)
-CASES = [("resnet18", "layer3"), ("resnet18", "layer4"), ("vgg16_bn", "features.33"), ("vgg16_bn", "features.43"),
-         ("small_cnn", "block3")]
+CASES = [("resnet18", "layer2"), ("resnet18", "layer3"), ("resnet18", "layer4"), ("vgg16_bn", "features.33"),
+         ("vgg16_bn", "features.43"), ("small_cnn", "block3")]
 _PLAIN: dict[str, dict[str, Any]] = {}
 
 

@@ -46,8 +46,9 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
 
     Options (see :func:`similarity_plugins.iri.optimize_iris` for the optimiser): ``steps`` per-sample
     budget; ``tol`` target relative error; ``optimizer`` "auto" (default: "lbfgs" when at least 6 ReLU calls
-    follow the front's last max-pool, as at deep ResNet cuts, else "adam", with a schedule for deep max-pool
-    fronts such as VGG's (``settings.auto_adam_defaults``); an option only one of them takes,
+    follow the front's last max-pool and the cut has at most half the input's values, as at ResNet
+    ``layer3`` / ``layer4``, else "adam", with heavy momentum at the other deep ResNet cuts and a schedule for
+    deep max-pool fronts such as VGG's (``settings.auto_adam_defaults``); an option only one of them takes,
     such as ``cycle_steps`` or ``history``, picks that one; the choice is in ``iris.settings["optimizer"]``),
     "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a
     per-sample line search and leaky ReLU gradients, ``relu_leak`` 0.1; see docs/iri_depth.md) or

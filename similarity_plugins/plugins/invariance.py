@@ -14,8 +14,9 @@ option                      default      meaning
 ==========================  ===========  ================================================================
 ``iri_steps``               1000         per-sample step budget
 ``iri_tol``                 1e-2         target relative error ``||f(x')-f(x)|| / ||f(x)||``
-``iri_optimizer``           "auto"       "auto" (L-BFGS when >= 6 ReLUs follow the last max-pool, else Adam),
-                                         "adam", "lbfgs" or "normgrad"
+``iri_optimizer``           "auto"       "auto" (L-BFGS when >= 6 ReLUs follow the last max-pool and the cut
+                                         has at most half the input's values, else Adam), "adam", "lbfgs"
+                                         or "normgrad"
 ``iri_lr``                  None         the optimiser's default when None
 ``iri_init``                "noise"      "noise" (0.5 + N(0, 1/20^2)) or "shuffle" (another training image)
 ``iri_batch_size``          128          working-batch slots of the continuous batching
