@@ -201,8 +201,8 @@ def test_history_bytes_counts_the_working_batch_not_the_whole_set():
     from similarity_plugins.iri.generate import _history_bytes
 
     seeds = torch.rand(300, 3, 32, 32)
-    assert _history_bytes(seeds, 128) == 2 * 50 * 3 * 32 * 32 * 128 * 4       # 128 slots of float32
-    assert _history_bytes(seeds[:4].double(), 128) == 2 * 50 * 3 * 32 * 32 * 4 * 8
+    assert _history_bytes(seeds, 128) == 2 * 30 * 3 * 32 * 32 * 128 * 4       # 128 slots of float32
+    assert _history_bytes(seeds[:4].double(), 128) == 2 * 30 * 3 * 32 * 32 * 4 * 8
 
 
 def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():

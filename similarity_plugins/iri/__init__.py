@@ -6,7 +6,7 @@ return an :class:`IRISet`. The update step runs on an array backend: NumPy (CPU)
 kernel) or PyTorch (reference), sharing memory with torch through DLPack.
 
 Defaults and why: ``generate_iris`` runs ``optimizer="auto"``: per-sample L-BFGS (``lbfgs.py``: on
-sigmoid-parametrised pixels, the pairs of each sample's last 50 evaluations, per-sample Armijo line search,
+sigmoid-parametrised pixels, the pairs of each sample's last 30 evaluations, per-sample Armijo line search,
 Polyak first steps since the minimum is 0, leaky ReLU gradients, BatchNorm folded in a private copy of the
 front) when at least 6 ReLU calls follow the front's last max-pool and the cut has at most half as many
 values as the input, as at ResNet ``layer3`` / ``layer4`` (3.9-4.3x fewer steps and 3.2-3.4x less time than

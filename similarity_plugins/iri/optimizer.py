@@ -94,7 +94,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     are the IRIs of one run (the returned set has ``len(sample_range)`` rows).
 
     Advanced options (``ADVANCED``; all part of the cache key):
-    - L-BFGS: ``history`` (50 curvature pairs per sample; memory: 2 x history x D floats per slot),
+    - L-BFGS: ``history`` (30 curvature pairs per sample; memory: 2 x history x D floats per slot),
       ``armijo`` (1e-4), ``max_backtracks`` (8
       rejected trials in a row before the sample's history is cleared);
     - first-order: ``schedule`` ("cosine" for Adam, "step" for normgrad, "exp", "constant"), ``lr_floor``,

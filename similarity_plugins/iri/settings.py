@@ -43,7 +43,7 @@ AUTO_LBFGS_MIN_COMPRESSION = 2
 # layer2 (lr 0.2, cycles 300: 186 and 228); beta1 0.9 (Adam's default) with lr 0.05: far behind L-BFGS.
 AUTO_DEEP_ADAM = {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True}
 # auto never picks L-BFGS when its curvature pairs would take more memory than this (2 x history x pixels x
-# working-batch slots floats: 7.7 GB for 128 slots of 3x224x224 at history 50); Adam needs a few floats per pixel
+# working-batch slots floats: 4.6 GB for 128 slots of 3x224x224 at history 30); Adam needs a few floats per pixel
 AUTO_LBFGS_MAX_BYTES = 4 * 2**30
 # auto, deep fronts that end at or just after a max-pool (VGG): at least this many ReLU calls in all get Adam
 # with BatchNorm folded and a schedule chosen by how much the cut compresses its input. Measured on VGG-16-BN
@@ -93,7 +93,7 @@ class Settings:
     cycle_steps: int = 0
     cycle_mult: float = 2.0
     cycle_decay: float = 1.0
-    history: int = 50
+    history: int = 30   # curvature pairs per sample; 50 took 2-6% more time at every ResNet cut (docs/iri_depth.md)
     armijo: float = 1e-4
     max_backtracks: int = 8
     stall_patience: int = 0
