@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},                                       # generate_iris's defaults (optimizer="auto")
-    "lbfgs": dict(optimizer="lbfgs"),                    # history 50, fake ReLU, relu_leak 0.1
+    "lbfgs": dict(optimizer="lbfgs"),                    # history 30, fake ReLU, relu_leak 0.1
     "lbfgs_leak0": dict(optimizer="lbfgs", relu_leak=0.0),   # the previous round's L-BFGS (true gradients
                                                              # below the last ReLU)
     "lbfgs_leak03": dict(optimizer="lbfgs", relu_leak=0.03),

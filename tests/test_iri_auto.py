@@ -251,10 +251,15 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     assert auto_adam_defaults(2 * n, {}, None, 3072, 2048, n) == AUTO_DEEP_ADAM       # ResNet layer2 at 32x32
     assert auto_adam_defaults(2 * n, {}, 0.1, 3072, 2048, n) == AUTO_DEEP_ADAM        # the caller's lr: only lr
     assert auto_adam_defaults(2 * n, {"cycle_steps": 100}, None, 3072, 2048, n) == AUTO_DEEP_ADAM
+    fallback = {**AUTO_DEEP_ADAM, "lr": 0.1}                                      # compressive (memory fallback)
+    assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n) == fallback
+    assert auto_adam_defaults(2 * n, {}, None, 3072, 1536, n) == fallback           # 2x: the boundary
+    assert auto_adam_defaults(2 * n, {}, 0.3, 3072, 512, n) == AUTO_DEEP_ADAM      # the caller's lr stays
+    assert auto_adam_defaults(2 * n, {"beta2": 0.99, "eps": 1e-6}, None, 3072, 512, n - 1)["beta1"] == 0.98
     assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n - 1) == {                 # pooled: VGG's rules
         "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98}
     torch.manual_seed(0)
-    w = 8   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 8x16x16 = 2,048 values from 1x32x32
+    w = 8   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 8x16x16 = 2,048 values from 1,024 pixels
     model = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                           *[_Block(w) for _ in range(3)]).eval()
     seeds = torch.rand(2, 1, 32, 32)
@@ -263,8 +268,20 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
         "adam", 0.2, 300, 0.98, 0.1, True)
     s = generate_iris(model, "5", seeds, steps=5, progress=False, lr=0.1, relu_leak=0.0).settings
     assert (s["optimizer"], s["lr"], s["beta1"], s["relu_leak"]) == ("adam", 0.1, 0.98, 0.0)   # yours replace ours
+    s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_steps=100).settings   # an Adam option
+    assert (s["optimizer"], s["cycle_steps"], s["beta1"], s["relu_leak"]) == ("adam", 100, 0.98, 0.1)
     narrow = nn.Sequential(*model, nn.Conv2d(w, 2, 1)).eval()   # 2x16x16 = 512 values: compressive, L-BFGS
     assert generate_iris(narrow, "6", seeds, steps=5, progress=False).settings["optimizer"] == "lbfgs"
+    # ... unless L-BFGS's curvature pairs would not fit in memory: then the same heavy-momentum Adam
+    from similarity_plugins.iri.generate import _settings
+    from similarity_plugins.iri.settings import AUTO_LBFGS_MAX_BYTES
+
+    trace = trace_front(narrow, narrow[:7], seeds[:1])
+    common = dict(steps=5, tol=1e-2, lr=None, init="noise", seed=0, fake_relu=True)
+    assert _settings("auto", trace, common, {}, 1.0).optimizer == "lbfgs"
+    s = _settings("auto", trace, common, {}, AUTO_LBFGS_MAX_BYTES + 1)
+    assert (s.optimizer, s.lr, s.beta1, s.relu_leak, s.fold_bn) == ("adam", 0.1, 0.98, 0.1, True)
+    assert _settings("auto", trace, dict(common, lr=0.3), {}, AUTO_LBFGS_MAX_BYTES + 1).lr == 0.3
 
 
 class _Untraceable(nn.Module):

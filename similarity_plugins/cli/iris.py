@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--tol", type=float, default=1e-2)
     p.add_argument("--optimizer", default="auto", choices=["auto", *OPTIMIZERS],
-                   help="auto (default): L-BFGS at deep ResNet-like cuts, Adam elsewhere (see docs/iri_depth.md)")
+                   help="auto (default): L-BFGS at deep ResNet-like cuts that compress the input at least 2x, "
+                        "Adam elsewhere (see docs/iri_depth.md)")
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
     p.add_argument("--batch-size", type=int, default=128)

@@ -9,7 +9,7 @@ Defaults and why: ``generate_iris`` runs ``optimizer="auto"``: per-sample L-BFGS
 sigmoid-parametrised pixels, the pairs of each sample's last 30 evaluations, per-sample Armijo line search,
 Polyak first steps since the minimum is 0, leaky ReLU gradients, BatchNorm folded in a private copy of the
 front) when at least 6 ReLU calls follow the front's last max-pool and the cut has at most half as many
-values as the input, as at ResNet ``layer3`` / ``layer4`` (3.9-4.3x fewer steps and 3.2-3.4x less time than
+values as the input, as at ResNet ``layer3`` / ``layer4`` (3.8-4.1x fewer steps and 3.2-3.7x less time than
 the plain loop at ResNet-18, every sample converged); Adam with heavy momentum (beta1 0.98), leaky ReLU
 gradients and folded BatchNorm at such deep fronts when the cut keeps more of the input (ResNet ``layer2``:
 3.2-3.9x); and Adam (lr 0.2, per-sample cosine cycles of 300 then 600 steps, straight-through gradient at

@@ -37,7 +37,8 @@ IRI_DEFAULTS: dict[str, Any] = {
 IRI_DOCS: dict[str, str] = {
     "iri_steps": "per-sample step budget of the IRI optimiser",
     "iri_tol": "target relative error ||f(x')-f(x)|| / ||f(x)||",
-    "iri_optimizer": "auto (L-BFGS at deep ResNet-like cuts, else Adam), adam, lbfgs or normgrad",
+    "iri_optimizer": "auto (L-BFGS at deep ResNet-like cuts that compress the input at least 2x, else Adam), adam, "
+                     "lbfgs or normgrad",
     "iri_lr": "IRI step size (None: the optimiser's default)",
     "iri_init": "noise (0.5 + N(0, 1/20^2)) or shuffle (another training image)",
     "iri_batch_size": "working-batch slots of the continuous batching",
