@@ -243,6 +243,13 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
         "adam", 0.2, 300, False, 0.0, 0.9)
 
 
+def test_compresses_needs_both_sizes_and_the_factor():
+    from similarity_plugins.iri.settings import compresses
+
+    assert compresses(3072, 1536, 2) and compresses(3072, 512, 4) and not compresses(3072, 1537, 2)
+    assert not compresses(0, 512, 2) and not compresses(3072, 0, 2)   # unknown sizes never count
+
+
 def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_momentum():
     from similarity_plugins.iri.settings import AUTO_DEEP_ADAM, auto_adam_defaults
 

@@ -118,6 +118,12 @@ ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_
             "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn")
 
 
+def compresses(input_values: int, output_values: int, factor: float) -> bool:
+    """True when a cut with ``output_values`` values per sample has at most 1 / ``factor`` as many as the
+    front's input (``input_values`` per sample); False when either size is unknown (0)."""
+    return 0 < output_values * factor <= input_values
+
+
 def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any], history_bytes: float = 0.0,
                    input_values: int = 0, output_values: int = 0) -> str:
     """The optimiser ``optimizer="auto"`` runs: "lbfgs" or "adam".
@@ -135,7 +141,8 @@ def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any], histo
     if any(name in options for name in LBFGS_ONLY):
         return "lbfgs"
     deep = relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS
-    compressive = not (input_values and output_values) or input_values >= AUTO_LBFGS_MIN_COMPRESSION * output_values
+    unknown = not (input_values and output_values)
+    compressive = unknown or compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
     return "lbfgs" if deep and compressive and history_bytes <= AUTO_LBFGS_MAX_BYTES else "adam"
 
 
@@ -171,13 +178,13 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value.
     """
     if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS:
-        compressive = 0 < output_values * AUTO_LBFGS_MIN_COMPRESSION <= input_values
+        compressive = compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
         lr_default = {"lr": AUTO_DEEP_COMPRESSIVE_LR} if compressive and lr is None else {}
         return {**AUTO_DEEP_ADAM, **lr_default}
     own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
     if relu_calls < AUTO_DEEP_POOLED_RELUS or lr is not None or own_schedule:
         return {}
-    compressive = 0 < output_values * AUTO_COMPRESSION <= input_values
+    compressive = compresses(input_values, output_values, AUTO_COMPRESSION)
     return dict(AUTO_COMPRESSIVE_POOLED_ADAM if compressive else AUTO_DEEP_POOLED_ADAM)
 
 
