@@ -15,9 +15,8 @@ gradients and folded BatchNorm at such deep fronts when the cut keeps more of th
 3.2-3.9x); and Adam (lr 0.2, per-sample cosine cycles of 300 then 600 steps, straight-through gradient at
 the last ReLU) elsewhere, where L-BFGS crawls (max-pool cuts, shallow cuts); deep max-pool fronts such as
 VGG's get their own Adam schedule, chosen by how much the cut compresses the input
-(``settings.auto_adam_defaults``).
-``optimize_iris`` on a bare function defaults to Adam. ``docs/iri_depth.md`` has the measurements (``scripts/iri_depth_study.py``,
-``benchmarks/bench_iri.py``).
+(``settings.auto_adam_defaults``). ``optimize_iris`` on a bare function defaults to Adam.
+``docs/iri_depth.md`` has the measurements (``scripts/iri_depth_study.py``, ``benchmarks/bench_iri.py``).
 """
 
 from .backends import BACKENDS, available_backends
