@@ -210,7 +210,7 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
 
     n, c = AUTO_DEEP_POOLED_RELUS, AUTO_COMPRESSION
     wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
-    narrow = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98}
+    narrow = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
     assert auto_adam_defaults(n, {}, None, 3072, 2048) == wide          # VGG-16-BN features.33 at 32x32
     assert auto_adam_defaults(n, {}, None, 3072, 512) == narrow         # features.43: 6x fewer values
     assert auto_adam_defaults(n, {}, None, 100 * c, 100) == narrow      # the boundary is compressive
@@ -254,7 +254,7 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     from similarity_plugins.iri.settings import AUTO_DEEP_ADAM, auto_adam_defaults
 
     n = AUTO_LBFGS_MIN_RELUS
-    assert AUTO_DEEP_ADAM == {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True}
+    assert AUTO_DEEP_ADAM == {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True, "cycle_decay": 0.5}
     assert auto_adam_defaults(2 * n, {}, None, 3072, 2048, n) == AUTO_DEEP_ADAM       # ResNet layer2 at 32x32
     assert auto_adam_defaults(2 * n, {}, 0.1, 3072, 2048, n) == AUTO_DEEP_ADAM        # the caller's lr: only lr
     assert auto_adam_defaults(2 * n, {"cycle_steps": 100}, None, 3072, 2048, n) == AUTO_DEEP_ADAM
@@ -264,15 +264,17 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     assert auto_adam_defaults(2 * n, {}, 0.3, 3072, 512, n) == AUTO_DEEP_ADAM      # the caller's lr stays
     assert auto_adam_defaults(2 * n, {"beta2": 0.99, "eps": 1e-6}, None, 3072, 512, n - 1)["beta1"] == 0.98
     assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n - 1) == {                 # pooled: VGG's rules
-        "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98}
+        "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
     torch.manual_seed(0)
     w = 8   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 8x16x16 = 2,048 values from 1,024 pixels
     model = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                           *[_Block(w) for _ in range(3)]).eval()
     seeds = torch.rand(2, 1, 32, 32)
     s = generate_iris(model, "5", seeds, steps=5, progress=False).settings
-    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"]) == (
-        "adam", 0.2, 300, 0.98, 0.1, True)
+    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"], s["cycle_decay"]) == (
+        "adam", 0.2, 300, 0.98, 0.1, True, 0.5)
+    s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_decay=1.0).settings
+    assert (s["optimizer"], s["cycle_decay"], s["beta1"]) == ("adam", 1.0, 0.98)     # the caller's restarts win
     s = generate_iris(model, "5", seeds, steps=5, progress=False, lr=0.1, relu_leak=0.0).settings
     assert (s["optimizer"], s["lr"], s["beta1"], s["relu_leak"]) == ("adam", 0.1, 0.98, 0.0)   # yours replace ours
     s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_steps=100).settings   # an Adam option
@@ -333,3 +335,4 @@ def test_study_variants_by_name_or_inline_options_and_donor_lrs():
     bench = _load_repo_module("benchmarks/bench_iri.py", "bench_iri_for_test")
     assert bench.train_lr("vgg16_bn") == bench.train_lr("vgg11_bn") == 1e-4   # VGG collapses at 1e-3
     assert bench.train_lr("resnet50") == 1e-3
+
