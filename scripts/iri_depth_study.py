@@ -10,7 +10,8 @@ VGG-16-BN trained 2 epochs on 3x32x32 digits, cached; SmallCNN at block3). Per c
 0.05, 0.1 and 0.2 (stopped once its median reaches 1e-2: the trajectory up to there is unchanged), then
 each variant of ours; work in sample-steps (one sample's forward+backward), seconds measured in this same
 process. ``--variants`` picks from ``VARIANTS`` (``default`` = ``generate_iris``'s defaults) or gives options
-inline (``optimizer=adam+lr=0.02+cycle_steps=300``).
+inline (``optimizer=adam+lr=0.02+cycle_steps=300``). ``IRI_BENCH_DATA=patches`` (and the other ``IRI_BENCH_*``
+variables of the benchmark) switch the donors and seeds to natural-image patches.
 """
 
 from __future__ import annotations

@@ -336,3 +336,15 @@ def test_study_variants_by_name_or_inline_options_and_donor_lrs():
     assert bench.train_lr("vgg16_bn") == bench.train_lr("vgg11_bn") == 1e-4   # VGG collapses at 1e-3
     assert bench.train_lr("resnet50") == 1e-3
 
+
+def test_bench_natural_image_patches_cover_every_class_in_the_pixel_range(monkeypatch):
+    bench = _load_repo_module("benchmarks/bench_iri.py", "bench_iri_for_patches")
+    x, y = bench._patches_rgb32.__wrapped__(per_class=3)
+    assert x.shape == (30, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0 and float(x.std()) > 0.05
+    assert y[-10:].sort().values.tolist() == list(range(10))          # the last crops (the seeds) cover every class
+    assert torch.equal(x, bench._patches_rgb32.__wrapped__(per_class=3)[0])   # fixed generator
+    monkeypatch.setattr(bench, "DATA", "cifar")
+    with pytest.raises(ValueError, match="'digits' or 'patches'"):
+        bench.donor_data()
+
