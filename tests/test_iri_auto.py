@@ -348,3 +348,10 @@ def test_bench_natural_image_patches_cover_every_class_in_the_pixel_range(monkey
     with pytest.raises(ValueError, match="'digits' or 'patches'"):
         bench.donor_data()
 
+
+
+def test_bench_warm_up_touches_no_parameter_gradient():
+    bench = _load_repo_module("benchmarks/bench_iri.py", "bench_iri_for_warm_up")
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    bench.warm_up(model, torch.rand(2, 3, 8, 8))
+    assert all(p.grad is None for p in model.parameters())
