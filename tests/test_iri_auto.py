@@ -257,7 +257,8 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     assert AUTO_DEEP_ADAM == {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True, "cycle_decay": 0.5}
     assert auto_adam_defaults(2 * n, {}, None, 3072, 2048, n) == AUTO_DEEP_ADAM       # ResNet layer2 at 32x32
     assert auto_adam_defaults(2 * n, {}, 0.1, 3072, 2048, n) == AUTO_DEEP_ADAM        # the caller's lr: only lr
-    assert auto_adam_defaults(2 * n, {"cycle_steps": 100}, None, 3072, 2048, n) == AUTO_DEEP_ADAM
+    own = {k: v for k, v in AUTO_DEEP_ADAM.items() if k != "cycle_decay"}             # their schedule: no decay
+    assert auto_adam_defaults(2 * n, {"cycle_steps": 100}, None, 3072, 2048, n) == own
     fallback = {**AUTO_DEEP_ADAM, "lr": 0.1}                                      # compressive (memory fallback)
     assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n) == fallback
     assert auto_adam_defaults(2 * n, {}, None, 3072, 1536, n) == fallback           # 2x: the boundary
@@ -275,6 +276,8 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
         "adam", 0.2, 300, 0.98, 0.1, True, 0.5)
     s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_decay=1.0).settings
     assert (s["optimizer"], s["cycle_decay"], s["beta1"]) == ("adam", 1.0, 0.98)     # the caller's restarts win
+    s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_steps=100, cycle_mult=1.0).settings
+    assert (s["cycle_steps"], s["cycle_mult"], s["cycle_decay"], s["beta1"]) == (100, 1.0, 1.0, 0.98)  # their own
     s = generate_iris(model, "5", seeds, steps=5, progress=False, lr=0.1, relu_leak=0.0).settings
     assert (s["optimizer"], s["lr"], s["beta1"], s["relu_leak"]) == ("adam", 0.1, 0.98, 0.0)   # yours replace ours
     s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_steps=100).settings   # an Adam option
@@ -289,7 +292,7 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     common = dict(steps=5, tol=1e-2, lr=None, init="noise", seed=0, fake_relu=True)
     assert _settings("auto", trace, common, {}, 1.0).optimizer == "lbfgs"
     s = _settings("auto", trace, common, {}, AUTO_LBFGS_MAX_BYTES + 1)
-    assert (s.optimizer, s.lr, s.beta1, s.relu_leak, s.fold_bn) == ("adam", 0.1, 0.98, 0.1, True)
+    assert (s.optimizer, s.lr, s.beta1, s.relu_leak, s.fold_bn, s.cycle_decay) == ("adam", 0.1, 0.98, 0.1, True, 0.5)
     assert _settings("auto", trace, dict(common, lr=0.3), {}, AUTO_LBFGS_MAX_BYTES + 1).lr == 0.3
 
 
@@ -347,7 +350,6 @@ def test_bench_natural_image_patches_cover_every_class_in_the_pixel_range(monkey
     monkeypatch.setattr(bench, "DATA", "cifar")
     with pytest.raises(ValueError, match="'digits' or 'patches'"):
         bench.donor_data()
-
 
 
 def test_bench_warm_up_touches_no_parameter_gradient():

@@ -50,7 +50,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     ``layer3`` / ``layer4``, else "adam", with heavy momentum at the other deep ResNet cuts and a schedule for
     deep max-pool fronts such as VGG's (``settings.auto_adam_defaults``); an option only one of them takes,
     such as ``cycle_steps`` or ``history``, picks that one (at a deep ResNet cut an Adam option keeps the
-    heavy momentum, leak and folding); the choice is in ``iris.settings["optimizer"]``),
+    heavy momentum, leak and folding, and a schedule option of yours drops our restart decay); the choice is
+    in ``iris.settings["optimizer"]``),
     "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a
     per-sample line search and leaky ReLU gradients, ``relu_leak`` 0.1; see docs/iri_depth.md) or
     "normgrad" (lr 1.0, halved over 4 stages); ``init``

@@ -49,6 +49,7 @@ AUTO_DEEP_ADAM = {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True, "cycle_decay
 # ... at lr 0.1 where the cut does compress at least AUTO_LBFGS_MIN_COMPRESSION-fold (Adam there only when the
 # pairs would not fit in memory, e.g. 224x224 images in large batches): lr 0.1 / 0.2 took 382 / 451 (94%
 # converged) steps at ResNet-18 layer4, 165 / 165 at layer3, 81 / 85 at ResNet-34 layer3, 207 / 206 at layer4
+# (measured before the restart decay joined AUTO_DEEP_ADAM; it changes only samples that miss their first cycle)
 AUTO_DEEP_COMPRESSIVE_LR = 0.1
 # auto never picks L-BFGS when its curvature pairs would take more memory than this (2 x history x pixels x
 # working-batch slots floats: 4.6 GB for 128 slots of 3x224x224 at history 30); Adam needs a few floats per pixel
@@ -59,7 +60,7 @@ AUTO_LBFGS_MAX_BYTES = 4 * 2**30
 # values as the input (their last pools: 512 of 3,072), Adam's error settles at a floor proportional to its
 # lr (about 5 x lr at VGG-16-BN features.43), so a small lr with short per-sample cosine cycles (400, 800, ...
 # steps) wins, and heavy momentum (beta1 0.98) damps the oscillation that sets the floor: lr 0.02 with beta1
-# 0.98 converges every sample, 270 / 287 / 210 steps to the median on these three donors (beta1 0.9 at lr
+# 0.98 (without the leak below) converges every sample, 270 / 287 / 210 steps to the median on these three donors (beta1 0.9 at lr
 # 0.025: 325 / 339 / 281; lr 0.025 with beta1 0.98: 271 / 586 / 201, lr 0.015: 299 / 279 / -; Adam's
 # defaults: median 0.025 after 1,000). Where it has more (VGG-16-BN features.33 / .42: 2,048), small lrs
 # stall (0.067 at 0.02) and lr 0.05 with one cosine over the budget and leaky ReLU gradients (0.1) does best,
@@ -176,19 +177,21 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     ``lr``: the caller's lr (None: default); ``input_values`` / ``output_values``: values per sample at the
     front's input and at the cut; ``relus_after_last_maxpool``: ReLU calls after the front's last max-pool.
     - A deep front without a max-pool near the cut (at least ``AUTO_LBFGS_MIN_RELUS`` ReLU calls after the
-      last one; ResNets where Adam runs): ``AUTO_DEEP_ADAM``, plus lr ``AUTO_DEEP_COMPRESSIVE_LR`` when the
-      cut compresses the input at least ``AUTO_LBFGS_MIN_COMPRESSION``-fold and the caller set no lr.
+      last one; ResNets where Adam runs): ``AUTO_DEEP_ADAM`` (without its restart decay when the caller set a
+      schedule option of their own), plus lr ``AUTO_DEEP_COMPRESSIVE_LR`` when the cut compresses the input
+      at least ``AUTO_LBFGS_MIN_COMPRESSION``-fold and the caller set no lr.
     - A deep front ending at or after a max-pool (VGG): {} (Adam's defaults) when it has fewer than
       ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or the caller set the lr or a schedule option
       (``SCHEDULE_OPTIONS``); else ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least
       ``AUTO_COMPRESSION`` times as many values as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise.
     Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value.
     """
+    own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
     if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS:
         compressive = compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
         lr_default = {"lr": AUTO_DEEP_COMPRESSIVE_LR} if compressive and lr is None else {}
-        return {**AUTO_DEEP_ADAM, **lr_default}
-    own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
+        ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if not (own_schedule and k in SCHEDULE_OPTIONS)}
+        return {**ours, **lr_default}
     if relu_calls < AUTO_DEEP_POOLED_RELUS or lr is not None or own_schedule:
         return {}
     compressive = compresses(input_values, output_values, AUTO_COMPRESSION)
