@@ -14,6 +14,7 @@ digits; budget ``IRI_BENCH_STEPS`` (1,000), tol 1e-2.
 random 32x32 crops of scikit-learn's two sample photographs, 10 classes (photograph x vertical strip; a
 ResNet-18 reaches 50% training accuracy in 2 epochs, about what a few epochs of CIFAR-10 give), and takes
 the seeds from its last crops. Its donors are cached under their own names (``resnet18_patches_e2.pt``).
+SmallCNN stays on digits (1 channel) either way.
 
 - ``plain``: one batch, ``torch.optim.Adam`` on the whole batch, cosine over the budget, box projection,
   true ReLU gradients, no per-sample stop, for each lr in ``PLAIN_LRS``; the best lr (fewest steps to a
@@ -21,8 +22,8 @@ the seeds from its last crops. Its donors are cached under their own names (``re
   figures in ``_PLAIN`` for the paired ``ours`` case.
 - ``ours``: ``generate_iris`` with ``optimizer=IRI_BENCH_OPTIMIZER`` ("auto", the library default: L-BFGS
   with leaky ReLU gradients and folded BatchNorm at ResNet ``layer3`` / ``layer4``, Adam with heavy momentum
-  at ``layer2``, Adam at the max-pool cuts; "lbfgs" or "adam" to force one) and otherwise its defaults,
-  ``batch_size`` = seeds.
+  and a halved step size at each restart at ``layer2``, Adam at the max-pool cuts; "lbfgs" or "adam" to force
+  one) and otherwise its defaults, ``batch_size`` = seeds.
 
 ``benchmark.extra_info``: steps per sample to median 1e-2 (work: one sample's forward+backward), the wall
 seconds to it, converged fraction, median / p95 error, mean RMS seed distance; ``ours`` also has
@@ -114,7 +115,8 @@ def train_lr(arch: str) -> float:
 @lru_cache(maxsize=4)
 def torchvision_digits(arch: str, epochs: int = TRAIN_EPOCHS, folder: str = DONORS) -> nn.Module:
     """torchvision ``arch`` (10 classes) trained ``epochs`` epochs of Adam (lr :func:`train_lr`, batch 64) on
-    3x32x32 digits; the weights are cached in ``folder``."""
+    3x32x32 :func:`donor_data` (digits unless ``IRI_BENCH_DATA`` says otherwise; the name is historical); the
+    weights are cached in ``folder``."""
     import torchvision
 
     torch.manual_seed(0)
@@ -139,7 +141,7 @@ def torchvision_digits(arch: str, epochs: int = TRAIN_EPOCHS, folder: str = DONO
 
 
 def resnet18_digits() -> nn.Module:
-    """ResNet-18 trained ``TRAIN_EPOCHS`` epochs on 3-channel 32x32 digits (kept for older scripts)."""
+    """ResNet-18 trained ``TRAIN_EPOCHS`` epochs on 3-channel 32x32 :func:`donor_data` (kept for older scripts)."""
     return torchvision_digits("resnet18")
 
 

@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
             for r in plain["all"]:
                 print(fmt(f"plain lr {r['lr']}", r), flush=True)
             record["plain"] = plain
+        if plain is None or record.get("plain_stored"):
+            with frozen(model):   # the plain loops warm a new donor up; without them, ours would pay its cold start
+                bench.warm_up(SplitNetwork(model, layer).front, seeds)
         for name in args.variants.split(","):
             r = bench.ours(model, layer, seeds, args.steps, **variant_options(name))
             line = fmt(name, r)
