@@ -60,9 +60,9 @@ AUTO_LBFGS_MAX_BYTES = 4 * 2**30
 # values as the input (their last pools: 512 of 3,072), Adam's error settles at a floor proportional to its
 # lr (about 5 x lr at VGG-16-BN features.43), so a small lr with short per-sample cosine cycles (400, 800, ...
 # steps) wins, and heavy momentum (beta1 0.98) damps the oscillation that sets the floor: lr 0.02 with beta1
-# 0.98 (without the leak below) converges every sample, 270 / 287 / 210 steps to the median on these three donors (beta1 0.9 at lr
-# 0.025: 325 / 339 / 281; lr 0.025 with beta1 0.98: 271 / 586 / 201, lr 0.015: 299 / 279 / -; Adam's
-# defaults: median 0.025 after 1,000). Where it has more (VGG-16-BN features.33 / .42: 2,048), small lrs
+# 0.98 (without the leak below) converges every sample, 270 / 287 / 210 steps to the median on these three
+# donors (beta1 0.9 at lr 0.025: 325 / 339 / 281; lr 0.025 with beta1 0.98: 271 / 586 / 201, lr 0.015: 299 /
+# 279 / -; Adam's defaults: median 0.025 after 1,000). Where it has more (VGG-16-BN features.33 / .42: 2,048), small lrs
 # stall (0.067 at 0.02) and lr 0.05 with one cosine over the budget and leaky ReLU gradients (0.1) does best,
 # though no schedule tried converges there (0.034 / 0.029; without the leak 0.044 / 0.037; with beta1 0.98
 # 0.050; Adam's defaults 0.082)
