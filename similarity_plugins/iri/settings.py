@@ -56,27 +56,28 @@ AUTO_DEEP_COMPRESSIVE_LR = 0.1
 AUTO_LBFGS_MAX_BYTES = 4 * 2**30
 # auto, deep fronts that end at or just after a max-pool (VGG): at least this many ReLU calls in all get Adam
 # with BatchNorm folded and a schedule chosen by how much the cut compresses its input. Measured on VGG-16-BN
-# (trained 2 and 3 epochs) and VGG-11-BN (docs/iri_depth.md). Where the representation has at most a quarter as many
-# values as the input (their last pools: 512 of 3,072), Adam's error settles at a floor proportional to its
+# (trained 2 and 3 epochs) and VGG-11-BN (docs/iri_depth.md). Where the representation has at most a quarter
+# as many values as the input (their last pools: 512 of 3,072), Adam's error settles at a floor proportional to its
 # lr (about 5 x lr at VGG-16-BN features.43), so a small lr with short per-sample cosine cycles (400, 800, ...
 # steps) wins, and heavy momentum (beta1 0.98) damps the oscillation that sets the floor: lr 0.02 with beta1
 # 0.98 (without the leak below) converges every sample, 270 / 287 / 210 steps to the median on these three
 # donors (beta1 0.9 at lr 0.025: 325 / 339 / 281; lr 0.025 with beta1 0.98: 271 / 586 / 201, lr 0.015: 299 /
-# 279 / -; Adam's defaults: median 0.025 after 1,000). Where it has more (VGG-16-BN features.33 / .42: 2,048), small lrs
-# stall (0.067 at 0.02) and lr 0.05 with one cosine over the budget and leaky ReLU gradients (0.1) does best,
+# 279 / -; Adam's defaults: median 0.025 after 1,000). Where it has more (VGG-16-BN features.33 / .42:
+# 2,048), small lrs stall (0.067 at 0.02) and lr 0.05 with one cosine over the budget and leaky ReLU gradients (0.1) does best,
 # though no schedule tried converges there (0.034 / 0.029; without the leak 0.044 / 0.037; with beta1 0.98
 # 0.050; Adam's defaults 0.082)
 AUTO_DEEP_POOLED_RELUS = 8
 AUTO_COMPRESSION = 4   # "compressive cut": input values >= this many times the representation's values
 AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
-# ... and leaky ReLU gradients (0.1) there too: on natural-image patches (a VGG-16-BN trained 2 epochs) 75% of the
-# samples converge at features.43 instead of 50% (602 steps to the median instead of 805); on digits it costs
+# ... and leaky ReLU gradients (0.1) there too: on natural-image patches (a VGG-16-BN trained 2 epochs) 75%
+# of the samples converge at features.43 instead of 50% (602 steps to the median instead of 805); on digits it costs
 # 3-7% more steps at three of four donors (270 -> 280, 287 -> 306, 210 -> 221; VGG-11: 210 -> 200)
 AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
 # the first-order options that shape the step-size schedule: a caller who sets one keeps Adam's defaults at
-# deep max-pool cuts (auto_adam_defaults); the moments' options (beta1, beta2, eps) only replace their own value
+# deep max-pool cuts and drops AUTO_DEEP_ADAM's restart decay at deep ResNet cuts (auto_adam_defaults); the
+# moments' options (beta1, beta2, eps) only replace their own value
 SCHEDULE_OPTIONS = tuple(name for name in FIRST_ORDER_ONLY if name not in ("beta1", "beta2", "eps"))
 LBFGS_ONLY = ("history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps")
 DEFAULT_SCHEDULE = {"lbfgs": "constant", "adam": "cosine", "normgrad": "step"}
