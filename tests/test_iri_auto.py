@@ -267,7 +267,7 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n - 1) == {                 # pooled: VGG's rules
         "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
     torch.manual_seed(0)
-    w = 8   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 8x16x16 = 2,048 values from 1,024 pixels
+    w = 6   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 6x16x16 = 1,536 values from 1,024 pixels
     model = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                           *[_Block(w) for _ in range(3)]).eval()
     seeds = torch.rand(2, 1, 32, 32)
@@ -357,3 +357,62 @@ def test_bench_warm_up_touches_no_parameter_gradient():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
     bench.warm_up(model, torch.rand(2, 3, 8, 8))
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_auto_gives_wide_cuts_one_cosine_at_adams_lr_with_leaky_gradients():
+    from similarity_plugins.iri.settings import (
+        AUTO_DEEP_ADAM,
+        AUTO_WIDE_ADAM,
+        AUTO_WIDE_EXPANSION,
+        AUTO_WIDE_MIN_RELUS,
+        auto_adam_defaults,
+    )
+
+    assert AUTO_WIDE_ADAM == {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
+    n = AUTO_WIDE_MIN_RELUS
+    # pooled fronts (VGG-16-BN's 3rd pool, VGG-11-BN's 4th): 6 or 7 ReLU calls, the cut not 2x compressive
+    assert auto_adam_defaults(n, {}, None, 3072, 4096) == AUTO_WIDE_ADAM            # VGG-16-BN features.23
+    assert auto_adam_defaults(n - 1, {}, None, 3072, 4096) == {}                    # ResNet-18 layer1.1
+    assert auto_adam_defaults(7, {}, None, 3072, 2048) == AUTO_WIDE_ADAM            # VGG-11-BN features.21
+    assert auto_adam_defaults(7, {}, None, 3072, 1537) == AUTO_WIDE_ADAM
+    assert auto_adam_defaults(7, {}, None, 3072, 1536) == {}                        # 2x compressive: Adam's own
+    assert auto_adam_defaults(n - 1, {}, None, 1024, 8192) == {}                    # small CNNs' first blocks
+    assert auto_adam_defaults(n, {}, None, 1024, 128) == {}                         # SmallCNN block4
+    assert auto_adam_defaults(n, {}, None) == {}                                    # sizes unknown
+    assert auto_adam_defaults(n, {}, 0.1, 3072, 4096) == {}                         # the caller's lr wins
+    assert auto_adam_defaults(n, {"schedule": "exp"}, None, 3072, 4096) == {}       # so does their schedule
+    # deep unpooled fronts (ResNets) whose cut has at least AUTO_WIDE_EXPANSION x as many values as the input
+    e = AUTO_WIDE_EXPANSION
+    assert auto_adam_defaults(22, {}, None, 3072, 8192, 21) == AUTO_WIDE_ADAM       # ResNet-50 layer2
+    assert auto_adam_defaults(22, {}, None, 3072, 3072 * e, 21) == AUTO_WIDE_ADAM   # the boundary is wide
+    assert auto_adam_defaults(22, {}, None, 3072, 3072 * e - 1, 21) == AUTO_DEEP_ADAM
+    assert auto_adam_defaults(22, {}, 0.1, 3072, 8192, 21) == AUTO_WIDE_ADAM        # the caller's lr: only lr
+    assert auto_adam_defaults(22, {"cycle_steps": 50}, None, 3072, 8192, 21) == {"fold_bn": True, "relu_leak": 0.1}
+    torch.manual_seed(0)
+    seeds = torch.rand(2, 1, 16, 16)
+    layers = []
+    for i in range(n):   # 6 Conv-BN-ReLU, then a max-pool: 8x8x8 = 512 values from 256 pixels
+        layers += [nn.Conv2d(1 if i == 0 else 8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
+    pooled = nn.Sequential(*layers, nn.MaxPool2d(2)).eval()
+    s = generate_iris(pooled, str(3 * n), seeds, steps=5, progress=False).settings
+    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"], s["cycle_decay"]) == (
+        "adam", 0.2, 0, 0.9, 0.1, True, 1.0)
+    s = generate_iris(pooled, str(3 * n), seeds, steps=5, progress=False, relu_leak=0.0, lr=0.3).settings
+    assert (s["lr"], s["cycle_steps"], s["relu_leak"]) == (0.3, 300, 0.0)            # yours: Adam's defaults
+    w = 8   # stem (stride 2), then 3 residual blocks: 7 ReLU calls, 8x8x8 = 512 values from 256 pixels (2x)
+    deep = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+                         *[_Block(w) for _ in range(3)]).eval()
+    s = generate_iris(deep, "5", seeds, steps=5, progress=False).settings
+    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"], s["cycle_decay"]) == (
+        "adam", 0.2, 0, 0.9, 0.1, True, 1.0)
+
+
+@pytest.mark.parametrize("block", ["block1", "block2", "block3", "block4"])
+def test_auto_keeps_adams_defaults_on_the_small_cnn(block):
+    """The demo's CNN and SmallCNN block3 keep Adam's defaults (lr 0.2, cycles of 300, no leak, unfolded)."""
+    from similarity_plugins.apps.zoo import SmallCNN
+
+    torch.manual_seed(0)
+    s = generate_iris(SmallCNN().eval(), block, torch.rand(2, 1, 32, 32), steps=5, progress=False).settings
+    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"], s["cycle_decay"]) == (
+        "adam", 0.2, 300, 0.9, 0.0, False, 1.0)
