@@ -49,11 +49,11 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     follow the front's last max-pool and the cut has at most half the input's values, as at ResNet
     ``layer3`` / ``layer4``, else "adam", with heavy momentum at the other deep ResNet cuts and a schedule for
     deep max-pool fronts such as VGG's (``settings.auto_adam_defaults``); an option only one of them takes,
-    such as ``cycle_steps`` or ``history``, picks that one (at a deep ResNet cut an Adam option keeps the
-    heavy momentum, leak and folding, and a schedule option of yours drops our restart decay); at wide cuts
-    that nearly pin the image down (VGG's 3rd and 4th pools behind 6-7 ReLU calls, ResNet cuts with twice
-    the input's values or more) Adam runs one cosine over the budget with leaky gradients; the choice is
-    in ``iris.settings["optimizer"]``),
+    such as ``cycle_steps`` or ``history``, picks that one (at a deep ResNet cut an Adam option keeps our
+    momentum, leak and folding, and a schedule option of yours drops our schedule options); at wide cuts
+    that nearly pin the image down (VGG's 3rd and 4th pools behind 6-7 ReLU calls, deep ResNet cuts with
+    twice the input's values or more) Adam runs one cosine over the budget with leaky gradients; the choice
+    is in ``iris.settings["optimizer"]``),
     "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a
     per-sample line search and leaky ReLU gradients, ``relu_leak`` 0.1; see docs/iri_depth.md) or
     "normgrad" (lr 1.0, halved over 4 stages); ``init``
@@ -62,8 +62,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient straight through the
     last ReLU before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients;
     ``relu_leak`` (advanced; default 0.1 for L-BFGS and for the Adam that "auto" runs at deep ResNet cuts,
-    at deep max-pool cuts such as VGG's and at wide cuts, 0 otherwise) gives the front's other ReLU calls the gradient slope
-    ``relu_leak`` below zero. Both change only the search direction (for L-BFGS also the slope its line
+    at deep max-pool cuts such as VGG's and at wide cuts, 0 otherwise) gives the front's other ReLU calls
+    the gradient slope ``relu_leak`` below zero. Both change only the search direction (for L-BFGS also the slope its line
     search expects), never the loss or the reported error.
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
     seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every

@@ -74,21 +74,25 @@ AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_le
 # 3-7% more steps at three of four donors (270 -> 280, 287 -> 306, 210 -> 221; VGG-11: 210 -> 200)
 AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
 # auto, wide cuts, where the representation has about as many values as the input or more, so it nearly pins
-# the image down (an inversion: nothing tried converges there within 1,000 steps, ours or the plain loop) and
-# the restart cycles built to finish converging samples fast only throw progress away. There, one cosine over
-# the budget at Adam's lr (0.2, the plain loop's schedule) with leaky ReLU gradients and BatchNorm folded:
-# - fronts that end at or after a max-pool with AUTO_WIDE_MIN_RELUS to AUTO_DEEP_POOLED_RELUS - 1 ReLU calls
-#   whose cut does not compress the input AUTO_LBFGS_MIN_COMPRESSION-fold (VGG-11-BN's 4th pool and
-#   VGG-16-BN's 3rd at 32x32). Final median over 8 seeds, against Adam's defaults and the plain loop's best,
-#   on digits: VGG-11-BN features.21 0.021 (0.036; 0.021), VGG-16-BN features.23 0.069 (0.110; 0.086); on
-#   natural-image patches 0.0144 (0.026; 0.0144) and 0.059 (0.116; 0.085). Shallower wide cuts converge on
+# the image down (an inversion: the median reaches 1e-2 within 1,000 steps nowhere, ours or the plain loop's)
+# and the restart cycles built to finish converging samples fast only throw progress away. There, one cosine
+# over the budget at Adam's lr (0.2, the plain loop's schedule) with leaky ReLU gradients and BatchNorm folded:
+# - fronts that end at a max-pool (no ReLU call after it) with AUTO_WIDE_MIN_RELUS to
+#   AUTO_DEEP_POOLED_RELUS - 1 ReLU calls whose cut does not compress the input AUTO_LBFGS_MIN_COMPRESSION-fold
+#   (VGG-11-BN's 4th pool and VGG-16-BN's 3rd at 32x32); the caller's lr or schedule option: Adam's defaults.
+#   Final median over 8 seeds, against Adam's defaults and the plain loop's best, on digits: VGG-11-BN
+#   features.21 0.021 (0.036; 0.021), VGG-16-BN features.23 0.069 (0.110; 0.086); on natural-image patches
+#   0.0144 (0.026; 0.0144; 25% of samples converged, the plain loop 12%) and 0.059 (0.116; 0.085). Shallower wide cuts converge on
 #   patches with Adam's cycles and keep them: VGG-11-BN features.14 (4 ReLU calls) reaches the median at 754
 #   steps (one cosine: never, 0.0129), ResNet-18 layer1.1 (5) at 668 (one cosine: 779). Deeper pooled fronts
 #   (VGG-16-BN features.33, .39) keep AUTO_DEEP_POOLED_ADAM's lr 0.05: lr 0.2 ends there at 0.054, not 0.034.
 # - deep unpooled fronts (ResNets) whose cut has at least AUTO_WIDE_EXPANSION times as many values as the
 #   input (ResNet-50 layer2 at 32x32: 8,192 values from 3,072 pixels): 0.074 against AUTO_DEEP_ADAM's 0.162
-#   and the plain loop's 0.111 (digits). At ResNet-50 layer3 (4,096 values) AUTO_DEEP_ADAM stays ahead (0.054
-#   against 0.058; plain 0.057), at layer4 (2,048) too (0.072 against 0.093). docs/iri_depth.md, round 6.
+#   and the plain loop's 0.111 (digits; on patches 0.119 against 0.145 and 0.130). At ResNet-50 layer3 (4,096
+#   values) AUTO_DEEP_ADAM stays ahead (0.054 against 0.058; plain 0.057), at layer4 (2,048) too (0.072 against
+#   0.093). The caller's lr replaces only the lr, a schedule option of theirs drops cycle_steps. Extrapolated,
+#   not measured: ResNet-50 layer1, and every deep cut of a ResNet with the CIFAR stem (cifar_stem=true: no
+#   max-pool, ResNet-18 layer2-layer4 at 32x32 have 2.7-10.7x the input's values). docs/iri_depth.md, round 6.
 AUTO_WIDE_ADAM = {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
 AUTO_WIDE_MIN_RELUS = 6
 AUTO_WIDE_EXPANSION = 2
@@ -206,8 +210,8 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
       lr or a schedule option (``SCHEDULE_OPTIONS``); with ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or more,
       ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
       as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise; with ``AUTO_WIDE_MIN_RELUS`` or more,
-      ``AUTO_WIDE_ADAM`` when both sizes are known and the cut does not compress the input
-      ``AUTO_LBFGS_MIN_COMPRESSION``-fold; else {}.
+      ``AUTO_WIDE_ADAM`` when no ReLU call follows the last max-pool, both sizes are known and the cut does
+      not compress the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; else {}.
     Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value.
     """
     own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
@@ -225,7 +229,8 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
         return dict(AUTO_COMPRESSIVE_POOLED_ADAM if compressive else AUTO_DEEP_POOLED_ADAM)
     known = input_values > 0 and output_values > 0
     wide = known and not compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
-    return dict(AUTO_WIDE_ADAM) if relu_calls >= AUTO_WIDE_MIN_RELUS and wide else {}
+    at_pool = relus_after_last_maxpool == 0   # not a cut inside a ResNet block (its stem pool counts too)
+    return dict(AUTO_WIDE_ADAM) if relu_calls >= AUTO_WIDE_MIN_RELUS and wide and at_pool else {}
 
 
 def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER, lr: float | None, init: str,

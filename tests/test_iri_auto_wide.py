@@ -1,0 +1,80 @@
+"""optimizer="auto" at wide cuts (settings.AUTO_WIDE_ADAM) and on the small CNNs (Adam's defaults)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_iri_auto import _Block
+from torch import nn
+
+from similarity_plugins.iri import generate_iris
+from similarity_plugins.iri.settings import (
+    AUTO_DEEP_ADAM,
+    AUTO_WIDE_ADAM,
+    AUTO_WIDE_EXPANSION,
+    AUTO_WIDE_MIN_RELUS,
+    auto_adam_defaults,
+)
+
+_SETTINGS = ("optimizer", "lr", "cycle_steps", "beta1", "relu_leak", "fold_bn", "cycle_decay")
+
+
+def _picked(model: nn.Module, layer: str, seeds: torch.Tensor, **options) -> tuple:
+    s = generate_iris(model, layer, seeds, steps=5, progress=False, **options).settings
+    return tuple(s[name] for name in _SETTINGS)
+
+
+def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients():
+    assert AUTO_WIDE_ADAM == {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
+    n = AUTO_WIDE_MIN_RELUS
+    # fronts ending at a max-pool with 6 or 7 ReLU calls whose cut is not 2x compressive
+    assert auto_adam_defaults(n, {}, None, 3072, 2048) == AUTO_WIDE_ADAM            # VGG-11-BN features.21
+    assert auto_adam_defaults(7, {}, None, 3072, 4096) == AUTO_WIDE_ADAM            # VGG-16-BN features.23
+    assert auto_adam_defaults(7, {}, None, 3072, 1537) == AUTO_WIDE_ADAM
+    assert auto_adam_defaults(7, {}, None, 3072, 1536) == {}                        # 2x compressive: Adam's own
+    assert auto_adam_defaults(n - 1, {}, None, 3072, 4096) == {}                    # VGG-11-BN features.14
+    assert auto_adam_defaults(n, {}, None, 3072, 2048, 1) == {}                     # a ReLU after the pool
+    assert auto_adam_defaults(n, {}, None, 3072, 2048, 5) == {}                     # inside a ResNet block
+    assert auto_adam_defaults(n - 2, {}, None, 1024, 128) == {}                     # SmallCNN block4
+    assert auto_adam_defaults(n, {}, None) == {}                                    # sizes unknown
+    assert auto_adam_defaults(n, {}, 0.1, 3072, 4096) == {}                         # the caller's lr wins
+    assert auto_adam_defaults(n, {"schedule": "exp"}, None, 3072, 4096) == {}       # so does their schedule
+    torch.manual_seed(0)
+    seeds = torch.rand(2, 1, 16, 16)
+    layers = []
+    for i in range(n):   # 6 Conv-BN-ReLU, then a max-pool: 8x8x8 = 512 values from 256 pixels
+        layers += [nn.Conv2d(1 if i == 0 else 8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
+    pooled = nn.Sequential(*layers, nn.MaxPool2d(2)).eval()
+    assert _picked(pooled, str(3 * n), seeds) == ("adam", 0.2, 0, 0.9, 0.1, True, 1.0)
+    assert _picked(pooled, str(3 * n), seeds, relu_leak=0.0, lr=0.3)[1:5] == (0.3, 300, 0.9, 0.0)  # Adam's own
+    narrow = nn.Sequential(*layers, nn.MaxPool2d(4)).eval()   # 8x4x4 = 128 values: 2x compressive
+    assert _picked(narrow, str(3 * n), seeds) == ("adam", 0.2, 300, 0.9, 0.0, False, 1.0)
+
+
+def test_auto_gives_deep_resnet_cuts_with_twice_the_inputs_values_one_cosine():
+    e = AUTO_WIDE_EXPANSION
+    assert auto_adam_defaults(22, {}, None, 3072, 8192, 21) == AUTO_WIDE_ADAM       # ResNet-50 layer2
+    assert auto_adam_defaults(22, {}, None, 3072, 3072 * e, 21) == AUTO_WIDE_ADAM   # the boundary is wide
+    assert auto_adam_defaults(22, {}, None, 3072, 3072 * e - 1, 21) == AUTO_DEEP_ADAM
+    assert auto_adam_defaults(22, {}, None, 0, 8192, 21) == AUTO_DEEP_ADAM          # sizes unknown
+    assert auto_adam_defaults(22, {}, 0.1, 3072, 8192, 21) == AUTO_WIDE_ADAM        # the caller's lr: only lr
+    assert auto_adam_defaults(22, {"cycle_steps": 50}, None, 3072, 8192, 21) == {"fold_bn": True, "relu_leak": 0.1}
+    torch.manual_seed(0)
+    w = 8   # stem (stride 2), then 3 residual blocks: 7 ReLU calls, 8x8x8 = 512 values from 256 pixels (2x)
+    deep = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+                         *[_Block(w) for _ in range(3)]).eval()
+    seeds = torch.rand(2, 1, 16, 16)
+    assert _picked(deep, "5", seeds) == ("adam", 0.2, 0, 0.9, 0.1, True, 1.0)
+    assert _picked(deep, "5", seeds, lr=0.05)[:3] == ("adam", 0.05, 0)
+
+
+@pytest.mark.parametrize("width", [16, 32])
+@pytest.mark.parametrize("block", ["block1", "block2", "block3", "block4"])
+def test_auto_keeps_adams_defaults_on_the_small_cnn(block, width):
+    """SmallCNN at width 32 (``block3``: the issue's no-regression cut) and 16 (the demo's width) keeps Adam's
+    defaults at every block: lr 0.2, cycles of 300, no leak, unfolded."""
+    from similarity_plugins.apps.zoo import SmallCNN
+
+    torch.manual_seed(0)
+    assert _picked(SmallCNN(width=width).eval(), block, torch.rand(2, 1, 32, 32)) == (
+        "adam", 0.2, 300, 0.9, 0.0, False, 1.0)
