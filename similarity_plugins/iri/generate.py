@@ -51,9 +51,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     deep max-pool fronts such as VGG's (``settings.auto_adam_defaults``); an option only one of them takes,
     such as ``cycle_steps`` or ``history``, picks that one (at a deep ResNet cut an Adam option keeps our
     momentum, leak and folding, and a schedule option of yours drops our schedule options); at wide cuts
-    that nearly pin the image down (VGG's 3rd and 4th pools behind 6-7 ReLU calls, deep ResNet cuts with
-    twice the input's values or more) Adam runs one cosine over the budget with leaky gradients; the choice
-    is in ``iris.settings["optimizer"]``),
+    that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls) Adam
+    runs one cosine over the budget with leaky gradients; the choice is in ``iris.settings["optimizer"]``),
     "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a
     per-sample line search and leaky ReLU gradients, ``relu_leak`` 0.1; see docs/iri_depth.md) or
     "normgrad" (lr 1.0, halved over 4 stages); ``init``

@@ -73,29 +73,26 @@ AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_le
 # of the samples converge at features.43 instead of 50% (602 steps to the median instead of 805); on digits it costs
 # 3-7% more steps at three of four donors (270 -> 280, 287 -> 306, 210 -> 221; VGG-11: 210 -> 200)
 AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
-# auto, wide cuts, where the representation has about as many values as the input or more, so it nearly pins
-# the image down (an inversion: the median reaches 1e-2 within 1,000 steps nowhere, ours or the plain loop's)
-# and the restart cycles built to finish converging samples fast only throw progress away. There, one cosine
-# over the budget at Adam's lr (0.2, the plain loop's schedule) with leaky ReLU gradients and BatchNorm folded:
-# - fronts that end at a max-pool (no ReLU call after it) with AUTO_WIDE_MIN_RELUS to
-#   AUTO_DEEP_POOLED_RELUS - 1 ReLU calls whose cut does not compress the input AUTO_LBFGS_MIN_COMPRESSION-fold
-#   (VGG-11-BN's 4th pool and VGG-16-BN's 3rd at 32x32); the caller's lr or schedule option: Adam's defaults.
-#   Final median over 8 seeds, against Adam's defaults and the plain loop's best, on digits: VGG-11-BN
-#   features.21 0.021 (0.036; 0.021), VGG-16-BN features.23 0.069 (0.110; 0.086); on natural-image patches
-#   0.0144 (0.026; 0.0144; 25% of samples converged, the plain loop 12%) and 0.059 (0.116; 0.085). Shallower wide cuts converge on
-#   patches with Adam's cycles and keep them: VGG-11-BN features.14 (4 ReLU calls) reaches the median at 754
-#   steps (one cosine: never, 0.0129), ResNet-18 layer1.1 (5) at 668 (one cosine: 779). Deeper pooled fronts
-#   (VGG-16-BN features.33, .39) keep AUTO_DEEP_POOLED_ADAM's lr 0.05: lr 0.2 ends there at 0.054, not 0.034.
-# - deep unpooled fronts (ResNets) whose cut has at least AUTO_WIDE_EXPANSION times as many values as the
-#   input (ResNet-50 layer2 at 32x32: 8,192 values from 3,072 pixels): 0.074 against AUTO_DEEP_ADAM's 0.162
-#   and the plain loop's 0.111 (digits; on patches 0.119 against 0.145 and 0.130). At ResNet-50 layer3 (4,096
-#   values) AUTO_DEEP_ADAM stays ahead (0.054 against 0.058; plain 0.057), at layer4 (2,048) too (0.072 against
-#   0.093). The caller's lr replaces only the lr, a schedule option of theirs drops cycle_steps. Extrapolated,
-#   not measured: ResNet-50 layer1, and every deep cut of a ResNet with the CIFAR stem (cifar_stem=true: no
-#   max-pool, ResNet-18 layer2-layer4 at 32x32 have 2.7-10.7x the input's values). docs/iri_depth.md, round 6.
+# auto, wide pooled cuts: fronts that end at a max-pool (no ReLU call after it) with AUTO_WIDE_MIN_RELUS to
+# AUTO_DEEP_POOLED_RELUS - 1 ReLU calls whose cut does not compress the input AUTO_LBFGS_MIN_COMPRESSION-fold
+# (VGG-11-BN's 4th pool and VGG-16-BN's 3rd at 32x32). The representation nearly pins the image down (an
+# inversion: the median reaches 1e-2 within 1,000 steps nowhere, ours or the plain loop's), and the restart
+# cycles built to finish converging samples fast only throw progress away. There, one cosine over the budget
+# at Adam's lr (0.2, the plain loop's schedule), leaky ReLU gradients and BatchNorm folded; the caller's lr or
+# schedule option means Adam's defaults. Final median over 8 seeds (Adam's defaults; the plain loop's best),
+# on digits: VGG-11-BN features.21 0.021 (0.036; 0.021), VGG-16-BN features.23 0.069 (0.110; 0.086); on
+# natural-image patches 0.0144 (0.026; 0.0144; 25% of samples converged, the plain loop 12%) and 0.059
+# (0.116; 0.085). Shallower wide cuts converge on patches with Adam's cycles and keep them: VGG-11-BN
+# features.14 (4 ReLU calls) reaches the median at 754 steps (one cosine: never, 0.0129), ResNet-18 layer1.1
+# (5) at 668 (one cosine: 779). Deeper pooled fronts (VGG-16-BN features.33, .39) keep AUTO_DEEP_POOLED_ADAM's
+# lr 0.05: lr 0.2 ends there at 0.054, not 0.034.
+# Not at deep unpooled (ResNet) cuts, though they can be as wide: at ResNet-50 layer2 (8,192 values from 3,072
+# pixels) one cosine ends at 0.074 against AUTO_DEEP_ADAM's 0.162 and the plain loop's 0.111 (digits; patches
+# 0.119 / 0.145 / 0.130), but with the CIFAR stem (cifar_stem=true: no max-pool) ResNet-18 layer3 (16,384
+# values) converges under AUTO_DEEP_ADAM in 240 steps and under one cosine in 758 (plain loop: 643), and
+# layer4 (8,192) ties (0.0130 / 0.0136 / 0.0138; 4 seeds, digits). docs/iri_depth.md, round 6.
 AUTO_WIDE_ADAM = {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
 AUTO_WIDE_MIN_RELUS = 6
-AUTO_WIDE_EXPANSION = 2
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
 # the first-order options that shape the step-size schedule: a caller who sets one keeps Adam's defaults at
@@ -201,11 +198,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     ``lr``: the caller's lr (None: default); ``input_values`` / ``output_values``: values per sample at the
     front's input and at the cut; ``relus_after_last_maxpool``: ReLU calls after the front's last max-pool.
     - A deep front without a max-pool near the cut (at least ``AUTO_LBFGS_MIN_RELUS`` ReLU calls after the
-      last one; ResNets where Adam runs): ``AUTO_WIDE_ADAM`` when the cut has at least
-      ``AUTO_WIDE_EXPANSION`` times as many values as the input, else ``AUTO_DEEP_ADAM``, plus lr
-      ``AUTO_DEEP_COMPRESSIVE_LR`` when the cut compresses the input at least
-      ``AUTO_LBFGS_MIN_COMPRESSION``-fold and the caller set no lr; either without its schedule options when
-      the caller set a schedule option of their own.
+      last one; ResNets where Adam runs): ``AUTO_DEEP_ADAM`` (without its restart decay when the caller set a
+      schedule option of their own), plus lr ``AUTO_DEEP_COMPRESSIVE_LR`` when the cut compresses the input
+      at least ``AUTO_LBFGS_MIN_COMPRESSION``-fold and the caller set no lr.
     - A front ending at or after a max-pool (VGG, small CNNs): {} (Adam's defaults) when the caller set the
       lr or a schedule option (``SCHEDULE_OPTIONS``); with ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or more,
       ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
@@ -218,9 +213,7 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS:
         compressive = compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
         lr_default = {"lr": AUTO_DEEP_COMPRESSIVE_LR} if compressive and lr is None else {}
-        wide = compresses(output_values, input_values, AUTO_WIDE_EXPANSION)
-        ours = {k: v for k, v in (AUTO_WIDE_ADAM if wide else AUTO_DEEP_ADAM).items()
-                if not (own_schedule and k in SCHEDULE_OPTIONS)}
+        ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if not (own_schedule and k in SCHEDULE_OPTIONS)}
         return {**ours, **lr_default}
     if lr is not None or own_schedule:
         return {}
