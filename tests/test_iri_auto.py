@@ -267,7 +267,7 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n - 1) == {                 # pooled: VGG's rules
         "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
     torch.manual_seed(0)
-    w = 6   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 6x16x16 = 1,536 values from 1,024 pixels
+    w = 8   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 8x16x16 = 2,048 values from 1,024 pixels
     model = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                           *[_Block(w) for _ in range(3)]).eval()
     seeds = torch.rand(2, 1, 32, 32)
@@ -357,4 +357,3 @@ def test_bench_warm_up_touches_no_parameter_gradient():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
     bench.warm_up(model, torch.rand(2, 3, 8, 8))
     assert all(p.grad is None for p in model.parameters())
-

@@ -62,8 +62,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     last ReLU before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients;
     ``relu_leak`` (advanced; default 0.1 for L-BFGS and for the Adam that "auto" runs at deep ResNet cuts,
     at deep max-pool cuts such as VGG's and at wide cuts, 0 otherwise) gives the front's other ReLU calls
-    the gradient slope ``relu_leak`` below zero. Both change only the search direction (for L-BFGS also the slope its line
-    search expects), never the loss or the reported error.
+    the gradient slope ``relu_leak`` below zero. Both change only the search direction (for L-BFGS also
+    the slope its line search expects), never the loss or the reported error.
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
     seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every
     that many batch steps and resume from it after an interruption. ``advanced``: optimiser options
