@@ -15,7 +15,7 @@ from similarity_plugins.iri.settings import (
     auto_adam_defaults,
 )
 
-_SETTINGS = ("optimizer", "lr", "cycle_steps", "beta1", "relu_leak", "fold_bn", "cycle_decay")
+_SETTINGS = ("optimizer", "lr", "cycle_steps", "beta1", "relu_leak", "fold_bn", "cycle_decay", "fake_relu")
 
 
 def _picked(model: nn.Module, layer: str, seeds: torch.Tensor, **options) -> tuple:
@@ -24,7 +24,7 @@ def _picked(model: nn.Module, layer: str, seeds: torch.Tensor, **options) -> tup
 
 
 def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients():
-    assert AUTO_WIDE_ADAM == {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
+    assert AUTO_WIDE_ADAM == {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
     n = AUTO_WIDE_MIN_RELUS
     # fronts ending at a max-pool with 6 or 7 ReLU calls whose cut is not 2x compressive
     assert auto_adam_defaults(n, {}, None, 3072, 2048) == AUTO_WIDE_ADAM            # VGG-11-BN features.21
@@ -44,10 +44,14 @@ def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients
     for i in range(n):   # 6 Conv-BN-ReLU, then a max-pool: 8x8x8 = 512 values from 256 pixels
         layers += [nn.Conv2d(1 if i == 0 else 8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
     pooled = nn.Sequential(*layers, nn.MaxPool2d(2)).eval()
-    assert _picked(pooled, str(3 * n), seeds) == ("adam", 0.2, 0, 0.9, 0.1, True, 1.0)
+    assert _picked(pooled, str(3 * n), seeds) == ("adam", 0.2, 0, 0.9, 0.1, True, 1.0, "none")
+    iris = generate_iris(pooled, str(3 * n), seeds, steps=5, progress=False)
+    assert iris.settings["fake_relu_at"] == []                                      # the leak covers the last too
+    assert _picked(pooled, str(3 * n), seeds, fake_relu=True)[-1] == "last"          # yours wins
+    assert _picked(pooled, str(3 * n), seeds, fake_relu="auto", cycle_steps=50)[-1] == "last"   # Adam's own
     assert _picked(pooled, str(3 * n), seeds, relu_leak=0.0, lr=0.3)[1:5] == (0.3, 300, 0.9, 0.0)  # Adam's own
     narrow = nn.Sequential(*layers, nn.MaxPool2d(4)).eval()   # 8x4x4 = 128 values: 2x compressive
-    assert _picked(narrow, str(3 * n), seeds) == ("adam", 0.2, 300, 0.9, 0.0, False, 1.0)
+    assert _picked(narrow, str(3 * n), seeds) == ("adam", 0.2, 300, 0.9, 0.0, False, 1.0, "last")
 
 
 def test_auto_keeps_heavy_momentum_at_wide_deep_resnet_cuts():
@@ -58,7 +62,7 @@ def test_auto_keeps_heavy_momentum_at_wide_deep_resnet_cuts():
     w = 8   # stem (stride 2), then 3 residual blocks: 7 ReLU calls, 8x8x8 = 512 values from 256 pixels (2x)
     deep = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                          *[_Block(w) for _ in range(3)]).eval()
-    assert _picked(deep, "5", torch.rand(2, 1, 16, 16)) == ("adam", 0.2, 300, 0.98, 0.1, True, 0.5)
+    assert _picked(deep, "5", torch.rand(2, 1, 16, 16)) == ("adam", 0.2, 300, 0.98, 0.1, True, 0.5, "last")
 
 
 @pytest.mark.parametrize("width", [16, 32])
@@ -70,4 +74,18 @@ def test_auto_keeps_adams_defaults_on_the_small_cnn(block, width):
 
     torch.manual_seed(0)
     assert _picked(SmallCNN(width=width).eval(), block, torch.rand(2, 1, 32, 32)) == (
-        "adam", 0.2, 300, 0.9, 0.0, False, 1.0)
+        "adam", 0.2, 300, 0.9, 0.0, False, 1.0, "last")
+
+
+def test_fake_relu_auto_is_last_outside_the_wide_pooled_cuts_and_checked_once():
+    from similarity_plugins.iri.optimizer import make_settings
+
+    assert make_settings(steps=5, tol=1e-2, lr=None, init="noise", seed=0, fake_relu="auto").fake_relu == "last"
+    with pytest.raises(ValueError, match="'auto'"):
+        make_settings(steps=5, tol=1e-2, lr=None, init="noise", seed=0, fake_relu="lst")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.ReLU()).eval()
+    seeds = torch.rand(2, 1, 8, 8)
+    assert _picked(model, "3", seeds)[-1] == "last"
+    assert _picked(model, "3", seeds, optimizer="lbfgs")[-1] == "last"
+    assert _picked(model, "3", seeds, fake_relu=False)[-1] == "none"

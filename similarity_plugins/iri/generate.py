@@ -36,7 +36,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
                   optimizer: str = AUTO, lr: float | None = None, init: str = "noise", batch_size: int = 128,
                   backend: str = "auto", seed: int = 0, progress: bool = True,
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  fake_relu: bool | str = True, **advanced: Any) -> IRISet:
+                  fake_relu: bool | str = AUTO, **advanced: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 
     ``model``: any ``nn.Module``; it is run in eval mode with gradients off for its parameters and is left
@@ -58,8 +58,10 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     "normgrad" (lr 1.0, halved over 4 stages); ``init``
     "noise" or "shuffle"; ``batch_size`` working-batch slots; ``backend`` "auto" / "numpy" / "torch" /
     "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
-    ``progress`` tqdm bar; ``fake_relu``: True/"last" (default) passes the gradient straight through the
-    last ReLU before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients;
+    ``progress`` tqdm bar; ``fake_relu``: True/"last" passes the gradient straight through the last ReLU
+    before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients, "auto"
+    (default) is "last" except at the wide pooled cuts above, where ``optimizer="auto"`` keeps true
+    gradients at the last ReLU (the leak then covers it too);
     ``relu_leak`` (advanced; default 0.1 for L-BFGS and for the Adam that "auto" runs at deep ResNet cuts,
     at deep max-pool cuts such as VGG's and at wide cuts, 0 otherwise) gives the front's other ReLU calls
     the gradient slope ``relu_leak`` below zero. Both change only the search direction (for L-BFGS also
@@ -124,7 +126,9 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
         optimizer = auto_optimizer(relus_tail, advanced, history_bytes, *sizes)
         if optimizer == "adam" and trace is not None:
             extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], *sizes, relus_tail)
-            common = dict(common, lr=extra.pop("lr", common["lr"]))
+            fake_relu = extra.pop("fake_relu", common["fake_relu"])
+            common = dict(common, lr=extra.pop("lr", common["lr"]),
+                          fake_relu=fake_relu if common["fake_relu"] == AUTO else common["fake_relu"])
             advanced = {**extra, **advanced}
     return make_settings(optimizer=optimizer, **common, **advanced)
 

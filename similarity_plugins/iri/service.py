@@ -28,7 +28,7 @@ IRI_DEFAULTS: dict[str, Any] = {
     "iri_batch_size": 128,
     "iri_backend": "auto",
     "iri_max_seeds": None,
-    "iri_fake_relu": True,
+    "iri_fake_relu": "auto",
     "iri_cache_dir": None,
     **{f"iri_{name}": None for name in ADVANCED},
 }
@@ -44,7 +44,8 @@ IRI_DOCS: dict[str, str] = {
     "iri_batch_size": "working-batch slots of the continuous batching",
     "iri_backend": "numpy, torch, cupy or auto (CuPy on CUDA when installed)",
     "iri_max_seeds": "use a seeded random subset of this many training samples as seeds (None: all)",
-    "iri_fake_relu": "straight-through gradient at the last ReLU before the cut",
+    "iri_fake_relu": "straight-through gradient at the last ReLU before the cut: auto (last, except at wide "
+                     "pooled cuts), last/true, all or none/false",
     "iri_cache_dir": "folder where finished IRI sets are saved and found again",
     **{f"iri_{name}": f"advanced optimiser option {name} of optimize_iris (None: its default)" for name in ADVANCED},
 }
@@ -93,7 +94,7 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
             steps=int(settings["iri_steps"]), tol=float(settings["iri_tol"]), optimizer=settings["iri_optimizer"],
             lr=settings["iri_lr"], init=settings["iri_init"], batch_size=int(settings["iri_batch_size"]),
             backend=settings["iri_backend"], seed=context.seed, progress=context.progress,
-            cache_dir=settings["iri_cache_dir"], fake_relu=bool(settings["iri_fake_relu"]),
+            cache_dir=settings["iri_cache_dir"], fake_relu=settings["iri_fake_relu"],
             **{name: settings[f"iri_{name}"] for name in ADVANCED if settings[f"iri_{name}"] is not None},
         )
         train = TrainingSet(iris.inputs.detach().cpu(), labels, key=key, name="IRIs")

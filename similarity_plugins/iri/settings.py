@@ -78,24 +78,24 @@ AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True,
 # (VGG-11-BN's 4th pool and VGG-16-BN's 3rd at 32x32). The representation nearly pins the image down (an
 # inversion: the median reaches 1e-2 within 1,000 steps nowhere, ours or the plain loop's), and the restart
 # cycles built to finish converging samples fast only throw progress away. There, one cosine over the budget
-# at Adam's lr (0.2, the plain loop's schedule), leaky ReLU gradients and BatchNorm folded; the caller's lr or
-# schedule option means Adam's defaults. Final median over 8 seeds (Adam's defaults; the plain loop's best),
-# on digits: VGG-11-BN features.21 0.021 (0.036; 0.021), VGG-16-BN features.23 0.069 (0.110; 0.086); on
-# natural-image patches 0.0144 (0.026; 0.0144; 25% of samples converged, the plain loop 12%) and 0.059
-# (0.116; 0.085). On a donor not used to choose it, VGG-13-BN features.20 (3rd pool, 6 ReLU calls): 0.034
-# (0.047; 0.023): better than before, still behind the plain loop; there true gradients without the leak match
-# the plain loop (0.024), while at features.21 / .23 they end at 0.022 / 0.081 against the leak's 0.021 /
-# 0.069; the leak with true gradients at the last ReLU: 0.029 / 0.016 / 0.062 (fake_relu is the caller's
-# argument, so auto does not set it). Shallower wide cuts converge on patches with Adam's cycles and keep
-# them: VGG-11-BN features.14 (4 ReLU calls) reaches the median at 754 steps (one cosine: never, 0.0129),
-# ResNet-18 layer1.1 (5) at 668 (one cosine: 779). Deeper pooled fronts (VGG-16-BN features.33, .39) keep
-# AUTO_DEEP_POOLED_ADAM's lr 0.05: lr 0.2 ends there at 0.054, not 0.034.
+# at Adam's lr (0.2, the plain loop's schedule), BatchNorm folded and leaky ReLU gradients at every ReLU call,
+# the last one included (fake_relu "none", applied when the caller left fake_relu at "auto"); the caller's lr
+# or schedule option means Adam's defaults. Final median over 16 seeds (Adam's defaults; the plain loop's
+# best), on digits: VGG-11-BN features.21 0.0197 (0.0386; 0.0225), VGG-16-BN features.23 0.0635 (0.112;
+# 0.085); on natural-image patches 0.0122, 38% of samples converged (0.0209; 0.0139, 19%) and 0.057 (0.109;
+# 0.070). With the straight-through gradient at the last ReLU instead: 0.0211 / 0.0662 / 0.0141 / 0.060. On a
+# donor not used to choose it, VGG-13-BN features.20 (3rd pool, 6 ReLU calls; 8 seeds): 0.029 (0.047;
+# 0.023), still behind the plain loop; true gradients without the leak match it there (0.024) but end at
+# 0.022 / 0.081 at features.21 / .23 (8 seeds; the rule: 0.016 / 0.062). Shallower wide cuts converge on
+# patches with Adam's cycles and keep them: VGG-11-BN features.14 (4 ReLU calls) reaches the median at 754
+# steps (one cosine: never, 0.0129), ResNet-18 layer1.1 (5) at 668 (one cosine: 779). Deeper pooled fronts
+# (VGG-16-BN features.33, .39) keep AUTO_DEEP_POOLED_ADAM's lr 0.05: lr 0.2 ends there at 0.054, not 0.034.
 # Not at deep unpooled (ResNet) cuts, though they can be as wide: at ResNet-50 layer2 (8,192 values from 3,072
 # pixels) one cosine ends at 0.074 against AUTO_DEEP_ADAM's 0.162 and the plain loop's 0.111 (digits; patches
 # 0.119 / 0.145 / 0.130), but with the CIFAR stem (cifar_stem=true: no max-pool) ResNet-18 layer3 (16,384
 # values) converges under AUTO_DEEP_ADAM in 240 steps and under one cosine in 758 (plain loop: 643), and
 # layer4 (8,192) ties (0.0130 / 0.0136 / 0.0138; 4 seeds, digits). docs/iri_depth.md, round 6.
-AUTO_WIDE_ADAM = {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
+AUTO_WIDE_ADAM = {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
 AUTO_WIDE_MIN_RELUS = 6
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
@@ -250,10 +250,12 @@ def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER,
     advanced.setdefault("fold_bn", DEFAULT_FOLD_BN[optimizer])
     if advanced["schedule"] not in SCHEDULES:
         raise ValueError(f"unknown schedule {advanced['schedule']!r}; choose one of {', '.join(SCHEDULES)}")
-    modes = {True: "last", False: "none", None: "none", "last": "last", "all": "all", "none": "none"}
+    modes = {True: "last", False: "none", None: "none", "last": "last", "all": "all", "none": "none",
+             AUTO: "last"}
     if not isinstance(fake_relu, (bool, str, type(None))) or fake_relu not in modes:
         raise ValueError(f"fake_relu must be True/'last' (straight-through gradient at the last ReLU before the "
-                         f"cut), 'all' (every ReLU) or False/'none'; got {fake_relu!r}")
+                         f"cut), 'all' (every ReLU), False/'none' or 'auto' (generate_iris's default: 'last', "
+                         f"except where optimizer='auto' chooses otherwise); got {fake_relu!r}")
     _check_advanced(advanced)
     return Settings(steps=int(steps), tol=float(tol), optimizer=optimizer, lr=float(lr), init=init,
                     seed=int(seed), fake_relu=modes[fake_relu], **advanced)

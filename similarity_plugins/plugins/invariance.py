@@ -22,7 +22,8 @@ option                      default      meaning
 ``iri_batch_size``          128          working-batch slots of the continuous batching
 ``iri_backend``             "auto"       "numpy", "torch", "cupy" or "auto" (CuPy on CUDA when installed)
 ``iri_max_seeds``           None (all)   use a seeded random subset of the training split as seeds
-``iri_fake_relu``           True         straight-through gradient at the last ReLU before the cut
+``iri_fake_relu``           "auto"       straight-through gradient at the last ReLU before the cut: "auto" ("last",
+                                         except at wide pooled cuts), "last" / True, "all", "none" / False
 ``iri_cache_dir``           None         folder where finished IRI sets are saved and found again
 ``iri_<advanced>``          None         any advanced optimiser option of ``optimize_iris`` with the prefix:
                                          ``iri_schedule``, ``iri_cycle_steps``, ``iri_cycle_mult``,
