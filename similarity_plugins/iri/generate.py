@@ -61,7 +61,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     ``progress`` tqdm bar; ``fake_relu``: True/"last" passes the gradient straight through the last ReLU
     before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients, "auto"
     (default) is "last" except at the wide pooled cuts above, where ``optimizer="auto"`` keeps true
-    gradients at the last ReLU (the leak then covers it too);
+    gradients at the last ReLU (with ``relu_leak`` > 0 the leak covers it too);
     ``relu_leak`` (advanced; default 0.1 for L-BFGS and for the Adam that "auto" runs at deep ResNet cuts,
     at deep max-pool cuts such as VGG's and at wide cuts, 0 otherwise) gives the front's other ReLU calls
     the gradient slope ``relu_leak`` below zero. Both change only the search direction (for L-BFGS also

@@ -211,7 +211,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
       as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise; with ``AUTO_WIDE_MIN_RELUS`` or more,
       ``AUTO_WIDE_ADAM`` when no ReLU call follows the last max-pool, both sizes are known and the cut does
       not compress the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; else {}.
-    Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value.
+    Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value. The result
+    may hold "lr" (not an advanced option) and "fake_relu" (``AUTO_WIDE_ADAM``: applies only where the caller
+    left ``fake_relu="auto"``); callers pop both before merging the rest into the advanced options.
     """
     own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
     if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS:
