@@ -5,9 +5,10 @@
 Measures, on one CUDA GPU, and prints + writes ``DIR/gpu_iri.json``:
 1. update-step time, CuPy fused kernel vs the torch reference, Adam and normgrad, on 512 x 3 x 224 x 224
    inputs (``--update-shape`` to change), median of ``--repeats`` timed calls after warm-up;
-2. IRIs per second for torchvision ResNet-18 (random weights, 10 classes) at ``layer2`` and ``layer4``,
-   on 32x32 inputs (512 seeds, 1,000-step budget, tol 1e-2, batch 512) and on 224x224 inputs (64 seeds,
-   200-step budget, batch 64); each with its error summary and the optimiser's overhead share;
+2. IRIs per second for torchvision ResNet-18 (random weights, 10 classes) at ``layer3`` and ``layer4``,
+   on 32x32 inputs (512 seeds, 1,000-step budget, tol 1e-2, batch 512), eager and with ``compile=True``
+   (its warm-up ``compile_s`` and the rate after it), and on 224x224 inputs (64 seeds, 200-step budget,
+   batch 64); each with its error summary and the optimiser's overhead share;
 3. ``pytest tests/test_iri_gpu.py`` (exit code and tail of its output).
 
 Fails loudly (exit 2) when CUDA is missing. Without CuPy the CuPy figures are recorded as errors and the
@@ -82,7 +83,7 @@ def time_update_step(backend: Backend, optimizer: str, shape: tuple[int, ...], d
 
 
 def iris_per_second(layer: str, size: int, seeds: int, steps: int, batch: int, device: torch.device,
-                    backend: str = "auto", optimizer: str = "auto") -> dict[str, Any]:
+                    backend: str = "auto", optimizer: str = "auto", compile: bool = False) -> dict[str, Any]:
     """Generate IRIs for random-weight ResNet-18 at ``layer`` on ``size`` x ``size`` inputs; report rate and quality."""
     import torchvision
 
@@ -93,13 +94,15 @@ def iris_per_second(layer: str, size: int, seeds: int, steps: int, batch: int, d
     _sync(device)
     t0 = time.perf_counter()
     iris = generate_iris(model, layer, x, steps=steps, tol=1e-2, batch_size=batch, backend=backend,
-                         optimizer=optimizer, progress=False, profile=True)
+                         optimizer=optimizer, progress=False, profile=True, compile=compile)
     _sync(device)
     wall = time.perf_counter() - t0
     s, st = iris.summary, iris.stats
     return {"layer": layer, "optimizer": iris.settings["optimizer"], "input": f"3x{size}x{size}",
             "weights": "random", "seeds": seeds, "steps": steps,
-            "batch": batch, "backend": st["backend"], "wall_s": wall, "iris_per_s": seeds / wall,
+            "batch": batch, "backend": st["backend"], "compile": compile, "compile_s": st["compile_s"],
+            "wall_s": wall, "iris_per_s": seeds / wall,
+            "iris_per_s_after_warm_up": seeds / max(wall - st["compile_s"], 1e-9),
             "median_error": s["median_error"], "p95_error": s["p95_error"],
             "converged_fraction": s["converged_fraction"], "mean_seed_distance": s["mean_seed_distance"],
             "mean_steps": s["mean_steps"], "front_s": st["front_s"], "update_s": st["update_s"],
@@ -156,12 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         if "median_s" in a and "median_s" in b:
             report[f"update_{opt}_speedup_cupy_vs_torch"] = a["median_s"] / b["median_s"]
 
-    runs = [("layer3", 32, 512, 1000, 512, "auto"), ("layer4", 32, 512, 1000, 512, "auto"),
-            ("layer4", 32, 512, 1000, 512, "adam"), ("layer4", 224, 64, 200, 64, "auto")]
+    runs = [("layer3", 32, 512, 1000, 512, "auto", False), ("layer4", 32, 512, 1000, 512, "auto", False),
+            ("layer3", 32, 512, 1000, 512, "auto", True), ("layer4", 32, 512, 1000, 512, "auto", True),
+            ("layer4", 32, 512, 1000, 512, "adam", False), ("layer4", 224, 64, 200, 64, "auto", False)]
     if args.small:
-        runs = [("layer3", 16, 3, 2, 2, "auto"), ("layer4", 16, 2, 2, 2, "adam")]
-    for layer, size, n, steps, batch, opt in runs:
-        _guard(f"iris_{layer}_{size}_{opt}", lambda: iris_per_second(layer, size, n, steps, batch, device, optimizer=opt),
+        runs = [("layer3", 16, 3, 2, 2, "auto", False), ("layer4", 16, 2, 2, 2, "adam", False)]
+    for layer, size, n, steps, batch, opt, comp in runs:
+        name = f"iris_{layer}_{size}_{opt}" + ("_compiled" if comp else "")
+        _guard(name, lambda: iris_per_second(layer, size, n, steps, batch, device, optimizer=opt, compile=comp),
                report)
 
     if not args.skip_tests:

@@ -154,3 +154,29 @@ def test_model_specs_are_parsed_by_the_zoo(tmp_path):
     data = load_data("digits", max_train=8, max_test=8)
     model = load_model(" Small-CNN?width=8", None, None, data)  # as build_model reads it: channels from the data
     assert model.block1[0].in_channels == 1 and model.block1[0].out_channels == 8
+
+
+def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monkeypatch):
+    from similarity_plugins import iri
+    from similarity_plugins.iri.files import load_iris
+
+    out = tmp_path / "iris.npz"
+    base = ["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "4",
+            "--steps", "3", "--out", str(out), "--no-progress"]
+    assert main([*base, "--option", "history=5", "--option", "fold_bn=no"]) == 0
+    iris, _ = load_iris(out)
+    assert iris.settings["optimizer"] == "lbfgs" and iris.settings["history"] == 5
+    assert iris.settings["fold_bn"] is False
+    capsys.readouterr()
+    assert main([*base, "--option", "histroy=5"]) == 2
+    assert "did you mean 'history'" in capsys.readouterr().err
+    seen = {}
+    real = iri.generate_iris
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **{k: v for k, v in kwargs.items() if k != "compile"})
+
+    monkeypatch.setattr(iri, "generate_iris", spy)
+    assert main([*base, "--compile"]) == 0
+    assert seen["compile"] is True

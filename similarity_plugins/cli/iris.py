@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..iri.settings import OPTIMIZERS
+from ..utils.text import parse_assignments
 from .common import add_model_args, load_data, load_model, subset
 
 
@@ -20,10 +21,13 @@ def cmd_iris(args: argparse.Namespace) -> int:
     from ..core.data import load_all
 
     seeds, labels = load_all(subset(split, args.max_seeds))
+    advanced = parse_assignments(args.option or [], what="--option")
+    if args.compile:
+        advanced["compile"] = True
     iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
                          optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
                          backend=args.backend, seed=args.seed, progress=not args.no_progress,
-                         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every)
+                         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every, **advanced)
     from ..core.parallel import current_world
 
     if not current_world().is_main:  # under torchrun every rank holds the set; rank 0 writes it
@@ -64,6 +68,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", default=None, help="folder where finished IRI sets (and checkpoints) are kept")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the front's forward+backward (a warm-up of seconds per run; not faster on "
+                        "this project's CPU measurements)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="an advanced optimiser option of generate_iris (history=20, fold_bn=false, relu_leak=0.05, ...)")
     p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--gallery", default=None, metavar="PNG",

@@ -69,7 +69,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
     seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every
     that many batch steps and resume from it after an interruption. ``advanced``: optimiser options
-    (``schedule``, ``lr_floor``, ``beta1``, ``restart_patience``, ...) plus ``callback`` and ``profile``.
+    (``schedule``, ``lr_floor``, ``beta1``, ``restart_patience``, ``compile`` (torch.compile the front's
+    forward+backward; opt-in, see ``compiled.py``), ...) plus ``callback`` and ``profile``.
 
     Returns an :class:`IRISet` (``inputs``, ``rel_error``, ``steps``, ``seed_distance``, ``summary``).
     Raises ValueError (LayerNotFound) for an unknown layer, ValueError for bad settings or seeds outside

@@ -101,7 +101,10 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
       ``stages``, ``beta1``, ``beta2``, ``eps``; ``cycle_steps`` (> 0: per-sample cosine cycles restarting
       from the best iterate, each ``cycle_mult`` (2.0) times longer at ``cycle_decay`` (1.0) times the step
       size; default 300 for Adam); ``restart_patience`` (0 = off), ``restart_threshold`` (0.01),
-      ``restart_decay`` (0.5): plateau restarts.
+      ``restart_decay`` (0.5): plateau restarts;
+    - any optimiser: ``compile`` (False; True runs the forward+backward evaluations
+      through ``torch.compile``: a warm-up of seconds per run, IRIs equal to the eager ones up to float
+      rounding; see ``compiled.py``).
 
     Returns an :class:`IRISet`. Raises ValueError for bad settings or seeds outside [0, 1] and
     FloatingPointError naming the samples when the model yields NaN/inf activations or gradients.

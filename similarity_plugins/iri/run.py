@@ -18,6 +18,7 @@ import torch
 
 from .backends import Backend
 from .checkpoint import resume, save_checkpoint
+from .compiled import compile_error, compile_front
 from .first_order import FirstOrderStepper
 from .lbfgs import LbfgsStepper
 from .result import IRISet
@@ -41,6 +42,8 @@ class Run:
                  device: torch.device, progress: bool, checkpoint_path: Any, checkpoint_every: int | None,
                  callback: Callable | None, profile: bool, sample_range: range | None = None) -> None:
         self.front_fn, self.seeds, self.s, self.backend, self.device = front_fn, seeds, settings, backend, device
+        self.grad_fn = compile_front(front_fn) if settings.compile else front_fn   # the fwd+bwd evaluations
+        self.compiled_sizes: set[int] = set()   # batch sizes the compiled front has run at
         rows = sample_range if sample_range is not None else range(int(seeds.shape[0]))
         if rows.step != 1 or rows.start < 0 or rows.stop > int(seeds.shape[0]) or len(rows) == 0:
             raise ValueError(f"sample_range must be a non-empty contiguous range within 0..{int(seeds.shape[0])}, "
@@ -61,7 +64,7 @@ class Run:
         self.out_err = np.full(self.n, np.nan)
         self.out_steps = np.zeros(self.n, dtype=np.int64)
         self.next_pending = self.finished = self.step = self.evals = 0
-        self.t_front = self.t_update = self.t_manage = self.t_target = 0.0
+        self.t_front = self.t_update = self.t_manage = self.t_target = self.t_compile = 0.0
 
     def _sync(self) -> None:
         if self.profile:
@@ -145,9 +148,19 @@ class Run:
         """Errors (k,) and their input gradients (k, D) at the active slots' iterates (one fwd+bwd each)."""
         w = self.w
         xk = w.x[:k].reshape(k, *self.shape).detach().requires_grad_(True)
-        with torch.enable_grad():
-            err = evaluate(self.front_fn, xk, w.target[:k], w.tnorm[:k])
-            (grad,) = torch.autograd.grad(err.sum(), xk)
+        warm_up = self.s.compile and k not in self.compiled_sizes   # Dynamo compiles at a new batch size
+        t0 = time.perf_counter()
+        try:
+            with torch.enable_grad():
+                err = evaluate(self.grad_fn, xk, w.target[:k], w.tnorm[:k])
+                (grad,) = torch.autograd.grad(err.sum(), xk)
+        except Exception as exc:
+            if warm_up:
+                raise compile_error(exc) from exc
+            raise
+        if warm_up:
+            self.compiled_sizes.add(k)
+            self.t_compile += time.perf_counter() - t0
         grad = grad.reshape(k, -1)
         if not grad.is_contiguous():
             grad = grad.contiguous()
@@ -253,6 +266,6 @@ class Run:
                  "manage_s": self.t_manage, "batch_steps": self.step, "sample_steps": self.evals,
                  "backend": self.backend.name, "batch_size": self.capacity, "resumed": resumed,
                  "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0),
-                 "adam_phases": getattr(self.stepper, "phases", 0)}
+                 "adam_phases": getattr(self.stepper, "phases", 0), "compile_s": self.t_compile}
         return IRISet(x, torch.from_numpy(self.out_err.copy()), torch.from_numpy(self.out_steps.copy()), dist,
                       self.s.as_dict(), stats)

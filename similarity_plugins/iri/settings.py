@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..utils.text import did_you_mean
 from .schedule import SCHEDULES
 
 OPTIMIZERS = ("lbfgs", "adam", "normgrad")
@@ -140,6 +141,7 @@ class Settings:
     fake_relu: str = "none"
     relu_leak: float = 0.0
     fold_bn: bool = False
+    compile: bool = False   # torch.compile the front's forward+backward (compiled.py); float rounding differs
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (JSON-able; saved with every IRI set)."""
@@ -148,7 +150,7 @@ class Settings:
 
 ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience", "restart_threshold",
             "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience",
-            "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn")
+            "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn", "compile")
 
 
 def compresses(input_values: int, output_values: int, factor: float) -> bool:
@@ -242,7 +244,8 @@ def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER,
     _check_basic(steps, tol, optimizer, init)
     unknown = sorted(set(advanced) - set(ADVANCED))
     if unknown:
-        raise TypeError(f"unknown option(s) {', '.join(unknown)}; advanced options are: {', '.join(ADVANCED)}")
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}{did_you_mean(unknown[0], ADVANCED)}; advanced "
+                        f"options are: {', '.join(ADVANCED)}")
     lr = DEFAULT_LR[optimizer] if lr is None else lr
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
@@ -290,13 +293,19 @@ _ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
 }
 
 
+_BOOL_OPTIONS = {
+    "fold_bn": "fold BatchNorm into the convolutions of a private copy of the front",
+    "compile": "torch.compile the front's forward+backward; costs seconds of warm-up per run",
+}
+
+
 def _check_advanced(advanced: dict[str, Any]) -> None:
     """Raise ValueError naming the option, its value and the valid range for a bad advanced option."""
-    if "fold_bn" in advanced and not isinstance(advanced["fold_bn"], (bool, np.bool_)):
-        raise ValueError(f"fold_bn must be True or False (fold BatchNorm into the convolutions of a private copy "
-                         f"of the front), got {advanced['fold_bn']!r}")
-    if "fold_bn" in advanced:
-        advanced["fold_bn"] = bool(advanced["fold_bn"])
+    for name, what in _BOOL_OPTIONS.items():
+        if name in advanced and not isinstance(advanced[name], (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False ({what}), got {advanced[name]!r}")
+        if name in advanced:
+            advanced[name] = bool(advanced[name])
     for name, (kind, ok, want) in _ADVANCED_RULES.items():
         if name not in advanced:
             continue

@@ -27,8 +27,8 @@ option                      default      meaning
 ``iri_cache_dir``           None         folder where finished IRI sets are saved and found again
 ``iri_<advanced>``          None         any advanced optimiser option of ``optimize_iris`` with the prefix:
                                          ``iri_schedule``, ``iri_cycle_steps``, ``iri_cycle_mult``,
-                                         ``iri_cycle_decay``, ``iri_lr_floor``, ``iri_restart_patience``, ...
-                                         (None: the optimiser's default)
+                                         ``iri_cycle_decay``, ``iri_lr_floor``, ``iri_restart_patience``,
+                                         ``iri_compile`` (torch.compile the front), ... (None: the default)
 ==========================  ===========  ================================================================
 
 Details add the IRI quality (``iri_median_error``, ``iri_p95_error``, ``iri_converged_fraction``,
