@@ -101,7 +101,8 @@ def iris_per_second(layer: str, size: int, seeds: int, steps: int, batch: int, d
     return {"layer": layer, "optimizer": iris.settings["optimizer"], "input": f"3x{size}x{size}",
             "weights": "random", "seeds": seeds, "steps": steps,
             "batch": batch, "backend": st["backend"], "compile": compile, "compile_s": st["compile_s"],
-            "wall_s": wall, "iris_per_s": seeds / wall,
+            "compiled_graphs": st["compiled_graphs"], "wall_s": wall, "iris_per_s": seeds / wall,
+            # the evaluations that compiled (a few batch steps) are left out of the time, not of the IRIs
             "iris_per_s_after_warm_up": seeds / max(wall - st["compile_s"], 1e-9),
             "median_error": s["median_error"], "p95_error": s["p95_error"],
             "converged_fraction": s["converged_fraction"], "mean_seed_distance": s["mean_seed_distance"],
@@ -116,6 +117,35 @@ def _guard(name: str, fn: Callable[[], Any], report: dict[str, Any]) -> None:
     except Exception as exc:  # noqa: BLE001 - record and go on; the JSON says what failed
         report[name] = {"error": f"{type(exc).__name__}: {exc}"}
     print(f"[{time.perf_counter() - t0:6.1f}s] {name}: {json.dumps(report[name], default=str)[:600]}", flush=True)
+
+
+def _update_steps(report: dict[str, Any], args: argparse.Namespace, device: torch.device) -> None:
+    """Part 1: the update step, torch vs CuPy (GPU) or NumPy (CPU dry run), Adam and normgrad, into ``report``."""
+    shape = (8, 3, 16, 16) if args.small else tuple(int(s) for s in args.update_shape.split(","))
+    repeats = 3 if args.small else args.repeats
+    fast = numpy_backend() if device.type == "cpu" else None
+    for opt in ("adam", "normgrad"):
+        _guard(f"update_{opt}_torch", lambda: time_update_step(torch_backend(), opt, shape, device, repeats), report)
+        if device.type == "cuda":
+            _guard(f"update_{opt}_cupy", lambda: time_update_step(cupy_backend(), opt, shape, device, repeats), report)
+        else:
+            _guard(f"update_{opt}_numpy", lambda: time_update_step(fast, opt, shape, device, repeats), report)
+        a, b = report.get(f"update_{opt}_torch", {}), report.get(f"update_{opt}_cupy", {})
+        if "median_s" in a and "median_s" in b:
+            report[f"update_{opt}_speedup_cupy_vs_torch"] = a["median_s"] / b["median_s"]
+
+
+def _iri_rates(report: dict[str, Any], small: bool, device: torch.device) -> None:
+    """Part 2: IRIs per second at ResNet-18 cuts, eager and compiled (see the module docstring), into ``report``."""
+    runs = [("layer3", 32, 512, 1000, 512, "auto", False), ("layer4", 32, 512, 1000, 512, "auto", False),
+            ("layer3", 32, 512, 1000, 512, "auto", True), ("layer4", 32, 512, 1000, 512, "auto", True),
+            ("layer4", 32, 512, 1000, 512, "adam", False), ("layer4", 224, 64, 200, 64, "auto", False)]
+    if small:
+        runs = [("layer3", 16, 3, 2, 2, "auto", False), ("layer4", 16, 2, 2, 2, "adam", False)]
+    for layer, size, n, steps, batch, opt, comp in runs:
+        name = f"iris_{layer}_{size}_{opt}" + ("_compiled" if comp else "")
+        _guard(name, lambda: iris_per_second(layer, size, n, steps, batch, device, optimizer=opt, compile=comp),
+               report)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,30 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001
         report["cupy"] = f"unavailable: {type(exc).__name__}: {exc}"
 
-    shape = tuple(int(s) for s in args.update_shape.split(","))
-    if args.small:
-        shape = (8, 3, 16, 16)
-    repeats = 3 if args.small else args.repeats
-    fast = numpy_backend() if device.type == "cpu" else None
-    for opt in ("adam", "normgrad"):
-        _guard(f"update_{opt}_torch", lambda: time_update_step(torch_backend(), opt, shape, device, repeats), report)
-        if device.type == "cuda":
-            _guard(f"update_{opt}_cupy", lambda: time_update_step(cupy_backend(), opt, shape, device, repeats), report)
-        else:
-            _guard(f"update_{opt}_numpy", lambda: time_update_step(fast, opt, shape, device, repeats), report)
-        a, b = report.get(f"update_{opt}_torch", {}), report.get(f"update_{opt}_cupy", {})
-        if "median_s" in a and "median_s" in b:
-            report[f"update_{opt}_speedup_cupy_vs_torch"] = a["median_s"] / b["median_s"]
-
-    runs = [("layer3", 32, 512, 1000, 512, "auto", False), ("layer4", 32, 512, 1000, 512, "auto", False),
-            ("layer3", 32, 512, 1000, 512, "auto", True), ("layer4", 32, 512, 1000, 512, "auto", True),
-            ("layer4", 32, 512, 1000, 512, "adam", False), ("layer4", 224, 64, 200, 64, "auto", False)]
-    if args.small:
-        runs = [("layer3", 16, 3, 2, 2, "auto", False), ("layer4", 16, 2, 2, 2, "adam", False)]
-    for layer, size, n, steps, batch, opt, comp in runs:
-        name = f"iris_{layer}_{size}_{opt}" + ("_compiled" if comp else "")
-        _guard(name, lambda: iris_per_second(layer, size, n, steps, batch, device, optimizer=opt, compile=comp),
-               report)
+    _update_steps(report, args, device)
+    _iri_rates(report, args.small, device)
 
     if not args.skip_tests:
         def tests() -> dict[str, Any]:

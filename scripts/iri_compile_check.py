@@ -4,9 +4,10 @@
 
 Uses the benchmark donors (``benchmarks/bench_iri.py``: torchvision models trained 2 epochs on 3x32x32
 digits, cached). For each case: one eager run, then one ``compile=True`` run, each with ``generate_iris``'s
-defaults; prints wall time, the compiled run's warm-up (``stats["compile_s"]``: evaluations at batch sizes
-not seen before), wall time after it per forward+backward sample-step, batch steps, median error and converged fraction. Set
-``TORCHINDUCTOR_CACHE_DIR`` to an empty folder to measure a cold compile.
+defaults; prints wall time, the compiled run's warm-up (``stats["compile_s"]``: the evaluations during which
+TorchDynamo compiled a graph; ``compiled_graphs``), wall time after it per forward+backward sample-step,
+batch steps, median error and converged fraction. Set ``TORCHINDUCTOR_CACHE_DIR`` to an empty folder to
+measure a cold compile.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
             wall = time.perf_counter() - t0
             st, s = iris.stats, iris.summary
             row = {"case": spec, "compile": compiled, "wall_s": round(wall, 2), "compile_s": round(st["compile_s"], 2),
-                   "after_warm_up_s": round(wall - st["compile_s"], 2), "batch_steps": st["batch_steps"],
+                   "compiled_graphs": st["compiled_graphs"], "after_warm_up_s": round(wall - st["compile_s"], 2),
+                   "batch_steps": st["batch_steps"],
                    "sample_steps": st["sample_steps"],
                    "ms_per_sample_step_after_warm_up": round(1e3 * (wall - st["compile_s"]) / st["sample_steps"], 3),
                    "median_error": round(s["median_error"], 5), "converged": s["converged_fraction"],

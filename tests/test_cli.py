@@ -170,6 +170,10 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
     capsys.readouterr()
     assert main([*base, "--option", "histroy=5"]) == 2
     assert "did you mean 'history'" in capsys.readouterr().err
+    assert main([*base, "--option", "steps=5"]) == 2
+    assert "use --steps" in capsys.readouterr().err
+    assert main([*base, "--option", "compile=no"]) == 2
+    assert "use --compile" in capsys.readouterr().err
     seen = {}
     real = iri.generate_iris
 

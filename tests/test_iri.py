@@ -490,3 +490,19 @@ def test_gpu_script_dry_run_on_cpu(tmp_path):
     assert report["iris_layer3_16_auto"]["optimizer"] == "lbfgs" and report["iris_layer4_16_adam"]["optimizer"] == "adam"
     if not torch.cuda.is_available():
         assert module.main(["--out", str(tmp_path)]) == 2  # fails loudly without CUDA
+
+
+@pytest.mark.slow
+def test_gpu_script_measures_compile_on_cpu():
+    """The GPU script's compiled runs, at tiny sizes on the CPU (the eager backend: no C++ toolchain needed)."""
+    import functools
+
+    module = _load_repo_module("benchmarks/gpu_iri.py", "gpu_iri")
+    real = torch.compile
+    torch.compile = functools.partial(real, backend="eager")
+    try:
+        row = module.iris_per_second("layer3", 16, 3, 2, 2, torch.device("cpu"), compile=True)
+    finally:
+        torch.compile = real
+    assert row["compile"] is True and row["compiled_graphs"] >= 1 and 0 < row["compile_s"] < row["wall_s"]
+    assert row["iris_per_s_after_warm_up"] > row["iris_per_s"]

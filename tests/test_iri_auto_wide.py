@@ -12,6 +12,8 @@ from similarity_plugins.iri.settings import (
     AUTO_DEEP_ADAM,
     AUTO_WIDE_ADAM,
     AUTO_WIDE_MIN_RELUS,
+    AUTO_WIDE_RESNET_EXPANSION,
+    AUTO_WIDE_RESNET_MIN_STRIDE,
     auto_adam_defaults,
 )
 
@@ -54,15 +56,34 @@ def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients
     assert _picked(narrow, str(3 * n), seeds) == ("adam", 0.2, 300, 0.9, 0.0, False, 1.0, "last")
 
 
-def test_auto_keeps_heavy_momentum_at_wide_deep_resnet_cuts():
-    """One cosine won at ResNet-50 layer2 but lost 3x at CIFAR-stem ResNet-18 layer3 (docs, round 6)."""
-    assert auto_adam_defaults(22, {}, None, 3072, 8192, 21) == AUTO_DEEP_ADAM       # ResNet-50 layer2
-    assert auto_adam_defaults(13, {}, None, 3072, 16384, 13) == AUTO_DEEP_ADAM      # CIFAR-stem ResNet-18 layer3
+def test_auto_gives_wide_strided_resnet_cuts_one_cosine_and_keeps_heavy_momentum_at_stride_4():
+    """One cosine wins at ResNet-50 layer2 (stride 8) but lost 3x at CIFAR-stem ResNet-18 layer3 (stride 4),
+    and at ResNet-50 layer1 on natural-image patches (stride 4): docs/iri_depth.md, rounds 6 and 7."""
+    assert AUTO_WIDE_RESNET_MIN_STRIDE == 8 and AUTO_WIDE_RESNET_EXPANSION == 2
+    assert auto_adam_defaults(22, {}, None, 3072, 8192, 21, 8) == AUTO_WIDE_ADAM    # ResNet-50 layer2
+    assert auto_adam_defaults(17, {}, None, 3072, 8192, 17, 8) == AUTO_WIDE_ADAM    # CIFAR-stem ResNet-18 layer4
+    assert auto_adam_defaults(13, {}, None, 3072, 16384, 13, 4) == AUTO_DEEP_ADAM   # CIFAR-stem ResNet-18 layer3
+    assert auto_adam_defaults(10, {}, None, 3072, 16384, 9, 4) == AUTO_DEEP_ADAM    # ResNet-50 layer1
+    assert auto_adam_defaults(22, {}, None, 3072, 6143, 21, 8) == AUTO_DEEP_ADAM    # under 2x the input's values
+    assert auto_adam_defaults(22, {}, None, 3072, 6144, 21, 8) == AUTO_WIDE_ADAM    # the edge: exactly 2x
+    assert auto_adam_defaults(22, {}, None, 3072, 8192, 21) == AUTO_DEEP_ADAM       # stride unknown
+    assert auto_adam_defaults(10, {}, None, 3072, 2048, 9, 8) == AUTO_DEEP_ADAM     # ResNet-18 layer2: narrower
+    assert auto_adam_defaults(22, {}, 0.1, 3072, 8192, 21, 8) == AUTO_DEEP_ADAM     # the caller's lr: ours
+    ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if k != "cycle_decay"}
+    assert auto_adam_defaults(22, {"cycle_steps": 50}, None, 3072, 8192, 21, 8) == ours   # their schedule
     torch.manual_seed(0)
-    w = 8   # stem (stride 2), then 3 residual blocks: 7 ReLU calls, 8x8x8 = 512 values from 256 pixels (2x)
-    deep = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
-                         *[_Block(w) for _ in range(3)]).eval()
-    assert _picked(deep, "5", torch.rand(2, 1, 16, 16)) == ("adam", 0.2, 300, 0.98, 0.1, True, 0.5, "last")
+    w = 8   # stem (stride 4), 3 residual blocks, 64 channels, then 2x fewer rows: 9 ReLU calls, no max-pool
+
+    def resnet(channels: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(1, w, 4, stride=4, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+                             *[_Block(w) for _ in range(3)], nn.Conv2d(w, 64, 1), nn.ReLU(),
+                             nn.Conv2d(64, channels, 1, stride=2), nn.ReLU()).eval()
+
+    seeds = torch.rand(2, 1, 16, 16)    # 256 pixels
+    heavy, one_cosine = ("adam", 0.2, 300, 0.98, 0.1, True, 0.5, "last"), ("adam", 0.2, 0, 0.9, 0.1, True, 1.0, "none")
+    assert _picked(resnet(128), "7", seeds) == heavy          # 64x4x4 = 1,024 values (4x) at stride 4
+    assert _picked(resnet(128), "9", seeds) == one_cosine     # 128x2x2 = 512 values (2x) at stride 8
+    assert _picked(resnet(96), "9", seeds) == heavy           # 96x2x2 = 384 values (1.5x) at stride 8
 
 
 @pytest.mark.parametrize("width", [16, 32])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..iri.settings import OPTIMIZERS
-from ..utils.text import parse_assignments
+from ..iri.settings import ADVANCED, OPTIMIZERS
+from ..utils.text import did_you_mean, parse_assignments
 from .common import add_model_args, load_data, load_model, subset
 
 
@@ -13,6 +13,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
     from ..iri import generate_iris
     from ..iri.files import save_iris
 
+    advanced = advanced_options(args.option)
     data = load_data(args.data)
     split = data.split(args.split)
     model = load_model(args.model, args.num_classes, args.in_channels, data)
@@ -21,13 +22,11 @@ def cmd_iris(args: argparse.Namespace) -> int:
     from ..core.data import load_all
 
     seeds, labels = load_all(subset(split, args.max_seeds))
-    advanced = parse_assignments(args.option or [], what="--option")
-    if args.compile:
-        advanced["compile"] = True
     iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
                          optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
                          backend=args.backend, seed=args.seed, progress=not args.no_progress,
-                         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every, **advanced)
+                         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every, compile=args.compile,
+                         fake_relu=args.fake_relu, **advanced)
     from ..core.parallel import current_world
 
     if not current_world().is_main:  # under torchrun every rank holds the set; rank 0 writes it
@@ -44,6 +43,24 @@ def cmd_iris(args: argparse.Namespace) -> int:
         plot_iris(iris, seeds, args.gallery, title=f"{args.model} at {args.layer}: seeds (top) and IRIs")
         print(f"wrote {args.gallery}")
     return 0
+
+
+def advanced_options(items: list[str] | None) -> dict:
+    """``--option KEY=VALUE`` items as advanced optimiser options of ``generate_iris``; raises ValueError for a
+    key that is not one (with the closest valid name) or that has its own flag (naming the flag)."""
+    options = parse_assignments(items or [], what="--option")
+    for key in options:
+        flag = "--" + key.replace("_", "-")
+        if key not in ADVANCED and flag in _FLAGS:
+            raise ValueError(f"--option {key}=...: {key} has its own flag; use {flag}")
+        if key not in ADVANCED:
+            raise ValueError(f"--option: unknown optimiser option {key!r}{did_you_mean(key, ADVANCED)}; "
+                             f"valid: {', '.join(ADVANCED)}")
+    return options
+
+
+_FLAGS = ("--steps", "--tol", "--optimizer", "--lr", "--init", "--batch-size", "--backend", "--seed", "--device",
+          "--cache-dir", "--checkpoint-every", "--compile", "--fake-relu")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,9 +85,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", default=None, help="folder where finished IRI sets (and checkpoints) are kept")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
+    p.add_argument("--fake-relu", default="auto", choices=["auto", "last", "all", "none"],
+                   help="straight-through gradient at the last ReLU before the cut (auto: last, except at wide "
+                        "pooled cuts), at every ReLU, or none")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the front's forward+backward (a warm-up of seconds per run; not faster on "
-                        "this project's CPU measurements)")
+                   help="torch.compile the front's forward+backward (a warm-up of seconds to a minute per run; "
+                        "slower than eager on this project's CPU measurements)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="an advanced optimiser option of generate_iris (history=20, fold_bn=false, relu_leak=0.05, ...)")
     p.add_argument("--out", required=True, help="output file: .npz or .safetensors")

@@ -16,8 +16,9 @@ halved at each restart at such deep fronts when the cut keeps more of the input 
 on digits, 1.4-2.6x on patches); and Adam (lr 0.2, per-sample cosine cycles of 300 then 600 steps, straight-
 through gradient at the last ReLU) elsewhere, where L-BFGS crawls (max-pool cuts, shallow cuts); deep max-pool
 fronts such as VGG's get their own Adam schedule, chosen by how much the cut compresses the input, and wide
-pooled cuts that nearly pin the image down (where no optimiser's median reaches 1e-2 within 1,000 steps) one
-cosine over the budget with leaky gradients, the plain loop's schedule (``settings.auto_adam_defaults``).
+pooled cuts that nearly pin the image down, and wide strided ResNet cuts such as ResNet-50 ``layer2`` (where
+no optimiser's median reaches 1e-2 within 1,000 steps), one cosine over the budget with leaky gradients, the
+plain loop's schedule (``settings.auto_adam_defaults``).
 ``optimize_iris`` on a bare function defaults to Adam.
 ``docs/iri_depth.md`` has the measurements (``scripts/iri_depth_study.py``, ``benchmarks/bench_iri.py``).
 """

@@ -2,19 +2,24 @@
 
 Only the evaluations that need gradients run compiled; the seeds' targets (computed without gradients) and
 the working batch's sizing pass run the eager front, so the targets are exactly those of an eager run. The
-compiled front computes the same function up to float rounding (measured: 1e-6 relative on ResNet-18
-``layer3``), so IRIs from ``compile=True`` are not bit-identical to eager ones; ``compile`` is part of the
-settings, hence of the cache key, and a run resumes only with the setting it was started with.
+compiled front computes the same function up to float rounding, so IRIs from ``compile=True`` are not
+bit-identical to eager ones. Like ``backend`` and ``batch_size``, ``compile`` is a run option, not a
+setting: it is not part of the cache key, a set cached by an eager run is found by a compiled one, and a
+checkpoint resumes with either.
 
-TorchDynamo keeps its compiled code per Python code object and, after ``recompile_limit`` (8) guard
-failures, silently runs that code eagerly. Every run in a process calls the front through the same code
-(a closure over a new model), so the ninth run would quietly lose compilation; each run therefore compiles
-its own copy of the calling code object, and nothing is shared between runs.
+TorchDynamo keeps compiled code per Python code object and, past ``recompile_limit`` (8) recompilations
+of one, runs that code eagerly with only a logged warning. Every run in a process calls the front through
+the same code (a closure over a new model), so the ninth run would quietly lose compilation. Each run
+therefore compiles its own copies of the calling code objects (the wrapper here and, when it is a plain
+Python function, ``front_fn`` itself, which Dynamo compiles as a frame of its own when the model has a
+graph break), and the compiled calls run with ``fail_on_recompile_limit_hit``, so a limit hit deeper in a
+model's own code is an error naming the fix, never a silent eager run.
 
 The batch size varies at the end of a run (continuous batching retires samples), so Dynamo compiles once
-for the first batch size and once more, with a dynamic batch dimension, at the next one; the
-``compile_s`` figure of a run's ``stats`` is the time of the evaluations at batch sizes not seen before, a
-measure of the warm-up cost.
+for the first batch size, once more with a dynamic batch dimension at the next, and once for a batch of
+one (sizes 0 and 1 are always specialised). ``Run`` counts the graphs compiled during each evaluation
+(``stats["compiled_graphs"]``) and the time of the evaluations that compiled (``stats["compile_s"]``, also
+part of ``front_s``), the warm-up cost.
 """
 
 from __future__ import annotations
@@ -28,26 +33,60 @@ COMPILE_FIX = ("run without compile=True (the eager front gives the same IRIs up
                "torch.compile what it needs: a C++ compiler on the CPU, Triton on CUDA")
 
 
+def check_compile(value: object) -> bool:
+    """``compile`` as a bool; raises ValueError naming the valid values otherwise."""
+    if not isinstance(value, bool):
+        raise ValueError(f"compile must be True or False (torch.compile the front's forward+backward; a warm-up of "
+                         f"seconds to a minute per run), got {value!r}")
+    return value
+
+
+def _own_copy(fn: Callable) -> Callable:
+    """``fn`` with a new code object (same globals, defaults and closure) when it is a plain Python function."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 def compile_front(front_fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
     """``front_fn`` (batch (B, ...) -> activations (B, ...)) compiled with ``torch.compile`` for this run.
 
     The returned callable runs the compiled front where gradients are enabled and ``front_fn`` itself
     where they are not (targets, shape probes)."""
-    def call(x: torch.Tensor) -> torch.Tensor:
-        return front_fn(x)
+    inner = _own_copy(front_fn)
 
-    own = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__, call.__defaults__,
-                             call.__closure__)   # a new code object: Dynamo's cache and limit are per run
-    compiled = torch.compile(own)
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return inner(x)
+
+    compiled = torch.compile(_own_copy(call))   # new code objects: Dynamo's cache and limit are per run
 
     def front(x: torch.Tensor) -> torch.Tensor:
-        return compiled(x) if torch.is_grad_enabled() else front_fn(x)
+        if not torch.is_grad_enabled():
+            return front_fn(x)
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+            return compiled(x)
 
     return front
 
 
-def compile_error(exc: BaseException) -> RuntimeError:
-    """The error raised when the first compiled evaluation at a batch size fails: names the cause and the fix."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+def compiled_graphs() -> int:
+    """Graphs TorchDynamo has compiled in this process so far (a counter; differences count compilations)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def compile_failure(exc: BaseException) -> RuntimeError | None:
+    """For an error of TorchDynamo / Inductor raised by a compiled evaluation: a RuntimeError naming the
+    cause and the fix; None for any other error (the model's own, out of memory, ...), which passes through."""
+    if isinstance(exc, torch._dynamo.exc.FailOnRecompileLimitHit):
+        return RuntimeError(f"compile=True: TorchDynamo hit its recompilation limit (torch._dynamo.config."
+                            f"recompile_limit) in the model's own code, which it compiles again for every new "
+                            f"model when the model has a graph break ({exc}); raise that limit or {COMPILE_FIX}")
+    if not isinstance(exc, torch._dynamo.exc.TorchDynamoException):
+        return None
+    cause = getattr(exc, "inner_exception", None) or exc
+    text = str(cause).strip()
+    first = text.splitlines()[0] if text else ""
     return RuntimeError(f"compile=True: torch.compile could not compile the front's forward+backward "
-                        f"({type(exc).__name__}: {first[:300]}); {COMPILE_FIX}")
+                        f"({type(cause).__name__}: {first[:300]}); {COMPILE_FIX}")

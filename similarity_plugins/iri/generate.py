@@ -10,6 +10,7 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
 from . import cache, sharded
+from .compiled import check_compile
 from .fold import folded_front
 from .optimizer import _check_seeds, make_settings, optimize_iris
 from .relu import FrontTrace, front_tensors, straight_through_relu, surrogate_slopes, trace_front
@@ -36,7 +37,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
                   optimizer: str = AUTO, lr: float | None = None, init: str = "noise", batch_size: int = 128,
                   backend: str = "auto", seed: int = 0, progress: bool = True,
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  fake_relu: bool | str = AUTO, **advanced: Any) -> IRISet:
+                  fake_relu: bool | str = AUTO, compile: bool = False, **advanced: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 
     ``model``: any ``nn.Module``; it is run in eval mode with gradients off for its parameters and is left
@@ -51,7 +52,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     deep max-pool fronts such as VGG's (``settings.auto_adam_defaults``); an option only one of them takes,
     such as ``cycle_steps`` or ``history``, picks that one (at a deep ResNet cut an Adam option keeps our
     momentum, leak and folding, and a schedule option of yours drops our schedule options); at wide cuts
-    that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls) Adam
+    that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls) and at
+    wide strided ResNet cuts (at least twice the input's values at 1/8 of its rows: ResNet-50 ``layer2``) Adam
     runs one cosine over the budget with leaky gradients; the choice is in ``iris.settings["optimizer"]``),
     "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a
     per-sample line search and leaky ReLU gradients, ``relu_leak`` 0.1; see docs/iri_depth.md) or
@@ -60,7 +62,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
     ``progress`` tqdm bar; ``fake_relu``: True/"last" passes the gradient straight through the last ReLU
     before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients, "auto"
-    (default) is "last" except at the wide pooled cuts above, where ``optimizer="auto"`` keeps true
+    (default) is "last" except at the wide cuts above, where ``optimizer="auto"`` keeps true
     gradients at the last ReLU (with ``relu_leak`` > 0 the leak covers it too);
     ``relu_leak`` (advanced; default 0.1 for L-BFGS and for the Adam that "auto" runs at deep ResNet cuts,
     at deep max-pool cuts such as VGG's and at wide cuts, 0 otherwise) gives the front's other ReLU calls
@@ -68,17 +70,21 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     the slope its line search expects), never the loss or the reported error.
     ``cache_dir``: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
     seeds and the settings; ``checkpoint_every``: with ``cache_dir``, save the full optimiser state every
-    that many batch steps and resume from it after an interruption. ``advanced``: optimiser options
-    (``schedule``, ``lr_floor``, ``beta1``, ``restart_patience``, ``compile`` (torch.compile the front's
-    forward+backward; opt-in, see ``compiled.py``), ...) plus ``callback`` and ``profile``.
+    that many batch steps and resume from it after an interruption. ``compile``: run the forward+backward
+    evaluations through ``torch.compile`` (opt-in; a warm-up of seconds to a minute per run; IRIs equal to
+    the eager ones up to float rounding; like ``backend``, not part of the cache key; see ``compiled.py``).
+    ``advanced``: optimiser options (``schedule``, ``lr_floor``, ``beta1``, ``restart_patience``, ...) plus
+    ``callback`` and ``profile``.
 
     Returns an :class:`IRISet` (``inputs``, ``rel_error``, ``steps``, ``seed_distance``, ``summary``).
     Raises ValueError (LayerNotFound) for an unknown layer, ValueError for bad settings or seeds outside
-    [0, 1], FloatingPointError naming the samples for NaN/inf gradients.
+    [0, 1], FloatingPointError naming the samples for NaN/inf gradients, RuntimeError naming the fix when
+    ``compile=True`` and torch.compile fails.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     run_options = {k: advanced.pop(k) for k in RUN_OPTIONS if k in advanced}
+    run_options["compile"] = check_compile(compile)
     common = dict(steps=steps, tol=tol, lr=lr, init=init, seed=seed, fake_relu=fake_relu)
     _settings(optimizer, None, common, advanced, 0.0)   # every check before any work
     if checkpoint_every is not None and cache_dir is None:
@@ -126,7 +132,8 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
         sizes = (trace.input_values, trace.output_values) if trace is not None else (0, 0)
         optimizer = auto_optimizer(relus_tail, advanced, history_bytes, *sizes)
         if optimizer == "adam" and trace is not None:
-            extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], *sizes, relus_tail)
+            extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], *sizes, relus_tail,
+                                       trace.stride)
             fake_relu = extra.pop("fake_relu", common["fake_relu"])
             common = dict(common, lr=extra.pop("lr", common["lr"]),
                           fake_relu=fake_relu if common["fake_relu"] == AUTO else common["fake_relu"])

@@ -27,6 +27,7 @@ import torch
 
 from .backends import resolve_backend
 from .checkpoint import CHECKPOINT_VERSION
+from .compiled import check_compile
 from .result import IRISet
 from .run import Run
 from .settings import (
@@ -67,7 +68,8 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
                   progress: bool = True, device: torch.device | str | None = None,
                   checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int | None = None,
                   callback: Callable[[dict], None] | None = None, profile: bool = False,
-                  settings: Settings | None = None, sample_range: range | None = None, **advanced: Any) -> IRISet:
+                  settings: Settings | None = None, sample_range: range | None = None, compile: bool = False,
+                  **advanced: Any) -> IRISet:
     """Find IRIs for ``seeds`` under ``front_fn``: inputs ``x'`` in [0, 1] with ``front_fn(x') ~= front_fn(x)``.
 
     ``front_fn``: maps a batch (B, ...) on ``device`` to activations (B, ...); it must treat samples
@@ -91,7 +93,10 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     around timings so ``stats`` splits time exactly. ``sample_range``: optimise only the seeds with these
     (global) indices, e.g. one rank's share; each sample's randomness still derives from (seed, global
     index) and the "shuffle" derangement is over all N seeds, so the shares of a partition, concatenated,
-    are the IRIs of one run (the returned set has ``len(sample_range)`` rows).
+    are the IRIs of one run (the returned set has ``len(sample_range)`` rows). ``compile``: run the
+    forward+backward evaluations through ``torch.compile`` (opt-in: a warm-up of seconds to a minute per run,
+    IRIs equal to the eager ones up to float rounding; a run option like ``backend``, not part of the cache
+    key; ``stats`` gains ``compiled_graphs`` and ``compile_s``; see ``compiled.py``).
 
     Advanced options (``ADVANCED``; all part of the cache key):
     - L-BFGS: ``history`` (30 curvature pairs per sample; memory: 2 x history x D floats per slot),
@@ -101,13 +106,11 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
       ``stages``, ``beta1``, ``beta2``, ``eps``; ``cycle_steps`` (> 0: per-sample cosine cycles restarting
       from the best iterate, each ``cycle_mult`` (2.0) times longer at ``cycle_decay`` (1.0) times the step
       size; default 300 for Adam); ``restart_patience`` (0 = off), ``restart_threshold`` (0.01),
-      ``restart_decay`` (0.5): plateau restarts;
-    - any optimiser: ``compile`` (False; True runs the forward+backward evaluations
-      through ``torch.compile``: a warm-up of seconds per run, IRIs equal to the eager ones up to float
-      rounding; see ``compiled.py``).
+      ``restart_decay`` (0.5): plateau restarts.
 
-    Returns an :class:`IRISet`. Raises ValueError for bad settings or seeds outside [0, 1] and
-    FloatingPointError naming the samples when the model yields NaN/inf activations or gradients.
+    Returns an :class:`IRISet`. Raises ValueError for bad settings or seeds outside [0, 1],
+    FloatingPointError naming the samples when the model yields NaN/inf activations or gradients, and
+    RuntimeError naming the fix when ``compile=True`` and torch.compile fails.
     """
     if settings is None:
         settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, lr=lr, init=init, seed=seed, **advanced)
@@ -118,4 +121,4 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     device = torch.device(device) if device is not None else seeds.device
     be = resolve_backend(backend, device)
     return Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path,
-               checkpoint_every, callback, profile, sample_range).run()
+               checkpoint_every, callback, profile, sample_range, compile=check_compile(compile)).run()

@@ -43,6 +43,13 @@ class FrontTrace:
     events: list[str] = field(default_factory=list)   # "relu" / "maxpool", in call order
     input_values: int = 0    # values per sample going into the front (C*H*W of the seeds)
     output_values: int = 0   # values per sample of the representation at the cut
+    input_height: int = 0    # rows of the seeds (dim 2 of (N, C, H, W)); 0 without spatial dims
+    output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
+
+    @property
+    def stride(self) -> int:
+        """How many times fewer rows the cut has than the input (8 at ResNet ``layer2``), 0 when unknown."""
+        return self.input_height // self.output_height if self.input_height and self.output_height else 0
 
     @property
     def relus_after_last_maxpool(self) -> int:
@@ -83,6 +90,8 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
             h.remove()
     trace.input_values = int(example[0].numel())
     trace.output_values = int(out[0].numel()) if isinstance(out, torch.Tensor) and out.dim() > 0 else 0
+    spatial = example.dim() == 4 and isinstance(out, torch.Tensor) and out.dim() == 4
+    trace.input_height, trace.output_height = (int(example.shape[2]), int(out.shape[2])) if spatial else (0, 0)
     return trace
 
 

@@ -18,7 +18,7 @@ import torch
 
 from .backends import Backend
 from .checkpoint import resume, save_checkpoint
-from .compiled import compile_error, compile_front
+from .compiled import compile_failure, compile_front, compiled_graphs
 from .first_order import FirstOrderStepper
 from .lbfgs import LbfgsStepper
 from .result import IRISet
@@ -40,10 +40,12 @@ class Run:
 
     def __init__(self, front_fn: Callable, seeds: torch.Tensor, settings: Settings, batch_size: int, backend: Backend,
                  device: torch.device, progress: bool, checkpoint_path: Any, checkpoint_every: int | None,
-                 callback: Callable | None, profile: bool, sample_range: range | None = None) -> None:
+                 callback: Callable | None, profile: bool, sample_range: range | None = None,
+                 compile: bool = False) -> None:
         self.front_fn, self.seeds, self.s, self.backend, self.device = front_fn, seeds, settings, backend, device
-        self.grad_fn = compile_front(front_fn) if settings.compile else front_fn   # the fwd+bwd evaluations
-        self.compiled_sizes: set[int] = set()   # batch sizes the compiled front has run at
+        self.compiled = compile
+        self.grad_fn = compile_front(front_fn) if compile else front_fn   # the fwd+bwd evaluations
+        self.graphs = 0   # graphs TorchDynamo compiled during this run's evaluations
         rows = sample_range if sample_range is not None else range(int(seeds.shape[0]))
         if rows.step != 1 or rows.start < 0 or rows.stop > int(seeds.shape[0]) or len(rows) == 0:
             raise ValueError(f"sample_range must be a non-empty contiguous range within 0..{int(seeds.shape[0])}, "
@@ -148,18 +150,18 @@ class Run:
         """Errors (k,) and their input gradients (k, D) at the active slots' iterates (one fwd+bwd each)."""
         w = self.w
         xk = w.x[:k].reshape(k, *self.shape).detach().requires_grad_(True)
-        warm_up = self.s.compile and k not in self.compiled_sizes   # Dynamo compiles at a new batch size
-        t0 = time.perf_counter()
+        graphs, t0 = (compiled_graphs(), time.perf_counter()) if self.compiled else (0, 0.0)
         try:
             with torch.enable_grad():
                 err = evaluate(self.grad_fn, xk, w.target[:k], w.tnorm[:k])
                 (grad,) = torch.autograd.grad(err.sum(), xk)
         except Exception as exc:
-            if warm_up:
-                raise compile_error(exc) from exc
+            failure = compile_failure(exc) if self.compiled else None
+            if failure is not None:
+                raise failure from exc
             raise
-        if warm_up:
-            self.compiled_sizes.add(k)
+        if self.compiled and compiled_graphs() > graphs:   # this evaluation compiled: warm-up
+            self.graphs += compiled_graphs() - graphs
             self.t_compile += time.perf_counter() - t0
         grad = grad.reshape(k, -1)
         if not grad.is_contiguous():
@@ -266,6 +268,7 @@ class Run:
                  "manage_s": self.t_manage, "batch_steps": self.step, "sample_steps": self.evals,
                  "backend": self.backend.name, "batch_size": self.capacity, "resumed": resumed,
                  "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0),
-                 "adam_phases": getattr(self.stepper, "phases", 0), "compile_s": self.t_compile}
+                 "adam_phases": getattr(self.stepper, "phases", 0), "compiled": self.compiled,
+                 "compiled_graphs": self.graphs, "compile_s": self.t_compile}
         return IRISet(x, torch.from_numpy(self.out_err.copy()), torch.from_numpy(self.out_steps.copy()), dist,
                       self.s.as_dict(), stats)

@@ -30,6 +30,7 @@ IRI_DEFAULTS: dict[str, Any] = {
     "iri_max_seeds": None,
     "iri_fake_relu": "auto",
     "iri_cache_dir": None,
+    "iri_compile": False,
     **{f"iri_{name}": None for name in ADVANCED},
 }
 
@@ -47,6 +48,7 @@ IRI_DOCS: dict[str, str] = {
     "iri_fake_relu": "straight-through gradient at the last ReLU before the cut: auto (last, except at wide "
                      "pooled cuts), last/true, all or none/false",
     "iri_cache_dir": "folder where finished IRI sets are saved and found again",
+    "iri_compile": "torch.compile the front's forward+backward (opt-in; a warm-up of seconds to a minute per run)",
     **{f"iri_{name}": f"advanced optimiser option {name} of optimize_iris (None: its default)" for name in ADVANCED},
 }
 
@@ -94,7 +96,7 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
             steps=int(settings["iri_steps"]), tol=float(settings["iri_tol"]), optimizer=settings["iri_optimizer"],
             lr=settings["iri_lr"], init=settings["iri_init"], batch_size=int(settings["iri_batch_size"]),
             backend=settings["iri_backend"], seed=context.seed, progress=context.progress,
-            cache_dir=settings["iri_cache_dir"], fake_relu=settings["iri_fake_relu"],
+            cache_dir=settings["iri_cache_dir"], fake_relu=settings["iri_fake_relu"], compile=settings["iri_compile"],
             **{name: settings[f"iri_{name}"] for name in ADVANCED if settings[f"iri_{name}"] is not None},
         )
         train = TrainingSet(iris.inputs.detach().cpu(), labels, key=key, name="IRIs")

@@ -98,6 +98,16 @@ AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True,
 # layer4 (8,192) ties (0.0130 / 0.0136 / 0.0138; 4 seeds, digits). docs/iri_depth.md, round 6.
 AUTO_WIDE_ADAM = {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
 AUTO_WIDE_MIN_RELUS = 6
+# ... and at deep unpooled (ResNet) cuts with at least twice the input's values at a stride of 8 or more
+# (bottleneck ResNets' layer2 at any input size: 512 channels at 1/8 of the rows; a CIFAR-stem ResNet's
+# layer4), where nothing converges either. Final median, 8 seeds (AUTO_DEEP_ADAM; the plain loop's best):
+# ResNet-50 layer2 0.086 (0.162; 0.111) on digits, 0.113 (0.145; 0.130) on patches, layer2.1 0.046 (0.098;
+# 0.054); CIFAR-stem ResNet-18 layer4 ties (4 seeds: 0.0130 / 0.0136 / 0.0138). At stride 4, where some
+# samples converge, AUTO_DEEP_ADAM stays: CIFAR-stem ResNet-18 layer3 (16,384 values) reaches the median in
+# 240 steps against one cosine's 758; ResNet-50 layer1 (16,384) on patches ends at 0.0114 with 38% converged
+# against 0.0167 / 12% (on digits one cosine is ahead there: 0.0197 against 0.0240; plain 0.0188).
+AUTO_WIDE_RESNET_EXPANSION = 2
+AUTO_WIDE_RESNET_MIN_STRIDE = 8
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
 # the first-order options that shape the step-size schedule: a caller who sets one keeps Adam's defaults at
@@ -141,7 +151,6 @@ class Settings:
     fake_relu: str = "none"
     relu_leak: float = 0.0
     fold_bn: bool = False
-    compile: bool = False   # torch.compile the front's forward+backward (compiled.py); float rounding differs
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (JSON-able; saved with every IRI set)."""
@@ -150,7 +159,7 @@ class Settings:
 
 ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience", "restart_threshold",
             "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience",
-            "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn", "compile")
+            "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn")
 
 
 def compresses(input_values: int, output_values: int, factor: float) -> bool:
@@ -197,16 +206,19 @@ def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
 
 
 def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | None, input_values: int = 0,
-                       output_values: int = 0, relus_after_last_maxpool: int = 0) -> dict[str, Any]:
+                       output_values: int = 0, relus_after_last_maxpool: int = 0, stride: int = 0) -> dict[str, Any]:
     """Adam's defaults that ``optimizer="auto"`` changes for a deep front.
 
     ``relu_calls``: ReLU calls in the whole front; ``options``: the advanced options the caller passed;
     ``lr``: the caller's lr (None: default); ``input_values`` / ``output_values``: values per sample at the
-    front's input and at the cut; ``relus_after_last_maxpool``: ReLU calls after the front's last max-pool.
+    front's input and at the cut; ``relus_after_last_maxpool``: ReLU calls after the front's last max-pool;
+    ``stride``: how many times fewer rows the cut has than the input (0: unknown).
     - A deep front without a max-pool near the cut (at least ``AUTO_LBFGS_MIN_RELUS`` ReLU calls after the
-      last one; ResNets where Adam runs): ``AUTO_DEEP_ADAM`` (without its restart decay when the caller set a
-      schedule option of their own), plus lr ``AUTO_DEEP_COMPRESSIVE_LR`` when the cut compresses the input
-      at least ``AUTO_LBFGS_MIN_COMPRESSION``-fold and the caller set no lr.
+      last one; ResNets where Adam runs): ``AUTO_WIDE_ADAM`` where the cut has at least
+      ``AUTO_WIDE_RESNET_EXPANSION`` times the input's values at a stride of ``AUTO_WIDE_RESNET_MIN_STRIDE``
+      or more and the caller set neither the lr nor a schedule option; else ``AUTO_DEEP_ADAM`` (without its
+      restart decay when the caller set a schedule option of their own), plus lr ``AUTO_DEEP_COMPRESSIVE_LR``
+      when the cut compresses the input at least ``AUTO_LBFGS_MIN_COMPRESSION``-fold and the caller set no lr.
     - A front ending at or after a max-pool (VGG, small CNNs): {} (Adam's defaults) when the caller set the
       lr or a schedule option (``SCHEDULE_OPTIONS``); with ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or more,
       ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
@@ -219,6 +231,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     """
     own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
     if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS:
+        expands = input_values > 0 and output_values >= AUTO_WIDE_RESNET_EXPANSION * input_values
+        if expands and stride >= AUTO_WIDE_RESNET_MIN_STRIDE and lr is None and not own_schedule:
+            return dict(AUTO_WIDE_ADAM)
         compressive = compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
         lr_default = {"lr": AUTO_DEEP_COMPRESSIVE_LR} if compressive and lr is None else {}
         ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if not (own_schedule and k in SCHEDULE_OPTIONS)}
@@ -295,7 +310,6 @@ _ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
 
 _BOOL_OPTIONS = {
     "fold_bn": "fold BatchNorm into the convolutions of a private copy of the front",
-    "compile": "torch.compile the front's forward+backward; costs seconds of warm-up per run",
 }
 
 

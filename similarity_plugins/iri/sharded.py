@@ -90,6 +90,9 @@ def _combine(parts: list[dict], device: torch.device, ranks: int) -> IRISet:
         "batch_steps": max(int(s.get("batch_steps", 0)) for s in stats), **summed, "ranks": ranks,
         "backend": stats[0].get("backend"), "batch_size": stats[0].get("batch_size"),
         "resumed": any(bool(s.get("resumed")) for s in stats),
+        "compiled": bool(stats[0].get("compiled", False)),
+        "compiled_graphs": sum(int(s.get("compiled_graphs", 0)) for s in stats),
+        "compile_s": max(float(s.get("compile_s", 0.0)) for s in stats),
     }
     return IRISet(cat("inputs").to(device), cat("rel_error"), cat("steps"), cat("seed_distance"),
                   dict(states[0]["settings"]), combined_stats)

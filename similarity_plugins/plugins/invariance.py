@@ -25,10 +25,12 @@ option                      default      meaning
 ``iri_fake_relu``           "auto"       straight-through gradient at the last ReLU before the cut: "auto" ("last",
                                          except at wide pooled cuts), "last" / True, "all", "none" / False
 ``iri_cache_dir``           None         folder where finished IRI sets are saved and found again
+``iri_compile``             False        torch.compile the front's forward+backward (opt-in; a warm-up of
+                                         seconds to a minute per run; not part of the cache key)
 ``iri_<advanced>``          None         any advanced optimiser option of ``optimize_iris`` with the prefix:
                                          ``iri_schedule``, ``iri_cycle_steps``, ``iri_cycle_mult``,
-                                         ``iri_cycle_decay``, ``iri_lr_floor``, ``iri_restart_patience``,
-                                         ``iri_compile`` (torch.compile the front), ... (None: the default)
+                                         ``iri_cycle_decay``, ``iri_lr_floor``, ``iri_restart_patience``, ...
+                                         (None: the optimiser's default)
 ==========================  ===========  ================================================================
 
 Details add the IRI quality (``iri_median_error``, ``iri_p95_error``, ``iri_converged_fraction``,
