@@ -10,6 +10,8 @@ from torch import nn
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri.settings import (
     AUTO_DEEP_ADAM,
+    AUTO_EXPANDING_ADAM,
+    AUTO_EXPANSION,
     AUTO_WIDE_ADAM,
     AUTO_WIDE_MIN_RELUS,
     AUTO_WIDE_RESNET_EXPANSION,
@@ -86,16 +88,35 @@ def test_auto_gives_wide_strided_resnet_cuts_one_cosine_and_keeps_heavy_momentum
     assert _picked(resnet(96), "9", seeds) == heavy           # 96x2x2 = 384 values (1.5x) at stride 8
 
 
+def test_auto_gives_shallow_expanding_pooled_cuts_shorter_cycles():
+    """VGG's 1st and 2nd pools, SmallCNN block1 / block2: cycles of 150 with BatchNorm folded (docs, round 7)."""
+    assert AUTO_EXPANDING_ADAM == {"cycle_steps": 150, "fold_bn": True} and AUTO_EXPANSION == 2
+    assert auto_adam_defaults(2, {}, None, 3072, 16384) == AUTO_EXPANDING_ADAM       # VGG-16-BN features.6
+    assert auto_adam_defaults(4, {}, None, 3072, 8192) == AUTO_EXPANDING_ADAM        # VGG-16-BN features.13
+    assert auto_adam_defaults(2, {}, None, 1024, 2048) == AUTO_EXPANDING_ADAM        # the edge: exactly 2x
+    assert auto_adam_defaults(2, {}, None, 1024, 2047) == {}                         # under 2x: Adam's own
+    assert auto_adam_defaults(5, {}, None, 3072, 8192) == AUTO_EXPANDING_ADAM        # up to 5 ReLU calls
+    assert auto_adam_defaults(2, {}, None, 3072, 16384, 1) == {}                     # a ReLU after the pool
+    assert auto_adam_defaults(1, {}, None, 3072, 65536, 1) == {}                     # VGG-16-BN features.2
+    assert auto_adam_defaults(2, {}, None) == {}                                     # sizes unknown
+    assert auto_adam_defaults(2, {}, 0.1, 3072, 16384) == {}                         # the caller's lr wins
+    assert auto_adam_defaults(2, {"cycle_steps": 300}, None, 3072, 16384) == {}      # so does their schedule
+    assert auto_adam_defaults(2, {"fold_bn": False}, None, 3072, 16384) == AUTO_EXPANDING_ADAM   # merged later
+
+
 @pytest.mark.parametrize("width", [16, 32])
 @pytest.mark.parametrize("block", ["block1", "block2", "block3", "block4"])
-def test_auto_keeps_adams_defaults_on_the_small_cnn(block, width):
-    """SmallCNN at width 32 (``block3``: the issue's no-regression cut) and 16 (the demo's width) keeps Adam's
-    defaults at every block: lr 0.2, cycles of 300, no leak, unfolded."""
+def test_auto_on_the_small_cnn(block, width):
+    """SmallCNN at width 32 (``block3``: the issue's no-regression cut) and 16 (the demo's width): Adam's
+    defaults (lr 0.2, cycles of 300, no leak, unfolded) except where the cut has at least twice the input's
+    values (block1; block2 at width 32), which gets cycles of 150 with BatchNorm folded."""
     from similarity_plugins.apps.zoo import SmallCNN
 
     torch.manual_seed(0)
+    expanding = block == "block1" or (block == "block2" and width == 32)
+    cycles, folded = (150, True) if expanding else (300, False)
     assert _picked(SmallCNN(width=width).eval(), block, torch.rand(2, 1, 32, 32)) == (
-        "adam", 0.2, 300, 0.9, 0.0, False, 1.0, "last")
+        "adam", 0.2, cycles, 0.9, 0.0, folded, 1.0, "last")
 
 
 def test_fake_relu_auto_is_last_outside_the_wide_pooled_cuts_and_checked_once():

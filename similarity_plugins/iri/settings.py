@@ -108,6 +108,20 @@ AUTO_WIDE_MIN_RELUS = 6
 # against 0.0167 / 12% (on digits one cosine is ahead there: 0.0197 against 0.0240; plain 0.0188).
 AUTO_WIDE_RESNET_EXPANSION = 2
 AUTO_WIDE_RESNET_MIN_STRIDE = 8
+# auto, shallow expanding pooled cuts: fronts that end at a max-pool with fewer than AUTO_WIDE_MIN_RELUS ReLU
+# calls whose cut has at least AUTO_EXPANSION times the input's values (VGG's 1st and 2nd pools at 5.3x and
+# 2.7x, SmallCNN block1 / block2 at width 32: 8x and 2x). The front is nearly invertible there (IRIs end
+# 0.002-0.03 RMS from their seeds), and Adam's first cycle of 300 steps only ends too late: cycles of 150
+# (then 300, 600) with BatchNorm folded reach the median in 106-132 steps where the default took 206-263
+# (digits, 8 seeds; the plain loop 143-774): VGG-16-BN features.6 119 (232; 452), features.13 132 (257;
+# 774), VGG-11-BN features.7 122 (239; 515), features.3 106 (206; 143), SmallCNN block1 119 (231; 462),
+# block2 128 (246; 573); on patches VGG-16-BN features.6 116 (226; 589), VGG-11-BN features.7 128 (247;
+# 623) with the same converged fraction, features.13 276 (263; 812). Cycles of 100 / 120 were faster still
+# at most of these cuts (72-110 steps) but converged fewer samples on patches (62-75% against 75-88%) and
+# took 273 at VGG-16-BN features.13 on digits. Narrower cuts keep 300: at SmallCNN block3 (half the input's
+# values) cycles of 150 took 410 steps against 260 (docs/iri_depth.md, round 7).
+AUTO_EXPANSION = 2
+AUTO_EXPANDING_ADAM = {"cycle_steps": 150, "fold_bn": True}
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
                     "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
 # the first-order options that shape the step-size schedule: a caller who sets one keeps Adam's defaults at
@@ -224,7 +238,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
       ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
       as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise; with ``AUTO_WIDE_MIN_RELUS`` or more,
       ``AUTO_WIDE_ADAM`` when no ReLU call follows the last max-pool, both sizes are known and the cut does
-      not compress the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; else {}.
+      not compress the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; with fewer, ``AUTO_EXPANDING_ADAM`` when no
+      ReLU call follows the last max-pool and the cut has at least ``AUTO_EXPANSION`` times the input's
+      values; else {}.
     Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value. The result
     may hold "lr" (not an advanced option) and "fake_relu" (``AUTO_WIDE_ADAM``: applies only where the caller
     left ``fake_relu="auto"``); callers pop both before merging the rest into the advanced options.
@@ -246,6 +262,8 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     known = input_values > 0 and output_values > 0
     wide = known and not compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
     at_pool = relus_after_last_maxpool == 0   # not a cut inside a ResNet block (its stem pool counts too)
+    if known and at_pool and relu_calls < AUTO_WIDE_MIN_RELUS and output_values >= AUTO_EXPANSION * input_values:
+        return dict(AUTO_EXPANDING_ADAM)
     return dict(AUTO_WIDE_ADAM) if relu_calls >= AUTO_WIDE_MIN_RELUS and wide and at_pool else {}
 
 
