@@ -182,5 +182,7 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
         return real(*args, **{k: v for k, v in kwargs.items() if k != "compile"})
 
     monkeypatch.setattr(iri, "generate_iris", spy)
-    assert main([*base, "--compile"]) == 0
-    assert seen["compile"] is True
+    assert main([*base, "--compile", "--fake-relu", "none"]) == 0
+    assert seen["compile"] is True and seen["fake_relu"] == "none"
+    monkeypatch.setattr("similarity_plugins.cli.iris.load_data", lambda *_a: pytest.fail("options are checked first"))
+    assert main([*base, "--option", "histroy=5"]) == 2

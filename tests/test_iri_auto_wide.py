@@ -22,6 +22,11 @@ from similarity_plugins.iri.settings import (
 _SETTINGS = ("optimizer", "lr", "cycle_steps", "beta1", "relu_leak", "fold_bn", "cycle_decay", "fake_relu")
 
 
+def _at_pool(*args, **kwargs) -> dict:
+    """``auto_adam_defaults`` for a front whose last module is a max-pool."""
+    return auto_adam_defaults(*args, ends_at_maxpool=True, **kwargs)
+
+
 def _picked(model: nn.Module, layer: str, seeds: torch.Tensor, **options) -> tuple:
     s = generate_iris(model, layer, seeds, steps=5, progress=False, **options).settings
     return tuple(s[name] for name in _SETTINGS)
@@ -31,17 +36,18 @@ def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients
     assert AUTO_WIDE_ADAM == {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
     n = AUTO_WIDE_MIN_RELUS
     # fronts ending at a max-pool with 6 or 7 ReLU calls whose cut is not 2x compressive
-    assert auto_adam_defaults(n, {}, None, 3072, 2048) == AUTO_WIDE_ADAM            # VGG-11-BN features.21
-    assert auto_adam_defaults(7, {}, None, 3072, 4096) == AUTO_WIDE_ADAM            # VGG-16-BN features.23
-    assert auto_adam_defaults(7, {}, None, 3072, 1537) == AUTO_WIDE_ADAM
-    assert auto_adam_defaults(7, {}, None, 3072, 1536) == {}                        # 2x compressive: Adam's own
-    assert auto_adam_defaults(n - 1, {}, None, 3072, 4096) == {}                    # VGG-11-BN features.14
-    assert auto_adam_defaults(n, {}, None, 3072, 2048, 1) == {}                     # a ReLU after the pool
-    assert auto_adam_defaults(n, {}, None, 3072, 2048, 5) == {}                     # inside a ResNet block
-    assert auto_adam_defaults(n - 2, {}, None, 1024, 128) == {}                     # SmallCNN block4
-    assert auto_adam_defaults(n, {}, None) == {}                                    # sizes unknown
-    assert auto_adam_defaults(n, {}, 0.1, 3072, 4096) == {}                         # the caller's lr wins
-    assert auto_adam_defaults(n, {"schedule": "exp"}, None, 3072, 4096) == {}       # so does their schedule
+    assert _at_pool(n, {}, None, 3072, 2048) == AUTO_WIDE_ADAM            # VGG-11-BN features.21
+    assert _at_pool(7, {}, None, 3072, 4096) == AUTO_WIDE_ADAM            # VGG-16-BN features.23
+    assert _at_pool(7, {}, None, 3072, 1537) == AUTO_WIDE_ADAM
+    assert _at_pool(7, {}, None, 3072, 1536) == {}                        # 2x compressive: Adam's own
+    assert _at_pool(n - 1, {}, None, 3072, 4096) == {}                    # VGG-11-BN features.14
+    assert _at_pool(n, {}, None, 3072, 2048, 1) == {}                     # a ReLU after the pool
+    assert _at_pool(n, {}, None, 3072, 2048, 5) == {}                     # inside a ResNet block
+    assert _at_pool(n - 2, {}, None, 1024, 128) == {}                     # SmallCNN block4
+    assert _at_pool(n, {}, None) == {}                                    # sizes unknown
+    assert auto_adam_defaults(n, {}, None, 3072, 2048) == {}                        # a conv after the pool
+    assert _at_pool(n, {}, 0.1, 3072, 4096) == {}                         # the caller's lr wins
+    assert _at_pool(n, {"schedule": "exp"}, None, 3072, 4096) == {}       # so does their schedule
     torch.manual_seed(0)
     seeds = torch.rand(2, 1, 16, 16)
     layers = []
@@ -91,17 +97,19 @@ def test_auto_gives_wide_strided_resnet_cuts_one_cosine_and_keeps_heavy_momentum
 def test_auto_gives_shallow_expanding_pooled_cuts_shorter_cycles():
     """VGG's 1st and 2nd pools, SmallCNN block1 / block2: cycles of 150 with BatchNorm folded (docs, round 7)."""
     assert AUTO_EXPANDING_ADAM == {"cycle_steps": 150, "fold_bn": True} and AUTO_EXPANSION == 2
-    assert auto_adam_defaults(2, {}, None, 3072, 16384) == AUTO_EXPANDING_ADAM       # VGG-16-BN features.6
-    assert auto_adam_defaults(4, {}, None, 3072, 8192) == AUTO_EXPANDING_ADAM        # VGG-16-BN features.13
-    assert auto_adam_defaults(2, {}, None, 1024, 2048) == AUTO_EXPANDING_ADAM        # the edge: exactly 2x
-    assert auto_adam_defaults(2, {}, None, 1024, 2047) == {}                         # under 2x: Adam's own
-    assert auto_adam_defaults(5, {}, None, 3072, 8192) == AUTO_EXPANDING_ADAM        # up to 5 ReLU calls
-    assert auto_adam_defaults(2, {}, None, 3072, 16384, 1) == {}                     # a ReLU after the pool
-    assert auto_adam_defaults(1, {}, None, 3072, 65536, 1) == {}                     # VGG-16-BN features.2
-    assert auto_adam_defaults(2, {}, None) == {}                                     # sizes unknown
-    assert auto_adam_defaults(2, {}, 0.1, 3072, 16384) == {}                         # the caller's lr wins
-    assert auto_adam_defaults(2, {"cycle_steps": 300}, None, 3072, 16384) == {}      # so does their schedule
-    assert auto_adam_defaults(2, {"fold_bn": False}, None, 3072, 16384) == AUTO_EXPANDING_ADAM   # merged later
+    assert _at_pool(2, {}, None, 3072, 16384) == AUTO_EXPANDING_ADAM       # VGG-16-BN features.6
+    assert _at_pool(4, {}, None, 3072, 8192) == AUTO_EXPANDING_ADAM        # VGG-16-BN features.13
+    assert _at_pool(2, {}, None, 1024, 2048) == AUTO_EXPANDING_ADAM        # the edge: exactly 2x
+    assert _at_pool(2, {}, None, 1024, 2047) == {}                         # under 2x: Adam's own
+    assert _at_pool(5, {}, None, 3072, 8192) == AUTO_EXPANDING_ADAM        # up to 5 ReLU calls
+    assert _at_pool(2, {}, None, 3072, 16384, 1) == {}                     # a ReLU after the pool
+    assert _at_pool(1, {}, None, 3072, 65536, 1) == {}                     # VGG-16-BN features.2
+    assert _at_pool(2, {}, None) == {}                                     # sizes unknown
+    assert auto_adam_defaults(2, {}, None, 3072, 16384) == {}                        # not at a max-pool
+    assert _at_pool(0, {}, None, 3072, 16384) == {}                                  # no ReLU call at all
+    assert _at_pool(2, {}, 0.1, 3072, 16384) == {}                         # the caller's lr wins
+    assert _at_pool(2, {"cycle_steps": 300}, None, 3072, 16384) == {}      # so does their schedule
+    assert _at_pool(2, {"fold_bn": False}, None, 3072, 16384) == AUTO_EXPANDING_ADAM   # merged later
 
 
 @pytest.mark.parametrize("width", [16, 32])
@@ -131,3 +139,22 @@ def test_fake_relu_auto_is_last_outside_the_wide_pooled_cuts_and_checked_once():
     assert _picked(model, "3", seeds)[-1] == "last"
     assert _picked(model, "3", seeds, optimizer="lbfgs")[-1] == "last"
     assert _picked(model, "3", seeds, fake_relu=False)[-1] == "none"
+
+
+def test_the_trace_rounds_the_stride_and_knows_where_the_front_ends():
+    from similarity_plugins.core.networks import SplitNetwork
+    from similarity_plugins.iri.relu import trace_front
+
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, stride=2, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Sequential(nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.MaxPool2d(1)),
+                          nn.Conv2d(8, 8, 1)).eval()
+
+    def trace(layer: str, size: int):
+        return trace_front(model, SplitNetwork(model, layer).front, torch.rand(1, 1, size, size))
+
+    assert trace("3", 28).stride == 8 and trace("3", 32).stride == 8     # 28 -> 4 rows: 7, rounded to 8
+    assert trace("2", 28).stride == 4 and trace("2", 30).stride == 4     # 30 -> 8 rows (3.75)
+    assert trace("2", 28).ends_at_maxpool and trace("3", 28).ends_at_maxpool   # a block that ends at its pool
+    assert not trace("4", 28).ends_at_maxpool and not trace("1", 28).ends_at_maxpool
+    flat = nn.Sequential(nn.Flatten(), nn.Linear(16, 4)).eval()
+    assert trace_front(flat, SplitNetwork(flat, "1").front, torch.rand(1, 16)).stride == 0   # no rows

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from similarity_plugins.iri import generate_iris
+from similarity_plugins.iri import generate_iris, optimize_iris
 from similarity_plugins.iri.compiled import compile_front
 from tests.models_for_tests import assert_unchanged, snapshot, tiny_cnn
 
@@ -35,6 +35,8 @@ def test_compile_must_be_a_bool_and_is_checked_before_any_work():
         generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, compile="yes")
     with pytest.raises(TypeError, match="did you mean 'history'"):
         generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, histroy=5)
+    with pytest.raises(TypeError, match="did you mean 'compile'"):
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, compiled=True)
 
 
 def test_a_failing_compiler_names_the_cause_and_the_fix(monkeypatch):
@@ -46,10 +48,17 @@ def test_a_failing_compiler_names_the_cause_and_the_fix(monkeypatch):
     assert isinstance(info.value.__cause__, torch._dynamo.exc.BackendCompilerFailed)
 
 
-def test_the_recompile_limit_is_an_error_not_a_silent_eager_run(monkeypatch):
-    _compile_raising(monkeypatch, torch._dynamo.exc.FailOnRecompileLimitHit("Hard failure"))
-    with pytest.raises(RuntimeError, match="recompilation limit"):
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, compile=True)
+def test_the_compiled_copy_keeps_keyword_only_defaults(monkeypatch):
+    monkeypatch.setattr(torch, "compile", lambda fn, **_kw: fn)   # only the per-run copy of the code
+    w = torch.full((3,), 2.0)
+
+    def front(x: torch.Tensor, *, weight: torch.Tensor = w) -> torch.Tensor:
+        return torch.tanh(x * weight)
+
+    seeds = torch.rand(2, 3, generator=torch.Generator().manual_seed(0))
+    eager = optimize_iris(front, seeds, steps=3, optimizer="adam", progress=False)
+    compiled = optimize_iris(front, seeds, steps=3, optimizer="adam", progress=False, compile=True)
+    assert torch.equal(eager.inputs, compiled.inputs)
 
 
 def test_the_models_own_errors_pass_through_unchanged(monkeypatch):

@@ -14,7 +14,8 @@ at ResNet-18 on digits, every sample converged; 4.3-4.4x on natural-image patche
 unconverged); Adam with heavy momentum (beta1 0.98), leaky ReLU gradients, folded BatchNorm and the step size
 halved at each restart at such deep fronts when the cut keeps more of the input (ResNet ``layer2``: 3.2-3.9x
 on digits, 1.4-2.6x on patches); and Adam (lr 0.2, per-sample cosine cycles of 300 then 600 steps, straight-
-through gradient at the last ReLU) elsewhere, where L-BFGS crawls (max-pool cuts, shallow cuts); deep max-pool
+through gradient at the last ReLU) elsewhere, where L-BFGS crawls (max-pool cuts, shallow cuts), with first
+cycles of 150 and folded BatchNorm at shallow pooled cuts with twice the input's values or more; deep max-pool
 fronts such as VGG's get their own Adam schedule, chosen by how much the cut compresses the input, and wide
 pooled cuts that nearly pin the image down, and wide strided ResNet cuts such as ResNet-50 ``layer2`` (where
 no optimiser's median reaches 1e-2 within 1,000 steps), one cosine over the budget with leaky gradients, the

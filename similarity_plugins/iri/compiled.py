@@ -10,10 +10,11 @@ checkpoint resumes with either.
 TorchDynamo keeps compiled code per Python code object and, past ``recompile_limit`` (8) recompilations
 of one, runs that code eagerly with only a logged warning. Every run in a process calls the front through
 the same code (a closure over a new model), so the ninth run would quietly lose compilation. Each run
-therefore compiles its own copies of the calling code objects (the wrapper here and, when it is a plain
+therefore compiles its own copies of the calling code objects: the wrapper here and, when it is a plain
 Python function, ``front_fn`` itself, which Dynamo compiles as a frame of its own when the model has a
-graph break), and the compiled calls run with ``fail_on_recompile_limit_hit``, so a limit hit deeper in a
-model's own code is an error naming the fix, never a silent eager run.
+graph break. Code deeper down is shared between runs: the model's own methods (per class), and, for a
+model that torch.fx cannot trace, the hook-based front of ``core.networks.SplitNetwork``; past 8 model
+classes with graph breaks in one process, Dynamo runs those frames eagerly again, with its logged warning.
 
 The batch size varies at the end of a run (continuous batching retires samples), so Dynamo compiles once
 for the first batch size, once more with a dynamic batch dimension at the next, and once for a batch of
@@ -42,10 +43,15 @@ def check_compile(value: object) -> bool:
 
 
 def _own_copy(fn: Callable) -> Callable:
-    """``fn`` with a new code object (same globals, defaults and closure) when it is a plain Python function."""
+    """``fn`` with a new code object (same globals, defaults, keyword-only defaults, closure, name and
+    attributes) when it is a plain Python function; anything else as it is."""
     if not isinstance(fn, types.FunctionType):
         return fn
-    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = fn.__qualname__
+    copy.__dict__.update(fn.__dict__)
+    return copy
 
 
 def compile_front(front_fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -61,16 +67,14 @@ def compile_front(front_fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[
     compiled = torch.compile(_own_copy(call))   # new code objects: Dynamo's cache and limit are per run
 
     def front(x: torch.Tensor) -> torch.Tensor:
-        if not torch.is_grad_enabled():
-            return front_fn(x)
-        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-            return compiled(x)
+        return compiled(x) if torch.is_grad_enabled() else front_fn(x)
 
     return front
 
 
 def compiled_graphs() -> int:
-    """Graphs TorchDynamo has compiled in this process so far (a counter; differences count compilations)."""
+    """Graphs TorchDynamo has compiled in this process so far (a counter; differences count compilations,
+    including those of other threads compiling at the same time)."""
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
@@ -79,10 +83,6 @@ def compiled_graphs() -> int:
 def compile_failure(exc: BaseException) -> RuntimeError | None:
     """For an error of TorchDynamo / Inductor raised by a compiled evaluation: a RuntimeError naming the
     cause and the fix; None for any other error (the model's own, out of memory, ...), which passes through."""
-    if isinstance(exc, torch._dynamo.exc.FailOnRecompileLimitHit):
-        return RuntimeError(f"compile=True: TorchDynamo hit its recompilation limit (torch._dynamo.config."
-                            f"recompile_limit) in the model's own code, which it compiles again for every new "
-                            f"model when the model has a graph break ({exc}); raise that limit or {COMPILE_FIX}")
     if not isinstance(exc, torch._dynamo.exc.TorchDynamoException):
         return None
     cause = getattr(exc, "inner_exception", None) or exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -9,13 +10,14 @@ import torch
 from torch import nn
 
 from ..core.networks import SplitNetwork, frozen, model_device
+from ..utils.text import did_you_mean
 from . import cache, sharded
 from .compiled import check_compile
 from .fold import folded_front
 from .optimizer import _check_seeds, make_settings, optimize_iris
 from .relu import FrontTrace, front_tensors, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
-from .settings import AUTO, Settings, auto_adam_defaults, auto_optimizer
+from .settings import ADVANCED, AUTO, Settings, auto_adam_defaults, auto_optimizer
 
 RUN_OPTIONS = ("callback", "profile")
 
@@ -54,7 +56,9 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     momentum, leak and folding, and a schedule option of yours drops our schedule options); at wide cuts
     that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls) and at
     wide strided ResNet cuts (at least twice the input's values at 1/8 of its rows: ResNet-50 ``layer2``) Adam
-    runs one cosine over the budget with leaky gradients; the choice is in ``iris.settings["optimizer"]``),
+    runs one cosine over the budget with leaky gradients, and at shallow pooled cuts with at least twice the
+    input's values (VGG's 1st and 2nd pools) cycles of 150 with BatchNorm folded; the choice is in
+    ``iris.settings["optimizer"]``),
     "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a
     per-sample line search and leaky ReLU gradients, ``relu_leak`` 0.1; see docs/iri_depth.md) or
     "normgrad" (lr 1.0, halved over 4 stages); ``init``
@@ -85,6 +89,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     run_options = {k: advanced.pop(k) for k in RUN_OPTIONS if k in advanced}
     run_options["compile"] = check_compile(compile)
+    _check_option_names(advanced)
     common = dict(steps=steps, tol=tol, lr=lr, init=init, seed=seed, fake_relu=fake_relu)
     _settings(optimizer, None, common, advanced, 0.0)   # every check before any work
     if checkpoint_every is not None and cache_dir is None:
@@ -116,6 +121,17 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     return iris
 
 
+def _check_option_names(advanced: dict) -> None:
+    """Raise TypeError for a keyword of ``generate_iris`` it does not know, suggesting the closest of its own
+    keywords and the advanced options (``compiled=`` -> ``compile``, ``histroy=`` -> ``history``)."""
+    unknown = sorted(set(advanced) - set(ADVANCED))
+    if unknown:
+        own = [name for name in inspect.signature(generate_iris).parameters if name != "advanced"]
+        raise TypeError(f"generate_iris() got unknown option(s) {', '.join(unknown)}"
+                        f"{did_you_mean(unknown[0], [*own, *RUN_OPTIONS, *ADVANCED])}; its options are "
+                        f"{', '.join(own[3:])}, plus the advanced {', '.join(ADVANCED)} and {', '.join(RUN_OPTIONS)}")
+
+
 def _history_bytes(seeds: torch.Tensor, batch_size: int) -> float:
     """Bytes L-BFGS's curvature pairs (default history) would take for these seeds and working batch."""
     slots = min(int(batch_size), int(seeds.shape[0]))
@@ -133,7 +149,7 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
         optimizer = auto_optimizer(relus_tail, advanced, history_bytes, *sizes)
         if optimizer == "adam" and trace is not None:
             extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], *sizes, relus_tail,
-                                       trace.stride)
+                                       trace.stride, trace.ends_at_maxpool)
             fake_relu = extra.pop("fake_relu", common["fake_relu"])
             common = dict(common, lr=extra.pop("lr", common["lr"]),
                           fake_relu=fake_relu if common["fake_relu"] == AUTO else common["fake_relu"])

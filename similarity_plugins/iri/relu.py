@@ -24,6 +24,7 @@ leak lets the search see those directions; measured, it takes per-sample L-BFGS 
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -46,10 +47,20 @@ class FrontTrace:
     input_height: int = 0    # rows of the seeds (dim 2 of (N, C, H, W)); 0 without spatial dims
     output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
 
+    last_leaf: str = ""      # class name of the last leaf module that finished (the cut's own last step)
+
     @property
     def stride(self) -> int:
-        """How many times fewer rows the cut has than the input (8 at ResNet ``layer2``), 0 when unknown."""
-        return self.input_height // self.output_height if self.input_height and self.output_height else 0
+        """How many times fewer rows the cut has than the input, rounded to a power of two (8 at ResNet
+        ``layer2`` at 32x32, 28x28 or 227x227); 0 when unknown or when the cut has more rows."""
+        if not (self.input_height and self.output_height) or self.output_height > self.input_height:
+            return 0
+        return 2 ** round(math.log2(self.input_height / self.output_height))
+
+    @property
+    def ends_at_maxpool(self) -> bool:
+        """True when the last module that ran before the cut is a max-pool (VGG's pools, SmallCNN blocks)."""
+        return self.last_leaf in {cls.__name__ for cls in MAX_POOLS}
 
     @property
     def relus_after_last_maxpool(self) -> int:
@@ -73,6 +84,11 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
             trace.modules.append(name)
 
         handles.append(module.register_forward_pre_hook(pre))
+        if not any(True for _ in module.children()):
+            def leaf(m: nn.Module, _inputs: object, _out: object) -> None:
+                trace.last_leaf = type(m).__name__
+
+            handles.append(module.register_forward_hook(leaf))
         if isinstance(module, nn.ReLU):
             def post(_m: nn.Module, _inputs: object, _out: object, name: str = name) -> None:
                 counts[name] = counts.get(name, 0) + 1

@@ -98,26 +98,27 @@ AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True,
 # layer4 (8,192) ties (0.0130 / 0.0136 / 0.0138; 4 seeds, digits). docs/iri_depth.md, round 6.
 AUTO_WIDE_ADAM = {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
 AUTO_WIDE_MIN_RELUS = 6
-# ... and at deep unpooled (ResNet) cuts with at least twice the input's values at a stride of 8 or more
-# (bottleneck ResNets' layer2 at any input size: 512 channels at 1/8 of the rows; a CIFAR-stem ResNet's
-# layer4), where nothing converges either. Final median, 8 seeds (AUTO_DEEP_ADAM; the plain loop's best):
-# ResNet-50 layer2 0.086 (0.162; 0.111) on digits, 0.113 (0.145; 0.130) on patches, layer2.1 0.046 (0.098;
-# 0.054); CIFAR-stem ResNet-18 layer4 ties (4 seeds: 0.0130 / 0.0136 / 0.0138). At stride 4, where some
-# samples converge, AUTO_DEEP_ADAM stays: CIFAR-stem ResNet-18 layer3 (16,384 values) reaches the median in
-# 240 steps against one cosine's 758; ResNet-50 layer1 (16,384) on patches ends at 0.0114 with 38% converged
-# against 0.0167 / 12% (on digits one cosine is ahead there: 0.0197 against 0.0240; plain 0.0188).
+# ... and at deep unpooled (ResNet) cuts with at least twice the input's values at a stride of 8 or more (the
+# stride rounded to a power of two; bottleneck ResNets' layer2 at 28x28, 32x32 or 224x224: 512 channels at 1/8
+# of the rows; a CIFAR-stem ResNet's layer4), where nothing converges either. Final median, 8 seeds
+# (AUTO_DEEP_ADAM; the plain loop's best): ResNet-50 layer2 0.086 (0.162; 0.111) on digits, 0.113 (0.145; 0.130)
+# on patches, layer2.1 0.046 (0.098; 0.054); CIFAR-stem ResNet-18 layer4 0.0122 (4 seeds; 0.0136; 0.0138). At
+# stride 4, where some samples converge, AUTO_DEEP_ADAM stays: CIFAR-stem ResNet-18 layer3 (16,384 values)
+# reaches the median in 240 steps against one cosine's 758; ResNet-50 layer1 (16,384) on patches ends at 0.0114
+# with 38% converged against 0.0167 / 12% (on digits one cosine is ahead there: 0.0197 against 0.0240; plain
+# 0.0188).
 AUTO_WIDE_RESNET_EXPANSION = 2
 AUTO_WIDE_RESNET_MIN_STRIDE = 8
 # auto, shallow expanding pooled cuts: fronts that end at a max-pool with fewer than AUTO_WIDE_MIN_RELUS ReLU
 # calls whose cut has at least AUTO_EXPANSION times the input's values (VGG's 1st and 2nd pools at 5.3x and
 # 2.7x, SmallCNN block1 / block2 at width 32: 8x and 2x). The front is nearly invertible there (IRIs end
 # 0.002-0.03 RMS from their seeds), and Adam's first cycle of 300 steps only ends too late: cycles of 150
-# (then 300, 600) with BatchNorm folded reach the median in 106-132 steps where the default took 206-263
+# (then 300, 600) with BatchNorm folded reach the median in 106-132 steps where the default took 206-257
 # (digits, 8 seeds; the plain loop 143-774): VGG-16-BN features.6 119 (232; 452), features.13 132 (257;
 # 774), VGG-11-BN features.7 122 (239; 515), features.3 106 (206; 143), SmallCNN block1 119 (231; 462),
 # block2 128 (246; 573); on patches VGG-16-BN features.6 116 (226; 589), VGG-11-BN features.7 128 (247;
 # 623) with the same converged fraction, features.13 276 (263; 812). Cycles of 100 / 120 were faster still
-# at most of these cuts (72-110 steps) but converged fewer samples on patches (62-75% against 75-88%) and
+# at most of these cuts (72-111 steps) but converged fewer samples on patches (62-75% against 75-88%) and
 # took 273 at VGG-16-BN features.13 on digits. Narrower cuts keep 300: at SmallCNN block3 (half the input's
 # values) cycles of 150 took 410 steps against 260 (docs/iri_depth.md, round 7).
 AUTO_EXPANSION = 2
@@ -220,13 +221,15 @@ def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
 
 
 def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | None, input_values: int = 0,
-                       output_values: int = 0, relus_after_last_maxpool: int = 0, stride: int = 0) -> dict[str, Any]:
+                       output_values: int = 0, relus_after_last_maxpool: int = 0, stride: int = 0,
+                       ends_at_maxpool: bool = False) -> dict[str, Any]:
     """Adam's defaults that ``optimizer="auto"`` changes for a deep front.
 
     ``relu_calls``: ReLU calls in the whole front; ``options``: the advanced options the caller passed;
     ``lr``: the caller's lr (None: default); ``input_values`` / ``output_values``: values per sample at the
     front's input and at the cut; ``relus_after_last_maxpool``: ReLU calls after the front's last max-pool;
-    ``stride``: how many times fewer rows the cut has than the input (0: unknown).
+    ``stride``: how many times fewer rows the cut has than the input (0: unknown); ``ends_at_maxpool``: the
+    last module that ran before the cut is a max-pool.
     - A deep front without a max-pool near the cut (at least ``AUTO_LBFGS_MIN_RELUS`` ReLU calls after the
       last one; ResNets where Adam runs): ``AUTO_WIDE_ADAM`` where the cut has at least
       ``AUTO_WIDE_RESNET_EXPANSION`` times the input's values at a stride of ``AUTO_WIDE_RESNET_MIN_STRIDE``
@@ -237,10 +240,10 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
       lr or a schedule option (``SCHEDULE_OPTIONS``); with ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or more,
       ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
       as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise; with ``AUTO_WIDE_MIN_RELUS`` or more,
-      ``AUTO_WIDE_ADAM`` when no ReLU call follows the last max-pool, both sizes are known and the cut does
-      not compress the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; with fewer, ``AUTO_EXPANDING_ADAM`` when no
-      ReLU call follows the last max-pool and the cut has at least ``AUTO_EXPANSION`` times the input's
-      values; else {}.
+      ``AUTO_WIDE_ADAM`` when the front ends at a max-pool (``ends_at_maxpool``, no ReLU call after it),
+      both sizes are known and the cut does not compress the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; with
+      fewer (at least one), ``AUTO_EXPANDING_ADAM`` when the front ends at a max-pool and the cut has at
+      least ``AUTO_EXPANSION`` times the input's values; else {}.
     Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value. The result
     may hold "lr" (not an advanced option) and "fake_relu" (``AUTO_WIDE_ADAM``: applies only where the caller
     left ``fake_relu="auto"``); callers pop both before merging the rest into the advanced options.
@@ -261,8 +264,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
         return dict(AUTO_COMPRESSIVE_POOLED_ADAM if compressive else AUTO_DEEP_POOLED_ADAM)
     known = input_values > 0 and output_values > 0
     wide = known and not compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
-    at_pool = relus_after_last_maxpool == 0   # not a cut inside a ResNet block (its stem pool counts too)
-    if known and at_pool and relu_calls < AUTO_WIDE_MIN_RELUS and output_values >= AUTO_EXPANSION * input_values:
+    at_pool = ends_at_maxpool and relus_after_last_maxpool == 0   # not inside a ResNet block, nor a conv after a pool
+    shallow = 1 <= relu_calls < AUTO_WIDE_MIN_RELUS
+    if known and at_pool and shallow and output_values >= AUTO_EXPANSION * input_values:
         return dict(AUTO_EXPANDING_ADAM)
     return dict(AUTO_WIDE_ADAM) if relu_calls >= AUTO_WIDE_MIN_RELUS and wide and at_pool else {}
 

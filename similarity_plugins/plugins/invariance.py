@@ -23,7 +23,8 @@ option                      default      meaning
 ``iri_backend``             "auto"       "numpy", "torch", "cupy" or "auto" (CuPy on CUDA when installed)
 ``iri_max_seeds``           None (all)   use a seeded random subset of the training split as seeds
 ``iri_fake_relu``           "auto"       straight-through gradient at the last ReLU before the cut: "auto" ("last",
-                                         except at wide pooled cuts), "last" / True, "all", "none" / False
+                                         except at the wide pooled VGG and strided ResNet cuts), "last" /
+                                         True, "all", "none" / False
 ``iri_cache_dir``           None         folder where finished IRI sets are saved and found again
 ``iri_compile``             False        torch.compile the front's forward+backward (opt-in; a warm-up of
                                          seconds to a minute per run; not part of the cache key)
