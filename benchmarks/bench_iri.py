@@ -3,8 +3,9 @@
 Run: ``python -m pytest benchmarks/bench_iri.py --benchmark-only -s`` (one pair per architecture and
 layer, each pair in its own benchmark ``group``; ``-k resnet18-layer4`` for one pair).
 
-Cases: torchvision ``resnet18`` (``layer2``, ``layer3``, ``layer4``) and ``vgg16_bn`` (``features.33``,
-``features.43``: after its 4th and 5th max-pool), 10 classes, 3x32x32, trained ``IRI_BENCH_TRAIN_EPOCHS``
+Cases: torchvision ``resnet18`` (``layer2``, ``layer3``, ``layer4``), ``vgg16_bn`` (``features.13``,
+``features.33``, ``features.43``: after its 2nd, 4th and 5th max-pool) and ``resnet50`` (``layer2``: a wide
+strided cut, where nothing converges), 10 classes, 3x32x32, trained ``IRI_BENCH_TRAIN_EPOCHS``
 (2) epochs of Adam on scikit-learn digits (grey replicated to 3 channels, upsampled to 32x32; trained
 weights are cached in ``IRI_BENCH_DONORS``, default ``~/.cache/iri_depth_donors``); and the library's
 SmallCNN (width 32, 5 epochs on 1x32x32 digits) at ``block3``. Seeds: the last ``IRI_BENCH_SEEDS`` (16)
@@ -54,8 +55,8 @@ DATA = os.environ.get("IRI_BENCH_DATA", "digits")   # donors' data and seeds: "d
 DONORS = os.environ.get("IRI_BENCH_DONORS", os.path.join(os.path.expanduser("~"), ".cache", "iri_depth_donors"))
 PLAIN_LRS = (0.05, 0.1, 0.2)
 OURS = os.environ.get("IRI_BENCH_OPTIMIZER", "auto")   # the optimiser ``ours`` runs (the rest: defaults)
-CASES = [("resnet18", "layer2"), ("resnet18", "layer3"), ("resnet18", "layer4"), ("vgg16_bn", "features.33"),
-         ("vgg16_bn", "features.43"), ("small_cnn", "block3")]
+CASES = [("resnet18", "layer2"), ("resnet18", "layer3"), ("resnet18", "layer4"), ("vgg16_bn", "features.13"),
+         ("vgg16_bn", "features.33"), ("vgg16_bn", "features.43"), ("resnet50", "layer2"), ("small_cnn", "block3")]
 _PLAIN: dict[str, dict[str, Any]] = {}
 
 
