@@ -46,7 +46,6 @@ class FrontTrace:
     output_values: int = 0   # values per sample of the representation at the cut
     input_height: int = 0    # rows of the seeds (dim 2 of (N, C, H, W)); 0 without spatial dims
     output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
-
     last_leaf: str = ""      # class name of the last leaf module that finished (the cut's own last step)
 
     @property
