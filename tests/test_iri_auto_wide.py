@@ -10,8 +10,10 @@ from torch import nn
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri.settings import (
     AUTO_DEEP_ADAM,
+    AUTO_DEEP_POOLED_ADAM,
     AUTO_EXPANDING_ADAM,
     AUTO_EXPANSION,
+    AUTO_SHALLOW_RESNET_RELUS,
     AUTO_WIDE_ADAM,
     AUTO_WIDE_MIN_RELUS,
     AUTO_WIDE_RESNET_EXPANSION,
@@ -42,7 +44,7 @@ def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients
     assert _at_pool(7, {}, None, 3072, 1536) == {}                        # 2x compressive: Adam's own
     assert _at_pool(n - 1, {}, None, 3072, 4096) == {}                    # VGG-11-BN features.14
     assert _at_pool(n, {}, None, 3072, 2048, 1) == {}                     # a ReLU after the pool
-    assert _at_pool(n, {}, None, 3072, 2048, 5) == {}                     # inside a ResNet block
+    assert _at_pool(n, {}, None, 3072, 2048, 5) == AUTO_DEEP_ADAM         # inside a ResNet block: its rule
     assert _at_pool(n - 2, {}, None, 1024, 128) == {}                     # SmallCNN block4
     assert _at_pool(n, {}, None) == {}                                    # sizes unknown
     assert auto_adam_defaults(n, {}, None, 3072, 2048) == {}                        # a conv after the pool
@@ -158,3 +160,19 @@ def test_the_trace_rounds_the_stride_and_knows_where_the_front_ends():
     assert not trace("4", 28).ends_at_maxpool and not trace("1", 28).ends_at_maxpool
     flat = nn.Sequential(nn.Flatten(), nn.Linear(16, 4)).eval()
     assert trace_front(flat, SplitNetwork(flat, "1").front, torch.rand(1, 16)).stride == 0   # no rows
+
+
+def test_auto_gives_shallow_resnet_cuts_the_heavy_momentum_adam():
+    """ResNet-18 layer1 (4 ReLU calls after the stem's pool, 5 in all) and a CIFAR-stem layer1 (5, no pool) run
+    AUTO_DEEP_ADAM; VGG-19 mid-block cuts (4 after a pool, 11 in all) keep the pooled rules (docs, round 7)."""
+    assert AUTO_SHALLOW_RESNET_RELUS == 4
+    assert auto_adam_defaults(5, {}, None, 3072, 4096, 4) == AUTO_DEEP_ADAM           # ResNet-18 layer1
+    assert auto_adam_defaults(5, {}, None, 3072, 65536, 5, 1) == AUTO_DEEP_ADAM       # CIFAR-stem layer1
+    assert auto_adam_defaults(3, {}, None, 3072, 4096, 3) == {}                       # ResNet-50 layer1.0
+    assert auto_adam_defaults(11, {}, None, 3072, 4096, 4) == AUTO_DEEP_POOLED_ADAM   # VGG-19-BN features.32
+    torch.manual_seed(0)
+    w = 8   # stem with a max-pool, then 2 residual blocks: 4 ReLU calls after the pool, 5 in all
+    model = nn.Sequential(nn.Conv2d(1, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(), nn.MaxPool2d(2),
+                          *[_Block(w) for _ in range(2)]).eval()
+    assert _picked(model, "5", torch.rand(2, 1, 16, 16)) == ("adam", 0.2, 300, 0.98, 0.1, True, 0.5, "last")
+    assert _picked(model, "4", torch.rand(2, 1, 16, 16)) == ("adam", 0.2, 300, 0.9, 0.0, False, 1.0, "last")

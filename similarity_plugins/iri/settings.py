@@ -108,6 +108,12 @@ AUTO_WIDE_MIN_RELUS = 6
 # with 38% converged against 0.0167 / 12% (on digits one cosine is ahead there: 0.0197 against 0.0240; plain
 # 0.0188).
 AUTO_WIDE_RESNET_EXPANSION = 2
+# ... and AUTO_DEEP_ADAM from 4 ReLU calls after the last max-pool in fronts of fewer than AUTO_DEEP_POOLED_RELUS
+# ReLU calls (ResNet-18 layer1: 4 after the stem's pool; a CIFAR-stem ResNet-18's layer1: 5, no pool). ResNet-18
+# layer1, 8 seeds (Adam's defaults; the plain loop): 646 steps to the median, 75% converged (never, 38%; 946,
+# 50%) on digits, 541 (668; 630) on patches; CIFAR-stem layer1 191 mean steps (216). Fronts of 8 or more ReLU
+# calls with 4-5 after a pool (VGG-19 mid-block cuts) keep the pooled rules (docs/iri_depth.md, round 7).
+AUTO_SHALLOW_RESNET_RELUS = 4
 AUTO_WIDE_RESNET_MIN_STRIDE = 8
 # auto, shallow expanding pooled cuts: fronts that end at a max-pool with fewer than AUTO_WIDE_MIN_RELUS ReLU
 # calls whose cut has at least AUTO_EXPANSION times the input's values (VGG's 1st and 2nd pools at 5.3x and
@@ -231,7 +237,8 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     ``stride``: how many times fewer rows the cut has than the input (0: unknown); ``ends_at_maxpool``: the
     last module that ran before the cut is a max-pool.
     - A deep front without a max-pool near the cut (at least ``AUTO_LBFGS_MIN_RELUS`` ReLU calls after the
-      last one; ResNets where Adam runs): ``AUTO_WIDE_ADAM`` where the cut has at least
+      last one, or ``AUTO_SHALLOW_RESNET_RELUS`` in a front of fewer than ``AUTO_DEEP_POOLED_RELUS`` ReLU
+      calls; ResNets where Adam runs): ``AUTO_WIDE_ADAM`` where the cut has at least
       ``AUTO_WIDE_RESNET_EXPANSION`` times the input's values at a stride of ``AUTO_WIDE_RESNET_MIN_STRIDE``
       or more and the caller set neither the lr nor a schedule option; else ``AUTO_DEEP_ADAM`` (without its
       restart decay when the caller set a schedule option of their own), plus lr ``AUTO_DEEP_COMPRESSIVE_LR``
@@ -249,7 +256,8 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     left ``fake_relu="auto"``); callers pop both before merging the rest into the advanced options.
     """
     own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
-    if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS:
+    shallow_resnet = AUTO_SHALLOW_RESNET_RELUS <= relus_after_last_maxpool and relu_calls < AUTO_DEEP_POOLED_RELUS
+    if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS or shallow_resnet:
         expands = input_values > 0 and output_values >= AUTO_WIDE_RESNET_EXPANSION * input_values
         if expands and stride >= AUTO_WIDE_RESNET_MIN_STRIDE and lr is None and not own_schedule:
             return dict(AUTO_WIDE_ADAM)
