@@ -160,8 +160,9 @@ class Run:
             if failure is not None:
                 raise failure from exc
             raise
-        if self.compiled and compiled_graphs() > graphs:   # this evaluation compiled: warm-up
-            self.graphs += compiled_graphs() - graphs
+        new_graphs = compiled_graphs() - graphs if self.compiled else 0
+        if new_graphs:   # this evaluation compiled: warm-up
+            self.graphs += new_graphs
             self.t_compile += time.perf_counter() - t0
         grad = grad.reshape(k, -1)
         if not grad.is_contiguous():

@@ -91,11 +91,10 @@ AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True,
 # patches with Adam's cycles and keep them: VGG-11-BN features.14 (4 ReLU calls) reaches the median at 754
 # steps (one cosine: never, 0.0129), ResNet-18 layer1.1 (5) at 668 (one cosine: 779). Deeper pooled fronts
 # (VGG-16-BN features.33, .39) keep AUTO_DEEP_POOLED_ADAM's lr 0.05: lr 0.2 ends there at 0.054, not 0.034.
-# Not at deep unpooled (ResNet) cuts, though they can be as wide: at ResNet-50 layer2 (8,192 values from 3,072
-# pixels) one cosine ends at 0.074 against AUTO_DEEP_ADAM's 0.162 and the plain loop's 0.111 (digits; patches
-# 0.119 / 0.145 / 0.130), but with the CIFAR stem (cifar_stem=true: no max-pool) ResNet-18 layer3 (16,384
-# values) converges under AUTO_DEEP_ADAM in 240 steps and under one cosine in 758 (plain loop: 643), and
-# layer4 (8,192) ties (0.0130 / 0.0136 / 0.0138; 4 seeds, digits). docs/iri_depth.md, round 6.
+# Round 6 kept it from deep unpooled (ResNet) cuts, though they can be as wide: at ResNet-50 layer2 (8,192
+# values from 3,072 pixels) one cosine ended at 0.074 against AUTO_DEEP_ADAM's 0.162 and the plain loop's
+# 0.111, but with the CIFAR stem ResNet-18 layer3 (16,384 values) converges under AUTO_DEEP_ADAM in 240 steps
+# and under one cosine in 758 (plain loop: 643). Round 7 found what tells them apart, the stride (below).
 AUTO_WIDE_ADAM = {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
 AUTO_WIDE_MIN_RELUS = 6
 # ... and at deep unpooled (ResNet) cuts with at least twice the input's values at a stride of 8 or more (the
@@ -108,13 +107,13 @@ AUTO_WIDE_MIN_RELUS = 6
 # with 38% converged against 0.0167 / 12% (on digits one cosine is ahead there: 0.0197 against 0.0240; plain
 # 0.0188).
 AUTO_WIDE_RESNET_EXPANSION = 2
+AUTO_WIDE_RESNET_MIN_STRIDE = 8
 # ... and AUTO_DEEP_ADAM from 4 ReLU calls after the last max-pool in fronts of fewer than AUTO_DEEP_POOLED_RELUS
 # ReLU calls (ResNet-18 layer1: 4 after the stem's pool; a CIFAR-stem ResNet-18's layer1: 5, no pool). ResNet-18
 # layer1, 8 seeds (Adam's defaults; the plain loop): 646 steps to the median, 75% converged (never, 38%; 946,
 # 50%) on digits, 541 (668; 630) on patches; CIFAR-stem layer1 191 mean steps (216). Fronts of 8 or more ReLU
 # calls with 4-5 after a pool (VGG-19 mid-block cuts) keep the pooled rules (docs/iri_depth.md, round 7).
 AUTO_SHALLOW_RESNET_RELUS = 4
-AUTO_WIDE_RESNET_MIN_STRIDE = 8
 # auto, shallow expanding pooled cuts: fronts that end at a max-pool with fewer than AUTO_WIDE_MIN_RELUS ReLU
 # calls whose cut has at least AUTO_EXPANSION times the input's values (VGG's 1st and 2nd pools at 5.3x and
 # 2.7x, SmallCNN block1 / block2 at width 32: 8x and 2x). The front is nearly invertible there (IRIs end
@@ -189,6 +188,12 @@ def compresses(input_values: int, output_values: int, factor: float) -> bool:
     return 0 < output_values * factor <= input_values
 
 
+def expands(input_values: int, output_values: int, factor: float) -> bool:
+    """True when a cut with ``output_values`` values per sample has at least ``factor`` times as many as the
+    front's input (``input_values`` per sample); False when either size is unknown (0)."""
+    return input_values > 0 and output_values >= factor * input_values
+
+
 def auto_optimizer(relus_after_last_maxpool: int, options: dict[str, Any], history_bytes: float = 0.0,
                    input_values: int = 0, output_values: int = 0) -> str:
     """The optimiser ``optimizer="auto"`` runs: "lbfgs" or "adam".
@@ -258,8 +263,8 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
     shallow_resnet = AUTO_SHALLOW_RESNET_RELUS <= relus_after_last_maxpool and relu_calls < AUTO_DEEP_POOLED_RELUS
     if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS or shallow_resnet:
-        expands = input_values > 0 and output_values >= AUTO_WIDE_RESNET_EXPANSION * input_values
-        if expands and stride >= AUTO_WIDE_RESNET_MIN_STRIDE and lr is None and not own_schedule:
+        wide = expands(input_values, output_values, AUTO_WIDE_RESNET_EXPANSION)
+        if wide and stride >= AUTO_WIDE_RESNET_MIN_STRIDE and lr is None and not own_schedule:
             return dict(AUTO_WIDE_ADAM)
         compressive = compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
         lr_default = {"lr": AUTO_DEEP_COMPRESSIVE_LR} if compressive and lr is None else {}
@@ -274,7 +279,7 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     wide = known and not compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
     at_pool = ends_at_maxpool and relus_after_last_maxpool == 0   # not inside a ResNet block, nor a conv after a pool
     shallow = 1 <= relu_calls < AUTO_WIDE_MIN_RELUS
-    if known and at_pool and shallow and output_values >= AUTO_EXPANSION * input_values:
+    if at_pool and shallow and expands(input_values, output_values, AUTO_EXPANSION):
         return dict(AUTO_EXPANDING_ADAM)
     return dict(AUTO_WIDE_ADAM) if relu_calls >= AUTO_WIDE_MIN_RELUS and wide and at_pool else {}
 
