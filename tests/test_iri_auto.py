@@ -210,7 +210,7 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
 
     n, c = AUTO_DEEP_POOLED_RELUS, AUTO_COMPRESSION
     wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
-    narrow = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
+    narrow = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "beta2": 0.95, "relu_leak": 0.1}
     assert auto_adam_defaults(n, {}, None, 3072, 2048) == wide          # VGG-16-BN features.33 at 32x32
     assert auto_adam_defaults(n, {}, None, 3072, 512) == narrow         # features.43: 6x fewer values
     assert auto_adam_defaults(n, {}, None, 100 * c, 100) == narrow      # the boundary is compressive
@@ -231,12 +231,14 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
         s = iris.settings
         assert (s["optimizer"], s["relu_leak"]) == ("adam", expected.get("relu_leak", 0.0))
         assert (s["lr"], s["cycle_steps"], s["fold_bn"]) == (expected["lr"], expected["cycle_steps"], True)
-        assert s["beta1"] == expected.get("beta1", 0.9)
+        assert (s["beta1"], s["beta2"]) == (expected.get("beta1", 0.9), expected.get("beta2", 0.999))
         assert iris.stats["bn_folded"]
     s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, fold_bn=False).settings
     assert (s["lr"], s["beta1"], s["fold_bn"]) == (0.02, 0.98, False)   # the caller's fold_bn stays theirs
     s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, beta1=0.9).settings
     assert (s["lr"], s["cycle_steps"], s["beta1"]) == (0.02, 400, 0.9)  # and so does their beta1
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, beta2=0.999).settings
+    assert (s["lr"], s["beta1"], s["beta2"]) == (0.02, 0.98, 0.999)     # and their beta2
     short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
     s = generate_iris(short, "6", seeds, steps=5, progress=False).settings
     assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"], s["beta1"]) == (
@@ -265,7 +267,7 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     assert auto_adam_defaults(2 * n, {}, 0.3, 3072, 512, n) == AUTO_DEEP_ADAM      # the caller's lr stays
     assert auto_adam_defaults(2 * n, {"beta2": 0.99, "eps": 1e-6}, None, 3072, 512, n - 1)["beta1"] == 0.98
     assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n - 1) == {                 # pooled: VGG's rules
-        "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "relu_leak": 0.1}
+        "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "beta2": 0.95, "relu_leak": 0.1}
     torch.manual_seed(0)
     w = 8   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 8x16x16 = 2,048 values from 1,024 pixels
     model = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
