@@ -86,8 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
     p.add_argument("--fake-relu", default="auto", choices=["auto", "last", "all", "none"],
-                   help="straight-through gradient at the last ReLU before the cut (auto: last, except at the wide "
-                        "pooled VGG and strided ResNet cuts), at every ReLU, or none")
+                   help="straight-through gradient at the last ReLU before the cut (auto: last where the cut is that "
+                        "ReLU's output, up to max-pools; none after a conv or BatchNorm and at the wide pooled VGG "
+                        "and strided ResNet cuts), at every ReLU, or none")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the front's forward+backward (a warm-up of seconds to a minute per run; "
                         "slower than eager on this project's CPU measurements)")

@@ -33,6 +33,9 @@ from torch import nn
 
 MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
              nn.AdaptiveMaxPool3d)
+# leaves that may follow the last ReLU while the cut still "ends at" it: they pick, reshape or pass on its
+# values (eval-mode dropout is the identity), so a unit of the representation is a unit of that ReLU
+PASS_THROUGH = (*MAX_POOLS, nn.Flatten, nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class FrontTrace:
     input_height: int = 0    # rows of the seeds (dim 2 of (N, C, H, W)); 0 without spatial dims
     output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
     last_leaf: str = ""      # class name of the last leaf module that finished (the cut's own last step)
+    after_last_relu: list[str] = field(default_factory=list)   # leaf classes that finished after the last ReLU call
 
     @property
     def stride(self) -> int:
@@ -68,6 +72,13 @@ class FrontTrace:
         return tail.index("maxpool") if "maxpool" in tail else len(tail)
 
     @property
+    def ends_at_relu(self) -> bool:
+        """True when the representation is the last ReLU call's output, up to max-pools, flattening, identity
+        or dropout after it (VGG's pools, ResNet blocks); False at a cut after a conv or BatchNorm (``bn2``)."""
+        pass_through = {cls.__name__ for cls in PASS_THROUGH}
+        return bool(self.relu_calls) and all(name in pass_through for name in self.after_last_relu)
+
+    @property
     def last_relu(self) -> tuple[str, int] | None:
         """The last ReLU call before the cut, or None when the front has no ``nn.ReLU`` module."""
         return self.relu_calls[-1] if self.relu_calls else None
@@ -86,6 +97,8 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
         if not any(True for _ in module.children()):
             def leaf(m: nn.Module, _inputs: object, _out: object) -> None:
                 trace.last_leaf = type(m).__name__
+                if not isinstance(m, nn.ReLU):
+                    trace.after_last_relu.append(trace.last_leaf)
 
             handles.append(module.register_forward_hook(leaf))
         if isinstance(module, nn.ReLU):
@@ -93,6 +106,7 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
                 counts[name] = counts.get(name, 0) + 1
                 trace.relu_calls.append((name, counts[name]))
                 trace.events.append("relu")
+                trace.after_last_relu.clear()
 
             handles.append(module.register_forward_hook(post, prepend=True))
         elif isinstance(module, MAX_POOLS):
