@@ -172,6 +172,7 @@ def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu(
     assert trace(net, "layer1.0", x).ends_at_relu and trace(net, "layer1", x).ends_at_relu
     assert not trace(net, "layer1.0.bn2", x).ends_at_relu and not trace(net, "layer2.0.conv1", x).ends_at_relu
     assert not trace(net, "layer2.0.downsample", x).ends_at_relu
+    assert trace(net, "avgpool", x).ends_at_relu and not trace(net, "fc", x).ends_at_relu
 
 
 def test_no_straight_through_gradient_after_a_batchnorm_converges_where_it_would_not(trained):  # noqa: F811 - fixture from test_iri

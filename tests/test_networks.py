@@ -96,6 +96,25 @@ def test_not_a_clean_cut_is_explained():
         split.end(torch.rand(1, 64, 8, 8))
 
 
+@pytest.mark.parametrize("layer", ["layer1.0.conv1", "layer2.0.bn2", "layer2.0.downsample.1", "layer3.1.relu"])
+def test_cuts_inside_a_residual_block_still_trace_their_front(layer):
+    """IRIs need only the front: at a cut the skip connection goes around, it is still a traced graph (no
+    hook per call, BatchNorm foldable), equal to the model's own value there."""
+    from similarity_plugins.core.networks import _front_by_hook
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    split = SplitNetwork(model, layer)
+    x = torch.rand(2, 3, 32, 32)
+    if layer == "layer3.1.relu":   # called twice in the block: no graph, the hook runs the model
+        assert split.front_graph is None and torch.equal(split.front(x), _front_by_hook(model, layer, x))
+        return
+    assert split.front_graph is not None and not split.can_end
+    assert torch.equal(split.front_graph(x), _front_by_hook(model, layer, x))
+    called = [n.target for n in split.front_graph.graph.nodes if n.op == "call_module"]
+    assert called[-1] == layer and not any(t.startswith(("layer3", "layer4", "fc")) for t in called)
+
+
 def test_layer_output_not_a_tensor():
     model = TwoHeaded()
     with pytest.raises(TypeError, match="not a tensor"):

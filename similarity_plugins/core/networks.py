@@ -248,6 +248,17 @@ class SplitNetwork:
         tap_nodes = {n.target: n for n in nodes[cut_index + 1 :] if n.op == "call_module" and n.target in self.taps}
         output = next(n for n in nodes if n.op == "output")
 
+        # front: everything up to the cut, returning the cut's output (defined at any cut, clean or not:
+        # IRIs inside a residual block need only this).
+        front = torch.fx.Graph()
+        env: dict[torch.fx.Node, torch.fx.Node] = {}
+        for node in nodes[: cut_index + 1]:
+            env[node] = front.node_copy(node, lambda n: env[n])
+        front.output(env[cut])
+        self._front_gm = _build_module(self.model, front)
+        self._front_gm.graph.eliminate_dead_code()   # e.g. a skip branch traced before the cut
+        self._front_gm.recompile()
+
         # A clean cut: nothing after the cut reads a value computed before it (parameters excepted).
         for node in nodes[cut_index + 1 :]:
             for inp in node.all_input_nodes:
@@ -258,13 +269,6 @@ class SplitNetwork:
                         f"cut at a block output instead, such as one of: {', '.join(layers(self.model))}"
                     )
                     return
-
-        # front: everything up to the cut, returning the cut's output.
-        front = torch.fx.Graph()
-        env: dict[torch.fx.Node, torch.fx.Node] = {}
-        for node in nodes[: cut_index + 1]:
-            env[node] = front.node_copy(node, lambda n: env[n])
-        front.output(env[cut])
 
         # end: a placeholder for the (stitched) activation, then everything after the cut.
         end = torch.fx.Graph()
@@ -286,7 +290,6 @@ class SplitNetwork:
         logits = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
         native.output((env[cut], logits, tuple(env[tap_nodes[t]] for t in self.taps)))
 
-        self._front_gm = _build_module(self.model, front)
         self._end_gm = _build_module(self.model, end)
         self._native_gm = _build_module(self.model, native)
 
@@ -313,8 +316,9 @@ class SplitNetwork:
 
     @property
     def front_graph(self) -> torch.fx.GraphModule | None:
-        """The traced front (runs the layers up to the cut; shares the model's modules), or None when the
-        model is not traceable by torch.fx and ``front`` runs the model with a hook instead."""
+        """The traced front (runs the layers up to the cut; shares the model's modules; also at a cut inside a
+        residual block, where ``end`` is not available), or None when the model is not traceable by torch.fx
+        (or calls the layer more than once) and ``front`` runs the model with a hook instead."""
         return self._front_gm
 
     def _require_end(self) -> torch.fx.GraphModule:

@@ -66,8 +66,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
     ``progress`` tqdm bar; ``fake_relu``: True/"last" passes the gradient straight through the last ReLU
     before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients, "auto"
-    (default) is "last" where the representation is the last ReLU call's output (up to max-pools after it),
-    "none" where a conv or BatchNorm follows it (cuts at ``bn2``, ``conv1``, a VGG BatchNorm: there the
+    (default) is "last" where the representation is the last ReLU call's output (up to pools after it),
+    "none" where a conv, BatchNorm or linear layer follows it (cuts at ``bn2``, ``conv1``, ``fc``: there the
     straight-through gradient points the wrong way) and at the wide cuts above, where ``optimizer="auto"``
     keeps true gradients at the last ReLU (with ``relu_leak`` > 0 the leak covers it too);
     ``relu_leak`` (advanced; default 0.1 for L-BFGS and for the Adam that "auto" runs at deep ResNet cuts,
@@ -146,7 +146,7 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
     (without a trace, it is checked as the optimiser its options point to, so bad options fail before any
     work)."""
     if common["fake_relu"] == AUTO and trace is not None and not trace.ends_at_relu:
-        common = dict(common, fake_relu="none")   # a conv or BatchNorm after the last ReLU: no unit to revive
+        common = dict(common, fake_relu="none")   # a conv, BatchNorm or linear layer after the last ReLU
     if optimizer == AUTO:
         relus_tail = trace.relus_after_last_maxpool if trace is not None else 0
         sizes = (trace.input_values, trace.output_values) if trace is not None else (0, 0)

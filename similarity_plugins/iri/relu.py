@@ -33,9 +33,14 @@ from torch import nn
 
 MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
              nn.AdaptiveMaxPool3d)
-# leaves that may follow the last ReLU while the cut still "ends at" it: they pick, reshape or pass on its
-# values (eval-mode dropout is the identity), so a unit of the representation is a unit of that ReLU
-PASS_THROUGH = (*MAX_POOLS, nn.Flatten, nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+AVG_POOLS = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d,
+             nn.AdaptiveAvgPool3d)
+# leaves that may follow the last ReLU while the cut still "ends at" it: they pick, average, reshape or pass
+# on its values (eval-mode dropout is the identity), so each unit of the representation grows with the ReLU
+# inputs behind it and the straight-through gradient pushes the right ones up; a conv, BatchNorm or linear
+# layer mixes them with signed weights
+PASS_THROUGH = (*MAX_POOLS, *AVG_POOLS, nn.Flatten, nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d,
+                nn.Dropout3d)
 
 
 @dataclass
@@ -73,8 +78,9 @@ class FrontTrace:
 
     @property
     def ends_at_relu(self) -> bool:
-        """True when the representation is the last ReLU call's output, up to max-pools, flattening, identity
-        or dropout after it (VGG's pools, ResNet blocks); False at a cut after a conv or BatchNorm (``bn2``)."""
+        """True when the representation is the last ReLU call's output, up to pools, flattening, identity or
+        dropout after it (VGG's pools, ResNet blocks, ``avgpool``); False at a cut after a conv, BatchNorm or
+        linear layer (``bn2``, ``conv1``, ``fc``)."""
         pass_through = {cls.__name__ for cls in PASS_THROUGH}
         return bool(self.relu_calls) and all(name in pass_through for name in self.after_last_relu)
 
