@@ -239,6 +239,11 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
     assert (s["lr"], s["cycle_steps"], s["beta1"]) == (0.02, 400, 0.9)  # and so does their beta1
     s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, beta2=0.999).settings
     assert (s["lr"], s["beta1"], s["beta2"]) == (0.02, 0.98, 0.999)     # and their beta2
+    # VGG's avgpool at 32x32 copies the last pool's values 7x7 times: the rule counts the values, not copies
+    head = nn.Sequential(*layers, nn.MaxPool2d(4), nn.AdaptiveAvgPool2d(7), nn.Flatten()).eval()
+    for layer in (str(3 * n + 1), str(3 * n + 2)):                      # 4x7x7 = 196 values, 64 distinct
+        s = generate_iris(head, layer, seeds, steps=5, progress=False).settings
+        assert (s["lr"], s["cycle_steps"], s["beta2"], s["fake_relu"]) == (0.02, 400, 0.95, "last"), layer
     short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
     s = generate_iris(short, "6", seeds, steps=5, progress=False).settings
     assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"], s["beta1"]) == (

@@ -173,6 +173,11 @@ def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu(
     assert not trace(net, "layer1.0.bn2", x).ends_at_relu and not trace(net, "layer2.0.conv1", x).ends_at_relu
     assert not trace(net, "layer2.0.downsample", x).ends_at_relu
     assert trace(net, "avgpool", x).ends_at_relu and not trace(net, "fc", x).ends_at_relu
+    assert (trace(net, "avgpool", x).cut_values, trace(net, "fc", x).cut_values) == (512, 10)
+    up = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.AdaptiveAvgPool2d(3),
+                       nn.Flatten(), nn.Linear(36, 5)).eval()
+    sizes = [(t.output_values, t.cut_values) for t in (trace(up, str(i), seeds) for i in range(6))]
+    assert sizes == [(256, 256), (256, 256), (16, 16), (36, 16), (36, 16), (5, 5)]   # copies are not values
 
 
 def test_no_straight_through_gradient_after_a_batchnorm_converges_where_it_would_not(trained):  # noqa: F811 - fixture from test_iri

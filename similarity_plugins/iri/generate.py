@@ -149,7 +149,7 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
         common = dict(common, fake_relu="none")   # a conv, BatchNorm or linear layer after the last ReLU
     if optimizer == AUTO:
         relus_tail = trace.relus_after_last_maxpool if trace is not None else 0
-        sizes = (trace.input_values, trace.output_values) if trace is not None else (0, 0)
+        sizes = (trace.input_values, trace.cut_values) if trace is not None else (0, 0)
         optimizer = auto_optimizer(relus_tail, advanced, history_bytes, *sizes)
         if optimizer == "adam" and trace is not None:
             extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], *sizes, relus_tail,

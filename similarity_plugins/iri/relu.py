@@ -56,6 +56,8 @@ class FrontTrace:
     output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
     last_leaf: str = ""      # class name of the last leaf module that finished (the cut's own last step)
     after_last_relu: list[str] = field(default_factory=list)   # leaf classes that finished after the last ReLU call
+    tail_values: int = 0     # fewest values per sample from the last ReLU call's output through the pass-through
+    #                          leaves after it (0: no ReLU call, or a conv / BatchNorm / linear layer after it)
 
     @property
     def stride(self) -> int:
@@ -85,6 +87,15 @@ class FrontTrace:
         return bool(self.relu_calls) and all(name in pass_through for name in self.after_last_relu)
 
     @property
+    def cut_values(self) -> int:
+        """Values per sample the representation can hold: ``output_values``, or fewer where a pass-through
+        tail after the last ReLU repeats values (VGG's ``avgpool`` at 32x32 copies the last pool's 512 values
+        into 7x7 = 25,088); 0 when unknown."""
+        if self.ends_at_relu and self.tail_values and self.output_values:
+            return min(self.output_values, self.tail_values)
+        return self.output_values
+
+    @property
     def last_relu(self) -> tuple[str, int] | None:
         """The last ReLU call before the cut, or None when the front has no ``nn.ReLU`` module."""
         return self.relu_calls[-1] if self.relu_calls else None
@@ -101,18 +112,21 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
 
         handles.append(module.register_forward_pre_hook(pre))
         if not any(True for _ in module.children()):
-            def leaf(m: nn.Module, _inputs: object, _out: object) -> None:
+            def leaf(m: nn.Module, _inputs: object, out: object) -> None:
                 trace.last_leaf = type(m).__name__
                 if not isinstance(m, nn.ReLU):
                     trace.after_last_relu.append(trace.last_leaf)
+                    passing = isinstance(m, PASS_THROUGH) and trace.tail_values
+                    trace.tail_values = min(trace.tail_values, _values(out)) if passing else 0
 
             handles.append(module.register_forward_hook(leaf))
         if isinstance(module, nn.ReLU):
-            def post(_m: nn.Module, _inputs: object, _out: object, name: str = name) -> None:
+            def post(_m: nn.Module, _inputs: object, out: object, name: str = name) -> None:
                 counts[name] = counts.get(name, 0) + 1
                 trace.relu_calls.append((name, counts[name]))
                 trace.events.append("relu")
                 trace.after_last_relu.clear()
+                trace.tail_values = _values(out)
 
             handles.append(module.register_forward_hook(post, prepend=True))
         elif isinstance(module, MAX_POOLS):
@@ -124,10 +138,15 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
         for h in handles:
             h.remove()
     trace.input_values = int(example[0].numel())
-    trace.output_values = int(out[0].numel()) if isinstance(out, torch.Tensor) and out.dim() > 0 else 0
+    trace.output_values = _values(out)
     spatial = example.dim() == 4 and isinstance(out, torch.Tensor) and out.dim() == 4
     trace.input_height, trace.output_height = (int(example.shape[2]), int(out.shape[2])) if spatial else (0, 0)
     return trace
+
+
+def _values(out: object) -> int:
+    """Values per sample of a module's output (0 when it is not a batched tensor)."""
+    return int(out[0].numel()) if isinstance(out, torch.Tensor) and out.dim() > 0 else 0
 
 
 def front_tensors(model: nn.Module, trace: FrontTrace) -> list[tuple[str, torch.Tensor]]:
