@@ -174,6 +174,8 @@ def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu(
     assert not trace(net, "layer2.0.downsample", x).ends_at_relu
     assert trace(net, "avgpool", x).ends_at_relu and not trace(net, "fc", x).ends_at_relu
     assert (trace(net, "avgpool", x).cut_values, trace(net, "fc", x).cut_values) == (512, 10)
+    inside = generate_iris(net, "layer3.1.bn2", torch.rand(2, 3, 32, 32), steps=3, progress=False)   # L-BFGS
+    assert inside.stats["bn_folded"] and inside.settings["fake_relu"] == "none"   # a traced front in the block
     up = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.AdaptiveAvgPool2d(3),
                        nn.Flatten(), nn.Linear(36, 5)).eval()
     sizes = [(t.output_values, t.cut_values) for t in (trace(up, str(i), seeds) for i in range(6))]
