@@ -364,3 +364,46 @@ def test_bench_warm_up_touches_no_parameter_gradient():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
     bench.warm_up(model, torch.rand(2, 3, 8, 8))
     assert all(p.grad is None for p in model.parameters())
+
+
+class _FunctionalBlock(nn.Module):
+    """A :class:`_Block`'s modules run with functional ReLUs (``F.relu``, ``torch.relu``, ``Tensor.relu_``)."""
+
+    def __init__(self, block: _Block) -> None:
+        super().__init__()
+        self.c1, self.b1, self.c2, self.b2 = block.c1, block.b1, block.c2, block.b2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + x).relu_()
+
+
+class _FunctionalTwin(nn.Module):
+    """The tiny ResNet's stem and blocks, sharing its modules, with no ``nn.ReLU`` module in the front."""
+
+    def __init__(self, model: nn.Sequential) -> None:
+        super().__init__()
+        self.stem, self.bn = model[0], model[1]
+        self.blocks = nn.Sequential(*[_FunctionalBlock(b) for b in model[3:6]])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(nn.functional.relu(self.bn(self.stem(x)), inplace=True))
+
+
+def test_functional_relus_get_the_rules_and_surrogates_of_relu_modules(tiny_resnet):
+    """A hand-written front that calls ReLU as a function runs as its nn.ReLU twin: same optimiser, same
+    surrogate gradients, the same IRIs; without the rewrite it ran Adam's defaults (no ReLU calls seen)."""
+    from similarity_plugins.core.networks import SplitNetwork
+    from similarity_plugins.iri.modular import relu_modules
+
+    model, seeds = tiny_resnet
+    twin = _FunctionalTwin(model).eval()
+    before = {k: v.clone() for k, v in twin.state_dict().items()}
+    common = dict(steps=40, progress=False)
+    ours, theirs = generate_iris(model, "5", seeds[:4], **common), generate_iris(twin, "blocks.2", seeds[:4], **common)
+    for key in ("optimizer", "relu_leak", "fake_relu", "fold_bn", "lr"):
+        assert ours.settings[key] == theirs.settings[key], key
+    assert theirs.settings["optimizer"] == "lbfgs" and theirs.settings["fake_relu_at"] == ["iri_relu_6#1"]
+    assert torch.allclose(ours.inputs, theirs.inputs, atol=1e-5), (ours.inputs - theirs.inputs).abs().max()
+    assert all(torch.equal(v, before[k]) for k, v in twin.state_dict().items())
+    assert not any(name.startswith("iri_relu") for name, _ in twin.named_modules())   # the model is untouched
+    assert relu_modules(SplitNetwork(model, "5").front_graph) is None                 # nothing to rewrite

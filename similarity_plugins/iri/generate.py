@@ -14,6 +14,7 @@ from ..utils.text import did_you_mean
 from . import cache, sharded
 from .compiled import check_compile
 from .fold import folded_front
+from .modular import relu_modules
 from .optimizer import _check_seeds, make_settings, optimize_iris
 from .relu import FrontTrace, front_tensors, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
@@ -100,8 +101,12 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     _check_seeds(seeds)
     split = SplitNetwork(model, layer)
     device = model_device(model)
+    modular = None
     with frozen(model):
         trace = trace_front(model, split.front, seeds[:1].to(device))
+        if not trace.relu_calls:   # F.relu & co. as modules, so that the rules and the surrogates see them
+            modular = relu_modules(split.front_graph)
+            trace = trace_front(modular, modular, seeds[:1].to(device)) if modular is not None else trace
         settings = _settings(optimizer, trace, common, advanced, _history_bytes(seeds, batch_size))
         slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
         targets = [call for call, slope in slopes.items() if slope == 1.0]
@@ -111,7 +116,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
             hit = cache.load_file(cache.result_path(cache_dir, key))
             if sharded.agreed_hit(hit if hit is not None and hit.get("key") == key else None):
                 return IRISet.from_state(hit, seeds.device)
-        iris = _optimize(model, split, settings, slopes, seeds, batch_size=batch_size, backend=backend,
+        iris = _optimize(model, split, modular, settings, slopes, seeds, batch_size=batch_size, backend=backend,
                          progress=progress, device=device, checkpoint_every=checkpoint_every,
                          checkpoint_path=cache.checkpoint_path(cache_dir, key) if checkpoint_every else None,
                          **run_options)
@@ -161,14 +166,16 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
     return make_settings(optimizer=optimizer, **common, **advanced)
 
 
-def _optimize(model: nn.Module, split: SplitNetwork, settings: Settings, slopes: dict, seeds: torch.Tensor,
-              **run: Any) -> IRISet:
-    """Run the optimiser on the front (BatchNorm-folded copy when ``settings.fold_bn``) with the surrogate
-    ReLU ``slopes``; ``run``: the options of :func:`optimize_iris` that ``generate_iris`` passes through."""
-    folded = folded_front(split) if settings.fold_bn else None
-    front = folded if folded is not None else model   # the copy keeps the model's module names
+def _optimize(model: nn.Module, split: SplitNetwork, modular: torch.fx.GraphModule | None, settings: Settings,
+              slopes: dict, seeds: torch.Tensor, **run: Any) -> IRISet:
+    """Run the optimiser on the front (``modular``, the traced front with functional ReLUs as modules, when
+    not None; a BatchNorm-folded copy when ``settings.fold_bn``) with the surrogate ReLU ``slopes``; ``run``:
+    the options of :func:`optimize_iris` that ``generate_iris`` passes through."""
     # the caller holds frozen(model), so the traced front can run directly (split.front would re-enter it)
-    graph = split.front_graph
+    graph = modular if modular is not None else split.front_graph
+    folded = folded_front(graph) if settings.fold_bn else None
+    # copies keep the model's module names (and add the ReLU modules of ``modular``)
+    front = folded if folded is not None else modular if modular is not None else model
     call = folded if folded is not None else graph if graph is not None else split.front
     with straight_through_relu(front, slopes) as reset:
         def front_fn(x: torch.Tensor) -> torch.Tensor:
