@@ -59,6 +59,6 @@ def relu_modules(graph: torch.fx.GraphModule | None) -> torch.fx.GraphModule | N
             name = "_" + name
         added[name] = nn.ReLU(inplace=inplace)
         env[node] = new.call_module(name, (env[node.args[0]],))
-    owners = {n.target: added.get(n.target) or operator.attrgetter(n.target)(graph)
+    owners = {n.target: added[n.target] if n.target in added else operator.attrgetter(n.target)(graph)
               for n in new.nodes if n.op in ("call_module", "get_attr")}
     return torch.fx.GraphModule(owners, new).eval()

@@ -55,7 +55,6 @@ class FrontTrace:
     input_height: int = 0    # rows of the seeds (dim 2 of (N, C, H, W)); 0 without spatial dims
     output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
     last_leaf: str = ""      # class name of the last leaf module that finished (the cut's own last step)
-    after_last_relu: list[str] = field(default_factory=list)   # leaf classes that finished after the last ReLU call
     tail_values: int = 0     # fewest values per sample from the last ReLU call's output through the pass-through
     #                          leaves after it (0: no ReLU call, or a conv / BatchNorm / linear layer after it)
 
@@ -83,15 +82,14 @@ class FrontTrace:
         """True when the representation is the last ReLU call's output, up to pools, flattening, identity or
         dropout after it (VGG's pools, ResNet blocks, ``avgpool``); False at a cut after a conv, BatchNorm or
         linear layer (``bn2``, ``conv1``, ``fc``)."""
-        pass_through = {cls.__name__ for cls in PASS_THROUGH}
-        return bool(self.relu_calls) and all(name in pass_through for name in self.after_last_relu)
+        return bool(self.relu_calls) and self.tail_values > 0
 
     @property
     def cut_values(self) -> int:
         """Values per sample the representation can hold: ``output_values``, or fewer where a pass-through
         tail after the last ReLU repeats values (VGG's ``avgpool`` at 32x32 copies the last pool's 512 values
         into 7x7 = 25,088); 0 when unknown."""
-        if self.ends_at_relu and self.tail_values and self.output_values:
+        if self.ends_at_relu and self.output_values:
             return min(self.output_values, self.tail_values)
         return self.output_values
 
@@ -114,8 +112,7 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
         if not any(True for _ in module.children()):
             def leaf(m: nn.Module, _inputs: object, out: object) -> None:
                 trace.last_leaf = type(m).__name__
-                if not isinstance(m, nn.ReLU):
-                    trace.after_last_relu.append(trace.last_leaf)
+                if not isinstance(m, nn.ReLU):   # (a ReLU call sets tail_values itself, in post below)
                     passing = isinstance(m, PASS_THROUGH) and trace.tail_values
                     trace.tail_values = min(trace.tail_values, _values(out)) if passing else 0
 
@@ -125,7 +122,6 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
                 counts[name] = counts.get(name, 0) + 1
                 trace.relu_calls.append((name, counts[name]))
                 trace.events.append("relu")
-                trace.after_last_relu.clear()
                 trace.tail_values = _values(out)
 
             handles.append(module.register_forward_hook(post, prepend=True))
