@@ -220,6 +220,10 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
     assert auto_adam_defaults(n, {}, 0.2, 3072, 512) == {}              # the caller's lr wins
     assert auto_adam_defaults(n, {"cycle_steps": 100}, None) == {}      # so does a schedule option
     assert auto_adam_defaults(n, {"beta1": 0.9}, None, 3072, 512) == narrow   # beta1 replaces only itself
+    # without BatchNorm (torchvision's vgg11 / vgg16) lr 0.02 is too small there: lr 0.05 (round 9)
+    assert auto_adam_defaults(n, {}, None, 3072, 512, batchnorm=False) == {**narrow, "lr": 0.05}
+    assert auto_adam_defaults(n, {}, None, 3072, 2048, batchnorm=False) == wide
+    assert auto_adam_defaults(n, {}, 0.02, 3072, 512, batchnorm=False) == {}   # the caller's lr wins
     torch.manual_seed(0)
     layers = []
     for i in range(n):
@@ -244,6 +248,11 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
     for layer in (str(3 * n + 1), str(3 * n + 2)):                      # 4x7x7 = 196 values, 64 distinct
         s = generate_iris(head, layer, seeds, steps=5, progress=False).settings
         assert (s["lr"], s["cycle_steps"], s["beta2"], s["fake_relu"]) == (0.02, 400, 0.95, "last"), layer
+    plain = nn.Sequential(*[m for m in layers if not isinstance(m, nn.BatchNorm2d)], nn.MaxPool2d(4)).eval()
+    s = generate_iris(plain, str(2 * n), seeds, steps=5, progress=False).settings
+    assert (s["lr"], s["cycle_steps"], s["beta1"], s["beta2"]) == (0.05, 400, 0.98, 0.95)   # no BatchNorm
+    assert trace_front(plain, plain, seeds[:1]).batchnorm_calls == 0
+    assert trace_front(head, head, seeds[:1]).batchnorm_calls == n
     short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
     s = generate_iris(short, "6", seeds, steps=5, progress=False).settings
     assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"], s["beta1"]) == (

@@ -158,7 +158,7 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
         optimizer = auto_optimizer(relus_tail, advanced, history_bytes, *sizes)
         if optimizer == "adam" and trace is not None:
             extra = auto_adam_defaults(len(trace.relu_calls), advanced, common["lr"], *sizes, relus_tail,
-                                       trace.stride, trace.ends_at_maxpool)
+                                       trace.stride, trace.ends_at_maxpool, trace.batchnorm_calls > 0)
             fake_relu = extra.pop("fake_relu", common["fake_relu"])
             common = dict(common, lr=extra.pop("lr", common["lr"]),
                           fake_relu=fake_relu if common["fake_relu"] == AUTO else common["fake_relu"])

@@ -55,6 +55,7 @@ class FrontTrace:
     input_height: int = 0    # rows of the seeds (dim 2 of (N, C, H, W)); 0 without spatial dims
     output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
     last_leaf: str = ""      # class name of the last leaf module that finished (the cut's own last step)
+    batchnorm_calls: int = 0   # BatchNorm layers run (VGG-16-BN: 13 at its last pool; torchvision's vgg16: 0)
     tail_values: int = 0     # fewest values per sample from the last ReLU call's output through the pass-through
     #                          leaves after it (0: no ReLU call, or a conv / BatchNorm / linear layer after it)
 
@@ -127,6 +128,11 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
             handles.append(module.register_forward_hook(post, prepend=True))
         elif isinstance(module, MAX_POOLS):
             handles.append(module.register_forward_hook(lambda *_: trace.events.append("maxpool")))
+        elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+            def norm(*_: object) -> None:
+                trace.batchnorm_calls += 1
+
+            handles.append(module.register_forward_hook(norm))
     try:
         with torch.no_grad():
             out = front(example)

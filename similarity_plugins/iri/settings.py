@@ -79,6 +79,11 @@ AUTO_DEEP_POOLED_ADAM = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_le
 # 306 -> 310, 200 -> 195, 221 -> 211). beta2 0.9-0.97 all help on patches; 0.95 converged the most
 AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "beta2": 0.95,
                                 "relu_leak": 0.1}
+# ... at lr 0.05 in fronts without BatchNorm (torchvision's vgg11 / vgg16, round 9), where lr 0.02 is too
+# small: steps to the median 155 / 144 / 356 (converged 94% / 94% / 69%) at VGG-16 features.30, VGG-11
+# features.20 (digits) and VGG-16 features.30 (patches) against 233 / 210 / 420 (94% / 94% / 69%) at 0.02
+# (plain loop 202 / 299 / 558; lr 0.035: - / 163 / 362)
+AUTO_UNNORMALIZED_POOLED_LR = 0.05
 # auto, wide pooled cuts: fronts that end at a max-pool (no ReLU call after it) with AUTO_WIDE_MIN_RELUS to
 # AUTO_DEEP_POOLED_RELUS - 1 ReLU calls whose cut does not compress the input AUTO_LBFGS_MIN_COMPRESSION-fold
 # (VGG-11-BN's 4th pool and VGG-16-BN's 3rd at 32x32). The representation nearly pins the image down (an
@@ -238,14 +243,15 @@ def _check_basic(steps: Any, tol: Any, optimizer: Any, init: Any) -> None:
 
 def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | None, input_values: int = 0,
                        output_values: int = 0, relus_after_last_maxpool: int = 0, stride: int = 0,
-                       ends_at_maxpool: bool = False) -> dict[str, Any]:
+                       ends_at_maxpool: bool = False, batchnorm: bool = True) -> dict[str, Any]:
     """Adam's defaults that ``optimizer="auto"`` changes for a deep front.
 
     ``relu_calls``: ReLU calls in the whole front; ``options``: the advanced options the caller passed;
     ``lr``: the caller's lr (None: default); ``input_values`` / ``output_values``: values per sample at the
     front's input and at the cut; ``relus_after_last_maxpool``: ReLU calls after the front's last max-pool;
     ``stride``: how many times fewer rows the cut has than the input (0: unknown); ``ends_at_maxpool``: the
-    last module that ran before the cut is a max-pool.
+    last module that ran before the cut is a max-pool; ``batchnorm``: the front runs a BatchNorm layer (True
+    when unknown).
     - A deep front without a max-pool near the cut (at least ``AUTO_LBFGS_MIN_RELUS`` ReLU calls after the
       last one, or ``AUTO_SHALLOW_RESNET_RELUS`` in a front of fewer than ``AUTO_DEEP_POOLED_RELUS`` ReLU
       calls; ResNets where Adam runs): ``AUTO_WIDE_ADAM`` where the cut has at least
@@ -256,11 +262,12 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     - A front ending at or after a max-pool (VGG, small CNNs): {} (Adam's defaults) when the caller set the
       lr or a schedule option (``SCHEDULE_OPTIONS``); with ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or more,
       ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
-      as the cut, ``AUTO_DEEP_POOLED_ADAM`` otherwise; with ``AUTO_WIDE_MIN_RELUS`` or more,
-      ``AUTO_WIDE_ADAM`` when the front ends at a max-pool (``ends_at_maxpool``, no ReLU call after it),
-      both sizes are known and the cut does not compress the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; with
-      fewer (at least one), ``AUTO_EXPANDING_ADAM`` when the front ends at a max-pool and the cut has at
-      least ``AUTO_EXPANSION`` times the input's values; else {}.
+      as the cut (at lr ``AUTO_UNNORMALIZED_POOLED_LR`` without BatchNorm), ``AUTO_DEEP_POOLED_ADAM``
+      otherwise; with ``AUTO_WIDE_MIN_RELUS`` or more, ``AUTO_WIDE_ADAM`` when the front ends at a max-pool
+      (``ends_at_maxpool``, no ReLU call after it), both sizes are known and the cut does not compress
+      the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; with fewer (at least one), ``AUTO_EXPANDING_ADAM``
+      when the front ends at a max-pool and the cut has at least ``AUTO_EXPANSION`` times the input's
+      values; else {}.
     Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value. The result
     may hold "lr" (not an advanced option) and "fake_relu" (``AUTO_WIDE_ADAM``: applies only where the caller
     left ``fake_relu="auto"``); callers pop both before merging the rest into the advanced options.
@@ -278,8 +285,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     if lr is not None or own_schedule:
         return {}
     if relu_calls >= AUTO_DEEP_POOLED_RELUS:
-        compressive = compresses(input_values, output_values, AUTO_COMPRESSION)
-        return dict(AUTO_COMPRESSIVE_POOLED_ADAM if compressive else AUTO_DEEP_POOLED_ADAM)
+        if not compresses(input_values, output_values, AUTO_COMPRESSION):
+            return dict(AUTO_DEEP_POOLED_ADAM)
+        return dict(AUTO_COMPRESSIVE_POOLED_ADAM, **({} if batchnorm else {"lr": AUTO_UNNORMALIZED_POOLED_LR}))
     known = input_values > 0 and output_values > 0
     wide = known and not compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
     at_pool = ends_at_maxpool and relus_after_last_maxpool == 0   # not inside a ResNet block, nor a conv after a pool
