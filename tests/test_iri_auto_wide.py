@@ -176,10 +176,12 @@ def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu(
     assert (trace(net, "avgpool", x).cut_values, trace(net, "fc", x).cut_values) == (512, 10)
     inside = generate_iris(net, "layer3.1.bn2", torch.rand(2, 3, 32, 32), steps=3, progress=False)   # L-BFGS
     assert inside.stats["bn_folded"] and inside.settings["fake_relu"] == "none"   # a traced front in the block
-    up = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.AdaptiveAvgPool2d(3),
+    up = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(8), nn.AdaptiveAvgPool2d(3),
                        nn.Flatten(), nn.Linear(36, 5)).eval()
     sizes = [(t.output_values, t.cut_values) for t in (trace(up, str(i), seeds) for i in range(6))]
-    assert sizes == [(256, 256), (256, 256), (16, 16), (36, 16), (36, 16), (5, 5)]   # copies are not values
+    assert sizes == [(256, 256), (256, 256), (4, 4), (36, 4), (36, 4), (5, 5)]   # copies are not values
+    big = torch.rand(1, 3, 64, 64)   # ResNet-18's avgpool averages layer4's 2x2 there: no straight-through
+    assert not trace(net, "avgpool", big).ends_at_relu and trace(net, "layer4", big).ends_at_relu
 
 
 def test_no_straight_through_gradient_after_a_batchnorm_converges_where_it_would_not(trained):  # noqa: F811 - fixture from test_iri

@@ -35,12 +35,13 @@ MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.
              nn.AdaptiveMaxPool3d)
 AVG_POOLS = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d,
              nn.AdaptiveAvgPool3d)
-# leaves that may follow the last ReLU while the cut still "ends at" it: they pick, average, reshape or pass
-# on its values (eval-mode dropout is the identity), so each unit of the representation grows with the ReLU
-# inputs behind it and the straight-through gradient pushes the right ones up; a conv, BatchNorm or linear
-# layer mixes them with signed weights
-PASS_THROUGH = (*MAX_POOLS, *AVG_POOLS, nn.Flatten, nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d,
-                nn.Dropout3d)
+# leaves that may follow the last ReLU while the cut still "ends at" it: they pick, copy, reshape or pass on
+# its values (eval-mode dropout is the identity), so each unit of the representation is one unit of that ReLU
+# and the straight-through gradient pushes the right one up. Average pools count only where they copy (one
+# value per channel in: ResNet's avgpool at 32x32, VGG's at 32x32 after its last pool); where they average,
+# as a conv, BatchNorm or linear layer mixes, the straight-through gradient stalls the search (ResNet-18
+# avgpool at 64x64, averaging 2x2: median 0.029 and nothing converged with it, 147 steps without; round 9)
+PASS_THROUGH = (*MAX_POOLS, nn.Flatten, nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
 
 @dataclass
@@ -80,9 +81,10 @@ class FrontTrace:
 
     @property
     def ends_at_relu(self) -> bool:
-        """True when the representation is the last ReLU call's output, up to pools, flattening, identity or
-        dropout after it (VGG's pools, ResNet blocks, ``avgpool``); False at a cut after a conv, BatchNorm or
-        linear layer (``bn2``, ``conv1``, ``fc``)."""
+        """True when the representation is the last ReLU call's output, up to max-pools, copying average
+        pools, flattening, identity or dropout after it (VGG's pools, ResNet blocks, ``avgpool`` at 32x32);
+        False at a cut after a conv, BatchNorm, linear layer or averaging pool (``bn2``, ``conv1``, ``fc``,
+        ResNet's ``avgpool`` at 224x224)."""
         return bool(self.relu_calls) and self.tail_values > 0
 
     @property
@@ -114,7 +116,7 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
             def leaf(m: nn.Module, _inputs: object, out: object) -> None:
                 trace.last_leaf = type(m).__name__
                 if not isinstance(m, nn.ReLU):   # (a ReLU call sets tail_values itself, in post below)
-                    passing = isinstance(m, PASS_THROUGH) and trace.tail_values
+                    passing = _passes_through(m, _inputs) and trace.tail_values
                     trace.tail_values = min(trace.tail_values, _values(out)) if passing else 0
 
             handles.append(module.register_forward_hook(leaf))
@@ -144,6 +146,15 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
     spatial = example.dim() == 4 and isinstance(out, torch.Tensor) and out.dim() == 4
     trace.input_height, trace.output_height = (int(example.shape[2]), int(out.shape[2])) if spatial else (0, 0)
     return trace
+
+
+def _passes_through(module: nn.Module, inputs: tuple) -> bool:
+    """Whether ``module`` hands on each value of its input unmixed (``PASS_THROUGH``, or an average pool
+    whose input has one value per channel, so that it copies)."""
+    if isinstance(module, AVG_POOLS):
+        x = inputs[0] if inputs else None
+        return isinstance(x, torch.Tensor) and x.dim() >= 3 and x[0, 0].numel() == 1
+    return isinstance(module, PASS_THROUGH)
 
 
 def _values(out: object) -> int:
