@@ -87,8 +87,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
     p.add_argument("--fake-relu", default="auto", choices=["auto", "last", "all", "none"],
                    help="straight-through gradient at the last ReLU before the cut (auto: last where the cut is that "
-                        "ReLU's output, up to pools; none after a conv, BatchNorm or linear layer and at the wide "
-                        "pooled VGG and strided ResNet cuts), at every ReLU, or none")
+                        "ReLU's output, up to max-pools; none after a conv, BatchNorm, linear layer or averaging "
+                        "pool and at the wide pooled VGG and strided ResNet cuts), at every ReLU, or none")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the front's forward+backward (a warm-up of seconds to a minute per run; "
                         "slower than eager on this project's CPU measurements)")

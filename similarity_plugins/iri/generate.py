@@ -67,8 +67,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     "cupy"; ``seed`` (each sample's randomness derives from (seed, index));
     ``progress`` tqdm bar; ``fake_relu``: True/"last" passes the gradient straight through the last ReLU
     before the cut, "all" through every ReLU of the front, False/"none" keeps true gradients, "auto"
-    (default) is "last" where the representation is the last ReLU call's output (up to pools after it),
-    "none" where a conv, BatchNorm or linear layer follows it (cuts at ``bn2``, ``conv1``, ``fc``: there the
+    (default) is "last" where the representation is the last ReLU call's output (up to max-pools after it),
+    "none" where a conv, BatchNorm, linear layer or averaging pool follows it (``bn2``, ``conv1``, ``fc``: the
     straight-through gradient points the wrong way) and at the wide cuts above, where ``optimizer="auto"``
     keeps true gradients at the last ReLU (with ``relu_leak`` > 0 the leak covers it too);
     ``relu_leak`` (advanced; default 0.1 for L-BFGS and for the Adam that "auto" runs at deep ResNet cuts,

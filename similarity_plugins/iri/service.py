@@ -46,8 +46,8 @@ IRI_DOCS: dict[str, str] = {
     "iri_backend": "numpy, torch, cupy or auto (CuPy on CUDA when installed)",
     "iri_max_seeds": "use a seeded random subset of this many training samples as seeds (None: all)",
     "iri_fake_relu": "straight-through gradient at the last ReLU before the cut: auto (last where the cut is that "
-                     "ReLU's output, up to pools; none after a conv, BatchNorm or linear layer and at the wide "
-                     "pooled VGG and strided ResNet cuts), last/true, all or none/false",
+                     "ReLU's output, up to max-pools; none after a conv, BatchNorm, linear layer or averaging pool "
+                     "and at the wide pooled VGG and strided ResNet cuts), last/true, all or none/false",
     "iri_cache_dir": "folder where finished IRI sets are saved and found again",
     "iri_compile": "torch.compile the front's forward+backward (opt-in; a warm-up of seconds to a minute per run)",
     **{f"iri_{name}": f"advanced optimiser option {name} of optimize_iris (None: its default)" for name in ADVANCED},

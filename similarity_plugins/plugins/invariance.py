@@ -23,9 +23,9 @@ option                      default      meaning
 ``iri_backend``             "auto"       "numpy", "torch", "cupy" or "auto" (CuPy on CUDA when installed)
 ``iri_max_seeds``           None (all)   use a seeded random subset of the training split as seeds
 ``iri_fake_relu``           "auto"       straight-through gradient at the last ReLU before the cut: "auto" ("last"
-                                         where the cut is that ReLU's output, up to pools; "none" after
-                                         a conv, BatchNorm or linear layer and at the wide pooled VGG and
-                                         strided ResNet cuts), "last" / True, "all", "none" / False
+                                         where the cut is that ReLU's output, up to max-pools; "none" after
+                                         a conv, BatchNorm, linear layer or averaging pool and at the wide
+                                         pooled VGG and strided ResNet cuts), "last" / True, "all", "none" / False
 ``iri_cache_dir``           None         folder where finished IRI sets are saved and found again
 ``iri_compile``             False        torch.compile the front's forward+backward (opt-in; a warm-up of
                                          seconds to a minute per run; not part of the cache key)
