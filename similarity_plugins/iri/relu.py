@@ -113,10 +113,10 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
 
         handles.append(module.register_forward_pre_hook(pre))
         if not any(True for _ in module.children()):
-            def leaf(m: nn.Module, _inputs: object, out: object) -> None:
+            def leaf(m: nn.Module, inputs: tuple, out: object) -> None:
                 trace.last_leaf = type(m).__name__
                 if not isinstance(m, nn.ReLU):   # (a ReLU call sets tail_values itself, in post below)
-                    passing = _passes_through(m, _inputs) and trace.tail_values
+                    passing = _passes_through(m, inputs) and trace.tail_values
                     trace.tail_values = min(trace.tail_values, _values(out)) if passing else 0
 
             handles.append(module.register_forward_hook(leaf))
