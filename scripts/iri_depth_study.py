@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--plain-lrs", default="0.05,0.1,0.2", help="empty: skip the plain loop")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--size", type=int, default=0,
+                   help="resize the seeds to SIZE x SIZE (bilinear; the donors stay trained at 32x32; 0: as they are)")
     p.add_argument("--json", default=None, help="append one JSON line per case to this file")
     p.add_argument("--plain-from", default=None, help="reuse the plain loops of an earlier --json file (same seeds)")
     args = p.parse_args(argv)
@@ -115,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
             model, layer, seeds = iri_schedule_grid._case(f"demo{layer[-1]}", args.seeds)
         else:
             model, seeds = bench.case_inputs(arch, args.seeds)
+            if args.size:
+                seeds = torch.nn.functional.interpolate(seeds, size=(args.size, args.size), mode="bilinear",
+                                                        align_corners=False).clamp(0, 1)
         print(f"# {arch} {layer}: {len(seeds)} seeds, budget {args.steps}, {args.threads} thread(s)", flush=True)
         record: dict[str, Any] = {"case": spec, "seeds": len(seeds), "budget": args.steps}
         plain = _stored_plain(args.plain_from, spec, len(seeds), args.steps) if args.plain_from else None
