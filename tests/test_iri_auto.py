@@ -164,7 +164,7 @@ def test_folded_front_is_the_same_function_and_leaves_the_model_alone(tiny_resne
     model, seeds = tiny_resnet
     before = {k: v.clone() for k, v in model.state_dict().items()}
     split = SplitNetwork(model, "5")
-    folded = folded_front(split)
+    folded = folded_front(split.front_graph)
     assert folded is not None
     assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules()
                    if any(n.op == "call_module" and folded.get_submodule(n.target) is m for n in folded.graph.nodes))
@@ -176,7 +176,7 @@ def test_folded_front_is_the_same_function_and_leaves_the_model_alone(tiny_resne
     assert all(not p.requires_grad for p in folded.parameters())
     # no BatchNorm to fold -> None (the front runs as it is)
     plain = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Conv2d(2, 2, 3)).eval()
-    assert folded_front(SplitNetwork(plain, "2")) is None
+    assert folded_front(SplitNetwork(plain, "2").front_graph) is None
 
 
 def test_fold_bn_option_is_validated_recorded_and_keyed(tiny_resnet, tmp_path):
@@ -335,7 +335,7 @@ def test_untraceable_fronts_run_unfolded_through_the_hook_path():
     torch.manual_seed(0)
     model = _Untraceable().eval()
     assert SplitNetwork(model, "body.6").front_graph is None
-    assert folded_front(SplitNetwork(model, "body.6")) is None
+    assert folded_front(SplitNetwork(model, "body.6").front_graph) is None
     seeds = torch.rand(2, 1, 8, 8)
     iris = generate_iris(model, "body.6", seeds, steps=5, progress=False)   # 256 values from 64: Adam
     assert (iris.settings["optimizer"], iris.settings["fold_bn"], iris.stats["bn_folded"]) == ("adam", True, False)

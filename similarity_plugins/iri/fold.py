@@ -16,17 +16,14 @@ import warnings
 import torch
 from torch import nn
 
-from ..core.networks import SplitNetwork
 
-
-def folded_front(front: SplitNetwork | torch.fx.GraphModule | None) -> nn.Module | None:
-    """An eval-mode copy of a traced front (a ``SplitNetwork``'s, or a graph module such as
-    ``modular.relu_modules`` makes) with every Conv+BatchNorm pair folded, parameters without gradients;
-    None when the front is not traceable by torch.fx or nothing could be folded.
+def folded_front(graph: torch.fx.GraphModule | None) -> nn.Module | None:
+    """An eval-mode copy of a traced front (``SplitNetwork.front_graph``, or the copy
+    ``modular.relu_modules`` makes of it) with every Conv+BatchNorm pair folded, parameters without
+    gradients; None when ``graph`` is None (the front is not traceable by torch.fx) or nothing could be folded.
 
     Call it as ``front(x)`` on a batch (N, ...) on the model's device; it returns the activation at the cut.
     """
-    graph = front.front_graph if isinstance(front, SplitNetwork) else front
     if graph is None:
         return None
     front = copy.deepcopy(graph)
