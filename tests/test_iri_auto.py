@@ -398,6 +398,37 @@ class _FunctionalTwin(nn.Module):
         return self.blocks(nn.functional.relu(self.bn(self.stem(x)), inplace=True))
 
 
+class _MixedTwin(_FunctionalTwin):
+    """The functional twin with the tiny ResNet's own ``nn.ReLU`` module in the stem: a mixed front."""
+
+    def __init__(self, model: nn.Sequential) -> None:
+        super().__init__(model)
+        self.act = model[2]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(self.act(self.bn(self.stem(x))))
+
+
+def test_a_front_mixing_relu_modules_and_functions_runs_as_its_module_twin(tiny_resnet):
+    """One nn.ReLU module and six functional calls: all seven count (before, only the module was seen, and
+    the front ran a shallow cut's rules)."""
+    from similarity_plugins.core.networks import SplitNetwork
+    from similarity_plugins.iri.relu import trace_front
+
+    model, seeds = tiny_resnet
+    mixed = _MixedTwin(model).eval()
+    trace = trace_front(mixed, mixed, seeds[:1])
+    assert (len(trace.relu_calls), trace.functional_relu_calls) == (1, 6)
+    assert trace_front(model, SplitNetwork(model, "5").front, seeds[:1]).functional_relu_calls == 0
+    common = dict(steps=40, progress=False)
+    ours, theirs = generate_iris(model, "5", seeds[:4], **common), generate_iris(mixed, "blocks.2", seeds[:4], **common)
+    for key in ("optimizer", "relu_leak", "fake_relu", "fold_bn", "lr"):
+        assert ours.settings[key] == theirs.settings[key], key
+    assert theirs.settings["fake_relu_at"] == ["iri_relu_5#1"]
+    assert torch.allclose(ours.inputs, theirs.inputs, atol=1e-5), (ours.inputs - theirs.inputs).abs().max()
+    assert not any(name.startswith("iri_relu") for name, _ in mixed.named_modules())
+
+
 def test_functional_relus_get_the_rules_and_surrogates_of_relu_modules(tiny_resnet):
     """A hand-written front that calls ReLU as a function runs as its nn.ReLU twin: same optimiser, same
     surrogate gradients, the same IRIs; without the rewrite it ran Adam's defaults (no ReLU calls seen)."""

@@ -105,7 +105,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     modular = None
     with frozen(model):
         trace = trace_front(model, split.front, seeds[:1].to(device))
-        if not trace.relu_calls:   # F.relu & co. as modules, so that the rules and the surrogates see them
+        if trace.functional_relu_calls:   # F.relu & co. as modules, so that the rules and the surrogates see them
             modular = relu_modules(split.front_graph)
             trace = trace_front(modular, modular, seeds[:1].to(device)) if modular is not None else trace
         settings = _settings(optimizer, trace, common, advanced, _history_bytes(seeds, batch_size))

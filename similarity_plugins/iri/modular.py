@@ -4,7 +4,9 @@
 The IRI optimiser finds ReLU calls by their modules (``relu.py``): it counts them to choose the optimiser and
 schedule (``optimizer="auto"``), and it changes the gradient of those calls (the straight-through and leaky
 surrogates). A hand-written network that calls ReLU as a function has no such modules, so without this copy
-its deep cuts would run Adam's defaults with true gradients, as if the front were shallow. The copy computes
+its deep cuts would run Adam's defaults with true gradients, as if the front were shallow (and a front that
+mixes modules and functions would be counted short). ``relu.trace_front`` counts the functional calls, and
+``generate_iris`` makes this copy wherever there is one. The copy computes
 the same values (``nn.ReLU`` runs ``torch.relu``); it shares every other module with the model and adds its
 ReLU modules only to itself, so the model is not touched.
 """
@@ -19,6 +21,8 @@ from torch import nn
 
 FUNCTIONS = {F.relu: False, torch.relu: False, torch.relu_: True}   # call_function target -> in place
 METHODS = {"relu": False, "relu_": True}                             # call_method target -> in place
+# every ReLU function a front may call, as torch's function modes see them (relu.trace_front counts them)
+RELU_FUNCTIONS = frozenset([*FUNCTIONS, torch.Tensor.relu, torch.Tensor.relu_])
 PREFIX = "iri_relu_"   # names of the added modules: iri_relu_0, iri_relu_1, ... (in call order)
 
 

@@ -30,6 +30,9 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from .modular import RELU_FUNCTIONS
 
 MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
              nn.AdaptiveMaxPool3d)
@@ -57,6 +60,7 @@ class FrontTrace:
     output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
     last_leaf: str = ""      # class name of the last leaf module that finished (the cut's own last step)
     batchnorm_calls: int = 0   # BatchNorm layers run (VGG-16-BN: 13 at its last pool; torchvision's vgg16: 0)
+    functional_relu_calls: int = 0   # ReLU calls made as functions (F.relu, x.relu_()), not by nn.ReLU modules
     tail_values: int = 0     # fewest values per sample from the last ReLU call's output through the pass-through
     #                          leaves after it (0: no ReLU call, or a conv / BatchNorm / linear layer after it)
 
@@ -102,6 +106,20 @@ class FrontTrace:
         return self.relu_calls[-1] if self.relu_calls else None
 
 
+class _ReluFunctionCounter(TorchFunctionMode):
+    """Counts calls of the ReLU functions (``modular.RELU_FUNCTIONS``) while active; an ``nn.ReLU`` module's
+    call counts once (its ``F.relu``: a mode does not see the calls its own handler makes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+        if func in RELU_FUNCTIONS:
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
 def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor) -> FrontTrace:
     """Run ``front(example)`` once (no grad) recording which modules ran and every ReLU call."""
     trace = FrontTrace()
@@ -135,12 +153,14 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
                 trace.batchnorm_calls += 1
 
             handles.append(module.register_forward_hook(norm))
+    counter = _ReluFunctionCounter()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), counter:
             out = front(example)
     finally:
         for h in handles:
             h.remove()
+    trace.functional_relu_calls = counter.calls - len(trace.relu_calls)   # nn.ReLU calls F.relu too
     trace.input_values = int(example[0].numel())
     trace.output_values = _values(out)
     spatial = example.dim() == 4 and isinstance(out, torch.Tensor) and out.dim() == 4
