@@ -62,6 +62,28 @@ def test_cropped_conv_leaves_full_and_non_zero_padded_convs():
     assert new.kernel_size == (1, 3) and new.padding == (0, 1)
 
 
+class _StandardisedConv(nn.Conv2d):
+    """A convolution whose forward standardises its whole kernel (as timm's StdConv2d): not croppable."""
+
+    def forward(self, x):
+        w = self.weight
+        w = (w - w.mean(dim=(1, 2, 3), keepdim=True)) / (w.std(dim=(1, 2, 3), keepdim=True) + 1e-5)
+        return self._conv_forward(x, w, self.bias)
+
+
+def test_subclassed_or_hooked_convolutions_are_left_alone():
+    assert cropped_conv(_StandardisedConv(2, 2, 3, padding=1), (1, 1)) is None
+    hooked = nn.Conv2d(2, 2, 3, padding=1)
+    hooked.register_forward_pre_hook(lambda m, args: None)
+    assert cropped_conv(hooked, (1, 1)) is None
+    model = nn.Sequential(_StandardisedConv(2, 3, 3, padding=1), nn.Conv2d(3, 3, 3, padding=1)).eval()
+    x = torch.rand(2, 2, 1, 1)
+    with torch.no_grad():
+        ref = model(x)
+        assert crop_dead_taps(model, x[:1]) == ["1"]
+        torch.testing.assert_close(model(x), ref)
+
+
 class _TwoSizes(nn.Module):
     """One convolution called on a 1x1 and on a 3x3 map."""
 

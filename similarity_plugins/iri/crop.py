@@ -32,10 +32,14 @@ def live_taps(size: int, kernel: int, stride: int, padding: int, dilation: int) 
 def cropped_conv(conv: nn.Module, spatial: tuple[int, ...]) -> nn.Module | None:
     """A convolution equal to ``conv`` (``nn.Conv1d/2d/3d``, zero padding) on inputs of spatial size
     ``spatial`` (e.g. (H, W)) whose kernel keeps only the taps that read input, with the padding reduced to
-    match; None when every tap reads input somewhere, or when the crop would not keep the output's size.
+    match; None when every tap reads input somewhere, when the crop would not keep the output's size, or
+    when ``conv`` is a subclass or has hooks (its forward may use the whole kernel: weight standardisation,
+    dynamic 'same' padding, weight norm), which are left as they are.
 
     The new module's weights are copies (same device and dtype) and need no gradient."""
-    if not isinstance(conv, CONVS) or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+    if type(conv) not in CONVS or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+        return None
+    if conv._forward_pre_hooks or conv._forward_hooks:
         return None
     kernel, padding = list(conv.kernel_size), list(conv.padding)
     crop = []
