@@ -9,7 +9,7 @@ with three contenders:
 - ``model``: the user's model cut at the layer (``SplitNetwork.front``), as the plain loop runs it;
 - ``folded``: the private copy with BatchNorm folded into the convolutions (``iri/fold.py``);
 - ``cropped``: that copy with the convolution taps that only read padding cut (``iri/crop.py``), which is
-  what ``generate_iris`` runs wherever ``fold_bn`` is on.
+  what ``generate_iris`` runs wherever the folded copy exists (``fold_bn`` on and a BatchNorm to fold).
 
 ``extra_info``: ``model_over_cropped`` and ``folded_over_cropped`` (median time ratios, > 1: the cropped copy
 is faster) and ``convs_cropped``. ResNet ``layer4`` at 32x32 sees 1x1 maps, where three of ResNet-18's four

@@ -429,6 +429,22 @@ def test_a_front_mixing_relu_modules_and_functions_runs_as_its_module_twin(tiny_
     assert not any(name.startswith("iri_relu") for name, _ in mixed.named_modules())
 
 
+class _ClampReLU(nn.ReLU):
+    """An nn.ReLU whose forward calls no ReLU function."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clamp(min=0)
+
+
+def test_functional_relu_calls_count_only_calls_outside_relu_modules():
+    from similarity_plugins.iri.relu import trace_front
+
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), _ClampReLU(), nn.Conv2d(2, 2, 3), nn.ReLU(inplace=True))
+    front = lambda x: nn.functional.relu(model(x))  # noqa: E731 - one functional call after two module calls
+    trace = trace_front(model, front, torch.rand(1, 1, 8, 8))
+    assert (len(trace.relu_calls), trace.functional_relu_calls) == (2, 1)
+
+
 def test_functional_relus_get_the_rules_and_surrogates_of_relu_modules(tiny_resnet):
     """A hand-written front that calls ReLU as a function runs as its nn.ReLU twin: same optimiser, same
     surrogate gradients, the same IRIs; without the rewrite it ran Adam's defaults (no ReLU calls seen)."""

@@ -137,3 +137,30 @@ def test_generate_iris_runs_the_cropped_front_and_reports_true_errors():
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     plain = generate_iris(model, "layer4", seeds, steps=3, progress=False, fold_bn=False)
     assert plain.stats["convs_cropped"] == []
+
+
+class _KeywordAndUnbatched(nn.Module):
+    """Convolutions called as ``conv(input=x)`` and on an unbatched (C, H, W) tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(2, 3, 3, padding=1)
+        self.b = nn.Conv2d(2, 3, 3, padding=1)
+
+    def forward(self, x):
+        return self.a(input=x).sum() + self.b(x[0, :, :, :1]).sum()
+
+
+def test_crop_dead_taps_reads_keyword_and_unbatched_inputs():
+    """A keyword input is seen (it used to raise IndexError); an unbatched input's size is its last two
+    axes, not axes 2: (it used to crop the height of a (2, 5, 1) map as if it were 1)."""
+    model = _KeywordAndUnbatched().eval()
+    x = torch.rand(1, 2, 1, 1)
+    assert crop_dead_taps(model, x) == ["a", "b"]   # both see 1x1 maps
+    model = _KeywordAndUnbatched().eval()
+    x = torch.rand(1, 2, 5, 4)
+    with torch.no_grad():
+        ref = model(x)
+        assert crop_dead_taps(model, x) == ["b"]   # b: (2, 5, 1) -> only the width is cropped
+        assert model.b.kernel_size == (3, 1)
+        torch.testing.assert_close(model(x), ref)

@@ -117,6 +117,40 @@ def test_cuts_inside_a_residual_block_still_trace_their_front(layer):
         assert "layer2.0.conv1" not in called and "layer1.1" in called
 
 
+class _InPlaceStatements(nn.Module):
+    """In-place calls whose results are unused: their effect on ``x`` is what counts."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.act = nn.ReLU(inplace=True)
+        self.out = nn.Identity()
+
+    def forward(self, x):
+        x = self.conv(x)
+        x.relu_()
+        x.mul_(-1.0)
+        torch.nn.functional.relu(x, inplace=True)
+        y = x * 2.0
+        self.act(y)
+        return self.out(y)
+
+
+def test_front_keeps_in_place_statements_that_dead_code_elimination_would_drop():
+    """The traced front removes unused nodes (dead skip branches), but not in-place calls whose result is
+    unused: before, ``x.relu_()`` on a line of its own vanished and the front differed from the model."""
+    from similarity_plugins.core.networks import _front_by_hook
+
+    torch.manual_seed(0)
+    model = _InPlaceStatements().eval()
+    x = torch.randn(2, 3, 8, 8)
+    split = SplitNetwork(model, "out")
+    assert split.front_graph is not None
+    with torch.no_grad():
+        torch.testing.assert_close(split.front(x), _front_by_hook(model, "out", x))
+        assert float(split.front(x).abs().max()) == 0.0   # relu, negate, relu: all zero
+
+
 def test_layer_output_not_a_tensor():
     model = TwoHeaded()
     with pytest.raises(TypeError, match="not a tensor"):

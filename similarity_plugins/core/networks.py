@@ -198,6 +198,44 @@ def _build_module(model: nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModu
 # ------------------------------------------------------------------------------------- the split
 
 
+def _in_place(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
+    """True for a call that writes into its input: ``x.relu_()``, ``F.relu(x, inplace=True)`` or a module
+    with ``inplace=True`` (``nn.ReLU(inplace=True)``). Its result may be unused while its effect is not."""
+    if node.op == "call_module":
+        return bool(getattr(owner.get_submodule(node.target), "inplace", False))
+    if node.op not in ("call_method", "call_function"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if name.endswith("_") and not name.startswith("_"):
+        return True
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs) if callable(node.target) else None
+    except (TypeError, ValueError):
+        bound = None
+    return bool(node.kwargs.get("inplace", False) or (bound is not None and bound.arguments.get("inplace")))
+
+
+def eliminate_dead_code(graph_module: torch.fx.GraphModule) -> None:
+    """Drop the nodes of ``graph_module`` that nothing live uses, and recompile it.
+
+    Impure nodes stay; so does an in-place call whose result is unused (``x.relu_()`` on a line of its own)
+    while a live node reads the tensor it wrote after it. An in-place call on a dead branch (the main
+    branch of a block before a cut on its shortcut) goes with the branch."""
+    nodes = list(graph_module.graph.nodes)
+    order = {node: i for i, node in enumerate(nodes)}
+    live: set[torch.fx.Node] = set()
+    for node in reversed(nodes):   # a node's users come after it, so their liveness is known here
+        written = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        if (node.is_impure() or any(user in live for user in node.users)
+                or (written is not None and _in_place(node, graph_module)
+                    and any(user in live and order[user] > order[node] for user in written.users))):
+            live.add(node)
+    for node in reversed(nodes):
+        if node not in live:
+            graph_module.graph.erase_node(node)
+    graph_module.recompile()
+
+
 class SplitNetwork:
     """A model cut after ``layer``: ``front(x)``, ``end(h)`` and ``native(x)``.
 
@@ -256,8 +294,7 @@ class SplitNetwork:
             env[node] = front.node_copy(node, lambda n: env[n])
         front.output(env[cut])
         self._front_gm = _build_module(self.model, front)
-        self._front_gm.graph.eliminate_dead_code()   # e.g. a skip branch traced before the cut
-        self._front_gm.recompile()
+        eliminate_dead_code(self._front_gm)   # e.g. a skip branch traced before the cut
 
         # A clean cut: nothing after the cut reads a value computed before it (parameters excepted).
         for node in nodes[cut_index + 1 :]:

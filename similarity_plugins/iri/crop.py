@@ -5,10 +5,11 @@ At 32x32 inputs the deep layers of a ResNet see maps of 1x1 pixels: ``layer4``'s
 1) then multiply eight of their nine taps by the zero padding, yet every forward and backward pass reads
 all nine (ResNet-18 ``layer4``: three of its four 3x3 convolutions, 7 M of the front's 11 M weights). A
 convolution whose outer taps touch no input pixel for any output position computes exactly what the
-convolution of its inner taps computes with correspondingly less padding, so the copy gets that one: 22-28%
-less time per forward+backward of ResNet-18's front at ``layer4`` on a CPU (batch 9-16). The values differ
-only by rounding (the dropped terms are exact zeros). The crop depends on the input's spatial size, so it
-is made for the seeds of one run, on the private copy that ``fold.folded_front`` makes.
+convolution of its inner taps computes with correspondingly less padding, so the copy gets that one:
+1.26-1.33x less time per forward+backward of ResNet-18 / ResNet-34 fronts at ``layer4`` on a CPU (batch
+16). The values differ only by rounding (the dropped terms are exact zeros). The crop depends on the
+input's spatial size, so it is made for the seeds of one run, on the private copy that
+``fold.folded_front`` makes.
 """
 
 from __future__ import annotations
@@ -73,9 +74,15 @@ def crop_dead_taps(front: nn.Module, example: torch.Tensor) -> list[str]:
 
     Afterwards ``front`` computes the same function, up to rounding, on inputs of ``example``'s shape
     (any batch size), and is only valid for those."""
-    sizes: dict[str, set[tuple[int, ...]]] = {}
-    hooks = [module.register_forward_pre_hook(
-                 lambda m, args, name=name: sizes.setdefault(name, set()).add(tuple(args[0].shape[2:])))
+    sizes: dict[str, set[tuple[int, ...] | None]] = {}
+
+    def record(module: nn.Module, args: tuple, kwargs: dict, name: str) -> None:
+        x = args[0] if args else kwargs.get("input")
+        spatial = module.weight.dim() - 2   # (N, C, *spatial) or unbatched (C, *spatial)
+        size = tuple(x.shape[-spatial:]) if isinstance(x, torch.Tensor) else None
+        sizes.setdefault(name, set()).add(size)
+
+    hooks = [module.register_forward_pre_hook(lambda m, a, k, name=name: record(m, a, k, name), with_kwargs=True)
              for name, module in front.named_modules() if isinstance(module, CONVS)]
     try:
         with torch.no_grad():
@@ -85,7 +92,8 @@ def crop_dead_taps(front: nn.Module, example: torch.Tensor) -> list[str]:
             hook.remove()
     replaced = []
     for name, seen in sizes.items():
-        new = cropped_conv(front.get_submodule(name), next(iter(seen))) if len(seen) == 1 else None
+        size = next(iter(seen)) if len(seen) == 1 else None
+        new = cropped_conv(front.get_submodule(name), size) if size is not None else None
         if new is not None:
             parent, _, attr = name.rpartition(".")
             setattr(front.get_submodule(parent), attr, new)

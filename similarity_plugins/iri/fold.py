@@ -16,6 +16,8 @@ import warnings
 import torch
 from torch import nn
 
+from ..core.networks import eliminate_dead_code
+
 
 def folded_front(graph: torch.fx.GraphModule | None) -> nn.Module | None:
     """An eval-mode copy of a traced front (``SplitNetwork.front_graph``, or the copy
@@ -38,8 +40,7 @@ def folded_front(graph: torch.fx.GraphModule | None) -> nn.Module | None:
         warnings.warn(f"could not fold BatchNorm into the convolutions of the front ({exc}); running it unfolded",
                       stacklevel=3)
         return None
-    front.graph.eliminate_dead_code()
-    front.recompile()
+    eliminate_dead_code(front)
     if _batchnorm_calls(front) == before:
         return None
     for p in front.parameters():

@@ -107,15 +107,16 @@ class FrontTrace:
 
 
 class _ReluFunctionCounter(TorchFunctionMode):
-    """Counts calls of the ReLU functions (``modular.RELU_FUNCTIONS``) while active; an ``nn.ReLU`` module's
-    call counts once (its ``F.relu``: a mode does not see the calls its own handler makes)."""
+    """Counts calls of the ReLU functions (``modular.RELU_FUNCTIONS``) made while active and outside every
+    ``nn.ReLU`` module (``inside`` > 0 while one runs: its own ``F.relu`` is not a functional call)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
+        self.inside = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-        if func in RELU_FUNCTIONS:
+        if func in RELU_FUNCTIONS and not self.inside:
             self.calls += 1
         return func(*args, **(kwargs or {}))
 
@@ -124,6 +125,7 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
     """Run ``front(example)`` once (no grad) recording which modules ran and every ReLU call."""
     trace = FrontTrace()
     counts: dict[str, int] = {}
+    counter = _ReluFunctionCounter()
     handles = []
     for name, module in model.named_modules():
         def pre(_m: nn.Module, _inputs: object, name: str = name) -> None:
@@ -139,6 +141,14 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
 
             handles.append(module.register_forward_hook(leaf))
         if isinstance(module, nn.ReLU):
+            def enter(*_: object) -> None:
+                counter.inside += 1
+
+            def leave(*_: object) -> None:
+                counter.inside -= 1
+
+            handles += [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
+
             def post(_m: nn.Module, _inputs: object, out: object, name: str = name) -> None:
                 counts[name] = counts.get(name, 0) + 1
                 trace.relu_calls.append((name, counts[name]))
@@ -153,14 +163,13 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
                 trace.batchnorm_calls += 1
 
             handles.append(module.register_forward_hook(norm))
-    counter = _ReluFunctionCounter()
     try:
         with torch.no_grad(), counter:
             out = front(example)
     finally:
         for h in handles:
             h.remove()
-    trace.functional_relu_calls = counter.calls - len(trace.relu_calls)   # nn.ReLU calls F.relu too
+    trace.functional_relu_calls = counter.calls
     trace.input_values = int(example[0].numel())
     trace.output_values = _values(out)
     spatial = example.dim() == 4 and isinstance(out, torch.Tensor) and out.dim() == 4
