@@ -357,7 +357,7 @@ _ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
 
 
 _BOOL_OPTIONS = {
-    "fold_bn": "fold BatchNorm into the convolutions of a private copy of the front",
+    "fold_bn": "fold BatchNorm into the convolutions of a private copy of the front (and cut their taps that only read padding)",
 }
 
 
