@@ -1,0 +1,93 @@
+"""An average pool that spreads values, then a linear layer: folded into one linear layer of the private
+front copy (``iri/pooled_linear.py``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from similarity_plugins.core.networks import SplitNetwork
+from similarity_plugins.iri import generate_iris
+from similarity_plugins.iri.fold import folded_front
+from similarity_plugins.iri.pooled_linear import fold_pooled_linear
+
+
+class _Head(nn.Module):
+    """conv -> adaptive average pool -> flatten (three spellings) -> linear -> ReLU."""
+
+    def __init__(self, out: int, flatten: str):
+        super().__init__()
+        self.conv, self.pool = nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d(out)
+        self.flat, self.how = nn.Flatten(), flatten
+        self.fc, self.act = nn.Linear(4 * out * out, 5), nn.ReLU()
+
+    def forward(self, x):
+        x = self.pool(self.conv(x))
+        x = {"function": lambda t: torch.flatten(t, 1), "method": lambda t: t.flatten(1),
+             "module": self.flat, "all": lambda t: torch.flatten(t)[None]}[self.how](x)
+        return self.act(self.fc(x))
+
+
+@pytest.mark.parametrize("how", ["function", "method", "module"])
+@pytest.mark.parametrize("size,out,folds", [(1, 3, True), (2, 3, True), (4, 3, False), (3, 3, False)])
+def test_fold_is_the_same_function_where_the_pool_spreads(how, size, out, folds):
+    """1x1 -> 3x3 copies, 2x2 -> 3x3 averages overlapping windows: both fold; 4x4 -> 3x3 and 3x3 -> 3x3 do
+    not spread, and are left alone."""
+    torch.manual_seed(0)
+    model = _Head(out, how).eval()
+    front = torch.fx.symbolic_trace(model)
+    x = torch.rand(6, 3, size, size)
+    with torch.no_grad():
+        ref = model(x)
+        assert fold_pooled_linear(front, x[:1]) == (["fc"] if folds else [])
+        torch.testing.assert_close(front(x), ref, rtol=1e-5, atol=1e-6)
+    if folds:
+        assert front.fc.in_features == 4 * size * size and not front.fc.weight.requires_grad
+        assert not any(n.op == "call_module" and n.target == "pool" for n in front.graph.nodes)
+    assert model.fc.in_features == 4 * out * out   # the traced copy shares nothing it changed
+
+
+def test_fold_needs_flatten_from_dim_1_and_a_pool_with_one_user():
+    torch.manual_seed(0)
+    model = _Head(3, "all").eval()   # torch.flatten(t) flattens the batch too: not the pattern
+    front = torch.fx.symbolic_trace(model)
+    assert fold_pooled_linear(front, torch.rand(1, 3, 1, 1)) == []
+
+    class TwoUsers(_Head):
+        def forward(self, x):
+            pooled = self.pool(self.conv(x))
+            return self.fc(torch.flatten(pooled, 1)).sum(1) + pooled.sum((1, 2, 3))
+
+    front = torch.fx.symbolic_trace(TwoUsers(3, "function").eval())
+    assert fold_pooled_linear(front, torch.rand(1, 3, 1, 1)) == []
+
+
+def test_vgg16_bn_head_at_32_pixels_folds_into_a_512_input_layer():
+    torch.manual_seed(0)
+    model = torchvision.models.vgg16_bn(num_classes=10).eval()
+    split = SplitNetwork(model, "classifier.1")
+    x = torch.rand(3, 3, 32, 32)
+    front = folded_front(split.front_graph)
+    with torch.no_grad():
+        ref = split.front(x)
+        assert fold_pooled_linear(front, x[:1]) == ["classifier.0"]
+        torch.testing.assert_close(front(x), ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
+    assert front.get_submodule("classifier.0").in_features == 512
+    assert model.classifier[0].in_features == 25088
+
+
+def test_generate_iris_reports_the_folded_head_and_true_errors():
+    torch.manual_seed(0)
+    model = torchvision.models.vgg11_bn(num_classes=10).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    seeds = torch.rand(2, 3, 32, 32)
+    iris = generate_iris(model, "classifier.6", seeds, steps=3, progress=False)
+    assert iris.stats["linears_folded"] == ["classifier.0"]
+    with torch.no_grad():
+        front = SplitNetwork(model, "classifier.6").front
+        target, reached = front(seeds), front(iris.inputs)
+    true = (reached - target).flatten(1).norm(dim=1) / target.flatten(1).norm(dim=1)
+    torch.testing.assert_close(iris.rel_error.float(), true, rtol=1e-4, atol=1e-6)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
