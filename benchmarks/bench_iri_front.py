@@ -8,13 +8,15 @@ with three contenders:
 
 - ``model``: the user's model cut at the layer (``SplitNetwork.front``), as the plain loop runs it;
 - ``folded``: the private copy with BatchNorm folded into the convolutions (``iri/fold.py``);
-- ``cropped``: that copy with the convolution taps that only read padding cut (``iri/crop.py``), which is
-  what ``generate_iris`` runs wherever the folded copy exists (``fold_bn`` on and a BatchNorm to fold).
+- ``private``: that copy with the convolution taps that only read padding cut (``iri/crop.py``) and an
+  average pool that spreads values folded into the linear layer after it (``iri/pooled_linear.py``), which
+  is what ``generate_iris`` runs wherever the folded copy exists (``fold_bn`` on and a BatchNorm to fold).
 
-``extra_info``: ``model_over_cropped`` and ``folded_over_cropped`` (median time ratios, > 1: the cropped copy
-is faster) and ``convs_cropped``. ResNet ``layer4`` at 32x32 sees 1x1 maps, where three of ResNet-18's four
-3x3 convolutions multiply eight of their nine taps by padding; ``layer3`` (2x2 maps) and VGG-16-BN's last
-pool keep every tap and are the controls.
+``extra_info``: ``model_over_private`` and ``folded_over_private`` (median time ratios, > 1: the private
+copy is faster), ``convs_cropped`` and ``linears_folded``. ResNet ``layer4`` at 32x32 sees 1x1 maps, where
+three of ResNet-18's four 3x3 convolutions multiply eight of their nine taps by padding; VGG-16-BN's
+``classifier.1`` reads 25,088 copies of 512 values; ``layer3`` (2x2 maps) and VGG-16-BN's last pool have
+neither and are the controls.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from ratios import record, share_ratio
 from similarity_plugins.core.networks import SplitNetwork, frozen
 from similarity_plugins.iri.crop import crop_dead_taps
 from similarity_plugins.iri.fold import folded_front
+from similarity_plugins.iri.pooled_linear import fold_pooled_linear
 
-CASES = [("resnet18", "layer4"), ("resnet34", "layer4"), ("resnet18", "layer3"), ("vgg16_bn", "features.43")]
+CASES = [("resnet18", "layer4"), ("resnet34", "layer4"), ("vgg16_bn", "classifier.1"), ("resnet18", "layer3"),
+         ("vgg16_bn", "features.43")]
 BATCH = 16
-_CROPPED: dict[str, list[str]] = {}
+_CHANGED: dict[str, dict[str, list[str]]] = {}
 
 
 @lru_cache(maxsize=2)
@@ -49,13 +53,14 @@ def _front(arch: str, layer: str, which: str):
     if which == "model":
         return split.front, x
     front = folded_front(split.front_graph)
-    if which == "cropped":
-        _CROPPED[f"{arch}/{layer}"] = crop_dead_taps(front, x[:1])
+    if which == "private":
+        _CHANGED[f"{arch}/{layer}"] = {"convs_cropped": crop_dead_taps(front, x[:1]),
+                                       "linears_folded": fold_pooled_linear(front, x[:1])}
     return front, x
 
 
-@pytest.mark.parametrize("arch,layer,which", [(a, lay, w) for a, lay in CASES for w in ("model", "folded", "cropped")],
-                         ids=[f"{a}-{lay}-{w}" for a, lay in CASES for w in ("model", "folded", "cropped")])
+@pytest.mark.parametrize("arch,layer,which", [(a, lay, w) for a, lay in CASES for w in ("model", "folded", "private")],
+                         ids=[f"{a}-{lay}-{w}" for a, lay in CASES for w in ("model", "folded", "private")])
 def test_front_pass(benchmark, arch, layer, which):
     benchmark.group = f"iri-front-{arch}-{layer}"
     front, x = _front(arch, layer, which)
@@ -69,7 +74,7 @@ def test_front_pass(benchmark, arch, layer, which):
     key = f"{arch}/{layer}"
     benchmark.extra_info.update(case=key, batch=BATCH, which=which)
     record(f"{key}/{which}", benchmark)
-    if which == "cropped":
-        benchmark.extra_info["convs_cropped"] = _CROPPED[key]
-    share_ratio("model_over_cropped", f"{key}/model", f"{key}/cropped")
-    share_ratio("folded_over_cropped", f"{key}/folded", f"{key}/cropped")
+    if which == "private":
+        benchmark.extra_info.update(_CHANGED[key])
+    share_ratio("model_over_private", f"{key}/model", f"{key}/private")
+    share_ratio("folded_over_private", f"{key}/folded", f"{key}/private")
