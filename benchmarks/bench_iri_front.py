@@ -10,7 +10,7 @@ with three contenders:
 - ``folded``: the private copy with BatchNorm folded into the convolutions (``iri/fold.py``);
 - ``private``: that copy with the convolution taps that only read padding cut (``iri/crop.py``) and an
   average pool that spreads values folded into the linear layer after it (``iri/pooled_linear.py``), which
-  is what ``generate_iris`` runs wherever the folded copy exists (``fold_bn`` on and a BatchNorm to fold).
+  is what ``generate_iris`` runs wherever ``fold_bn`` is on (``fold.private_front``).
 
 ``extra_info``: ``model_over_private`` and ``folded_over_private`` (median time ratios, > 1: the private
 copy is faster), ``convs_cropped`` and ``linears_folded``. ResNet ``layer4`` at 32x32 sees 1x1 maps, where
@@ -29,9 +29,7 @@ import torchvision
 from ratios import record, share_ratio
 
 from similarity_plugins.core.networks import SplitNetwork, frozen
-from similarity_plugins.iri.crop import crop_dead_taps
-from similarity_plugins.iri.fold import folded_front
-from similarity_plugins.iri.pooled_linear import fold_pooled_linear
+from similarity_plugins.iri.fold import folded_front, private_front
 
 CASES = [("resnet18", "layer4"), ("resnet34", "layer4"), ("vgg16_bn", "classifier.1"), ("resnet18", "layer3"),
          ("vgg16_bn", "features.43")]
@@ -52,10 +50,9 @@ def _front(arch: str, layer: str, which: str):
     x = torch.rand(BATCH, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     if which == "model":
         return split.front, x
-    front = folded_front(split.front_graph)
-    if which == "private":
-        _CHANGED[f"{arch}/{layer}"] = {"convs_cropped": crop_dead_taps(front, x[:1]),
-                                       "linears_folded": fold_pooled_linear(front, x[:1])}
+    if which == "folded":
+        return folded_front(split.front_graph), x
+    front, _CHANGED[f"{arch}/{layer}"] = private_front(split.front_graph, x[:1])
     return front, x
 
 

@@ -91,3 +91,18 @@ def test_generate_iris_reports_the_folded_head_and_true_errors():
     true = (reached - target).flatten(1).norm(dim=1) / target.flatten(1).norm(dim=1)
     torch.testing.assert_close(iris.rel_error.float(), true, rtol=1e-4, atol=1e-6)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_fronts_without_batchnorm_get_the_private_copy_too():
+    """torchvision's vgg11 has no BatchNorm to fold; its head is still folded (and nothing else changes)."""
+    from similarity_plugins.iri.fold import private_front
+
+    torch.manual_seed(0)
+    model = torchvision.models.vgg11(num_classes=10).eval()
+    iris = generate_iris(model, "classifier.6", torch.rand(2, 3, 32, 32), steps=2, progress=False)
+    assert iris.settings["fold_bn"] is True
+    assert (iris.stats["bn_folded"], iris.stats["convs_cropped"], iris.stats["linears_folded"]) == \
+        (False, [], ["classifier.0"])
+    plain = nn.Sequential(nn.Conv2d(3, 2, 3), nn.ReLU(), nn.Conv2d(2, 2, 3)).eval()
+    front, changes = private_front(SplitNetwork(plain, "2").front_graph, torch.rand(1, 3, 8, 8))
+    assert front is None and changes == {"bn_folded": False, "convs_cropped": [], "linears_folded": []}

@@ -9,7 +9,7 @@ convolution of its inner taps computes with correspondingly less padding, so the
 1.26-1.33x less time per forward+backward of ResNet-18 / ResNet-34 fronts at ``layer4`` on a CPU (batch
 16). The values differ only by rounding (the dropped terms are exact zeros). The crop depends on the
 input's spatial size, so it is made for the seeds of one run, on the private copy that
-``fold.folded_front`` makes.
+``fold.private_front`` makes.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def cropped_conv(conv: nn.Module, spatial: tuple[int, ...]) -> nn.Module | None:
 
 
 def crop_dead_taps(front: nn.Module, example: torch.Tensor) -> list[str]:
-    """Replace, in place, every convolution of ``front`` (a private copy: ``fold.folded_front``) that reads
+    """Replace, in place, every convolution of ``front`` (a private copy: ``fold.private_front``) that reads
     padding with some taps for the input ``example`` (1, ...) by its cropped equivalent (``cropped_conv``);
     returns the names of the replaced modules. A module called on inputs of different sizes is left alone.
 

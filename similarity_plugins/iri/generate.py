@@ -13,11 +13,9 @@ from ..core.networks import SplitNetwork, frozen, model_device
 from ..utils.text import did_you_mean
 from . import cache, sharded
 from .compiled import check_compile
-from .crop import crop_dead_taps
-from .fold import folded_front
+from .fold import private_front
 from .modular import relu_modules
 from .optimizer import _check_seeds, make_settings, optimize_iris
-from .pooled_linear import fold_pooled_linear
 from .relu import FrontTrace, front_tensors, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
 from .settings import ADVANCED, AUTO, Settings, auto_adam_defaults, auto_optimizer
@@ -171,16 +169,12 @@ def _settings(optimizer: str, trace: FrontTrace | None, common: dict, advanced: 
 def _optimize(model: nn.Module, split: SplitNetwork, modular: torch.fx.GraphModule | None, settings: Settings,
               slopes: dict, seeds: torch.Tensor, **run: Any) -> IRISet:
     """Run the optimiser on the front (``modular``, the traced front with functional ReLUs as modules, when
-    not None; a BatchNorm-folded copy when ``settings.fold_bn``, its convolutions cropped to the taps that read
-    the seeds' pixels and average pools that spread values folded into the linear layer after them) with
-    the surrogate ReLU ``slopes``; ``run``: the options of :func:`optimize_iris` that ``generate_iris``
-    passes through."""
+    not None; with ``settings.fold_bn`` the private copy of ``fold.private_front``: BatchNorm folded, dead
+    convolution taps cut, a spreading pool folded into the next linear layer) with the surrogate ReLU
+    ``slopes``; ``run``: the options of :func:`optimize_iris` that ``generate_iris`` passes through."""
     # the caller holds frozen(model), so the traced front can run directly (split.front would re-enter it)
     graph = modular if modular is not None else split.front_graph
-    folded = folded_front(graph) if settings.fold_bn else None
-    example = seeds[:1].to(run["device"])
-    cropped = crop_dead_taps(folded, example) if folded is not None else []
-    pooled = fold_pooled_linear(folded, example) if folded is not None else []
+    folded, changes = private_front(graph if settings.fold_bn else None, seeds[:1].to(run["device"]))
     # copies keep the model's module names (and add the ReLU modules of ``modular``)
     front = folded if folded is not None else modular if modular is not None else model
     call = folded if folded is not None else graph if graph is not None else split.front
@@ -190,7 +184,5 @@ def _optimize(model: nn.Module, split: SplitNetwork, modular: torch.fx.GraphModu
             return call(x)
 
         iris = sharded.optimize(optimize_iris, front_fn, seeds, model=model, settings=settings, **run)
-    iris.stats["bn_folded"] = folded is not None
-    iris.stats["convs_cropped"] = cropped
-    iris.stats["linears_folded"] = pooled
+    iris.stats.update(changes)
     return iris

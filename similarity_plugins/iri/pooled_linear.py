@@ -46,7 +46,7 @@ def _pool_matrix(pool: nn.Module, spatial: tuple[int, ...], like: torch.Tensor) 
 
 
 def fold_pooled_linear(front: torch.fx.GraphModule, example: torch.Tensor) -> list[str]:
-    """In the private traced front ``front`` (``fold.folded_front``'s copy), replace each adaptive average
+    """In the private traced front ``front`` (``fold.private_front``'s copy), replace each adaptive average
     pool -> flatten -> ``nn.Linear`` chain whose pool has more outputs than inputs for the input ``example``
     (1, ...) by flatten -> a linear layer on the pool's input; returns the names of the replaced linear
     layers. Afterwards ``front`` computes the same function, up to rounding, on inputs of ``example``'s
