@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .probe import input_shapes
+
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
@@ -74,26 +76,11 @@ def crop_dead_taps(front: nn.Module, example: torch.Tensor) -> list[str]:
 
     Afterwards ``front`` computes the same function, up to rounding, on inputs of ``example``'s shape
     (any batch size), and is only valid for those."""
-    sizes: dict[str, set[tuple[int, ...] | None]] = {}
-
-    def record(module: nn.Module, args: tuple, kwargs: dict, name: str) -> None:
-        x = args[0] if args else kwargs.get("input")
-        spatial = module.weight.dim() - 2   # (N, C, *spatial) or unbatched (C, *spatial)
-        size = tuple(x.shape[-spatial:]) if isinstance(x, torch.Tensor) else None
-        sizes.setdefault(name, set()).add(size)
-
-    hooks = [module.register_forward_pre_hook(lambda m, a, k, name=name: record(m, a, k, name), with_kwargs=True)
-             for name, module in front.named_modules() if isinstance(module, CONVS)]
-    try:
-        with torch.no_grad():
-            front(example)
-    finally:
-        for hook in hooks:
-            hook.remove()
     replaced = []
-    for name, seen in sizes.items():
-        size = next(iter(seen)) if len(seen) == 1 else None
-        new = cropped_conv(front.get_submodule(name), size) if size is not None else None
+    for name, seen in input_shapes(front, example, lambda m: isinstance(m, CONVS)).items():
+        shape, conv = next(iter(seen)), front.get_submodule(name)
+        spatial = conv.weight.dim() - 2   # (N, C, *spatial) or unbatched (C, *spatial)
+        new = cropped_conv(conv, shape[-spatial:]) if len(seen) == 1 and shape is not None else None
         if new is not None:
             parent, _, attr = name.rpartition(".")
             setattr(front.get_submodule(parent), attr, new)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .probe import input_shapes
+
 POOLS = (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d)
 
 
@@ -51,32 +53,18 @@ def fold_pooled_linear(front: torch.fx.GraphModule, example: torch.Tensor) -> li
     (1, ...) by flatten -> a linear layer on the pool's input; returns the names of the replaced linear
     layers. Afterwards ``front`` computes the same function, up to rounding, on inputs of ``example``'s
     shape (any batch size), and is only valid for those."""
-    sizes: dict[str, set[tuple[int, ...]]] = {}
-
-    def record(args: tuple, name: str) -> None:
-        batched = bool(args) and isinstance(args[0], torch.Tensor)
-        sizes.setdefault(name, set()).add(tuple(args[0].shape[2:]) if batched else ())
-
-    hooks = [module.register_forward_pre_hook(lambda m, a, name=name: record(a, name))
-             for name, module in front.named_modules() if type(module) in POOLS]
-    try:
-        with torch.no_grad():
-            front(example)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    sizes = input_shapes(front, example, lambda m: type(m) in POOLS)
     folded = []
     for pool_node in [n for n in front.graph.nodes if n.op == "call_module" and n.target in sizes]:
         flat = _only_user(pool_node)
         lin = _only_user(flat) if flat is not None and _is_flatten(flat, front) else None
         if lin is None or lin.op != "call_module" or type(front.get_submodule(lin.target)) is not nn.Linear:
             continue
-        seen = sizes[pool_node.target]
-        linear = front.get_submodule(lin.target)
-        if len(seen) != 1 or not next(iter(seen)):
+        seen, pool, linear = sizes[pool_node.target], front.get_submodule(pool_node.target), front.get_submodule(lin.target)
+        shape = next(iter(seen))
+        if len(seen) != 1 or shape is None or len(shape) != POOLS.index(type(pool)) + 3:   # (N, C, *spatial)
             continue
-        spatial = next(iter(seen))
-        spread = _pool_matrix(front.get_submodule(pool_node.target), spatial, linear.weight)   # (in, out)
+        spread = _pool_matrix(pool, shape[2:], linear.weight)   # (in, out)
         if spread.shape[0] >= spread.shape[1]:
             continue
         weight = linear.weight.reshape(linear.out_features, -1, spread.shape[1]) @ spread.T
