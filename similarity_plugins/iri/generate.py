@@ -58,8 +58,9 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls) and at
     wide strided ResNet cuts (at least twice the input's values at 1/8 of its rows: ResNet-50 ``layer2``) Adam
     runs one cosine over the budget with leaky gradients, and at shallow pooled cuts with at least twice the
-    input's values (VGG's 1st and 2nd pools) cycles of 150 with BatchNorm folded; the choice is in
-    ``iris.settings["optimizer"]``),
+    input's values (VGG's 1st and 2nd pools) cycles of 150 with BatchNorm folded; in fronts without
+    BatchNorm, such as torchvision's ``vgg16``, the wide and mid pooled cuts run at lr 0.1 and the last pools
+    at 0.05; the choice is in ``iris.settings``),
     "adam" (lr 0.2, per-sample cosine cycles of 300, 600, ... steps), "lbfgs" (per-sample L-BFGS with a
     per-sample line search and leaky ReLU gradients, ``relu_leak`` 0.1; see docs/iri_depth.md) or
     "normgrad" (lr 1.0, halved over 4 stages); ``init``

@@ -106,7 +106,9 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
       ``stages``, ``beta1``, ``beta2``, ``eps``; ``cycle_steps`` (> 0: per-sample cosine cycles restarting
       from the best iterate, each ``cycle_mult`` (2.0) times longer at ``cycle_decay`` (1.0) times the step
       size; default 300 for Adam); ``restart_patience`` (0 = off), ``restart_threshold`` (0.01),
-      ``restart_decay`` (0.5): plateau restarts.
+      ``restart_decay`` (0.5): plateau restarts; ``lr_adapt`` (0 = off; in [0, 1)): each sample scales its
+      step size by ``1 + lr_adapt * cos(-g, last move)`` before every step and restarts from its best
+      iterate when its steps shrank 20-fold (``first_order.py``; opt-in: measured in docs/iri_depth.md).
 
     Returns an :class:`IRISet`. Raises ValueError for bad settings or seeds outside [0, 1],
     FloatingPointError naming the samples when the model yields NaN/inf activations or gradients, and

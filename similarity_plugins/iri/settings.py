@@ -84,6 +84,16 @@ AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True,
 # features.20 (digits) and VGG-16 features.30 (patches) against 233 / 210 / 420 (94% / 94% / 69%) at 0.02
 # (plain loop 202 / 299 / 558; lr 0.035: - / 163 / 362)
 AUTO_UNNORMALIZED_POOLED_LR = 0.05
+# ... and lr 0.1 at the wide pooled cuts (AUTO_WIDE_ADAM) and the mid pooled cuts (at a max-pool, fewer than
+# AUTO_WIDE_MIN_RELUS ReLU calls, between half and twice the input's values: Adam's defaults otherwise) of
+# fronts without BatchNorm (round 11), where Adam's lr 0.2 is too large. Steps to the median, 16 seeds (lr 0.2;
+# the plain loop's best), every sample converged: vgg16 features.16 (3rd pool) 105 (452; 72) on digits and 595
+# (707; 614) on patches (48 seeds: 597, 100%), vgg11 features.10 99 (157; 111), features.15 281 (524; 182). lr
+# 0.05 was faster on digits (71 at features.16) but converged 75% on patches; Adam's cycles at lr 0.1 took 74 /
+# 127 on digits but converged 90% of 48 patches (226 steps); lr_adapt 0.05 took 60 / 68 / 86 on digits but
+# converged 75% on patches (173 steps). At the expanding pools lr 0.1 took 39-47 steps on digits against 60-76,
+# but 205 on patches against 121 (vgg16 features.9), so AUTO_EXPANDING_ADAM stays (docs/iri_depth.md)
+AUTO_UNNORMALIZED_WIDE_LR = 0.1
 # auto, wide pooled cuts: fronts that end at a max-pool (no ReLU call after it) with AUTO_WIDE_MIN_RELUS to
 # AUTO_DEEP_POOLED_RELUS - 1 ReLU calls whose cut does not compress the input AUTO_LBFGS_MIN_COMPRESSION-fold
 # (VGG-11-BN's 4th pool and VGG-16-BN's 3rd at 32x32). The representation nearly pins the image down (an
@@ -139,11 +149,11 @@ AUTO_SHALLOW_RESNET_RELUS = 4
 AUTO_EXPANSION = 2
 AUTO_EXPANDING_ADAM = {"cycle_steps": 150, "fold_bn": True}
 FIRST_ORDER_ONLY = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience",
-                    "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay")
+                    "restart_threshold", "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "lr_adapt")
 # the first-order options that shape the step-size schedule: a caller who sets one keeps Adam's defaults at
 # deep max-pool cuts and drops AUTO_DEEP_ADAM's restart decay at deep ResNet cuts (auto_adam_defaults); the
 # moments' options (beta1, beta2, eps) only replace their own value
-SCHEDULE_OPTIONS = tuple(name for name in FIRST_ORDER_ONLY if name not in ("beta1", "beta2", "eps"))
+SCHEDULE_OPTIONS = tuple(name for name in FIRST_ORDER_ONLY if name not in ("beta1", "beta2", "eps", "lr_adapt"))
 LBFGS_ONLY = ("history", "armijo", "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps")
 DEFAULT_SCHEDULE = {"lbfgs": "constant", "adam": "cosine", "normgrad": "step"}
 DEFAULT_CYCLE_STEPS = {"lbfgs": 0, "adam": 300, "normgrad": 0}
@@ -171,6 +181,7 @@ class Settings:
     cycle_steps: int = 0
     cycle_mult: float = 2.0
     cycle_decay: float = 1.0
+    lr_adapt: float = 0.0
     history: int = 30   # curvature pairs per sample; 50 took 2-6% more time at every ResNet cut (docs/iri_depth.md)
     armijo: float = 1e-4
     max_backtracks: int = 8
@@ -188,8 +199,8 @@ class Settings:
 
 
 ADVANCED = ("schedule", "lr_floor", "stages", "beta1", "beta2", "eps", "restart_patience", "restart_threshold",
-            "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "history", "armijo", "max_backtracks", "stall_patience",
-            "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn")
+            "restart_decay", "cycle_steps", "cycle_mult", "cycle_decay", "lr_adapt", "history", "armijo",
+            "max_backtracks", "stall_patience", "phase_steps", "phase_lr", "warmup_steps", "relu_leak", "fold_bn")
 
 
 def compresses(input_values: int, output_values: int, factor: float) -> bool:
@@ -267,7 +278,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
       (``ends_at_maxpool``, no ReLU call after it), both sizes are known and the cut does not compress
       the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; with fewer (at least one), ``AUTO_EXPANDING_ADAM``
       when the front ends at a max-pool and the cut has at least ``AUTO_EXPANSION`` times the input's
-      values; else {}.
+      values; without BatchNorm (``batchnorm`` False), lr ``AUTO_UNNORMALIZED_WIDE_LR`` with
+      ``AUTO_WIDE_ADAM`` and at a max-pool cut with fewer ReLU calls that neither compresses the input
+      ``AUTO_LBFGS_MIN_COMPRESSION``-fold nor expands it ``AUTO_EXPANSION``-fold; else {}.
     Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value. The result
     may hold "lr" (not an advanced option) and "fake_relu" (``AUTO_WIDE_ADAM``: applies only where the caller
     left ``fake_relu="auto"``); callers pop both before merging the rest into the advanced options.
@@ -294,7 +307,10 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     shallow = 1 <= relu_calls < AUTO_WIDE_MIN_RELUS
     if at_pool and shallow and expands(input_values, output_values, AUTO_EXPANSION):
         return dict(AUTO_EXPANDING_ADAM)
-    return dict(AUTO_WIDE_ADAM) if relu_calls >= AUTO_WIDE_MIN_RELUS and wide and at_pool else {}
+    unnormalized = {} if batchnorm else {"lr": AUTO_UNNORMALIZED_WIDE_LR}
+    if relu_calls >= AUTO_WIDE_MIN_RELUS and wide and at_pool:
+        return dict(AUTO_WIDE_ADAM, **unnormalized)
+    return dict(unnormalized) if shallow and wide and at_pool else {}
 
 
 def make_settings(*, steps: int, tol: float, optimizer: str = DEFAULT_OPTIMIZER, lr: float | None, init: str,
@@ -342,6 +358,7 @@ _ADVANCED_RULES: dict[str, tuple[type, Callable[[float], bool], str]] = {
     "cycle_steps": (int, lambda v: v >= 0, "an integer >= 0 (0: one cycle over the budget)"),
     "cycle_mult": (float, lambda v: v >= 1.0, "a growth factor >= 1"),
     "cycle_decay": (float, lambda v: v > 0.0, "a step-size factor > 0"),
+    "lr_adapt": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1) (per-sample step-size adaptation rate; 0 = off)"),
     "history": (int, lambda v: 1 <= v <= 100, "an integer in [1, 100] (L-BFGS keeps the curvature pairs of a "
                                                   "sample's last history evaluations)"),
     "armijo": (float, lambda v: 0.0 < v < 0.5, "in (0, 0.5) (sufficient-decrease constant of the line search)"),
