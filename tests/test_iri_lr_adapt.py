@@ -32,15 +32,16 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CONSTANT = dict(schedule="constant", cycle_steps=0, progress=False)
 
 
-def _stepper(lr_adapt: float, scale: list[float], moves: torch.Tensor) -> FirstOrderStepper:
-    """A stepper over a stand-in working batch: per-slot multipliers ``scale`` and last moves ``moves``."""
+def _stepper(lr_adapt: float, gain: list[float], moves: torch.Tensor, **options) -> FirstOrderStepper:
+    """A stepper over a stand-in working batch: per-slot gains ``gain`` and last moves ``moves``."""
     stepper = FirstOrderStepper.__new__(FirstOrderStepper)
-    stepper.s = make_settings(steps=10, tol=1e-2, lr=None, init="noise", seed=0, lr_adapt=lr_adapt)
-    stepper.run = SimpleNamespace(w=SimpleNamespace(u=moves, scale=np.array(scale, dtype=np.float64)))
+    stepper.s = make_settings(steps=10, tol=1e-2, lr=None, init="noise", seed=0, lr_adapt=lr_adapt, **options)
+    stepper.run = SimpleNamespace(w=SimpleNamespace(u=moves, gain=np.array(gain, dtype=np.float64)))
+    stepper.adam, stepper.restarts = True, 0
     return stepper
 
 
-def test_the_multiplier_follows_the_cosine_between_the_gradient_and_the_last_move():
+def test_the_gain_follows_the_cosine_between_the_gradient_and_the_last_move():
     moves = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 2.0], [0.0, 0.0], [1.0, 0.0], [3.0, 0.0]])
     grad = torch.tensor([[-5.0, 0.0],    # still downhill along the last move: longer steps
                          [2.0, 0.0],     # pointing back: the step overshot, shorter steps
@@ -51,24 +52,52 @@ def test_the_multiplier_follows_the_cosine_between_the_gradient_and_the_last_mov
     stepper = _stepper(0.1, [1.0, 1.0, 1.0, 1.0, 1.0, 0.5], moves)
     done = np.array([False, False, False, False, True, False])
     stepper._adapt(6, grad, done)
-    np.testing.assert_allclose(stepper.run.w.scale, [1.1, 0.9, 1.0, 1.0, 1.0, 0.5 * (1 + 0.1 / np.sqrt(2))])
+    np.testing.assert_allclose(stepper.run.w.gain, [1.1, 0.9, 1.0, 1.0, 1.0, 0.5 * (1 + 0.1 / np.sqrt(2))])
     high = _stepper(0.5, [LR_ADAPT_MAX], torch.ones(1, 3))   # the ceiling holds
     high._adapt(1, -torch.ones(1, 3), np.zeros(1, bool))
-    np.testing.assert_allclose(high.run.w.scale, [LR_ADAPT_MAX])
+    np.testing.assert_allclose(high.run.w.gain, [LR_ADAPT_MAX])
+
+
+def _batch(gain: list[float], **host) -> SimpleNamespace:
+    """A stand-in working batch of ``len(gain)`` slots of 2 pixels, 5 steps into a cycle of 5."""
+    n = len(gain)
+    fields = dict(t=np.full(n, 5), t_adam=np.full(n, 5), scale=np.ones(n), since=np.full(n, 3),
+                  ref_err=np.full(n, 0.5), best_err=np.full(n, 0.2), cycle_start=np.zeros(n, np.int64),
+                  cycle_len=np.full(n, 5), **host)
+    return SimpleNamespace(x=torch.full((n, 2), 0.7), best=torch.arange(2.0 * n).reshape(n, 2) / 10,
+                           m=torch.ones(n, 2), v=torch.ones(n, 2), u=torch.ones(n, 2),
+                           gain=np.array(gain, dtype=np.float64), device="cpu", **fields)
 
 
 def test_a_sample_whose_steps_shrank_too_far_restarts_from_its_best_iterate():
-    w = SimpleNamespace(x=torch.full((3, 2), 0.7), best=torch.tensor([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]),
-                        m=torch.ones(3, 2), v=torch.ones(3, 2), u=torch.ones(3, 2), t=np.array([5, 5, 5]),
-                        t_adam=np.array([5, 5, 5]), scale=np.array([0.01, 0.01, 0.5]), since=np.array([3, 3, 3]),
-                        ref_err=np.array([0.5, 0.5, 0.5]), best_err=np.array([0.2, 0.2, 0.2]), device="cpu")
-    stepper = _stepper(0.05, [0.0], torch.zeros(1, 2))
-    stepper.run.w, stepper.adam, stepper.restarts = w, True, 0
-    stepper._restart_shrunk(3, np.array([False, True, False]))   # row 1 finished, row 2 still large
+    w = _batch([0.01, 0.01, 0.5])
+    stepper = _stepper(0.05, [0.0], torch.zeros(1, 2), cycle_steps=0)
+    stepper.run.w = w
+    stepper.after_step(3, np.array([False, True, False]))   # row 1 finished, row 2 still large; no cycles
     assert torch.equal(w.x[0], w.best[0]) and torch.equal(w.x[1:], torch.full((2, 2), 0.7))
     assert float(w.m[0].abs().sum() + w.v[0].abs().sum() + w.u[0].abs().sum()) == 0 and bool((w.m[1:] == 1).all())
-    assert list(w.scale) == [LR_ADAPT_RESTART_AT, 0.01, 0.5] and LR_ADAPT_RESTART_AT > LR_ADAPT_RESTART_BELOW
+    assert list(w.gain) == [LR_ADAPT_RESTART_AT, 0.01, 0.5] and LR_ADAPT_RESTART_AT > LR_ADAPT_RESTART_BELOW
     assert list(w.t_adam) == [0, 5, 5] and w.ref_err[0] == 0.2 and stepper.restarts == 1
+    assert list(w.scale) == [1.0, 1.0, 1.0]   # the gain is its own factor: the decays are left alone
+
+
+def test_a_cycle_end_and_a_shrunk_gain_in_the_same_step_restart_a_sample_once():
+    """Slot 0: its cycle ended and its gain shrank; slot 1: only its cycle ended; slot 2: only its gain."""
+    w = _batch([0.01, 0.8, 0.01])
+    w.cycle_len = np.array([5, 5, 50])
+    stepper = _stepper(0.05, [0.0], torch.zeros(1, 2), cycle_steps=5, cycle_decay=0.5)
+    stepper.run.w = w
+    stepper.after_step(3, np.zeros(3, bool))
+    assert stepper.restarts == 3                                   # one restart each, not two for slot 0
+    assert list(w.scale) == [0.5, 0.5, 1.0]                        # the cycle decay holds
+    assert list(w.gain) == [LR_ADAPT_RESTART_AT, 0.8, LR_ADAPT_RESTART_AT]
+    assert torch.equal(w.x, w.best) and float(w.u.abs().sum() + w.m.abs().sum()) == 0
+    assert list(w.cycle_start) == [5, 5, 0]                        # a shrunk gain does not end the cycle
+
+
+def test_lbfgs_refuses_lr_adapt():
+    with pytest.raises(ValueError, match="lr_adapt apply to optimizer='adam'"):
+        optimize_iris(lambda x: x, torch.rand(2, 1, 4, 4), optimizer="lbfgs", lr_adapt=0.1, progress=False)
 
 
 @pytest.mark.parametrize("lr", [0.2, 0.002])

@@ -6,11 +6,13 @@ multiplier. The elementwise update (best-iterate copy, step, box projection) run
 one kernel (``update.py``).
 
 Step-size adaptation (``lr_adapt`` > 0, a multiplicative hypergradient rule after Baydin et al., 2018): each
-sample also keeps its last move ``u`` (pixels). Before a step, its multiplier is scaled by
+sample also keeps its last move ``u`` (pixels) and a gain (1 at the start; the step size is ``lr`` x gain x
+the schedule's multiplier x the restart decays). Before a step, its gain is scaled by
 ``1 + lr_adapt * cos(-g, u)``: up while the new gradient still points along the last move (steps too short),
-down when it points back (the step overshot), at most ``LR_ADAPT_MAX``. A sample whose multiplier falls below
+down when it points back (the step overshot), at most ``LR_ADAPT_MAX``. A sample whose gain falls below
 ``LR_ADAPT_RESTART_BELOW`` has shrunk its steps while still short of ``tol``: it restarts from its best
-iterate with fresh moments at ``LR_ADAPT_RESTART_AT``. Only the sample's own gradient and move count, so its
+iterate with fresh moments at the gain ``LR_ADAPT_RESTART_AT`` (unless a cycle or plateau restart moved it
+back there in the same step). Only the sample's own gradient and move count, so its
 trajectory stays independent of its batch.
 """
 
@@ -24,10 +26,10 @@ import torch
 from .schedule import multiplier
 from .update import update_kernel
 
-LR_ADAPT_MAX = 10.0            # the step-size multiplier that lr_adapt moves stays at or below this
-LR_ADAPT_RESTART_BELOW = 0.05  # ... and a sample whose multiplier falls below this restarts from its best
-LR_ADAPT_RESTART_AT = 0.5      # iterate at this multiplier (on patches, VGG-16 features.16: 88% converged
-#                                against 69% without the restart; round 11 of docs/iri_depth.md)
+LR_ADAPT_MAX = 10.0            # the gain that lr_adapt moves stays at or below this
+LR_ADAPT_RESTART_BELOW = 0.05  # ... and a sample whose gain falls below this restarts from its best iterate
+LR_ADAPT_RESTART_AT = 0.5      # at this gain (on patches, VGG-16 features.16 with the rules before round 11:
+#                                81% converged against 69% without the restart; docs/iri_depth.md)
 
 
 class FirstOrderStepper:
@@ -43,10 +45,11 @@ class FirstOrderStepper:
     def fields(self, dim: int) -> tuple[dict, dict]:
         """Extra per-slot fields: (tensors name -> trailing shape, host name -> (dtype, fill))."""
         tensors = {"m": (dim,), "v": (dim,)} if self.adam else {}
-        if self.s.lr_adapt:
-            tensors["u"] = (dim,)   # the sample's last move (pixels), for the step-size adaptation
         host = {"t_adam": (np.int64, 0), "cycle_start": (np.int64, 0), "cycle_len": (np.int64, 0),
                 "scale": (np.float64, 1.0), "ref_err": (np.float64, np.inf), "since": (np.int64, 0)}
+        if self.s.lr_adapt:   # the step-size adaptation: the sample's last move (pixels) and its gain
+            tensors["u"] = (dim,)
+            host["gain"] = (np.float64, 1.0)
         return tensors, host
 
     def init_slots(self, w: Any, slots: np.ndarray, sl: torch.Tensor) -> None:
@@ -56,6 +59,7 @@ class FirstOrderStepper:
             w.v[sl] = 0
         if self.s.lr_adapt:
             w.u[sl] = 0
+            w.gain[slots] = 1.0
         first = self.s.cycle_steps if self.s.cycle_steps > 0 else self.s.steps
         for name, value in (("t_adam", 0), ("cycle_start", 0), ("cycle_len", min(first, self.s.steps)),
                             ("scale", 1.0), ("ref_err", np.inf), ("since", 0)):
@@ -63,7 +67,8 @@ class FirstOrderStepper:
 
     def _columns(self, k: int, improved: np.ndarray) -> tuple:
         w, s, run = self.run.w, self.s, self.run
-        lr = s.lr * w.scale[:k] * multiplier(s.schedule, w.t[:k] - w.cycle_start[:k], np.maximum(w.cycle_len[:k], 1),
+        gain = w.gain[:k] if s.lr_adapt else 1.0
+        lr = s.lr * w.scale[:k] * gain * multiplier(s.schedule, w.t[:k] - w.cycle_start[:k], np.maximum(w.cycle_len[:k], 1),
                                              floor=s.lr_floor, stages=s.stages)
         col = lambda a: run.backend.column(np.ascontiguousarray(a, dtype=run.np_dtype), run.device)  # noqa: E731
         if self.adam:
@@ -95,7 +100,7 @@ class FirstOrderStepper:
             torch.sub(w.x[:k], before, out=w.u[:k])
 
     def _adapt(self, k: int, grad: torch.Tensor, done: np.ndarray) -> None:
-        """Scale the step-size multiplier of the first ``k`` slots (not ``done``) by ``1 + lr_adapt * cos``,
+        """Scale the gain of the first ``k`` slots (not ``done``) by ``1 + lr_adapt * cos``,
         ``cos`` (k,) being the cosine between the negative gradient ``grad`` (k, D) and the slot's last move
         (0 before its first move); at most ``LR_ADAPT_MAX``."""
         w = self.run.w
@@ -103,22 +108,25 @@ class FirstOrderStepper:
         norms = torch.linalg.vector_norm(grad, dim=1) * torch.linalg.vector_norm(u, dim=1)
         cos = -(grad * u).sum(dim=1) / norms.clamp_min(torch.finfo(norms.dtype).tiny)
         cos = torch.where(norms > 0, cos, torch.zeros_like(cos)).double().cpu().numpy()
-        adapted = np.minimum(w.scale[:k] * (1.0 + self.s.lr_adapt * cos), LR_ADAPT_MAX)
-        w.scale[:k] = np.where(done, w.scale[:k], adapted)
+        adapted = np.minimum(w.gain[:k] * (1.0 + self.s.lr_adapt * cos), LR_ADAPT_MAX)
+        w.gain[:k] = np.where(done, w.gain[:k], adapted)
 
     def after_step(self, k: int, done: np.ndarray) -> None:
         """Per-sample restarts (after the step counts moved): see :meth:`_restart_rows` and, with
         ``lr_adapt``, :meth:`_restart_shrunk`."""
-        if self.s.restart_patience or self.s.cycle_steps:
-            self._restart_rows(k, done)
+        restarted = self._restart_rows(k, done) if self.s.restart_patience or self.s.cycle_steps else None
         if self.s.lr_adapt:
-            self._restart_shrunk(k, done)
+            self._restart_shrunk(k, done, restarted)
 
-    def _restart_shrunk(self, k: int, done: np.ndarray) -> None:
-        """A sample still running whose multiplier fell below ``LR_ADAPT_RESTART_BELOW`` goes back to its best
-        iterate with fresh moments at the multiplier ``LR_ADAPT_RESTART_AT`` (its cycle goes on)."""
+    def _restart_shrunk(self, k: int, done: np.ndarray, restarted: np.ndarray | None = None) -> None:
+        """A sample still running whose gain fell below ``LR_ADAPT_RESTART_BELOW`` goes back to its best
+        iterate with fresh moments at the gain ``LR_ADAPT_RESTART_AT`` (its cycle goes on); one that a cycle
+        or plateau restart (``restarted``: a bool mask over the first ``k`` slots) already sent back there
+        in this step only gets the new gain."""
         w = self.run.w
-        rows = np.flatnonzero(~done & (w.t[:k] < self.s.steps) & (w.scale[:k] < LR_ADAPT_RESTART_BELOW))
+        shrunk = ~done & (w.t[:k] < self.s.steps) & (w.gain[:k] < LR_ADAPT_RESTART_BELOW)
+        w.gain[:k] = np.where(shrunk, LR_ADAPT_RESTART_AT, w.gain[:k])
+        rows = np.flatnonzero(shrunk if restarted is None else shrunk & ~restarted)
         if len(rows) == 0:
             return
         r = torch.as_tensor(rows, device=w.device)
@@ -126,23 +134,22 @@ class FirstOrderStepper:
         for name in ("m", "v", "u") if self.adam else ("u",):
             getattr(w, name)[r] = 0
         w.t_adam[rows] = 0
-        w.scale[rows] = LR_ADAPT_RESTART_AT
         w.since[rows] = 0
         w.ref_err[rows] = w.best_err[rows]
         self.restarts += len(rows)
 
-    def _restart_rows(self, k: int, done: np.ndarray) -> None:
+    def _restart_rows(self, k: int, done: np.ndarray) -> np.ndarray:
         """A sample whose schedule cycle ended (``cycle_steps``) or that is stuck for ``restart_patience``
         steps goes back to its best iterate with fresh Adam moments and starts a new cycle (``cycle_mult``
         times longer, never past its budget) at a step size scaled by ``cycle_decay`` (cycle end) or
-        ``restart_decay`` (plateau)."""
+        ``restart_decay`` (plateau). Returns the restarted slots as a bool mask over the first ``k``."""
         w, s = self.run.w, self.s
         active = ~done & (w.t[:k] < s.steps)
         ended = active & (w.t[:k] - w.cycle_start[:k] >= w.cycle_len[:k]) if s.cycle_steps else np.zeros(k, bool)
         stuck = active & ~ended & (w.since[:k] >= s.restart_patience) if s.restart_patience else np.zeros(k, bool)
         rows = np.flatnonzero(ended | stuck)
         if len(rows) == 0:
-            return
+            return ended | stuck
         r = torch.as_tensor(rows, device=w.device)
         w.x[r] = w.best[r]
         if self.adam:
@@ -159,3 +166,4 @@ class FirstOrderStepper:
         w.since[rows] = 0
         w.ref_err[rows] = w.best_err[rows]
         self.restarts += len(rows)
+        return ended | stuck

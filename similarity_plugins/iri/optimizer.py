@@ -57,9 +57,10 @@ def _check_run_options(settings: Settings, batch_size: Any, checkpoint_path: Any
     if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or checkpoint_every <= 0
                                          or checkpoint_path is None):
         raise ValueError("checkpoint_every needs a positive step count and a checkpoint path (generate_iris: cache_dir)")
-    if settings.optimizer == "lbfgs" and (settings.cycle_steps or settings.restart_patience):
-        raise ValueError("cycle_steps and restart_patience apply to optimizer='adam' or 'normgrad'; L-BFGS restarts "
-                         "on its own (max_backtracks); drop them or pass optimizer='adam'")
+    if settings.optimizer == "lbfgs" and (settings.cycle_steps or settings.restart_patience or settings.lr_adapt):
+        raise ValueError("cycle_steps, restart_patience and lr_adapt apply to optimizer='adam' or 'normgrad'; L-BFGS "
+                         "restarts and sizes its steps on its own (max_backtracks, its line search); drop them or "
+                         "pass optimizer='adam'")
 
 
 def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Tensor, *, steps: int = 1000,
@@ -108,7 +109,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
       size; default 300 for Adam); ``restart_patience`` (0 = off), ``restart_threshold`` (0.01),
       ``restart_decay`` (0.5): plateau restarts; ``lr_adapt`` (0 = off; in [0, 1)): each sample scales its
       step size by ``1 + lr_adapt * cos(-g, last move)`` before every step and restarts from its best
-      iterate when its steps shrank 20-fold (``first_order.py``; opt-in: measured in docs/iri_depth.md).
+      iterate once that gain is below 0.05 (``first_order.py``; opt-in: measured in docs/iri_depth.md).
 
     Returns an :class:`IRISet`. Raises ValueError for bad settings or seeds outside [0, 1],
     FloatingPointError naming the samples when the model yields NaN/inf activations or gradients, and
