@@ -12,6 +12,7 @@ from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri.settings import (
     AUTO_DEEP_ADAM,
     AUTO_DEEP_POOLED_ADAM,
+    AUTO_DEEP_POOLED_RELUS,
     AUTO_EXPANDING_ADAM,
     AUTO_EXPANSION,
     AUTO_SHALLOW_RESNET_RELUS,
@@ -65,6 +66,26 @@ def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients
     assert _picked(pooled, str(3 * n), seeds, relu_leak=0.0, lr=0.3)[1:5] == (0.3, 300, 0.9, 0.0)  # Adam's own
     narrow = nn.Sequential(*layers, nn.MaxPool2d(4)).eval()   # 8x4x4 = 128 values: 2x compressive
     assert _picked(narrow, str(3 * n), seeds) == ("adam", 0.2, 300, 0.9, 0.0, False, 1.0, "last")
+
+
+def test_auto_gives_deep_pooled_cuts_with_more_values_than_the_input_the_wide_rule():
+    """VGG-19-BN's 3rd pool (8 ReLU calls, 4,096 values from 3,072 pixels): one cosine at lr 0.2 ended at 0.103,
+    the deep pooled rule's lr 0.05 at 0.137, the plain loop at 0.114 (round 11)."""
+    n = AUTO_DEEP_POOLED_RELUS
+    assert _at_pool(n, {}, None, 3072, 4096) == AUTO_WIDE_ADAM                      # VGG-19-BN features.26
+    assert _at_pool(n + 4, {}, None, 3072, 3073) == AUTO_WIDE_ADAM
+    assert _at_pool(n, {}, None, 3072, 3072) == AUTO_DEEP_POOLED_ADAM               # as many: unchanged
+    assert _at_pool(n, {}, None, 3072, 2048) == AUTO_DEEP_POOLED_ADAM               # VGG-16-BN features.33
+    assert auto_adam_defaults(n, {}, None, 3072, 4096) == AUTO_DEEP_POOLED_ADAM     # a conv after the pool
+    assert _at_pool(n, {}, None) == AUTO_DEEP_POOLED_ADAM                           # sizes unknown
+    assert _at_pool(n, {}, None, 3072, 4096, batchnorm=False) == {**AUTO_WIDE_ADAM, "lr": 0.1}
+    assert _at_pool(n, {}, 0.1, 3072, 4096) == {}                                   # the caller's lr wins
+    torch.manual_seed(0)
+    layers = []
+    for i in range(n):   # 8 Conv-BN-ReLU, then a max-pool: 8x8x8 = 512 values from 256 pixels
+        layers += [nn.Conv2d(1 if i == 0 else 8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
+    pooled = nn.Sequential(*layers, nn.MaxPool2d(2)).eval()
+    assert _picked(pooled, str(3 * n), torch.rand(2, 1, 16, 16)) == ("adam", 0.2, 0, 0.9, 0.1, True, 1.0, "none")
 
 
 def test_auto_gives_wide_strided_resnet_cuts_one_cosine_and_keeps_heavy_momentum_at_stride_4():

@@ -55,7 +55,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     deep max-pool fronts such as VGG's (``settings.auto_adam_defaults``); an option only one of them takes,
     such as ``cycle_steps`` or ``history``, picks that one (at a deep ResNet cut an Adam option keeps our
     momentum, leak and folding, and a schedule option of yours drops our schedule options); at wide cuts
-    that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls) and at
+    that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls, VGG-19's
+    3rd: more values than the input behind 8 or more) and at
     wide strided ResNet cuts (at least twice the input's values at 1/8 of its rows: ResNet-50 ``layer2``) Adam
     runs one cosine over the budget with leaky gradients, and at shallow pooled cuts with at least twice the
     input's values (VGG's 1st and 2nd pools) cycles of 150 with BatchNorm folded; in fronts without

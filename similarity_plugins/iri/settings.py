@@ -84,15 +84,11 @@ AUTO_COMPRESSIVE_POOLED_ADAM = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True,
 # features.20 (digits) and VGG-16 features.30 (patches) against 233 / 210 / 420 (94% / 94% / 69%) at 0.02
 # (plain loop 202 / 299 / 558; lr 0.035: - / 163 / 362)
 AUTO_UNNORMALIZED_POOLED_LR = 0.05
-# ... and lr 0.1 at the wide pooled cuts (AUTO_WIDE_ADAM) and the mid pooled cuts (at a max-pool, fewer than
-# AUTO_WIDE_MIN_RELUS ReLU calls, between half and twice the input's values: Adam's defaults otherwise) of
-# fronts without BatchNorm (round 11), where Adam's lr 0.2 is too large. Steps to the median, 16 seeds (lr 0.2;
-# the plain loop's best), every sample converged: vgg16 features.16 (3rd pool) 105 (452; 72) on digits and 595
-# (707; 614) on patches (48 seeds: 597, 100%), vgg11 features.10 99 (157; 111), features.15 281 (524; 182). lr
-# 0.05 was faster on digits (71 at features.16) but converged 75% on patches; Adam's cycles at lr 0.1 took 74 /
-# 127 on digits but converged 90% of 48 patches (226 steps); lr_adapt 0.05 took 60 / 68 / 86 on digits but
-# converged 75% on patches (173 steps). At the expanding pools lr 0.1 took 39-47 steps on digits against 60-76,
-# but 205 on patches against 121 (vgg16 features.9), so AUTO_EXPANDING_ADAM stays (docs/iri_depth.md)
+# ... and lr 0.1 at the wide pooled cuts (AUTO_WIDE_ADAM) and at the wide pools with fewer ReLU calls (Adam's
+# defaults otherwise) of fronts without BatchNorm (round 11). Steps to the median, 16 seeds (before, at lr 0.2;
+# the plain loop's best), every sample converged: vgg16 features.16 105 (452; 72) on digits, 595 (707; 614) on
+# patches; vgg11 features.10 99 (157; 111), features.15 281 (524; 182). Faster variants converged fewer samples
+# on patches (lr 0.05: 75%; Adam's cycles at lr 0.1: 90% of 48; lr_adapt 0.05: 75%; docs/iri_depth.md)
 AUTO_UNNORMALIZED_WIDE_LR = 0.1
 # auto, wide pooled cuts: fronts that end at a max-pool (no ReLU call after it) with AUTO_WIDE_MIN_RELUS to
 # AUTO_DEEP_POOLED_RELUS - 1 ReLU calls whose cut does not compress the input AUTO_LBFGS_MIN_COMPRESSION-fold
@@ -115,6 +111,9 @@ AUTO_UNNORMALIZED_WIDE_LR = 0.1
 # values from 3,072 pixels) one cosine ended at 0.074 against AUTO_DEEP_ADAM's 0.162 and the plain loop's
 # 0.111, but with the CIFAR stem ResNet-18 layer3 (16,384 values) converges under AUTO_DEEP_ADAM in 240 steps
 # and under one cosine in 758 (plain loop: 643). Round 7 found what tells them apart, the stride (below).
+# With AUTO_DEEP_POOLED_RELUS ReLU calls or more it takes a cut at a max-pool with more values than the input
+# (round 11, measured on one donor, VGG-19-BN features.26: 4,096 values, 8 ReLU calls; 16 seeds, final median):
+# 0.103 against AUTO_DEEP_POOLED_ADAM's 0.137 and the plain loop's 0.114 (lr 0.1); features.33 (2,048) keeps lr 0.05
 AUTO_WIDE_ADAM = {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
 AUTO_WIDE_MIN_RELUS = 6
 # ... and at deep unpooled (ResNet) cuts with at least twice the input's values at a stride of 8 or more (the
@@ -271,16 +270,16 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
       restart decay when the caller set a schedule option of their own), plus lr ``AUTO_DEEP_COMPRESSIVE_LR``
       when the cut compresses the input at least ``AUTO_LBFGS_MIN_COMPRESSION``-fold and the caller set no lr.
     - A front ending at or after a max-pool (VGG, small CNNs): {} (Adam's defaults) when the caller set the
-      lr or a schedule option (``SCHEDULE_OPTIONS``); with ``AUTO_DEEP_POOLED_RELUS`` ReLU calls or more,
-      ``AUTO_COMPRESSIVE_POOLED_ADAM`` when the input has at least ``AUTO_COMPRESSION`` times as many values
-      as the cut (at lr ``AUTO_UNNORMALIZED_POOLED_LR`` without BatchNorm), ``AUTO_DEEP_POOLED_ADAM``
-      otherwise; with ``AUTO_WIDE_MIN_RELUS`` or more, ``AUTO_WIDE_ADAM`` when the front ends at a max-pool
-      (``ends_at_maxpool``, no ReLU call after it), both sizes are known and the cut does not compress
-      the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold; with fewer (at least one), ``AUTO_EXPANDING_ADAM``
-      when the front ends at a max-pool and the cut has at least ``AUTO_EXPANSION`` times the input's
-      values; without BatchNorm (``batchnorm`` False), lr ``AUTO_UNNORMALIZED_WIDE_LR`` with
-      ``AUTO_WIDE_ADAM`` and at a max-pool cut with fewer ReLU calls that neither compresses the input
-      ``AUTO_LBFGS_MIN_COMPRESSION``-fold nor expands it ``AUTO_EXPANSION``-fold; else {}.
+      lr or a schedule option (``SCHEDULE_OPTIONS``). Else, "at a pool" meaning that the front ends at a
+      max-pool (``ends_at_maxpool``, no ReLU call after it) and "wide" that both sizes are known and the cut
+      does not compress the input ``AUTO_LBFGS_MIN_COMPRESSION``-fold: with ``AUTO_DEEP_POOLED_RELUS`` ReLU
+      calls or more, ``AUTO_WIDE_ADAM`` at a pool with more values than the input, else
+      ``AUTO_COMPRESSIVE_POOLED_ADAM`` where the input has at least ``AUTO_COMPRESSION`` times the cut's
+      values (at lr ``AUTO_UNNORMALIZED_POOLED_LR`` without BatchNorm), else ``AUTO_DEEP_POOLED_ADAM``; with
+      fewer, ``AUTO_EXPANDING_ADAM`` at a pool with 1 to ``AUTO_WIDE_MIN_RELUS`` - 1 ReLU calls and at least
+      ``AUTO_EXPANSION`` times the input's values, ``AUTO_WIDE_ADAM`` at a wide pool with
+      ``AUTO_WIDE_MIN_RELUS`` or more, else {}. Without BatchNorm (``batchnorm`` False), ``AUTO_WIDE_ADAM``
+      and the wide pools with fewer ReLU calls (otherwise {}) get lr ``AUTO_UNNORMALIZED_WIDE_LR``.
     Other options the caller passed (``fold_bn``, ``beta1``, ...) replace only their own value. The result
     may hold "lr" (not an advanced option) and "fake_relu" (``AUTO_WIDE_ADAM``: applies only where the caller
     left ``fake_relu="auto"``); callers pop both before merging the rest into the advanced options.
@@ -297,17 +296,19 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
         return {**ours, **lr_default}
     if lr is not None or own_schedule:
         return {}
-    if relu_calls >= AUTO_DEEP_POOLED_RELUS:
-        if not compresses(input_values, output_values, AUTO_COMPRESSION):
-            return dict(AUTO_DEEP_POOLED_ADAM)
-        return dict(AUTO_COMPRESSIVE_POOLED_ADAM, **({} if batchnorm else {"lr": AUTO_UNNORMALIZED_POOLED_LR}))
     known = input_values > 0 and output_values > 0
     wide = known and not compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
     at_pool = ends_at_maxpool and relus_after_last_maxpool == 0   # not inside a ResNet block, nor a conv after a pool
+    unnormalized = {} if batchnorm else {"lr": AUTO_UNNORMALIZED_WIDE_LR}
+    if relu_calls >= AUTO_DEEP_POOLED_RELUS:
+        if at_pool and known and output_values > input_values:   # VGG-19-BN features.26
+            return dict(AUTO_WIDE_ADAM, **unnormalized)
+        if not compresses(input_values, output_values, AUTO_COMPRESSION):
+            return dict(AUTO_DEEP_POOLED_ADAM)
+        return dict(AUTO_COMPRESSIVE_POOLED_ADAM, **({} if batchnorm else {"lr": AUTO_UNNORMALIZED_POOLED_LR}))
     shallow = 1 <= relu_calls < AUTO_WIDE_MIN_RELUS
     if at_pool and shallow and expands(input_values, output_values, AUTO_EXPANSION):
         return dict(AUTO_EXPANDING_ADAM)
-    unnormalized = {} if batchnorm else {"lr": AUTO_UNNORMALIZED_WIDE_LR}
     if relu_calls >= AUTO_WIDE_MIN_RELUS and wide and at_pool:
         return dict(AUTO_WIDE_ADAM, **unnormalized)
     return dict(unnormalized) if shallow and wide and at_pool else {}
