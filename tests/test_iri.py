@@ -251,20 +251,25 @@ def test_batch_stays_full_until_work_runs_out():
 # --------------------------------------------------------------------------------- cache and resume
 
 
+class Interrupted(Exception):
+    """What :func:`interrupt_at`'s callback raises: a run killed mid-way (the resume tests)."""
+
+
+def interrupt_at(step: int):
+    """A ``callback`` for ``generate_iris`` that raises :class:`Interrupted` after batch step ``step``."""
+    def callback(info: dict) -> None:
+        if info["step"] == step:
+            raise Interrupted
+
+    return callback
+
+
 def test_resume_after_interruption_is_identical(trained, tmp_path):
     model, seeds = trained
     kw = dict(steps=40, tol=1e-2, batch_size=6, progress=False)
     reference = generate_iris(model, "2", seeds, **kw)
-
-    class Stop(Exception):
-        pass
-
-    def bomb(info: dict) -> None:
-        if info["step"] == 23:
-            raise Stop
-
-    with pytest.raises(Stop):
-        generate_iris(model, "2", seeds, cache_dir=tmp_path, checkpoint_every=10, callback=bomb, **kw)
+    with pytest.raises(Interrupted):
+        generate_iris(model, "2", seeds, cache_dir=tmp_path, checkpoint_every=10, callback=interrupt_at(23), **kw)
     ckpts = [p for p in os.listdir(tmp_path) if p.endswith(".ckpt.pt")]
     assert len(ckpts) == 1 and not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
     steps_seen = []

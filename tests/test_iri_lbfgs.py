@@ -7,7 +7,15 @@ import os
 import numpy as np
 import pytest
 import torch
-from test_iri import _fake_cupy, _one_thread, _rel_error, _tiny_cnn, trained  # noqa: F401 - fixtures
+from test_iri import (  # noqa: F401 - fixtures
+    Interrupted,
+    _fake_cupy,
+    _one_thread,
+    _rel_error,
+    _tiny_cnn,
+    interrupt_at,
+    trained,
+)
 
 from similarity_plugins.iri import generate_iris, optimize_iris
 from similarity_plugins.iri.backends import cupy_backend, numpy_backend, torch_backend
@@ -82,16 +90,8 @@ def test_lbfgs_resume_is_identical(trained, tmp_path):  # noqa: F811 - the fixtu
     model, seeds = trained
     kw = dict(steps=60, tol=1e-2, batch_size=6, optimizer="lbfgs", progress=False, stall_patience=5, phase_steps=5)
     reference = generate_iris(model, "2", seeds, **kw)
-
-    class Stop(Exception):
-        pass
-
-    def bomb(info: dict) -> None:
-        if info["step"] == 27:
-            raise Stop
-
-    with pytest.raises(Stop):
-        generate_iris(model, "2", seeds, cache_dir=tmp_path, checkpoint_every=10, callback=bomb, **kw)
+    with pytest.raises(Interrupted):
+        generate_iris(model, "2", seeds, cache_dir=tmp_path, checkpoint_every=10, callback=interrupt_at(27), **kw)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".pt") and not p.endswith(".ckpt.pt")]
     resumed = generate_iris(model, "2", seeds, cache_dir=tmp_path, checkpoint_every=10, **kw)
     assert resumed.stats["resumed"]

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from test_iri import Interrupted, _digits16, _fit, interrupt_at
 from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
@@ -164,7 +165,6 @@ def test_auto_gives_wide_and_mid_pooled_cuts_without_batchnorm_a_smaller_lr_and_
 @pytest.fixture(scope="module")
 def unnormalized_cnn():
     """A small VGG without BatchNorm, trained 2 epochs on 16x16 digits, and 12 seeds (float64)."""
-    from test_iri import _digits16, _fit
 
     torch.manual_seed(0)
     x, y = _digits16()
@@ -185,16 +185,9 @@ def test_adapted_runs_stay_per_sample_and_resume_bit_identical(unnormalized_cnn,
     numpy = generate_iris(model, "8", seeds, batch_size=5, backend="numpy", **kw)
     torch_ = generate_iris(model, "8", seeds, batch_size=5, backend="torch", **kw)
     assert float((numpy.inputs - torch_.inputs).abs().max()) <= 1e-6
-
-    class Stop(Exception):
-        pass
-
-    def bomb(info: dict) -> None:
-        if info["step"] == 17:
-            raise Stop
-
-    with pytest.raises(Stop):
-        generate_iris(model, "8", seeds, batch_size=5, cache_dir=tmp_path, checkpoint_every=5, callback=bomb, **kw)
+    with pytest.raises(Interrupted):
+        generate_iris(model, "8", seeds, batch_size=5, cache_dir=tmp_path, checkpoint_every=5,
+                      callback=interrupt_at(17), **kw)
     assert [p for p in os.listdir(tmp_path) if p.endswith(".ckpt.pt")]
     resumed = generate_iris(model, "8", seeds, batch_size=5, cache_dir=tmp_path, checkpoint_every=5, **kw)
     assert resumed.stats["resumed"]
