@@ -68,8 +68,9 @@ class FirstOrderStepper:
     def _columns(self, k: int, improved: np.ndarray) -> tuple:
         w, s, run = self.run.w, self.s, self.run
         gain = w.gain[:k] if s.lr_adapt else 1.0
-        lr = s.lr * w.scale[:k] * gain * multiplier(s.schedule, w.t[:k] - w.cycle_start[:k], np.maximum(w.cycle_len[:k], 1),
-                                             floor=s.lr_floor, stages=s.stages)
+        cycle = multiplier(s.schedule, w.t[:k] - w.cycle_start[:k], np.maximum(w.cycle_len[:k], 1),
+                           floor=s.lr_floor, stages=s.stages)
+        lr = s.lr * w.scale[:k] * gain * cycle
         col = lambda a: run.backend.column(np.ascontiguousarray(a, dtype=run.np_dtype), run.device)  # noqa: E731
         if self.adam:
             ta = (w.t_adam[:k] + 1).astype(np.float64)
