@@ -128,12 +128,20 @@ class FirstOrderStepper:
         shrunk = ~done & (w.t[:k] < self.s.steps) & (w.gain[:k] < LR_ADAPT_RESTART_BELOW)
         w.gain[:k] = np.where(shrunk, LR_ADAPT_RESTART_AT, w.gain[:k])
         rows = np.flatnonzero(shrunk if restarted is None else shrunk & ~restarted)
-        if len(rows) == 0:
-            return
+        if len(rows):
+            self._back_to_best(rows)
+
+    def _back_to_best(self, rows: np.ndarray) -> None:
+        """Send ``rows`` back to their best iterate with fresh moments, no last move and a fresh plateau
+        count; one restart each."""
+        w = self.run.w
         r = torch.as_tensor(rows, device=w.device)
         w.x[r] = w.best[r]
-        for name in ("m", "v", "u") if self.adam else ("u",):
-            getattr(w, name)[r] = 0
+        if self.adam:
+            w.m[r] = 0
+            w.v[r] = 0
+        if self.s.lr_adapt:
+            w.u[r] = 0   # the jump back to the best iterate is not a step
         w.t_adam[rows] = 0
         w.since[rows] = 0
         w.ref_err[rows] = w.best_err[rows]
@@ -151,20 +159,10 @@ class FirstOrderStepper:
         rows = np.flatnonzero(ended | stuck)
         if len(rows) == 0:
             return ended | stuck
-        r = torch.as_tensor(rows, device=w.device)
-        w.x[r] = w.best[r]
-        if self.adam:
-            w.m[r] = 0
-            w.v[r] = 0
-        if s.lr_adapt:
-            w.u[r] = 0   # the jump back to the best iterate is not a step
-        w.t_adam[rows] = 0
+        self._back_to_best(rows)
         remaining = s.steps - w.t[rows]
         grown = np.ceil(w.cycle_len[rows] * s.cycle_mult).astype(np.int64)
         w.cycle_len[rows] = np.where(ended[rows], np.minimum(grown, remaining), remaining)
         w.cycle_start[rows] = w.t[rows]
         w.scale[rows] *= np.where(ended[rows], s.cycle_decay, s.restart_decay)
-        w.since[rows] = 0
-        w.ref_err[rows] = w.best_err[rows]
-        self.restarts += len(rows)
         return ended | stuck
