@@ -8,8 +8,8 @@ from test_iri import _digits16, _fit, _load_repo_module, trained  # noqa: F401 -
 from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
+from similarity_plugins.iri.auto import AUTO_LBFGS_MAX_BYTES, AUTO_LBFGS_MIN_COMPRESSION, AUTO_LBFGS_MIN_RELUS, auto_optimizer
 from similarity_plugins.iri.relu import straight_through_relu, surrogate_slopes, trace_front
-from similarity_plugins.iri.settings import AUTO_LBFGS_MAX_BYTES, AUTO_LBFGS_MIN_COMPRESSION, AUTO_LBFGS_MIN_RELUS, auto_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -206,7 +206,7 @@ def test_history_bytes_counts_the_working_batch_not_the_whole_set():
 
 
 def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
-    from similarity_plugins.iri.settings import AUTO_COMPRESSION, AUTO_DEEP_POOLED_RELUS, auto_adam_defaults
+    from similarity_plugins.iri.auto import AUTO_COMPRESSION, AUTO_DEEP_POOLED_RELUS, auto_adam_defaults
 
     n, c = AUTO_DEEP_POOLED_RELUS, AUTO_COMPRESSION
     wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
@@ -260,14 +260,14 @@ def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
 
 
 def test_compresses_needs_both_sizes_and_the_factor():
-    from similarity_plugins.iri.settings import compresses
+    from similarity_plugins.iri.auto import compresses
 
     assert compresses(3072, 1536, 2) and compresses(3072, 512, 4) and not compresses(3072, 1537, 2)
     assert not compresses(0, 512, 2) and not compresses(3072, 0, 2)   # unknown sizes never count
 
 
 def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_momentum():
-    from similarity_plugins.iri.settings import AUTO_DEEP_ADAM, auto_adam_defaults
+    from similarity_plugins.iri.auto import AUTO_DEEP_ADAM, auto_adam_defaults
 
     n = AUTO_LBFGS_MIN_RELUS
     assert AUTO_DEEP_ADAM == {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True, "cycle_decay": 0.5}
@@ -301,8 +301,8 @@ def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_mo
     narrow = nn.Sequential(*model, nn.Conv2d(w, 2, 1)).eval()   # 2x16x16 = 512 values: compressive, L-BFGS
     assert generate_iris(narrow, "6", seeds, steps=5, progress=False).settings["optimizer"] == "lbfgs"
     # ... unless L-BFGS's curvature pairs would not fit in memory: then the same heavy-momentum Adam
+    from similarity_plugins.iri.auto import AUTO_LBFGS_MAX_BYTES
     from similarity_plugins.iri.generate import _settings
-    from similarity_plugins.iri.settings import AUTO_LBFGS_MAX_BYTES
 
     trace = trace_front(narrow, narrow[:7], seeds[:1])
     common = dict(steps=5, tol=1e-2, lr=None, init="noise", seed=0, fake_relu=True)

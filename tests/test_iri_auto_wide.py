@@ -1,4 +1,4 @@
-"""optimizer="auto" at wide pooled cuts (settings.AUTO_WIDE_ADAM), wide ResNet cuts and the small CNNs."""
+"""optimizer="auto" at wide pooled cuts (auto.AUTO_WIDE_ADAM), wide ResNet cuts and the small CNNs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from test_iri_auto import _Block
 from torch import nn
 
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.iri.settings import (
+from similarity_plugins.iri.auto import (
     AUTO_DEEP_ADAM,
     AUTO_DEEP_POOLED_ADAM,
     AUTO_DEEP_POOLED_RELUS,

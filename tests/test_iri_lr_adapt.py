@@ -1,5 +1,5 @@
 """Per-sample step-size adaptation (``lr_adapt``, first_order.py, opt-in) and the auto rule for wide and mid
-pooled cuts of fronts without BatchNorm (settings.AUTO_UNNORMALIZED_WIDE_LR)."""
+pooled cuts of fronts without BatchNorm (auto.AUTO_UNNORMALIZED_WIDE_LR)."""
 
 from __future__ import annotations
 
@@ -13,20 +13,20 @@ from test_iri import Interrupted, _digits16, _fit, interrupt_at
 from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
+from similarity_plugins.iri.auto import (
+    AUTO_COMPRESSIVE_POOLED_ADAM,
+    AUTO_EXPANDING_ADAM,
+    AUTO_UNNORMALIZED_WIDE_LR,
+    AUTO_WIDE_ADAM,
+    auto_adam_defaults,
+)
 from similarity_plugins.iri.first_order import (
     LR_ADAPT_MAX,
     LR_ADAPT_RESTART_AT,
     LR_ADAPT_RESTART_BELOW,
     FirstOrderStepper,
 )
-from similarity_plugins.iri.settings import (
-    AUTO_COMPRESSIVE_POOLED_ADAM,
-    AUTO_EXPANDING_ADAM,
-    AUTO_UNNORMALIZED_WIDE_LR,
-    AUTO_WIDE_ADAM,
-    auto_adam_defaults,
-    make_settings,
-)
+from similarity_plugins.iri.settings import make_settings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

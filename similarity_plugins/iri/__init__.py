@@ -19,7 +19,7 @@ cycles of 150 and folded BatchNorm at shallow pooled cuts with twice the input's
 fronts such as VGG's get their own Adam schedule, chosen by how much the cut compresses the input, and wide
 pooled cuts that nearly pin the image down, and wide strided ResNet cuts such as ResNet-50 ``layer2`` (where
 no optimiser's median reaches 1e-2 within 1,000 steps), one cosine over the budget with leaky gradients, the
-plain loop's schedule (``settings.auto_adam_defaults``).
+plain loop's schedule (``auto.auto_adam_defaults``).
 ``optimize_iris`` on a bare function defaults to Adam.
 ``docs/iri_depth.md`` has the measurements (``scripts/iri_depth_study.py``, ``benchmarks/bench_iri.py``).
 """

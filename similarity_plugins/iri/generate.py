@@ -12,13 +12,14 @@ from torch import nn
 from ..core.networks import SplitNetwork, frozen, model_device
 from ..utils.text import did_you_mean
 from . import cache, sharded
+from .auto import auto_adam_defaults, auto_optimizer
 from .compiled import check_compile
 from .fold import private_front
 from .modular import relu_modules
 from .optimizer import _check_seeds, make_settings, optimize_iris
 from .relu import FrontTrace, front_tensors, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
-from .settings import ADVANCED, AUTO, Settings, auto_adam_defaults, auto_optimizer
+from .settings import ADVANCED, AUTO, Settings
 
 RUN_OPTIONS = ("callback", "profile")
 
@@ -52,7 +53,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     budget; ``tol`` target relative error; ``optimizer`` "auto" (default: "lbfgs" when at least 6 ReLU calls
     follow the front's last max-pool and the cut has at most half the input's values, as at ResNet
     ``layer3`` / ``layer4``, else "adam", with heavy momentum at the other deep ResNet cuts and a schedule for
-    deep max-pool fronts such as VGG's (``settings.auto_adam_defaults``); an option only one of them takes,
+    deep max-pool fronts such as VGG's (``auto.auto_adam_defaults``); an option only one of them takes,
     such as ``cycle_steps`` or ``history``, picks that one (at a deep ResNet cut an Adam option keeps our
     momentum, leak and folding, and a schedule option of yours drops our schedule options); at wide cuts
     that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls, VGG-19's
