@@ -13,6 +13,7 @@ from similarity_plugins.iri.auto import (
     AUTO_DEEP_ADAM,
     AUTO_DEEP_POOLED_ADAM,
     AUTO_DEEP_POOLED_RELUS,
+    AUTO_DEEP_RESNET_COSINE_STRIDE,
     AUTO_EXPANDING_ADAM,
     AUTO_EXPANSION,
     AUTO_SHALLOW_RESNET_RELUS,
@@ -116,6 +117,38 @@ def test_auto_gives_wide_strided_resnet_cuts_one_cosine_and_keeps_heavy_momentum
     assert _picked(resnet(128), "7", seeds) == heavy          # 64x4x4 = 1,024 values (4x) at stride 4
     assert _picked(resnet(128), "9", seeds) == one_cosine     # 128x2x2 = 512 values (2x) at stride 8
     assert _picked(resnet(96), "9", seeds) == heavy           # 96x2x2 = 384 values (1.5x) at stride 8
+
+
+def test_auto_gives_deep_resnet_cuts_at_stride_16_one_cosine_with_heavy_momentum():
+    """Bottleneck ResNets' layer3 / layer4 at 32x32 (4,096 / 2,048 values at stride 16 / 32): AUTO_DEEP_ADAM's
+    momentum, leak and folding, one cosine instead of its cycles (docs/iri_depth.md, round 12)."""
+    assert AUTO_DEEP_RESNET_COSINE_STRIDE == 16
+    cosine = {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True, "cycle_steps": 0}
+    assert auto_adam_defaults(40, {}, None, 3072, 4096, 39, 16) == cosine            # ResNet-50 layer3
+    assert auto_adam_defaults(49, {}, None, 3072, 2048, 48, 32) == cosine            # ResNet-50 layer4
+    assert auto_adam_defaults(10, {}, None, 3072, 2048, 9, 8) == AUTO_DEEP_ADAM      # ResNet-18 layer2: stride 8
+    assert auto_adam_defaults(40, {}, None, 3072, 4096, 39) == AUTO_DEEP_ADAM        # stride unknown
+    assert auto_adam_defaults(40, {}, None, 3072, 1537, 39, 16) == cosine            # the edge: over half ...
+    assert auto_adam_defaults(40, {}, None, 3072, 1536, 39, 16) == {**AUTO_DEEP_ADAM, "lr": 0.1}   # ... half
+    assert auto_adam_defaults(40, {}, 0.1, 3072, 4096, 39, 16) == cosine             # the caller's lr: same schedule
+    ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if k != "cycle_decay"}
+    assert auto_adam_defaults(40, {"cycle_steps": 50}, None, 3072, 4096, 39, 16) == ours   # their schedule
+    assert auto_adam_defaults(40, {"beta1": 0.9}, None, 3072, 4096, 39, 16) == cosine      # not a schedule option
+    torch.manual_seed(0)
+    w = 8   # stem (stride 4), 3 residual blocks, then two stride-2 convolutions: stride 16, no max-pool
+
+    def resnet(channels: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(1, w, 4, stride=4, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+                             *[_Block(w) for _ in range(3)], nn.Conv2d(w, 64, 1, stride=2), nn.ReLU(),
+                             nn.Conv2d(64, channels, 1, stride=2), nn.ReLU()).eval()
+
+    seeds = torch.rand(2, 1, 16, 16)    # 256 pixels
+    one_cosine = ("adam", 0.2, 0, 0.98, 0.1, True, 1.0, "last")
+    heavy = ("adam", 0.2, 300, 0.98, 0.1, True, 0.5, "last")
+    assert _picked(resnet(192), "9", seeds) == one_cosine                 # 192x1x1 values (0.75x) at stride 16
+    assert _picked(resnet(192), "7", seeds) == heavy                      # 64x2x2 = 256 values at stride 8
+    assert _picked(resnet(192), "9", seeds, cycle_steps=300)[2] == 300    # the caller's schedule wins
+    assert _picked(resnet(96), "9", seeds)[0] == "lbfgs"                  # 96 values: compressive
 
 
 def test_auto_gives_shallow_expanding_pooled_cuts_shorter_cycles():

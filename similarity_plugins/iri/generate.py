@@ -59,7 +59,9 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     that nearly pin the image down behind a max-pool (VGG's 3rd and 4th pools behind 6-7 ReLU calls, VGG-19's
     3rd: more values than the input behind 8 or more) and at
     wide strided ResNet cuts (at least twice the input's values at 1/8 of its rows: ResNet-50 ``layer2``) Adam
-    runs one cosine over the budget with leaky gradients, and at shallow pooled cuts with at least twice the
+    runs one cosine over the budget with leaky gradients (heavy momentum's Adam does too at ResNet cuts with
+    more than half the input's values at 1/16 of its rows or less: bottleneck ResNets' ``layer3`` and
+    ``layer4`` at 32x32), and at shallow pooled cuts with at least twice the
     input's values (VGG's 1st and 2nd pools) cycles of 150 with BatchNorm folded; in fronts without
     BatchNorm, such as torchvision's ``vgg16``, the wide and mid pooled cuts run at lr 0.1 and the last pools
     at 0.05; the choice is in ``iris.settings``),
