@@ -128,6 +128,7 @@ def test_auto_gives_deep_resnet_cuts_at_stride_16_one_cosine_with_heavy_momentum
     assert auto_adam_defaults(49, {}, None, 3072, 2048, 48, 32) == cosine            # ResNet-50 layer4
     assert auto_adam_defaults(10, {}, None, 3072, 2048, 9, 8) == AUTO_DEEP_ADAM      # ResNet-18 layer2: stride 8
     assert auto_adam_defaults(40, {}, None, 3072, 4096, 39) == AUTO_DEEP_ADAM        # stride unknown
+    assert auto_adam_defaults(40, {}, None, 0, 0, 39, 16) == AUTO_DEEP_ADAM           # sizes unknown
     assert auto_adam_defaults(40, {}, None, 3072, 1537, 39, 16) == cosine            # the edge: over half ...
     assert auto_adam_defaults(40, {}, None, 3072, 1536, 39, 16) == {**AUTO_DEEP_ADAM, "lr": 0.1}   # ... half
     assert auto_adam_defaults(40, {}, 0.1, 3072, 4096, 39, 16) == cosine             # the caller's lr: same schedule

@@ -127,8 +127,8 @@ AUTO_SHALLOW_RESNET_RELUS = 4
 # layer4 0.0671 (0.0763; 0.0851), ResNet-101 layer3 0.0190 (0.0220; 0.0217), Wide-ResNet-50-2 layer3 0.0138
 # (0.0177; 0.0171); on natural-image patches ResNet-50 layer3 0.0521 (0.0638; 0.0599), layer4 0.0267 (0.0306;
 # 0.0312). ResNet-18 / -34 layer2 (2,048 values at 1/8, converging in AUTO_DEEP_ADAM's first cycle)
-# keep the cycles; AUTO_WIDE_ADAM (beta1 0.9, no leak at the last ReLU) ended behind there (0.0275 / 0.0158 at
-# ResNet-101 / Wide-ResNet-50-2 layer3)
+# keep the cycles. AUTO_WIDE_ADAM (beta1 0.9, leaky gradients at every ReLU call) ended behind this rule at
+# ResNet-101 / Wide-ResNet-50-2 layer3 (0.0275 / 0.0158 against 0.0190 / 0.0138)
 AUTO_DEEP_RESNET_COSINE_STRIDE = 16
 # auto, shallow expanding pooled cuts: fronts that end at a max-pool with fewer than AUTO_WIDE_MIN_RELUS ReLU
 # calls whose cut has at least AUTO_EXPANSION times the input's values (VGG's 1st and 2nd pools at 5.3x and
@@ -198,8 +198,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
       or more and the caller set neither the lr nor a schedule option; else ``AUTO_DEEP_ADAM`` (without its
       restart decay when the caller set a schedule option of their own), plus lr ``AUTO_DEEP_COMPRESSIVE_LR``
       when the cut compresses the input at least ``AUTO_LBFGS_MIN_COMPRESSION``-fold and the caller set no lr,
-      with one cosine over the budget (``cycle_steps`` 0) instead of its cycles when it does not compress it
-      and the stride is ``AUTO_DEEP_RESNET_COSINE_STRIDE`` or more (unless the caller set a schedule option).
+      with one cosine over the budget (``cycle_steps`` 0) instead of its cycles when both sizes are known, the
+      cut does not compress the input and the stride is ``AUTO_DEEP_RESNET_COSINE_STRIDE`` or more (unless
+      the caller set a schedule option).
     - A front ending at or after a max-pool (VGG, small CNNs): {} (Adam's defaults) when the caller set the
       lr or a schedule option (``SCHEDULE_OPTIONS``). Else, "at a pool" meaning that the front ends at a
       max-pool (``ends_at_maxpool``, no ReLU call after it) and "wide" that both sizes are known and the cut
@@ -224,8 +225,9 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
         compressive = compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
         lr_default = {"lr": AUTO_DEEP_COMPRESSIVE_LR} if compressive and lr is None else {}
         ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if not (own_schedule and k in SCHEDULE_OPTIONS)}
-        if stride >= AUTO_DEEP_RESNET_COSINE_STRIDE and not compressive and not own_schedule:
-            ours = {**{k: v for k, v in ours.items() if k != "cycle_decay"}, "cycle_steps": 0}
+        known = input_values > 0 and output_values > 0
+        if known and not compressive and stride >= AUTO_DEEP_RESNET_COSINE_STRIDE and not own_schedule:
+            ours = {**{k: v for k, v in ours.items() if k not in SCHEDULE_OPTIONS}, "cycle_steps": 0}
         return {**ours, **lr_default}
     if lr is not None or own_schedule:
         return {}
