@@ -217,22 +217,22 @@ def auto_adam_defaults(relu_calls: int, options: dict[str, Any], lr: float | Non
     left ``fake_relu="auto"``); callers pop both before merging the rest into the advanced options.
     """
     own_schedule = any(name in options for name in SCHEDULE_OPTIONS)
+    known = input_values > 0 and output_values > 0
+    compressive = compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
+    wide = known and not compressive   # the cut keeps more than half the input's values
     shallow_resnet = AUTO_SHALLOW_RESNET_RELUS <= relus_after_last_maxpool and relu_calls < AUTO_DEEP_POOLED_RELUS
     if relus_after_last_maxpool >= AUTO_LBFGS_MIN_RELUS or shallow_resnet:
-        wide = expands(input_values, output_values, AUTO_WIDE_RESNET_EXPANSION)
-        if wide and stride >= AUTO_WIDE_RESNET_MIN_STRIDE and lr is None and not own_schedule:
+        expanding = expands(input_values, output_values, AUTO_WIDE_RESNET_EXPANSION)
+        if expanding and stride >= AUTO_WIDE_RESNET_MIN_STRIDE and lr is None and not own_schedule:
             return dict(AUTO_WIDE_ADAM)
-        compressive = compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
+        cosine = wide and stride >= AUTO_DEEP_RESNET_COSINE_STRIDE and not own_schedule
+        ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if not ((own_schedule or cosine) and k in SCHEDULE_OPTIONS)}
+        if cosine:
+            ours["cycle_steps"] = 0
         lr_default = {"lr": AUTO_DEEP_COMPRESSIVE_LR} if compressive and lr is None else {}
-        ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if not (own_schedule and k in SCHEDULE_OPTIONS)}
-        known = input_values > 0 and output_values > 0
-        if known and not compressive and stride >= AUTO_DEEP_RESNET_COSINE_STRIDE and not own_schedule:
-            ours = {**{k: v for k, v in ours.items() if k not in SCHEDULE_OPTIONS}, "cycle_steps": 0}
         return {**ours, **lr_default}
     if lr is not None or own_schedule:
         return {}
-    known = input_values > 0 and output_values > 0
-    wide = known and not compresses(input_values, output_values, AUTO_LBFGS_MIN_COMPRESSION)
     at_pool = ends_at_maxpool and relus_after_last_maxpool == 0   # not inside a ResNet block, nor a conv after a pool
     unnormalized = {} if batchnorm else {"lr": AUTO_UNNORMALIZED_WIDE_LR}
     if relu_calls >= AUTO_DEEP_POOLED_RELUS:
