@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> None:
             if plain is not None:
                 q = bench.ratios(plain, r)
                 r.update(q)
-                line += (f" | vs plain lr {plain['lr']} ({'reached' if q['plain_reached'] else 'NEVER reached'}):"
-                         f" work x{q['work_ratio']:.2f} wall x{q['wall_ratio']:.2f}")
+                line += f" | vs plain lr {plain['lr']} ({'reached' if q['plain_reached'] else 'NEVER reached'}): "
+                line += (f"work x{q['work_ratio']:.2f} wall x{q['wall_ratio']:.2f}" if math.isfinite(r["steps_to_1e-2"])
+                         else "no ratio (ours never reached 1e-2)")
             record[name] = r
             print(line, flush=True)
         if args.json:

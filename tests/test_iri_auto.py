@@ -375,6 +375,23 @@ def test_bench_warm_up_touches_no_parameter_gradient():
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_kink_study_measures_where_the_linear_model_of_a_front_breaks():
+    kinks = _load_repo_module("scripts/iri_kinks.py", "iri_kinks_for_test")
+    torch.manual_seed(0)
+    linear = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten()).double()
+    x, d = torch.rand(1, 5, 5, dtype=torch.float64), torch.randn(1, 5, 5, dtype=torch.float64)
+    assert max(kinks.mismatch(linear, x, d, [1e-6, 1e-2, 1.0])) < 1e-9      # no kink: exact at every scale
+    relu = nn.ReLU()
+    at_kink = torch.tensor([[[1e-7, -1e-7, 0.5]]], dtype=torch.float64)   # two units within 1e-7 of their kink
+    along = torch.tensor([[[-1.0, 1.0, 1.0]]], dtype=torch.float64)        # ... both pushed across it
+    small, large = kinks.mismatch(relu, at_kink, along, [1e-9, 1e-3])
+    assert small < 1e-6                                                   # the step stays on its side (rounding)
+    assert large > 0.5                                                    # it crosses both kinks: the model breaks
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2))
+    front = kinks.plain_front(model, "2")
+    assert next(front.parameters()).dtype == torch.float64 and not next(front.parameters()).requires_grad
+    assert next(model.parameters()).dtype == torch.float32 and next(model.parameters()).requires_grad   # untouched
+
 class _FunctionalBlock(nn.Module):
     """A :class:`_Block`'s modules run with functional ReLUs (``F.relu``, ``torch.relu``, ``Tensor.relu_``)."""
 
