@@ -10,7 +10,8 @@ KEY=VALUE`` passes options to it), then, in float64 (so that rounding does not p
 ``|f(x + eps d) - f(x) - eps J d| / |f(x + eps d) - f(x)|`` for every ``eps`` of ``--eps`` (RMS pixel moves),
 at three points per sample: the IRI, its seed and its noise start (``0.5 + randn/20``, the paper's). ``J d`` is
 one forward-mode product (``torch.func.jvp`` on a float64 copy of the front). Printed: the median mismatch
-over samples and directions, per point and ``eps``. The donors and seeds are those of
+over samples and directions, per point and ``eps`` (and for the converged and the unconverged IRIs apart
+when there are both). The donors and seeds are those of
 ``benchmarks/bench_iri.py`` (``IRI_BENCH_DATA=patches`` for natural-image crops). Round 13 of
 docs/iri_depth.md has the figures.
 """
@@ -82,15 +83,20 @@ def main(argv: list[str] | None = None) -> None:
     g = torch.Generator().manual_seed(0)
     print(f"# {args.case} {options or 'defaults'}: {len(seeds)} seeds, IRI median error {iris.summary['median_error']:.4f}, "
           f"{args.directions} directions; median mismatch of the linear model at RMS pixel move eps")
-    print(f"{'point':8s}" + "".join(f"{e:>10g}" for e in eps))
-    for name, points in (("IRI", iris.inputs), ("seed", seeds), ("start", starts)):
+    print(f"{'point':14s}" + "".join(f"{e:>10g}" for e in eps))
+    done = iris.converged
+    groups = [("IRI", iris.inputs), ("seed", seeds), ("start", starts)]
+    if 0 < int(done.sum()) < len(seeds):   # some converged, some not: their IRIs apart too
+        groups[1:1] = [(f"IRI conv ({int(done.sum())})", iris.inputs[done]),
+                       (f"IRI not ({int((~done).sum())})", iris.inputs[~done])]
+    for name, points in groups:
         rows = []
         for x in points.double():
             for _ in range(args.directions):
                 d = torch.randn(x.shape, generator=g, dtype=torch.float64)
                 rows.append(mismatch(front, x, d / d.pow(2).mean().sqrt(), eps))
         med = torch.tensor(rows).median(dim=0).values
-        print(f"{name:8s}" + "".join(f"{v:10.3f}" for v in med.tolist()), flush=True)
+        print(f"{name:14s}" + "".join(f"{v:10.3f}" for v in med.tolist()), flush=True)
 
 
 if __name__ == "__main__":
