@@ -30,7 +30,8 @@ sys.path[:0] = [os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "scripts")]
 
 
 def mismatch(front, x: torch.Tensor, d: torch.Tensor, eps: list[float]) -> list[float]:
-    """Relative mismatch of the linear model of ``front`` at ``x`` (C, H, W) along ``d`` (C, H, W), per ``eps``."""
+    """Relative mismatch of the linear model of ``front`` at ``x`` (C, H, W) along ``d`` (C, H, W), per ``eps``
+    (moves ``eps * d`` in pixel units): ``|f(x + eps d) - f(x) - eps J d| / |f(x + eps d) - f(x)|``, one float each."""
     f = lambda v: front(v[None]).flatten()  # noqa: E731
     fx, jd = torch.func.jvp(f, (x,), (d,))
     out = []
@@ -40,7 +41,7 @@ def mismatch(front, x: torch.Tensor, d: torch.Tensor, eps: list[float]) -> list[
     return out
 
 
-def plain_front(model: torch.nn.Module, layer: str):
+def plain_front(model: torch.nn.Module, layer: str) -> torch.fx.GraphModule:
     """A float64 copy of the layers of ``model`` up to ``layer``, as a plain callable that functorch can
     transform (``SplitNetwork.front`` toggles ``requires_grad``, which functorch refuses)."""
     from similarity_plugins.core.networks import SplitNetwork

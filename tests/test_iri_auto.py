@@ -388,9 +388,12 @@ def test_kink_study_measures_where_the_linear_model_of_a_front_breaks():
     assert small < 1e-6                                                   # the step stays on its side (rounding)
     assert large > 0.5                                                    # it crosses both kinks: the model breaks
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     front = kinks.plain_front(model, "2")
     assert next(front.parameters()).dtype == torch.float64 and not next(front.parameters()).requires_grad
     assert next(model.parameters()).dtype == torch.float32 and next(model.parameters()).requires_grad   # untouched
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()) and model.training
+
 
 class _FunctionalBlock(nn.Module):
     """A :class:`_Block`'s modules run with functional ReLUs (``F.relu``, ``torch.relu``, ``Tensor.relu_``)."""
