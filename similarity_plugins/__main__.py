@@ -1,5 +1,5 @@
 """``python -m similarity_plugins`` runs the command-line interface."""
 
-from .cli.main import main
+from .cli.main import console_main
 
-raise SystemExit(main())
+console_main()

@@ -230,3 +230,34 @@ def test_cli_under_torchrun_writes_one_report_equal_to_one_process(tmp_path):
     for got, ref in zip(dist_report["results"], one_report["results"]):
         assert got["metric"] == ref["metric"] and got["error"] is None
         assert abs(got["score"] - ref["score"]) <= (1e-10 if got["metric"] == "cka-linear" else 0.02)
+
+
+_EXIT_SCRIPT = """
+import atexit, sys
+from similarity_plugins.cli import console_main
+
+class Finaliser:
+    def __del__(self):
+        print("finalised", flush=True)
+
+keep = Finaliser()
+atexit.register(lambda: print("atexit ran", flush=True))
+console_main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("under_torchrun", [True, False])
+def test_the_console_entry_skips_finalisation_only_under_torchrun(under_torchrun):
+    """Under torchrun a rank ends with os._exit after atexit (no racing native threads at teardown)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    if under_torchrun:
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(w.free_port()))
+    else:
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            env.pop(key, None)
+    for argv, code, shows in ((["list"], 0, "cka-linear"), (["no-such-command"], 2, "invalid choice")):
+        proc = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, *argv], capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert proc.returncode == code, proc.stderr[-2000:]
+        assert shows in proc.stdout + proc.stderr and "atexit ran" in proc.stdout
+        assert ("finalised" in proc.stdout) is not under_torchrun

@@ -5,6 +5,6 @@ shared spec loading and option parsing in ``common``, the parser and entry point
 """
 
 from .common import parse_layer, parse_options
-from .main import build_parser, main
+from .main import build_parser, console_main, main
 
-__all__ = ["build_parser", "main", "parse_layer", "parse_options"]
+__all__ = ["build_parser", "console_main", "main", "parse_layer", "parse_options"]

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from . import bench, compare, demo, inspect, iris, study, train
 
@@ -58,3 +60,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if started:
             finish()
+
+
+def console_main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of the console script and of ``python -m similarity_plugins``: exit with ``main``'s code.
+
+    Under torchrun the process ends with ``os._exit`` once ``main`` has written its outputs, destroyed the
+    process group and the ``atexit`` handlers have run: Python's finalisation is skipped, because a
+    native thread (gloo, the autograd engine) that wants the GIL while the interpreter tears down makes
+    CPython 3.11 unwind it through C++, and the rank aborts with "terminate called without an active
+    exception" after the work is done (rare; seen once in CI; docs/scale_out.md).
+    """
+    from ..distributed.world import launched_by_torchrun
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # --help, argparse errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)  # what Python prints for SystemExit("message")
+    if not launched_by_torchrun():
+        raise SystemExit(code)
+    atexit._run_exitfuncs()  # what a normal exit runs before finalisation (logging.shutdown, plugins' handlers)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
