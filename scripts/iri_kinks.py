@@ -37,7 +37,7 @@ def mismatch(front, x: torch.Tensor, d: torch.Tensor, eps: list[float]) -> list[
     out = []
     for e in eps:
         actual = f(x + e * d) - fx
-        out.append(float((actual - e * jd).norm() / actual.norm().clamp_min(1e-300)))
+        out.append(float(((actual - e * jd).norm() / actual.norm().clamp_min(1e-300)).detach()))
     return out
 
 
