@@ -89,7 +89,9 @@ def _worker(rank: int, port: int, out: str) -> None:
     if rank == 0:
         torch.save({"iri_s": iri_s, "stitch_s": stitch_s, "fit_s": fit_s, "score": score, "cpu": cpu,
                     "inputs": iris.inputs, "rank_wall_s": iris.stats.get("rank_wall_s")}, os.path.join(out, "r0.pt"))
-    dist.destroy_process_group()
+    from similarity_plugins.distributed.world import end_rank_process
+
+    end_rank_process(0)  # destroys the group; no interpreter teardown that could abort a finished rank
 
 
 def _free_port() -> int:

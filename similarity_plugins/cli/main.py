@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
 import sys
 from typing import NoReturn, Sequence
 
@@ -65,13 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console_main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script and of ``python -m similarity_plugins``: exit with ``main``'s code.
 
-    Under torchrun the process ends with ``os._exit`` once ``main`` has written its outputs, destroyed the
-    process group and the ``atexit`` handlers have run: Python's finalisation is skipped, because a
-    native thread (gloo, the autograd engine) that wants the GIL while the interpreter tears down makes
-    CPython 3.11 unwind it through C++, and the rank aborts with "terminate called without an active
-    exception" after the work is done (rare; seen once in CI; docs/scale_out.md).
+    Under torchrun the rank ends through :func:`~similarity_plugins.distributed.world.end_rank_process`
+    once ``main`` has written its outputs and destroyed the process group (no Python finalisation, where
+    a native thread can abort a finished rank; docs/scale_out.md). Elsewhere it raises ``SystemExit``.
     """
-    from ..distributed.world import launched_by_torchrun
+    from ..distributed.world import end_rank_process, launched_by_torchrun
 
     try:
         code = main(argv)
@@ -81,7 +77,4 @@ def console_main(argv: Sequence[str] | None = None) -> NoReturn:
             print(exc.code, file=sys.stderr)  # what Python prints for SystemExit("message")
     if not launched_by_torchrun():
         raise SystemExit(code)
-    atexit._run_exitfuncs()  # what a normal exit runs before finalisation (logging.shutdown, plugins' handlers)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    end_rank_process(code)
