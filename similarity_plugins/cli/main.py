@@ -69,12 +69,12 @@ def console_main(argv: Sequence[str] | None = None) -> NoReturn:
     """
     from ..distributed.world import end_rank_process, launched_by_torchrun
 
+    if not launched_by_torchrun():
+        raise SystemExit(main(argv))
     try:
         code = main(argv)
-    except SystemExit as exc:  # --help, argparse errors
+    except SystemExit as exc:  # --help, argparse errors: the code Python would exit with
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if not isinstance(exc.code, (int, type(None))):
             print(exc.code, file=sys.stderr)  # what Python prints for SystemExit("message")
-    if not launched_by_torchrun():
-        raise SystemExit(code)
     end_rank_process(code)
