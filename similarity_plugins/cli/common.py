@@ -107,3 +107,21 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
     p.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
     p.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
+
+
+def add_progress_args(p: argparse.ArgumentParser) -> None:
+    """``--progress`` / ``--no-progress`` on a command that lacks them (bars: only on a terminal by default)."""
+    have = p._option_string_actions
+    if "--progress" not in have:
+        p.add_argument("--progress", dest="progress_always", action="store_true",
+                       help="show progress bars even when stderr is not a terminal")
+    if "--no-progress" not in have:
+        p.add_argument("--no-progress", action="store_true", help="never show progress bars")
+
+
+def progress_of(args: argparse.Namespace) -> "bool | str":
+    """The ``progress`` argument for the library from a command's flags: ``False`` (``--no-progress``),
+    ``"always"`` (``--progress``) or ``True`` (bars only when stderr is a terminal)."""
+    if getattr(args, "no_progress", False):
+        return False
+    return "always" if getattr(args, "progress_always", False) else True

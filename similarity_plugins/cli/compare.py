@@ -15,6 +15,7 @@ from .common import (
     parse_layer,
     parse_options,
     parse_variant_options,
+    progress_of,
 )
 
 
@@ -43,7 +44,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _excess(args, front, end, layer_list, data, options)
     report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
                      seed=args.seed, device=args.device, options=options,
-                     progress=not args.no_progress and _writes_files())
+                     progress=progress_of(args) if _writes_files() else False)
     if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
         return 0 if all(r.error is None for r in report) else 1
     print(report)
@@ -71,7 +72,7 @@ def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, da
     metrics = select_metrics(args.metrics or "stitch-slm,iri-slm")
     start = time.perf_counter()
     rows = excess_agreement(front, end, layer_list, data, metrics, strength=args.cue_strength, seed=args.seed,
-                            options=options, progress=not args.no_progress)
+                            options=options, progress=progress_of(args))
     if not _writes_files():
         return 0
     print(format_excess(rows))
@@ -107,7 +108,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "lists, true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
     p.add_argument("--max-train", type=int, default=None, help="use the first N training samples")
     p.add_argument("--max-test", type=int, default=None, help="use the first N test samples")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--excess-agreement", action="store_true",
                    help="run the unseen-cue experiment instead: train the stitch on data with a label-coded cue "
                         "neither donor saw, report agreement with the end model with and without the cue "

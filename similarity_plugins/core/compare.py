@@ -11,8 +11,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from ..utils.progress import check_progress, progress_bar
 from .context import Context
 from .contract import missing_splits
 from .data import Data
@@ -84,7 +84,7 @@ def compare(
     seed: int = 0,
     device: "str | torch.device | None" = None,
     options: dict | None = None,
-    progress: bool = False,
+    progress: "bool | str" = False,
     context: Context | None = None,
     repeats: int = 1,
 ) -> Report:
@@ -102,6 +102,8 @@ def compare(
     - ``repeats``: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI
       starts); the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95%
       interval over seeds (see :mod:`~.repeats`). Deterministic metrics (CKA) run once.
+    - ``progress``: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal;
+      ``"always"`` bars even into a file or pipe (:mod:`similarity_plugins.utils.progress`).
 
     Returns a :class:`Report`. A metric that raises gets a row with its error; the others still run.
     Unknown layers, metrics and options raise at once, before any work, naming the valid ones
@@ -112,6 +114,7 @@ def compare(
     ``seed`` inside forked generators).
     """
     repeats = check_repeats(repeats)
+    check_progress(progress)
     data = data if data is not None else Data()
     if not isinstance(data, Data):
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
@@ -135,7 +138,7 @@ def compare(
         check_ranks_agree(ctx.world, front, end, data, ([str(p) for p in pairs], names, seed, options))
     results: list[SimilarityResult] = []
     jobs = [(p, n) for p in pairs for n in names]
-    bar = tqdm(jobs, desc="compare", disable=not progress, leave=False)
+    bar = progress_bar(jobs, progress=progress, desc="compare", leave=False)
     with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
         for pair, name in bar:
             bar.set_postfix_str(f"{name} @ {pair}")
