@@ -1,4 +1,5 @@
-"""Shared test configuration: GPU tests skip cleanly without CUDA; trained tiny donors are built once a session.
+"""Shared test configuration: `slow` tests run only with ``--all`` (or ``-m``); GPU tests skip cleanly without
+CUDA; trained tiny donors are built once a session.
 
 No global state is changed at import. Modules with tiny models opt into one intra-op thread with
 ``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` (restored after the module); the session
@@ -20,13 +21,30 @@ from torch.utils.data import TensorDataset
 import similarity_plugins as sp
 
 
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run the whole suite, `slow` tests included (by default they are left out)")
+
+
 def pytest_collection_modifyitems(config, items):
+    _deselect_slow_by_default(config, items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none found)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _deselect_slow_by_default(config, items) -> None:
+    """``python -m pytest`` leaves out tests marked ``slow``; ``--all``, any ``-m`` expression or a test named by
+    its node id (``path::name``) keeps them (docs/testing.md)."""
+    if config.getoption("all") or config.option.markexpr or any("::" in str(arg) for arg in config.args):
+        return
+    slow = [item for item in items if "slow" in item.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if "slow" not in item.keywords]
 
 
 @contextlib.contextmanager
