@@ -3,7 +3,8 @@
 A block is skipped only when the line right before its opening fence is ``<!-- not-run: REASON -->`` with a
 non-empty reason (docs/testing.md). docs/lab/ (research notes, outside the site) is not checked.
 
-- python blocks run in a fresh interpreter (``python -``) in an empty temporary folder;
+- python blocks run as ``python -`` would, each in a fresh process in an empty temporary folder (forked from a
+  server that has imported torch and similarity_plugins once: tests/docs_runner.py);
 - shell blocks run with ``bash -e -o pipefail`` in an empty temporary folder, where ``python`` is this
   interpreter and ``similarity-plugins`` is ``python -m similarity_plugins``; a console block runs its
   ``$ ``-prefixed lines and ignores the output lines.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from docs_runner import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_LANGUAGES = {"python": "python", "py": "python", "bash": "shell", "sh": "shell", "shell": "shell",
@@ -106,11 +108,11 @@ def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess:
     """Run ``block`` in ``cwd`` as the module docstring says; returns the finished process."""
     env = _env()
     if RUN_LANGUAGES[block.language] == "python":
-        argv, text = [sys.executable, "-"], block.code
-    else:
-        env["DOCS_PYTHON"] = sys.executable
-        argv, text = ["bash", "-s"], shell_script(block)
-    return subprocess.run(argv, input=text, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        code, out, err = run_python(block.code, cwd, env, TIMEOUT_S)
+        return subprocess.CompletedProcess(["python", "-"], code, out, err)
+    env["DOCS_PYTHON"] = sys.executable
+    return subprocess.run(["bash", "-s"], input=shell_script(block), cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
 
 
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.id for b in RUN_BLOCKS])
