@@ -73,12 +73,13 @@ def test_cli_into_a_pipe_draws_no_bar_unless_asked(capfd, monkeypatch):
     assert not BAR.search(out + err)
 
 
-@pytest.mark.parametrize("command", ["list", "info", "layers", "compare", "train", "iris", "demo", "study", "bench"])
-def test_every_command_takes_both_flags(command):
+def test_every_command_takes_both_flags():
     from similarity_plugins.cli.main import build_parser
 
-    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
-    assert {"--progress", "--no-progress"} <= set(sub._option_string_actions)
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert {"list", "info", "layers", "compare", "train", "iris", "demo", "study", "bench"} <= set(commands)
+    for name, sub in commands.items():
+        assert {"--progress", "--no-progress"} <= set(sub._option_string_actions), name
 
 
 def test_errors_go_to_stderr_with_exit_2(capfd):
