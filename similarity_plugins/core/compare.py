@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from .context import Context
 from .contract import missing_splits
 from .data import Data
+from .guard import DonorGuard, DonorModified, global_state, settle
 from .manager import get_plugin_manager
 from .networks import _check_layer, model_device, preserved
 from .ranks import agree_on_result, check_ranks_agree
@@ -134,13 +135,14 @@ def compare(
     if ctx.world.distributed:  # every rank must hold the same models, data and settings
         check_ranks_agree(ctx.world, front, end, data, ([str(p) for p in pairs], names, seed, options))
     results: list[SimilarityResult] = []
+    guard = DonorGuard({"front": front_run, "end": end_run})  # checks and restores the donors after each metric
     jobs = [(p, n) for p in pairs for n in names]
     bar = tqdm(jobs, desc="compare", disable=not progress, leave=False)
     with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
         for pair, name in bar:
             bar.set_postfix_str(f"{name} @ {pair}")
             run = lambda s: _run_metric(pm, name, pair, front_run, end_run, data, ctx,  # noqa: E731
-                                        metric_options[name], s, device, cuda_rng)
+                                        metric_options[name], s, device, cuda_rng, guard)
             deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
             results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=ctx))
     meta = {
@@ -158,7 +160,8 @@ def compare(
 
 
 def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module, data: Data, ctx: Context,
-                options: dict, seed: int, device: torch.device, cuda_rng: bool = False) -> SimilarityResult:
+                options: dict, seed: int, device: torch.device, cuda_rng: bool = False,
+                guard: DonorGuard | None = None) -> SimilarityResult:
     layer_str = str(pair)
     if name in pm.load_errors:
         return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer_str)
@@ -172,9 +175,11 @@ def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module
     }
     start = time.perf_counter()
     error = None
+    memo_before, saved = set(ctx.memo), global_state()
     try:
-        seed_all(seed, cuda=cuda_rng)
-        value = impl.function(**{a: arguments[a] for a in impl.argnames})
+        with isolated_rng(device):
+            seed_all(seed, cuda=cuda_rng)
+            value = impl.function(**{a: arguments[a] for a in impl.argnames})
         result = _to_result(value, name, layer_str)
         if result.score is not None and not math.isfinite(result.score):
             result.details.setdefault("warnings", []).append(f"score is {result.score}")
@@ -182,6 +187,10 @@ def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module
         result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
                                   f"{type(exc).__name__}: {exc}", layer_str)
         error = exc
+    if guard is not None:  # the donors and torch's settings as they were; a changed donor fails the row
+        result = settle(result, guard, ctx.memo, memo_before, saved)
+        if error is None and result.error:  # under torchrun: reported on every rank like a raised error
+            error = DonorModified(result.error.partition(": ")[2])
     result.seconds = time.perf_counter() - start
     if ctx.world.distributed:
         result = agree_on_result(ctx.world, result, error)

@@ -1,0 +1,189 @@
+"""The fault campaign of issue 31: plugins that change the donors, lying caches, bad values, unwritable outputs,
+hanging metrics. Each case asserts the behaviour that makes the fault visible instead of silently wrong."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from models_for_tests import assert_unchanged, snapshot, tiny_cnn
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import similarity_plugins as sp
+from similarity_plugins.core.data import Data
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _data(n_train: int = 48, n_test: int = 40) -> Data:
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(n_train, 1, 16, 16, generator=g)
+    y = torch.randint(0, 10, (n_train,), generator=g)
+    return Data(train=TensorDataset(x, y), test=TensorDataset(x[:n_test], y[:n_test]))
+
+
+def _plugin(action, name: str = "meddler"):
+    """A metric plugin that does ``action(front, end)`` and returns 0.5."""
+    class Meddler:
+        needs = ("test",)
+
+        def similarity(self, front, end, layer, data, context):
+            action(front, end)
+            context.activations(front, layer.front, "test")   # cached while the donor is changed
+            return 0.5
+    Meddler.similarity = sp.hookimpl(Meddler.similarity)
+    return Meddler
+
+
+def _negate_conv(front, end):
+    with torch.no_grad():
+        front.block1[0].weight.mul_(-1)
+
+
+def _bn_mean(front, end):
+    front.block1[1].running_mean.fill_(3.0)
+
+
+def _grad_off(front, end):
+    torch.set_grad_enabled(False)
+
+
+def _default_double(front, end):
+    torch.set_default_dtype(torch.float64)
+
+
+def _hook(front, end):
+    end.block2.register_forward_hook(lambda m, i, o: o * 0)
+    front.block1.register_forward_pre_hook(lambda m, i: None)
+
+
+def _replace_module(front, end):
+    front.block1[2] = nn.Tanh()
+
+
+def _replace_parameter(front, end):
+    end.fc.weight = nn.Parameter(torch.zeros_like(end.fc.weight))
+
+
+def _to_double(front, end):
+    front.double()
+
+
+def _padding(front, end):
+    front.block1[0].padding = (2, 2)
+
+
+def _bn_eps(front, end):
+    front.block1[1].eps = 10.0
+
+
+def _rng(front, end):
+    torch.rand(5)
+    np.random.rand(5)
+    random.random()
+
+
+CASES = [
+    (_negate_conv, "block1.0.weight values changed"),
+    (_bn_mean, "block1.1.running_mean values changed"),
+    (_hook, "forward hooks on block2"),
+    (_replace_module, "submodules of block1 replaced"),
+    (_replace_parameter, "parameters of fc replaced"),
+    (_to_double, "block1.0.weight moved to torch.float64"),
+    (_padding, "settings of block1.0 (padding)"),
+    (_bn_eps, "settings of block1.1 (eps)"),
+]
+
+
+@pytest.fixture
+def donors():
+    front, end = tiny_cnn(seed=0), tiny_cnn(seed=1)
+    front.eval()
+    end.eval()
+    return front, end
+
+
+@pytest.mark.parametrize("action,expected", CASES, ids=[c[0].__name__.strip("_") for c in CASES])
+def test_a_plugin_that_changes_a_donor_gets_an_error_row_and_the_donors_are_restored(fresh_manager, donors, action,
+                                                                                       expected):
+    front, end = donors
+    data = _data()
+    before = snapshot(front), snapshot(end)
+    baseline = sp.compare(front, end, "block2", data, "cka-linear")["cka-linear"].score
+    sp.register_metric(_plugin(action), "meddler")
+    report = sp.compare(front, end, "block2", data, ["meddler", "cka-linear"])
+    row = report["meddler"]
+    assert row.score is None
+    assert "DonorModified" in row.error and "'meddler'" in row.error and expected in row.error, row.error
+    assert report["cka-linear"].ok
+    assert report["cka-linear"].score == baseline   # the later metric saw the original donors, nothing cached stale
+    assert_unchanged(front, before[0])
+    assert_unchanged(end, before[1])
+    assert [type(m) for m in front.modules()] == [type(m) for m in tiny_cnn().modules()]
+    assert not front.block1._forward_pre_hooks and not end.block2._forward_hooks
+    assert front.block1[0].padding == (1, 1) and front.block1[1].eps == 1e-5
+    assert sp.compare(front, end, "block2", data, "cka-linear")["cka-linear"].score == baseline
+
+
+@pytest.mark.parametrize("action,setting", [(_grad_off, "grad mode"), (_default_double, "default dtype")])
+def test_global_torch_settings_are_restored_after_every_metric(fresh_manager, donors, action, setting):
+    front, end = donors
+    sp.register_metric(_plugin(action), "meddler")
+    report = sp.compare(front, end, "block2", _data(), ["meddler", "stitch-slm"],
+                        options={"epochs": 1, "batch_size": 16})
+    assert report["meddler"].ok and setting in " ".join(report["meddler"].details["warnings"])
+    assert report["stitch-slm"].ok, report["stitch-slm"].error   # trains a stitch: needs grad mode, float32
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+
+
+def test_random_generators_are_the_callers_after_compare_and_each_metric_starts_seeded(fresh_manager, donors):
+    front, end = donors
+    draws = []
+
+    class Draw:
+        @sp.hookimpl
+        def similarity(self, front):
+            draws.append(float(torch.rand(1)))
+            _rng(None, None)
+            return draws[-1]
+
+    sp.register_metric(_plugin(_rng), "meddler")
+    sp.register_metric(Draw, "draw")
+    torch.manual_seed(123)
+    np.random.seed(5)
+    random.seed(7)
+    states = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    sp.compare(front, end, "block2", _data(), ["draw", "meddler", "draw"], seed=3)
+    sp.compare(front, end, "block2", _data(), ["meddler", "draw"], seed=3)
+    assert draws[0] == draws[1]   # the same seeded start whatever ran before
+    assert torch.equal(torch.get_rng_state(), states[0])
+    assert (np.random.get_state()[1] == states[1]).all() and random.getstate() == states[2]
+
+
+def test_a_metric_that_raises_after_changing_a_donor_reports_both(fresh_manager, donors):
+    front, end = donors
+    before = snapshot(front)
+
+    def fail(front, end):
+        _negate_conv(front, end)
+        raise RuntimeError("boom")
+
+    sp.register_metric(_plugin(fail), "meddler")
+    row = sp.compare(front, end, "block2", _data(), "meddler")["meddler"]
+    assert "block1.0.weight values changed" in row.error and "boom" in row.error
+    assert_unchanged(front, before)
+
+
+def test_the_guard_costs_little_and_nan_weights_count_as_unchanged(donors):
+    from similarity_plugins.core.guard import DonorGuard, same_bits
+
+    front, end = donors
+    with torch.no_grad():
+        front.fc.bias[0] = float("nan")
+    guard = DonorGuard({"front": front, "end": end})
+    assert guard.check() is None
+    assert same_bits(torch.tensor([float("nan")]), torch.tensor([float("nan")]))
+    assert not same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
