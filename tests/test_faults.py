@@ -187,3 +187,120 @@ def test_the_guard_costs_little_and_nan_weights_count_as_unchanged(donors):
     assert guard.check() is None
     assert same_bits(torch.tensor([float("nan")]), torch.tensor([float("nan")]))
     assert not same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+
+
+# ----------------------------------------------------------------------------- cache keys and verified files
+
+
+def _variants():
+    """The three changes of issue 31 that keep every tensor: BatchNorm eps, conv dilation+padding, pool padding."""
+    def bn(m):
+        m.block1[1].eps = 10.0
+
+    def conv(m):
+        m.block1[0].dilation, m.block1[0].padding = (2, 2), (2, 2)
+
+    def pool(m):
+        m.block1[3].padding = 1
+
+    return {"bn-eps": bn, "conv-dilation": conv, "pool-padding": pool}
+
+
+def _iri_kw(tmp_path, **kw):
+    return dict(steps=4, batch_size=8, progress=False, cache_dir=tmp_path, optimizer="adam", **kw)
+
+
+def test_module_settings_enter_every_cache_key(tmp_path):
+    import copy
+
+    from similarity_plugins.core.parallel import module_digest
+    from similarity_plugins.iri import generate_iris
+
+    model = tiny_cnn().eval()
+    seeds = torch.rand(8, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    base = generate_iris(model, "block2", seeds, **_iri_kw(tmp_path))
+    keys, digests = {base.key}, {module_digest([model])}
+    for name, change in _variants().items():
+        variant = copy.deepcopy(model)
+        change(variant)
+        iris = generate_iris(variant, "block2", seeds, **_iri_kw(tmp_path))
+        assert not iris.stats.get("from_cache"), name   # a cached set of the original would be wrong here
+        keys.add(iris.key)
+        digests.add(module_digest([variant]))
+    assert len(keys) == 4 and len(digests) == 4
+    again = generate_iris(model, "block2", seeds, **_iri_kw(tmp_path))
+    assert again.stats.get("from_cache") and torch.equal(again.inputs, base.inputs)
+
+
+def _only(folder, suffix):
+    import os
+
+    files = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(suffix)]
+    assert len(files) == 1, files
+    return files[0]
+
+
+def test_a_tampered_or_truncated_iri_cache_file_is_a_corrupt_miss_and_recomputed(tmp_path):
+    from similarity_plugins.iri import generate_iris
+    from similarity_plugins.utils.digest import CorruptFileWarning
+
+    model = tiny_cnn().eval()
+    seeds = torch.rand(8, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    fresh = generate_iris(model, "block2", seeds, **_iri_kw(tmp_path))
+    path = _only(tmp_path, "iris-" + fresh.key + ".pt")
+    record = torch.load(path, weights_only=True)
+    record["payload"]["inputs"].fill_(7.0)            # edited inside a valid file, digest left as it was
+    record["payload"]["rel_error"].zero_()
+    torch.save(record, path)
+    with pytest.warns(CorruptFileWarning, match="corrupt"):
+        again = generate_iris(model, "block2", seeds, **_iri_kw(tmp_path))
+    assert not again.stats.get("from_cache") and torch.equal(again.inputs, fresh.inputs)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])    # truncated
+    with pytest.warns(CorruptFileWarning, match="corrupt"):
+        third = generate_iris(model, "block2", seeds, **_iri_kw(tmp_path))
+    assert torch.equal(third.inputs, fresh.inputs)
+    assert generate_iris(model, "block2", seeds, **_iri_kw(tmp_path)).stats.get("from_cache")   # rewritten whole
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_at(step):
+    def callback(info):
+        if info["step"] == step:
+            raise _Stop
+    return callback
+
+
+@pytest.mark.parametrize("damage", ["edited", "truncated"])
+def test_a_damaged_checkpoint_is_corrupt_not_another_run_and_the_run_starts_over(tmp_path, damage):
+    import warnings
+
+    from similarity_plugins.iri import generate_iris
+    from similarity_plugins.utils.digest import CorruptFileWarning
+
+    model = tiny_cnn().eval()
+    seeds = torch.rand(8, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    kw = _iri_kw(tmp_path, checkpoint_every=2)
+    kw.update(steps=12, batch_size=4)
+    reference = generate_iris(model, "block2", seeds, **{**kw, "cache_dir": tmp_path / "ref"})
+    with pytest.raises(_Stop):
+        generate_iris(model, "block2", seeds, callback=_stop_at(5), **kw)
+    path = _only(tmp_path, ".ckpt.pt")
+    if damage == "edited":
+        record = torch.load(path, weights_only=True)
+        record["payload"]["out_err"].zero_()            # "every sample converged"
+        torch.save(record, path)
+    else:
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[:-300])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed = generate_iris(model, "block2", seeds, **kw)
+    messages = [str(w.message) for w in caught]
+    assert any(issubclass(w.category, CorruptFileWarning) and "corrupt" in str(w.message) for w in caught), messages
+    assert not any("another run" in m for m in messages), messages
+    assert not resumed.stats.get("resumed")
+    assert torch.equal(resumed.inputs, reference.inputs) and torch.equal(resumed.rel_error, reference.rel_error)

@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
 
+from .fingerprint import module_settings
+
 __all__ = ["DonorGuard", "global_state", "restore_global_state", "same_bits"]
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
@@ -93,7 +95,7 @@ class DonorGuard:
         for mname, m in model.named_modules(remove_duplicate=False):
             modules[mname] = _Module(m, m.training, dict(m._modules), {h: dict(getattr(m, h, {})) for h in _HOOK_DICTS},
                                      {"_parameters": dict(m._parameters), "_buffers": dict(m._buffers)},
-                                     _plain_attributes(m))
+                                     module_settings(m))
             for kind in ("_parameters", "_buffers"):
                 for local, t in getattr(m, kind).items():
                     if t is None:
@@ -142,7 +144,7 @@ class DonorGuard:
                     now.update(before)
             if m.training != saved.training:
                 m.training = saved.training   # a flag: restored silently (as preserved() always did)
-            attributes = _plain_attributes(m)
+            attributes = module_settings(m)
             if attributes != saved.attributes:
                 changed = sorted(k for k in set(attributes) | set(saved.attributes)
                                  if attributes.get(k, _MISSING) != saved.attributes.get(k, _MISSING))
@@ -176,18 +178,6 @@ class DonorGuard:
 
 
 _MISSING = object()
-_PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.Size)
-
-
-def _plain_attributes(m: nn.Module) -> dict[str, Any]:
-    """The plain public attributes of a module (stride, padding, eps, inplace, ...), ``training`` excepted."""
-    out = {}
-    for k, v in vars(m).items():
-        if k.startswith("_") or k == "training":
-            continue
-        if isinstance(v, _PLAIN) or (isinstance(v, (tuple, list)) and all(isinstance(x, _PLAIN) for x in v)):
-            out[k] = tuple(v) if isinstance(v, list) else v
-    return out
 
 
 def _diff_keys(now: Any, before: dict) -> str:
