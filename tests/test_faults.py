@@ -304,3 +304,187 @@ def test_a_damaged_checkpoint_is_corrupt_not_another_run_and_the_run_starts_over
     assert not any("another run" in m for m in messages), messages
     assert not resumed.stats.get("resumed")
     assert torch.equal(resumed.inputs, reference.inputs) and torch.equal(resumed.rel_error, reference.rel_error)
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+
+
+def _cli(*args):
+    from similarity_plugins.cli.main import main
+
+    return main(list(args))
+
+
+CMP = ["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "block2", "--data", "digits",
+       "--metrics", "cka-linear", "--max-test", "64", "--no-progress"]
+
+
+def _no_work(monkeypatch):
+    """Make any comparison or training fail the test: the output checks must come first."""
+    import similarity_plugins.cli.common as common
+
+    monkeypatch.setattr(common, "load_data", lambda *a, **k: pytest.fail("work started before the output check"))
+
+
+@pytest.mark.parametrize("case", ["folder", "under-a-file", "read-only", "same-file"])
+@pytest.mark.parametrize("command", ["compare", "train", "iris"])
+def test_unwritable_outputs_are_refused_before_any_work(tmp_path, capsys, monkeypatch, case, command):
+    _no_work(monkeypatch)
+    (tmp_path / "a-file").write_text("x")
+    bad = {"folder": str(tmp_path), "under-a-file": str(tmp_path / "a-file" / "r.json"),
+           "read-only": "/proc/similarity-plugins-test/r.json", "same-file": str(tmp_path / "r.npz")}[case]
+    args = {"compare": CMP + ["--out", str(tmp_path / "r.npz"), "--csv", bad],
+            "train": ["train", "--model", "small-cnn", "--data", "digits", "--out", bad],
+            "iris": ["iris", "--model", "small-cnn", "--layer", "block1", "--data", "digits", "--out",
+                     str(tmp_path / "r.npz"), "--gallery", bad]}[command]
+    if case == "same-file" and command == "train":
+        pytest.skip("train writes one file")
+    assert _cli(*args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert bad in err or (case == "read-only" and "/proc" in err), err
+    assert not (tmp_path / "r.npz").exists()
+
+
+def test_compare_writes_its_outputs_whole_with_the_umask_modes_and_through_symlinks(tmp_path, capsys):
+    import json
+    import os
+    import stat
+
+    existing = tmp_path / "r.json"
+    existing.write_text("old")
+    os.chmod(existing, 0o640)
+    target = tmp_path / "real.csv"
+    target.write_text("old")
+    os.chmod(target, 0o664)
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    fresh = tmp_path / "sub" / "r2.json"
+    old = os.umask(0o027)
+    try:
+        assert _cli(*CMP, "--out", str(existing), "--csv", str(link)) == 0
+        assert _cli(*CMP, "--out", str(fresh)) == 0
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
+    assert mode(existing) == 0o640 and mode(target) == 0o664 and mode(fresh) == 0o640
+    assert link.is_symlink() and target.read_text().startswith("metric,layer,score")
+    assert json.loads(existing.read_text())["results"][0]["metric"] == "cka-linear"
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]
+
+
+def test_write_all_leaves_no_output_when_one_fails(tmp_path, monkeypatch):
+    import os
+
+    from similarity_plugins.utils import io
+
+    a, b = tmp_path / "a.json", tmp_path / "b.csv"
+    real = os.replace
+    calls = []
+
+    def flaky(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(io.os, "replace", flaky)
+    with pytest.raises(OSError):
+        io.write_all({str(a): "x", str(b): "y"})
+    assert not a.exists() and not b.exists() and not os.listdir(tmp_path)
+    monkeypatch.setattr(io.os, "replace", real)
+    with pytest.raises(IsADirectoryError):
+        io.write_all({str(a): "x", str(tmp_path): "y"})
+    assert not os.listdir(tmp_path)
+
+
+def test_the_cli_turns_an_oserror_into_one_line_naming_the_path(capsys, monkeypatch):
+    import similarity_plugins.cli.compare as cli_compare
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied", "/data/secret/x.pt")
+
+    monkeypatch.setattr(cli_compare, "load_data", denied)
+    assert _cli(*CMP) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: cannot use '/data/secret/x.pt': Permission denied"
+
+
+# -------------------------------------------------------------------------------------- timeout and Ctrl-C
+
+
+def test_a_metric_over_its_timeout_gets_an_error_row_and_can_no_longer_touch_anything(fresh_manager, donors):
+    import threading
+    import time
+
+    front, end = donors
+    before = snapshot(front), snapshot(end)
+    data = _data()
+    baseline = sp.compare(front, end, "block2", data, "cka-linear")["cka-linear"].score
+    late_write = threading.Event()
+
+    class Sleeper:
+        @sp.hookimpl
+        def similarity(self, front, context):
+            time.sleep(1.0)
+            with torch.no_grad():
+                for p in front.parameters():
+                    p.zero_()          # too late: these are private copies nobody uses any more
+            context.memo.clear()
+            late_write.set()
+            return 1.0
+
+    sp.register_metric(Sleeper, "sleeper")
+    start = time.perf_counter()
+    report = sp.compare(front, end, ["block2", "block3"], data, ["sleeper", "cka-linear"], timeout=0.3)
+    assert time.perf_counter() - start < 5
+    for layer in ("block2", "block3"):
+        row = report["sleeper", layer]
+        assert row.score is None and row.error.startswith("MetricTimeout") and "0.3 s" in row.error
+    assert report["cka-linear", "block2"].score == baseline
+    assert late_write.wait(5)
+    assert_unchanged(front, before[0])
+    assert_unchanged(end, before[1])
+    assert sp.compare(front, end, "block2", data, "cka-linear", timeout=5)["cka-linear"].score == baseline
+    with pytest.raises(ValueError, match="timeout"):
+        sp.compare(front, end, "block2", data, "cka-linear", timeout=-1)
+
+
+class _CtrlC:
+    @sp.hookimpl
+    def similarity(self, front):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_raises_in_python_with_the_finished_rows_and_the_donors_restored(fresh_manager, donors):
+    front, end = donors
+    before = snapshot(front)
+
+    def meddle_then_stop(front, end):
+        _negate_conv(front, end)
+        raise KeyboardInterrupt
+
+    sp.register_metric(_CtrlC, "ctrl-c")
+    sp.register_metric(_plugin(meddle_then_stop), "stop")
+    with pytest.raises(KeyboardInterrupt) as caught:
+        sp.compare(front, end, "block2", _data(), ["cka-linear", "ctrl-c", "cka-debiased"])
+    report = caught.value.report
+    assert report.meta["interrupted"] and report["cka-linear"].ok
+    assert [r.error.split(":")[0] for r in report.results[1:]] == ["KeyboardInterrupt"] * 2
+    with pytest.raises(KeyboardInterrupt):
+        sp.compare(front, end, "block2", _data(), ["stop"])
+    assert_unchanged(front, before)
+
+
+def test_ctrl_c_in_the_cli_writes_the_finished_rows_marked_interrupted_and_exits_130(fresh_manager, tmp_path, capsys):
+    import json
+
+    sp.register_metric(_CtrlC, "ctrl-c")
+    out, table = tmp_path / "r.json", tmp_path / "r.csv"
+    args = [a if a != "cka-linear" else "cka-linear,ctrl-c" for a in CMP]
+    assert _cli(*args, "--out", str(out), "--csv", str(table)) == 130
+    report = json.loads(out.read_text())
+    assert report["meta"]["interrupted"] is True
+    rows = {r["metric"]: r for r in report["results"]}
+    assert rows["cka-linear"]["score"] > 0 and rows["ctrl-c"]["error"].startswith("KeyboardInterrupt")
+    assert "KeyboardInterrupt" in table.read_text() and "interrupted" in capsys.readouterr().out

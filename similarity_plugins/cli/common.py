@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, Sequence
 
 from ..utils.text import parse_assignment, parse_assignments
@@ -107,3 +108,31 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
     p.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
     p.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
+
+
+def check_outputs(paths: dict[str, Any]) -> None:
+    """Refuse, before any work, the output paths that cannot be written: ``{"--out": path, "--csv": path}``
+    (None entries are skipped). Raises ``ValueError`` naming the option, the path and the reason (a folder,
+    a read-only file or folder, a path under a file, the same path twice); the CLI exits 2 on it."""
+    from ..utils.io import unwritable_reason, write_target
+
+    seen: dict[str, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        reason = unwritable_reason(path)
+        if reason is not None:
+            raise ValueError(f"cannot write {option} {str(path)!r}: {reason}")
+        target = os.path.abspath(write_target(path))
+        if target in seen:
+            raise ValueError(f"{option} and {seen[target]} name the same file {str(path)!r}; give each its own")
+        seen[target] = option
+
+
+def write_outputs(files: dict[str, Any]) -> None:
+    """Write ``{path: text or bytes}`` all-or-none (:func:`~similarity_plugins.utils.io.write_all`) and print
+    ``wrote PATH`` for each; None paths are skipped."""
+    from ..utils.io import write_all
+
+    for path in write_all({p: c for p, c in files.items() if p is not None}):
+        print(f"wrote {path}")

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_model_args, add_variant_args, apply_variant, load_data, load_model, parse_variant_options
+from .common import (
+    add_model_args,
+    add_variant_args,
+    apply_variant,
+    check_outputs,
+    load_data,
+    load_model,
+    parse_variant_options,
+)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -12,6 +20,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..apps.zoo import split_model_spec
     from ..datasets.variants import PixelShortcut, variant_class
 
+    check_outputs({"--out": args.out})   # before any training
     data = load_data(args.data, args.max_train)
     model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
     variant_options = parse_variant_options(args.variant_option)
