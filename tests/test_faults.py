@@ -488,3 +488,104 @@ def test_ctrl_c_in_the_cli_writes_the_finished_rows_marked_interrupted_and_exits
     rows = {r["metric"]: r for r in report["results"]}
     assert rows["cka-linear"]["score"] > 0 and rows["ctrl-c"]["error"].startswith("KeyboardInterrupt")
     assert "KeyboardInterrupt" in table.read_text() and "interrupted" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------- bad values
+
+
+def _split(n=40, *, x=None, y=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, 16, 16, generator=g) if x is None else x
+    y = torch.randint(0, 10, (n,), generator=g) if y is None else y
+    return TensorDataset(x, y)
+
+
+def _nan_images():
+    x = torch.rand(40, 1, 16, 16, generator=torch.Generator().manual_seed(1))
+    x[7, 0, 3, 3] = float("nan")
+    return x
+
+
+STITCH = {"epochs": 1, "batch_size": 16}
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+@pytest.mark.parametrize("bad,message", [
+    ({"x": "nan"}, "NaN or Inf inputs (sample 7"),
+    ({"y": torch.rand(40) * 9}, "torch.float32 labels"),
+    ({"y": torch.full((40,), -1)}, "negative label"),
+], ids=["nan-inputs", "float-labels", "negative-labels"])
+def test_bad_values_in_a_split_give_the_metrics_that_read_it_an_error_row(donors, split, bad, message):
+    front, end = donors
+    kw = {k: (_nan_images() if v == "nan" else v) for k, v in bad.items()}
+    data = Data(**{split: _split(**kw), ("test" if split == "train" else "train"): _split(seed=2)})
+    report = sp.compare(front, end, "block2", data, ["cka-linear", "stitch-slm"], options=STITCH)
+    readers = ["cka-linear", "stitch-slm"] if split == "test" else ["stitch-slm"]
+    for row in report:
+        if row.metric in readers:
+            assert row.score is None and message in row.error and f"the {split} split" in row.error, row.error
+        else:
+            assert row.ok, row.error
+
+
+def test_labels_beyond_the_models_classes_are_refused(donors):
+    front, end = donors
+    y = torch.randint(0, 10, (40,), generator=torch.Generator().manual_seed(0))
+    y[3] = 12
+    report = sp.compare(front, end, "block2", Data(train=_split(seed=2), test=_split(y=y)), ["stitch-slm"],
+                        options=STITCH)
+    import re
+
+    assert re.search(r"label.* 12,? but the (end )?model has 10 (classes|outputs)", report["stitch-slm"].error)
+
+
+@pytest.mark.parametrize("options,metric,message", [
+    ({"max_samples": -5}, "cka-linear", "option max_samples: expected a positive whole number"),
+    ({"max_samples": 0}, "cka-linear", "option max_samples: expected a positive whole number"),
+    ({"max_train": 0, **STITCH}, "stitch-slm", "option max_train: expected a positive whole number"),
+    ({"iri_tol": "abc"}, "iri-slm", "option iri_tol: expected a number, got 'abc'"),
+    ({"epochs": "five"}, "stitch-slm", "option epochs: expected a whole number, got 'five'"),
+])
+def test_bad_option_values_give_that_metric_an_error_row_naming_the_option(donors, options, metric, message):
+    front, end = donors
+    report = sp.compare(front, end, "block2", _data(), [metric, "cka-debiased"], options={metric: options})
+    assert report[metric].score is None and message in report[metric].error, report[metric].error
+    assert report["cka-debiased"].ok
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--max-test", "-5"], "argument --max-test: expected a positive whole number"),
+    (["--max-train", "0"], "argument --max-train: expected a positive whole number"),
+    (["--option", "iri_tol=abc", "--metrics", "iri-slm"], "option iri_tol: expected a number, got 'abc'"),
+    (["--option", "max_samples=0"], "option max_samples: expected a positive whole number"),
+    (["--front", "small-cnn?in_channels=3"], "in_channels=3 in the model spec 'small-cnn?in_channels=3' disagrees"),
+    (["--in-channels", "3"], "--in-channels 3 disagrees with the data"),
+    (["--timeout", "0"], "timeout: expected a positive number"),
+])
+def test_the_cli_refuses_bad_values_before_any_work_naming_the_option(capsys, extra, message):
+    args = list(CMP)
+    for flag in ("--front", "--metrics"):
+        if flag in extra:
+            i = args.index(flag)
+            del args[i:i + 2]
+    with pytest.raises(SystemExit) if extra[0].startswith("--max") else _nothing():
+        code = _cli(*args, *extra)
+        assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_cli_refuses_zero_seed_and_train_limits(capsys):
+    for args in (["iris", "--model", "small-cnn", "--layer", "block1", "--data", "digits", "--max-seeds", "0",
+                  "--out", "x.npz"],
+                 ["train", "--model", "small-cnn", "--data", "digits", "--max-train", "-1", "--out", "x.pt"]):
+        with pytest.raises(SystemExit) as exit_:
+            _cli(*args)
+        assert exit_.value.code == 2 and "expected a positive whole number" in capsys.readouterr().err
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

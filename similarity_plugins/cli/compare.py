@@ -11,26 +11,30 @@ from .common import (
     add_model_args,
     add_variant_args,
     apply_variant,
+    check_metric_options,
     check_outputs,
     load_data,
     load_model,
     parse_layer,
     parse_options,
     parse_variant_options,
+    positive_int,
     write_outputs,
 )
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..core.compare import compare
+    from ..core.isolation import check_timeout
     from ..core.registry import options_for_metrics, select_metrics
 
     check_outputs({"--out": args.out, "--csv": args.csv})   # before any work (exit 2 naming the path)
+    check_timeout(args.timeout)
     options = parse_options(args.option or [])
     if args.epochs is not None:
         options["epochs"] = args.epochs
     default = "stitch-slm,iri-slm" if args.excess_agreement else None
-    options_for_metrics(select_metrics(args.metrics or default), options)  # refuse bad names before loading anything
+    check_metric_options(options_for_metrics(select_metrics(args.metrics or default), options))  # before any work
     data = load_data(args.data, args.max_train, args.max_test)
     if args.variant:
         from ..core.data import Data
@@ -110,8 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="a metric option (METRIC.KEY=VALUE for one metric); repeatable. Values: JSON numbers, "
                         "lists, true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
-    p.add_argument("--max-train", type=int, default=None, help="use the first N training samples")
-    p.add_argument("--max-test", type=int, default=None, help="use the first N test samples")
+    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training samples")
+    p.add_argument("--max-test", type=positive_int, default=None, help="use the first N test samples")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="wall-clock limit in seconds for each metric at each layer; a late one gets a timeout error row "

@@ -6,7 +6,7 @@ import argparse
 
 from ..iri.settings import ADVANCED, OPTIMIZERS
 from ..utils.text import did_you_mean, parse_assignments
-from .common import add_model_args, check_outputs, load_data, load_model, subset, write_outputs
+from .common import add_model_args, check_outputs, load_data, load_model, positive_int, subset, write_outputs
 
 
 def cmd_iris(args: argparse.Namespace) -> int:
@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", required=True)
     p.add_argument("--data", required=True, help="DATA spec (its train split seeds the IRIs)")
     p.add_argument("--split", default="train", choices=["train", "test"])
-    p.add_argument("--max-seeds", type=int, default=None, help="use the first N samples as seeds")
+    p.add_argument("--max-seeds", type=positive_int, default=None, help="use the first N samples as seeds")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--tol", type=float, default=1e-2)
     p.add_argument("--optimizer", default="auto", choices=["auto", *OPTIMIZERS],

@@ -12,6 +12,7 @@ from .common import (
     load_data,
     load_model,
     parse_variant_options,
+    positive_int,
 )
 
 
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eps", type=float, default=0.1, help="PGD radius in pixel units ([0,1] inputs)")
     p.add_argument("--device", default=None)
     p.add_argument("--out", required=True, help="where to save the weights (.pt state dict)")
-    p.add_argument("--max-train", type=int, default=None)
+    p.add_argument("--max-train", type=positive_int, default=None)
     p.add_argument("--no-progress", action="store_true")
     add_model_args(p)
     p.set_defaults(func=cmd_train)

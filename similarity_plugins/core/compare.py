@@ -25,6 +25,7 @@ from .registry import options_for_metrics, select_metrics
 from .repeats import check_repeats, is_deterministic, run_repeated
 from .results import LayerPair, Report, SimilarityResult, as_layer_pair
 from .rng import isolated_rng, seed_all
+from .values import check_option_values
 
 LayerSpec = "str | tuple[str, str] | LayerPair"
 
@@ -184,7 +185,7 @@ def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, opti
     ctx.seed = seed
     if name in pm.load_errors:
         return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer_str)
-    missing = missing_splits(name, pm.info[name].needs, data)
+    missing = missing_splits(name, pm.info[name].needs, data) or check_option_values(options, pm.info[name].options)
     if missing:
         return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer_str)
     impl = pm.hookimpl_for(name)
