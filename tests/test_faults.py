@@ -589,3 +589,22 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+@pytest.mark.slow
+def test_a_timeout_on_one_rank_is_an_error_on_every_rank_at_once(tmp_path):
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    import dist_workers
+
+    results = dist_workers.run_ranks(["rank_timeout"], str(tmp_path), timeout_s=30, join_timeout_s=120)
+    outcomes = [results[r]["rank_timeout"] for r in (0, 1)]
+    assert all(status == "ok" for status, _ in outcomes), outcomes
+    (rows0, seconds0), (rows1, seconds1) = (value for _, value in outcomes)
+    assert rows0 == rows1
+    hung, later = rows0
+    assert hung[2] is None and "rank 1 of 2 failed: MetricTimeout" in hung[3], hung
+    assert later[2] is None and "timed out under torchrun" in later[3], later
+    assert seconds0 < 10 and seconds1 < 10

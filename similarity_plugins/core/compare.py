@@ -183,8 +183,9 @@ def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, opti
     layer_str = str(pair)
     ctx, front, end = donors.ctx, donors.front, donors.end
     ctx.seed = seed
-    if name in pm.load_errors:
-        return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer_str)
+    if name in pm.load_errors or donors.halted:
+        return SimilarityResult(name, None, {}, 0.0, pm.load_errors.get(name) or f"MetricTimeout: {donors.halted}",
+                                layer_str)
     missing = missing_splits(name, pm.info[name].needs, data) or check_option_values(options, pm.info[name].options)
     if missing:
         return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer_str)
@@ -225,5 +226,6 @@ def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, opti
             "the global random generators with this metric)")
     result.seconds = time.perf_counter() - start
     if ctx.world.distributed:
-        result = agree_on_result(ctx.world, result, error)
+        result = agree_on_result(donors.world, result, error)
+        donors.after_agreement(result)
     return result

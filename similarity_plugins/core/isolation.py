@@ -82,6 +82,10 @@ class Donors:
         self.timeout = timeout
         self.ctx = ctx
         self.abandoned: list[threading.Thread] = []
+        self.halted: str | None = None
+        # under torchrun with a timeout, rows are agreed on a channel of their own (an abandoned call may sit in a
+        # collective of the services' channel); created here, at the same point on every rank
+        self.world = ctx.world.control() if timeout is not None and ctx.world.distributed else ctx.world
         self._make()
 
     def _make(self) -> None:
@@ -91,6 +95,15 @@ class Donors:
             front, end = front_copy, front_copy if end is self._sources[0] else copy.deepcopy(end)
         self.front, self.end = front, end
         self.guard = DonorGuard({"front": front, "end": end})
+
+    def after_agreement(self, result: Any) -> None:
+        """Under torchrun: once any rank's call timed out (the agreed row says so), stop running metrics on every
+        rank: the abandoned thread may still be in a collective on the services' channel, where later metrics
+        would pair up with it. The later rows get :attr:`halted` as their error."""
+        if self.world.distributed and result.error and MetricTimeout.__name__ in result.error and self.halted is None:
+            self.halted = (f"not run: {result.metric!r} at layer {result.layer} timed out under torchrun, and its "
+                           "abandoned call may still be inside a collective; rerun without the slow metric or with a "
+                           "longer --timeout")
 
     @property
     def running(self) -> int:
