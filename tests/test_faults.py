@@ -326,8 +326,9 @@ def _no_work(monkeypatch):
     monkeypatch.setattr(common, "load_data", lambda *a, **k: pytest.fail("work started before the output check"))
 
 
-@pytest.mark.parametrize("case", ["folder", "under-a-file", "read-only", "same-file"])
-@pytest.mark.parametrize("command", ["compare", "train", "iris"])
+@pytest.mark.parametrize("command,case", [(c, k) for c in ("compare", "train", "iris")
+                                          for k in ("folder", "under-a-file", "read-only", "same-file")
+                                          if (c, k) != ("train", "same-file")])   # train writes one file
 def test_unwritable_outputs_are_refused_before_any_work(tmp_path, capsys, monkeypatch, case, command):
     _no_work(monkeypatch)
     (tmp_path / "a-file").write_text("x")
@@ -337,8 +338,6 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path, capsys, monkey
             "train": ["train", "--model", "small-cnn", "--data", "digits", "--out", bad],
             "iris": ["iris", "--model", "small-cnn", "--layer", "block1", "--data", "digits", "--out",
                      str(tmp_path / "r.npz"), "--gallery", bad]}[command]
-    if case == "same-file" and command == "train":
-        pytest.skip("train writes one file")
     assert _cli(*args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -174,6 +174,25 @@ def compare(
     return Report(results, meta)
 
 
+def _after_call(result: SimilarityResult, error: BaseException | None, donors: Donors, memo_before: set,
+                saved: dict) -> tuple[SimilarityResult, BaseException | None]:
+    """After one metric call: a timed-out call leaves its copies and context to its thread (later calls get new
+    ones); any other call's donors and torch settings are checked and restored (:func:`~.guard.settle`), and a
+    changed donor becomes the row's error (an exception, so that under torchrun every rank reports it)."""
+    if isinstance(error, MetricTimeout):
+        restore_global_state(saved)
+        donors.renew(memo_before, error)
+        return result, error
+    result = settle(result, donors.guard, donors.ctx.memo, memo_before, saved)
+    if error is None and result.error:
+        error = DonorModified(result.error.partition(": ")[2])
+    if donors.running:
+        result.details.setdefault("warnings", []).append(
+            f"{donors.running} timed-out metric thread(s) of this call were still running (they share CPU time and "
+            "the global random generators with this metric)")
+    return result, error
+
+
 def _interrupted(name: str, pair: LayerPair) -> SimilarityResult:
     return SimilarityResult(name, None, {}, 0.0, "KeyboardInterrupt: interrupted before this metric finished", str(pair))
 
@@ -213,17 +232,7 @@ def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, opti
     except KeyboardInterrupt:
         settle(SimilarityResult(name, None), donors.guard, ctx.memo, memo_before, saved)  # the donors restored first
         raise
-    if isinstance(error, MetricTimeout):  # its thread still holds the copies and the context: later calls get new ones
-        restore_global_state(saved)
-        donors.renew(memo_before, error)
-    else:  # the donors and torch's settings as they were; a changed donor fails the row
-        result = settle(result, donors.guard, ctx.memo, memo_before, saved)
-        if error is None and result.error:  # under torchrun: reported on every rank like a raised error
-            error = DonorModified(result.error.partition(": ")[2])
-    if donors.running and not isinstance(error, MetricTimeout):
-        result.details.setdefault("warnings", []).append(
-            f"{donors.running} timed-out metric thread(s) of this call were still running (they share CPU time and "
-            "the global random generators with this metric)")
+    result, error = _after_call(result, error, donors, memo_before, saved)
     result.seconds = time.perf_counter() - start
     if ctx.world.distributed:
         result = agree_on_result(donors.world, result, error)

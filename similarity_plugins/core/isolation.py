@@ -80,6 +80,8 @@ class Donors:
     def __init__(self, front: nn.Module, end: nn.Module, ctx: Context, timeout: float | None = None) -> None:
         self._sources = (front, end)
         self.timeout = timeout
+        if timeout is not None:  # a memo of this call's own: an abandoned thread must not write into a caller's context
+            ctx.memo = dict(ctx.memo)
         self.ctx = ctx
         self.abandoned: list[threading.Thread] = []
         self.halted: str | None = None
