@@ -607,3 +607,14 @@ def test_a_timeout_on_one_rank_is_an_error_on_every_rank_at_once(tmp_path):
     assert hung[2] is None and "rank 1 of 2 failed: MetricTimeout" in hung[3], hung
     assert later[2] is None and "timed out under torchrun" in later[3], later
     assert seconds0 < 10 and seconds1 < 10
+
+
+def test_a_reused_context_forgets_a_model_changed_in_place_between_calls(donors):
+    front, end = donors
+    data = _data()
+    ctx = sp.Context(data)
+    first = sp.compare(front, end, "block2", data, "cka-linear", context=ctx)["cka-linear"].score
+    assert sp.compare(front, end, "block2", data, "cka-linear", context=ctx)["cka-linear"].score == first
+    front.block1[1].eps = 10.0      # the user changes a setting between the calls
+    changed = sp.compare(front, end, "block2", data, "cka-linear", context=ctx)["cka-linear"].score
+    assert changed == sp.compare(front, end, "block2", data, "cka-linear")["cka-linear"].score != first

@@ -17,7 +17,7 @@ from .context import Context
 from .contract import missing_splits
 from .data import Data
 from .guard import DonorModified, global_state, restore_global_state, settle
-from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout
+from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
 from .manager import get_plugin_manager
 from .networks import _check_layer, model_device, preserved
 from .ranks import agree_on_result, check_ranks_agree
@@ -141,6 +141,7 @@ def compare(
         ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
     else:  # reuse the caches (keyed by model, layer and split) with this call's settings
         ctx = context.for_call(data, seed=seed, device=device, options=options, progress=progress)
+        forget_changed_donors(ctx, (front_run, end_run))  # a model changed in place since: its entries go
     if ctx.world.distributed:  # every rank must hold the same models, data and settings
         check_ranks_agree(ctx.world, front, end, data, ([str(p) for p in pairs], names, seed, options))
     results: list[SimilarityResult] = []
