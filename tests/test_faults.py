@@ -618,3 +618,14 @@ def test_a_reused_context_forgets_a_model_changed_in_place_between_calls(donors)
     front.block1[1].eps = 10.0      # the user changes a setting between the calls
     changed = sp.compare(front, end, "block2", data, "cka-linear", context=ctx)["cka-linear"].score
     assert changed == sp.compare(front, end, "block2", data, "cka-linear")["cka-linear"].score != first
+
+
+@pytest.mark.gpu
+def test_a_plugin_that_moves_a_donor_to_another_device_is_caught_and_undone(fresh_manager, donors):
+    front, end = donors
+    before = snapshot(front)
+    sp.register_metric(_plugin(lambda f, e: f.cuda()), "mover")
+    row = sp.compare(front, end, "block2", _data(), "mover")["mover"]
+    assert row.score is None and "block1.0.weight moved to torch.float32 on cuda:0" in row.error, row.error
+    assert all(t.device.type == "cpu" for t in list(front.parameters()) + list(front.buffers()))
+    assert_unchanged(front, before)
