@@ -58,6 +58,11 @@ def _default_double(front, end):
 def _hook(front, end):
     end.block2.register_forward_hook(lambda m, i, o: o * 0)
     front.block1.register_forward_pre_hook(lambda m, i: None)
+    end.fc.register_full_backward_hook(lambda m, gi, go: None)
+
+
+def _global_hook(front, end):
+    torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)
 
 
 def _replace_module(front, end):
@@ -90,6 +95,7 @@ CASES = [
     (_negate_conv, "block1.0.weight values changed"),
     (_bn_mean, "block1.1.running_mean values changed"),
     (_hook, "forward hooks on block2"),
+    (_global_hook, "torch's global module hooks (global_forward_hooks)"),
     (_replace_module, "submodules of block1 replaced"),
     (_replace_parameter, "parameters of fc replaced"),
     (_to_double, "block1.0.weight moved to torch.float64"),
@@ -123,7 +129,8 @@ def test_a_plugin_that_changes_a_donor_gets_an_error_row_and_the_donors_are_rest
     assert_unchanged(front, before[0])
     assert_unchanged(end, before[1])
     assert [type(m) for m in front.modules()] == [type(m) for m in tiny_cnn().modules()]
-    assert not front.block1._forward_pre_hooks and not end.block2._forward_hooks
+    assert not front.block1._forward_pre_hooks and not end.block2._forward_hooks and not end.fc._backward_hooks
+    assert not torch.nn.modules.module._global_forward_hooks
     assert front.block1[0].padding == (1, 1) and front.block1[1].eps == 1e-5
     assert sp.compare(front, end, "block2", data, "cka-linear")["cka-linear"].score == baseline
 
