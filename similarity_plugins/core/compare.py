@@ -144,35 +144,35 @@ def compare(
         forget_changed_donors(ctx, (front_run, end_run))  # a model changed in place since: its entries go
     if ctx.world.distributed:  # every rank must hold the same models, data and settings
         check_ranks_agree(ctx.world, front, end, data, ([str(p) for p in pairs], names, seed, options))
-    results: list[SimilarityResult] = []
     donors = Donors(front_run, end_run, ctx, timeout)  # guarded after each metric; private copies with a timeout
-    jobs = [(p, n) for p in pairs for n in names]
-    bar = tqdm(jobs, desc="compare", disable=not progress, leave=False)
-    meta = {
-        "front": type(front).__name__,
-        "end": type(end).__name__,
-        "layers": [str(p) for p in pairs],
-        "metrics": names,
-        "seed": seed,
-        "repeats": repeats,
-        "device": str(device),
-        "torch": torch.__version__,
-        "world_size": ctx.world.size,
-    }
-    try:
-        with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
-            for pair, name in bar:
-                bar.set_postfix_str(f"{name} @ {pair}")
-                run = lambda s: _run_metric(pm, name, pair, donors, data, metric_options[name], s,  # noqa: E731
-                                            device, cuda_rng)
-                deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
-                results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=donors.ctx))
-    except KeyboardInterrupt as exc:  # the finished rows travel with the exception (the CLI writes them)
-        exc.report = Report(results + [_interrupted(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
-        raise
+    meta = {"front": type(front).__name__, "end": type(end).__name__, "layers": [str(p) for p in pairs],
+            "metrics": names, "seed": seed, "repeats": repeats, "device": str(device), "torch": torch.__version__,
+            "world_size": ctx.world.size}
+    with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
+        results = _run_jobs([(p, n) for p in pairs for n in names], pm, donors, data, metric_options, seed, repeats,
+                            device, cuda_rng, progress, meta)
     if donors.abandoned:
         meta["abandoned_threads"] = donors.running
     return Report(results, meta)
+
+
+def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data, metric_options: dict, seed: int,
+              repeats: int, device: torch.device, cuda_rng: bool, progress: bool, meta: dict) -> list[SimilarityResult]:
+    """One row per (layer pair, metric) job, in order. On Ctrl-C the ``KeyboardInterrupt`` gets a ``report``
+    attribute: the rows that finished, the others marked interrupted, ``meta["interrupted"]`` true."""
+    results: list[SimilarityResult] = []
+    bar = tqdm(jobs, desc="compare", disable=not progress, leave=False)
+    try:
+        for pair, name in bar:
+            bar.set_postfix_str(f"{name} @ {pair}")
+            run = lambda s: _run_metric(pm, name, pair, donors, data, metric_options[name], s,  # noqa: E731
+                                        device, cuda_rng)
+            deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
+            results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=donors.ctx))
+    except KeyboardInterrupt as exc:  # the finished rows travel with the exception (the CLI writes them)
+        exc.report = Report(results + [_interrupted(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
+        raise
+    return results
 
 
 def _after_call(result: SimilarityResult, error: BaseException | None, donors: Donors, memo_before: set,
