@@ -203,7 +203,8 @@ def test_device_argument_runs_metrics_on_a_copy(data, fresh_manager):
     sp.register_metric(similarity, "vandal")
     before = snapshot(a)
     report = sp.compare(a, a, "block1", data, metrics="vandal", device="cpu:0")
-    assert report["vandal"].score == 1.0 and report.meta["device"] == "cpu:0"
+    assert report.meta["device"] == "cpu:0"   # the copy is guarded too: the vandal's row is an error
+    assert report["vandal"].score is None and "block1.0.weight values changed" in report["vandal"].error
     assert seen == {"front_is_users": False, "end_is_users": False, "device": torch.device("cpu", 0)}
     assert_unchanged(a, before)
     copied = sp.compare(a, a, "block1", data, metrics="cka-linear", device="cpu:0")
