@@ -148,6 +148,7 @@ def compare(
         "end": type(end).__name__,
         "layers": [str(p) for p in pairs],
         "metrics": names,
+        "kinds": {n: pm.info[n].kind for n in names},
         "seed": seed,
         "repeats": repeats,
         "device": str(device),

@@ -38,6 +38,11 @@ option                      default      meaning
 Details add the IRI quality (``iri_median_error``, ``iri_p95_error``, ``iri_converged_fraction``,
 ``iri_mean_seed_distance`` and the full ``iri`` summary). When the median error is above ``iri_tol``
 the result carries a warning: unconverged IRIs make the score meaningless.
+
+What the score means is declared as for the ``stitch-*`` metrics: a similarity, no declared range
+(relative accuracy), asymmetric, no exact invariance (the stitch absorbs an affine map of the front's
+channels only as far as its training finds it; the IRIs depend on the front's function alone, not on
+how its activations are coordinatised, but not exactly so for the optimiser that generates them).
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ class _IRIPlugin:
     objective = "hlm"
     needs = ("train", "test")
     options = iri_options()
+    kind = "similarity"
+    range = None  # relative accuracy, as for stitch-*
+    symmetric = False
+    invariances = ()  # see the module docstring
+    activations_only = False  # it generates inputs through the front model
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
