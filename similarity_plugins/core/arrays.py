@@ -142,12 +142,12 @@ def _index_rows(value: Any, n: int, key: str) -> torch.Tensor:
     rows = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
     if rows.dtype == torch.bool:
         raise TypeError(f"split[{key!r}] is a boolean mask; pass the row indices (np.flatnonzero(mask))")
+    if rows.numel() == 0:
+        raise ValueError(f"split[{key!r}] is empty")
     if rows.dim() != 1 or rows.is_floating_point() or rows.is_complex():
         raise TypeError(f"split[{key!r}] must be a 1-D array of integer row indices, got {rows.dtype} of shape "
                         f"{tuple(rows.shape)}")
     rows = rows.long()
-    if len(rows) == 0:
-        raise ValueError(f"split[{key!r}] is empty")
     if int(rows.min()) < 0 or int(rows.max()) >= n:
         raise ValueError(f"split[{key!r}] has row indices outside [0, {n}) (the arrays have {n} rows)")
     if len(torch.unique(rows)) != len(rows):
@@ -218,7 +218,7 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
     n = len(sides[front])
     if given is not None:
         rows = given if info.needs is None or "train" in info.needs else {"test": given["test"]}
-        note = "given: " + " / ".join(f"{len(r)} {k} rows" for k, r in rows.items())
+        note = "given: " + " / ".join(f"{len(r)} {k}" for k, r in rows.items()) + " rows"
     elif "train" in (info.needs or ()):
         rows = drawn_split(n, seed)
         note = (f"drawn: seeded 80/20 permutation of the rows (seed {seed}): "
