@@ -29,6 +29,16 @@ class _Rows:
                             "dtype": str(train.dtype), "width": int(test.shape[1])}}
 
 
+class _Described(_Rows):
+    """Describes its own use of the splits in details["split"]."""
+
+    @sp.hookimpl
+    def similarity(self, front, end, layer, context, options):
+        result = _Rows.similarity(self, front, end, layer, context, options)
+        result["details"]["split"] = "fitted on train, scored on test"
+        return result
+
+
 class _TestRows:
     """Reads the test split only."""
 
@@ -70,7 +80,7 @@ class _Models:
 
 @pytest.fixture
 def registered(fresh_manager):
-    for name, plugin in {"rows": _Rows, "test-rows": _TestRows, "sneaky": _Sneaky, "raises": _Raises,
+    for name, plugin in {"rows": _Rows, "described": _Described, "test-rows": _TestRows, "sneaky": _Sneaky, "raises": _Raises,
                          "models": _Models}.items():
         sp.register_metric(plugin, name)
     return fresh_manager
@@ -104,6 +114,12 @@ def test_a_train_metric_uses_the_documented_seeded_split(registered, n, seed):
     assert other.details["test_rows"] == list(range(n)) and "split" not in other.details
 
 
+def test_a_metrics_own_split_text_is_kept_before_the_note(registered):
+    report = sp.score(_indexed(10), _indexed(10), metrics="described")
+    assert report["described"].details["split"] == ("fitted on train, scored on test; drawn: seeded 80/20 permutation "
+                                                    "of the rows (seed 0): 8 train / 2 test rows")
+
+
 def test_the_drawn_split_differs_between_seeds():
     assert drawn_split(100, 0)["test"].tolist() != drawn_split(100, 1)["test"].tolist()
     assert drawn_split(100, 3)["test"].tolist() == drawn_split(100, 3)["test"].tolist()
@@ -134,7 +150,7 @@ def test_default_selection_is_every_activations_only_metric(registered):
     report = sp.score(x, x + 1.0)
     expected = [n for n in sp.list_metrics() if sp.metric_info(n).activations_only]
     assert report.metrics == expected and "models" not in expected and "stitch-slm" not in expected
-    assert {"rows", "test-rows", "sneaky", "raises"} <= set(expected)
+    assert {"rows", "described", "test-rows", "sneaky", "raises"} <= set(expected)
     assert report["raises"].error == "RuntimeError: boom" and report["test-rows"].score == pytest.approx(1.0)
     assert "sneaky" in report.metrics and "declare needs = ('train', 'test')" in report["sneaky"].error
 

@@ -13,7 +13,8 @@ rows of the given arrays: ``front`` stands for ``x``, ``end`` for ``y``, and the
   and scores on test) uses a seeded 80/20 split of the rows, the same for every such metric: the first
   ``max(1, round(N / 5))`` entries of ``torch.randperm(N, generator=torch.Generator().manual_seed(seed))``
   are the test rows, the others the train rows, both kept in their original order
-  (``details["split"]`` says so). Every other metric reads all N rows as its test split.
+  (``details["split"]`` says so, after the metric's own text there if it wrote one). Every other metric
+  reads all N rows as its test split.
 """
 
 from __future__ import annotations
@@ -228,7 +229,8 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
     ctx = ArrayContext(sides, rows, seed=seed, device=sides[front].device, options=options)
     result = _run_metric(pm, name, PAIR, front, end, ctx.data, ctx, options, seed, sides[front].device, cuda_rng)
     if note and name not in pm.load_errors:
-        result.details.setdefault("split", note)
+        own = result.details.get("split")  # a metric may describe its own use of the splits: keep it, add ours
+        result.details["split"] = note if own in (None, "", note) else f"{own}; {note}"
         overlap = _overlap(rows)
         if overlap and "train" in (info.needs or ()):
             result.details.setdefault("warnings", []).append(f"train and test share {overlap} rows")
