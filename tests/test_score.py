@@ -135,7 +135,7 @@ def test_a_given_split_decides_the_rows_of_every_metric(registered):
     assert report["test-rows"].details["split"] == "given: 3 test rows"
     assert report.meta["split"] == "given"
     only_test = sp.score(x, x, metrics="rows,test-rows", split={"test": [1, 2]})
-    assert "needs the training split" in only_test["rows"].error and only_test["test-rows"].ok
+    assert "split has no 'train'" in only_test["rows"].error and only_test["test-rows"].ok
 
 
 def test_overlapping_train_and_test_rows_carry_a_warning(registered):
@@ -325,3 +325,28 @@ def test_a_pt_file_cannot_run_code(registered, tmp_path, capsys):
     assert main(["score", str(tmp_path / "a.npy"), str(tmp_path / "evil.pt"), "--metrics", "test-rows"]) == 2
     captured = capsys.readouterr()
     assert "pwned" not in captured.out and f"cannot read {tmp_path / 'evil.pt'}" in captured.err
+
+
+def test_return_forms_and_broken_plugins_give_rows_as_in_compare(registered):
+    class Inf:
+        activations_only = True
+
+        @sp.hookimpl
+        def similarity(self):
+            return float("inf")
+
+    class Nothing:
+        activations_only = True
+
+        @sp.hookimpl
+        def similarity(self):
+            return None
+
+    sp.register_metric(Inf, "inf")
+    sp.register_metric(Nothing, "nothing")
+    registered.load_reference("broken", "no_such_module_here:Plugin", "broken-dist")
+    report = sp.score(_indexed(6), _indexed(6), metrics="inf,nothing,broken,test-rows")
+    assert report["inf"].details["warnings"] == ["score is inf"]
+    assert report["nothing"].error.startswith("TypeError: the plugin returned None")
+    assert "broken-dist failed to load: ModuleNotFoundError" in report["broken"].error
+    assert report["test-rows"].ok

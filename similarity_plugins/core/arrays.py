@@ -19,20 +19,23 @@ rows of the given arrays: ``front`` stands for ``x``, ``end`` for ``y``, and the
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
 
 from .activations import flatten
-from .compare import _run_metric
+from .compare import _short_traceback, _to_result
 from .context import Context
+from .contract import missing_splits
 from .data import Data
 from .manager import get_plugin_manager
 from .parallel import World
 from .registry import options_for_metrics, select_metrics
 from .results import LayerPair, Report, SimilarityResult
-from .rng import isolated_rng
+from .rng import isolated_rng, seed_all
 
 __all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
 
@@ -217,6 +220,10 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
                                 f"(it does not declare activations_only); use similarity_plugins.compare(front, end, "
                                 f"layer, data) or `similarity-plugins compare`", str(PAIR))
     n = len(sides[front])
+    if given is not None and "train" in (info.needs or ()) and "train" not in given:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {name} fits on train rows and scores on test rows, "
+                                f"but split has no 'train'; pass split={{'train': rows, 'test': rows}}, or split=None "
+                                f"for a seeded 80/20 split", str(PAIR))
     if given is not None:
         rows = given if info.needs is None or "train" in info.needs else {"test": given["test"]}
         note = "given: " + " / ".join(f"{len(r)} {k}" for k, r in rows.items()) + " rows"
@@ -227,13 +234,39 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
     else:
         rows, note = {"test": torch.arange(n)}, None
     ctx = ArrayContext(sides, rows, seed=seed, device=sides[front].device, options=options)
-    result = _run_metric(pm, name, PAIR, front, end, ctx.data, ctx, options, seed, sides[front].device, cuda_rng)
+    result = _call_metric(pm, name, front, end, ctx, options, seed, cuda_rng)
     if note and name not in pm.load_errors:
         own = result.details.get("split")  # a metric may describe its own use of the splits: keep it, add ours
         result.details["split"] = note if own in (None, "", note) else f"{own}; {note}"
         overlap = _overlap(rows)
         if overlap and "train" in (info.needs or ()):
             result.details.setdefault("warnings", []).append(f"train and test share {overlap} rows")
+    return result
+
+
+def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, options: dict, seed: int,
+                 cuda_rng: bool) -> SimilarityResult:
+    """One metric's row, as ``compare`` makes it (load error, missing split, return forms, error rows), without
+    the donor guards: there are no models to guard."""
+    layer = str(PAIR)
+    if name in pm.load_errors:
+        return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer)
+    missing = missing_splits(name, pm.info[name].needs, ctx.data)
+    if missing:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer)
+    impl = pm.hookimpl_for(name)
+    arguments = {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": dict(options),
+                 "context": ctx, "seed": seed, "device": ctx.device}
+    start = time.perf_counter()
+    try:
+        seed_all(seed, cuda=cuda_rng)
+        result = _to_result(impl.function(**{a: arguments[a] for a in impl.argnames}), name, layer)
+        if result.score is not None and not math.isfinite(result.score):
+            result.details.setdefault("warnings", []).append(f"score is {result.score}")
+    except Exception as exc:  # noqa: BLE001 - one metric's failure must not stop the others
+        result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
+                                  f"{type(exc).__name__}: {exc}", layer)
+    result.seconds = time.perf_counter() - start
     return result
 
 
