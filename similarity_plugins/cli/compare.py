@@ -10,7 +10,6 @@ from .common import (
     add_model_args,
     add_variant_args,
     apply_variant,
-    emit_report,
     load_data,
     load_model,
     parse_layer,
@@ -47,7 +46,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      progress=not args.no_progress and _writes_files())
     if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
         return 0 if all(r.error is None for r in report) else 1
-    return emit_report(report, args.out, args.csv, time.perf_counter() - start)
+    print(report)
+    print(f"\n{len(report)} results in {time.perf_counter() - start:.1f} s")
+    if args.out:
+        report.to_json(args.out)
+        print(f"wrote {args.out}")
+    if args.csv:
+        report.to_csv(args.csv)
+        print(f"wrote {args.csv}")
+    return 0 if all(r.error is None for r in report) else 1
 
 
 def _writes_files() -> bool:
