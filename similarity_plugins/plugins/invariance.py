@@ -38,11 +38,6 @@ option                      default      meaning
 Details add the IRI quality (``iri_median_error``, ``iri_p95_error``, ``iri_converged_fraction``,
 ``iri_mean_seed_distance`` and the full ``iri`` summary). When the median error is above ``iri_tol``
 the result carries a warning: unconverged IRIs make the score meaningless.
-
-What the score means is declared as for the ``stitch-*`` metrics: a similarity, no declared range
-(relative accuracy), asymmetric, no exact invariance (the stitch absorbs an affine map of the front's
-channels only as far as its training finds it; the IRIs depend on the front's function alone, not on
-how its activations are coordinatised, but not exactly so for the optimiser that generates them).
 """
 
 from __future__ import annotations
@@ -59,10 +54,13 @@ class _IRIPlugin:
     objective = "hlm"
     needs = ("train", "test")
     options = iri_options()
+    # What the score means, as for stitch-*: a similarity, relative accuracy (no declared range), asymmetric,
+    # no exact invariance (the stitch undoes an affine map of the front's channels only as far as its
+    # training finds it, and the optimiser that generates the IRIs is not exactly invariant either).
     kind = "similarity"
-    range = None  # relative accuracy, as for stitch-*
+    range = None
     symmetric = False
-    invariances = ()  # see the module docstring
+    invariances = ()
     activations_only = False  # it generates inputs through the front model
 
     @hookimpl
