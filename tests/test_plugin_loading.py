@@ -339,3 +339,67 @@ def test_stitching_and_iri_declare_their_meaning():
         info = sp.metric_info(name)
         assert (info.kind, info.range, info.symmetric, info.invariances, info.activations_only) == (
             "similarity", None, False, (), False), name
+
+
+def _ep(name: str, dist: str, obj: object):
+    import types
+
+    return types.SimpleNamespace(name=name, dist=types.SimpleNamespace(name=dist), load=lambda: obj)
+
+
+def _family(*calls):
+    """A family object whose register_metrics makes ``calls``: (name, plugin, replace) triples, or an exception."""
+    import types
+
+    @sp.hookimpl
+    def register_metrics(register):
+        for call in calls:
+            if isinstance(call, Exception):
+                raise call
+            name, plugin, replace = call
+            register(name, plugin, replace=replace)
+
+    return types.SimpleNamespace(register_metrics=register_metrics)
+
+
+class _Both(_Plain):
+    @sp.hookimpl
+    def register_metrics(self, register):
+        register("never", _Plain)
+
+
+def test_family_errors_are_kept_under_the_entry_point_name(monkeypatch):
+    eps = [_ep("fails", "dist-a", _family(("kept", _Plain, False), RuntimeError("no GPU here"))),
+           _ep("both", "dist-b", _Both), _ep("nothing", "dist-c", object())]
+    monkeypatch.setattr(manager_module, "_entry_points", lambda: eps)
+    pm = build_plugin_manager()
+    pm.load_all()
+    assert pm.info["kept"].error is None and pm.info["kept"].package == "dist-a"  # registered before the failure
+    assert "the metric family 'fails' from dist-a failed to load: RuntimeError: no GPU here" in pm.load_errors["fails"]
+    assert "defines both `similarity` and `register_metrics`" in pm.load_errors["both"] and "never" not in pm.info
+    assert "has no `similarity` hookimpl" in pm.load_errors["nothing"]
+
+
+@pytest.mark.parametrize("family_first", [False, True])
+def test_a_family_may_replace_its_own_packages_single_entry_point(monkeypatch, family_first):
+    class Newer(_Plain):
+        kind = "distance"
+
+    eps = [_ep("old-name", "dist-a", _Plain), _ep("dist-a-family", "dist-a", _family(("old-name", Newer, True)))]
+    eps = eps[::-1] if family_first else eps
+    monkeypatch.setattr(manager_module, "_entry_points", lambda: eps)
+    for order in (lambda pm: pm.ensure(["old-name"]), lambda pm: pm.load_all()):
+        pm = build_plugin_manager()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no clash warning either way
+            order(pm)
+            pm.load_all()
+        assert pm.info["old-name"].kind == "distance" and pm.info["old-name"].package == "dist-a"
+        assert pm.pending == [] and pm.claims == {}
+
+
+def test_run_time_registration_of_a_claimed_name_imports_the_claimant_first(monkeypatch, fresh_manager):
+    fresh_manager.add_entry_points([(_ep("two", "dist-a", _Plain), "dist-a")])
+    with pytest.raises(ValueError, match="'two' is taken by dist-a"):
+        sp.register_metric(_Plain, "two")
+    assert sp.register_metric(_Plain, "two", replace=True) == "two" and sp.metric_info("two").package != "dist-a"
