@@ -200,7 +200,7 @@ class SimilarityPluginManager(pluggy.PluginManager):
 
     def _load_package(self, package: str) -> None:
         for ep, owner in list(self.pending):
-            if owner == package:
+            if owner == package and (ep, owner) in self.pending:  # a family may have dropped a later one
                 self._load_entry_point(ep, owner)
 
     def _load_entry_point(self, ep: Any, package: str) -> None:
