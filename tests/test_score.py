@@ -350,3 +350,17 @@ def test_return_forms_and_broken_plugins_give_rows_as_in_compare(registered):
     assert report["nothing"].error.startswith("TypeError: the plugin returned None")
     assert "broken-dist failed to load: ModuleNotFoundError" in report["broken"].error
     assert report["test-rows"].ok
+
+
+@pytest.mark.gpu
+def test_score_on_cuda_tensors_keeps_the_device_and_the_cuda_rng(registered):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.from_numpy(_indexed(40)).cuda()
+    before = torch.cuda.get_rng_state()
+    report = sp.score(x, 2 * x, metrics="rows,test-rows,cka-linear")
+    cpu = sp.score(x.cpu(), 2 * x.cpu(), metrics="rows,test-rows,cka-linear")
+    assert report.meta["device"].startswith("cuda") and torch.equal(torch.cuda.get_rng_state(), before)
+    for name in ("rows", "test-rows", "cka-linear"):
+        assert report[name].ok and report[name].score == pytest.approx(cpu[name].score, rel=1e-12, abs=1e-12)
+    assert report["rows"].details["train_rows"] == cpu["rows"].details["train_rows"]
