@@ -403,3 +403,28 @@ def test_run_time_registration_of_a_claimed_name_imports_the_claimant_first(monk
     with pytest.raises(ValueError, match="'two' is taken by dist-a"):
         sp.register_metric(_Plain, "two")
     assert sp.register_metric(_Plain, "two", replace=True) == "two" and sp.metric_info("two").package != "dist-a"
+
+
+def test_list_and_info_json_carry_the_meaning(fresh_manager, capsys):
+    import json
+
+    from similarity_plugins.cli import main
+
+    sp.register_metric(type("Dist", (_Plain,), {"kind": "distance", "range": (0, float("inf")), "symmetric": False,
+                                                "invariances": ("orthogonal", "translation"), "activations_only": True}),
+                       "dist")
+    sp.register_metric(_Plain, "plain")
+    assert main(["list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["dist"]["kind"] == "distance" and rows["dist"]["range"] == [0.0, "inf"]
+    assert rows["plain"]["kind"] is None and rows["plain"]["invariances"] is None
+    assert main(["info", "dist", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["invariances"] == ["orthogonal", "translation"] and info["symmetric"] is False
+    assert info["activations_only"] is True
+    assert main(["info", "dist"]) == 0
+    out = capsys.readouterr().out
+    assert "distance (lower: more alike), range [0, inf), asymmetric" in out
+    assert "invariant to: orthogonal, translation" in out and "activations only: yes" in out
+    assert main(["info", "plain"]) == 0
+    assert "meaning not declared" in capsys.readouterr().out
