@@ -78,7 +78,7 @@ class ArrayContext(Context):
             raise ValueError(f"this metric reads the {split} rows, but score() gave it none: a metric that reads the "
                              f"train split must declare needs = ('train', 'test'), or pass split={{'train': ..., "
                              f"'test': ...}} to score()")
-        acts = self.remember(("array rows", id(model), split), lambda: self.arrays[model][rows.to(self.arrays[model].device)])
+        acts = self.remember(("array rows", id(model), split), lambda: _take(self.arrays[model], rows))
         return flatten(acts) if flat else acts
 
     def local_activations(self, model: Any, layer: str, split: str = "test") -> tuple[torch.Tensor, None, None]:
@@ -90,6 +90,13 @@ class ArrayContext(Context):
                         "use similarity_plugins.compare(front, end, layer, data)")
 
     split = outputs = run_sharded = _needs_models
+
+
+def _take(array: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``array[rows]``; the array itself (no copy) when ``rows`` is every row in order."""
+    if len(rows) == len(array) and torch.equal(rows, torch.arange(len(array))):
+        return array
+    return array[rows.to(array.device)]
 
 
 def as_activations(value: Any, name: str) -> torch.Tensor:
