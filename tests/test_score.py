@@ -377,3 +377,14 @@ def test_all_rows_are_read_without_a_copy(registered):
     assert torch.equal(ctx.activations(side, "x", "train"), x[[1, 3]])
     with pytest.raises(TypeError, match="needs the models"):
         ctx.outputs(side)
+
+
+def test_the_users_arrays_are_left_as_they_were():
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((60, 3, 4)), rng.standard_normal((60, 7)).astype(np.float32)
+    x0, y0 = x.copy(), y.copy()
+    report = sp.score(x, y)  # every activations-only metric installed, on float64 and float32 inputs
+    assert len(report) >= 3 and np.array_equal(x, x0) and np.array_equal(y, y0)
+    tx = torch.tensor(x)
+    sp.score(tx, torch.tensor(y))
+    assert torch.equal(tx, torch.tensor(x0))
