@@ -174,6 +174,17 @@ def test_a_known_name_imports_no_entry_point(plugins_on_path):
     assert _imported() == set()
 
 
+def test_the_compare_command_with_a_builtin_imports_no_entry_point(plugins_on_path, tmp_path, capsys):
+    from similarity_plugins.cli import main
+
+    plugins_on_path("fake-single", "fake-family")
+    code = main(["compare", "--front", "small-cnn", "--end", "small-cnn", "--in-channels", "1", "--layer", "block2",
+                 "--data", "digits", "--metrics", "cka-linear", "--max-test", "16", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert _imported() == set()
+    assert main(["list"]) == 0 and _imported() == {"fake_single_mod", "fake_family_mod"}
+
+
 def test_a_single_metric_entry_point_is_imported_alone_when_named(plugins_on_path):
     plugins_on_path("fake-single", "fake-family")
     assert sp.select_metrics("fake-one") == ["fake-one"]
