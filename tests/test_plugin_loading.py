@@ -439,3 +439,13 @@ def test_list_and_info_json_carry_the_meaning(fresh_manager, capsys):
     assert "invariant to: orthogonal, translation" in out and "activations only: yes" in out
     assert main(["info", "plain"]) == 0
     assert "meaning not declared" in capsys.readouterr().out
+
+
+def test_a_report_without_kinds_marks_distances_as_registered(fresh_manager):
+    sp.register_metric(type("Dist", (_Plain,), {"kind": "distance"}), "dist")
+    report = sp.Report([sp.SimilarityResult("dist", 0.5, layer="x"), sp.SimilarityResult("cka-linear", 0.9, layer="x"),
+                        sp.SimilarityResult("gone", 0.1, layer="x")])
+    table = str(report)
+    assert "dist (distance)" in table and "cka-linear (distance)" not in table and "gone (distance)" not in table
+    report.meta["kinds"] = {"dist": "similarity"}  # what the report says wins
+    assert "(distance)" not in str(report)

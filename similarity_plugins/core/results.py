@@ -89,7 +89,7 @@ class Report:
     metric's result (with several layers: ``report["cka-linear", "layer2"]``); ``to_json()`` and
     ``to_csv()`` return text and write it when given a path; ``str(report)`` is a table with one row
     per metric and one column per layer, where ``meta["kinds"]`` (``{metric: "similarity" | "distance" |
-    None}``, as the metrics declare) marks the distance rows.
+    None}``, as the metrics declare; without it, as the registered metrics declare) marks the distance rows.
     """
 
     def __init__(self, results: list[SimilarityResult] | None = None, meta: dict | None = None) -> None:
@@ -172,7 +172,7 @@ class Report:
 
     def __str__(self) -> str:
         rows = []
-        kinds = self.meta.get("kinds") or {}
+        kinds = self.meta.get("kinds") or _declared_kinds(self.metrics)
         for m in self.metrics:
             cells, total = [m + (" (distance)" if kinds.get(m) == "distance" else "")], 0.0
             for layer in self.layers:
@@ -221,6 +221,14 @@ class Report:
 
     def __repr__(self) -> str:
         return f"Report({len(self.results)} results: metrics={self.metrics}, layers={self.layers})"
+
+
+def _declared_kinds(metrics: list[str]) -> dict[str, str | None]:
+    """``{metric: kind}`` as the registered metrics declare it (for a report made without ``meta["kinds"]``)."""
+    from .manager import get_plugin_manager
+
+    info = get_plugin_manager().info
+    return {m: info[m].kind if m in info else None for m in metrics}
 
 
 # -- intervals (details["test_ci95"], details["seed_ci95"]) in tables, CSV and DataFrames ---------------------
