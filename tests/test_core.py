@@ -40,6 +40,7 @@ def test_builtins_load_like_entry_points(monkeypatch):
                                load=lambda: _ConstPlugin)
     monkeypatch.setattr(manager_module, "_entry_points", lambda: [ep])
     pm = build_plugin_manager()
+    pm.load_all()
     assert pm.info["const-one"].package == "fake-dist"
     assert pm.info["cka-linear"].package == "similarity-plugins"
     monkeypatch.setenv("SIMILARITY_PLUGINS_DISABLE_AUTOLOAD", "1")

@@ -1,4 +1,5 @@
-"""Shared pieces of the commands: the KEY=VALUE option grammar, layer pairs, and loading MODEL and DATA specs."""
+"""Shared pieces of the commands: the KEY=VALUE option grammar, layer pairs, loading MODEL and DATA specs,
+and printing and writing a report."""
 
 from __future__ import annotations
 
@@ -26,6 +27,20 @@ def parse_options(items: Sequence[str]) -> dict:
         else:
             options[key] = value
     return options
+
+
+def emit_report(report: Any, out: str | None, csv: str | None, seconds: float) -> int:
+    """Print ``report`` (a :class:`~similarity_plugins.Report`) and the time it took (``seconds``), write it
+    as JSON to ``out`` and as CSV to ``csv`` when given; return the exit code: 0 when no row has an error, else 1."""
+    print(report)
+    print(f"\n{len(report)} results in {seconds:.1f} s")
+    if out:
+        report.to_json(out)
+        print(f"wrote {out}")
+    if csv:
+        report.to_csv(csv)
+        print(f"wrote {csv}")
+    return 0 if all(r.error is None for r in report) else 1
 
 
 def parse_variant_options(items: Sequence[str] | None) -> dict:

@@ -146,8 +146,8 @@ def compare(
         check_ranks_agree(ctx.world, front, end, data, ([str(p) for p in pairs], names, seed, options))
     donors = Donors(front_run, end_run, ctx, timeout)  # guarded after each metric; private copies with a timeout
     meta = {"front": type(front).__name__, "end": type(end).__name__, "layers": [str(p) for p in pairs],
-            "metrics": names, "seed": seed, "repeats": repeats, "device": str(device), "torch": torch.__version__,
-            "world_size": ctx.world.size}
+            "metrics": names, "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "repeats": repeats,
+            "device": str(device), "torch": torch.__version__, "world_size": ctx.world.size}
     with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
         results = _run_jobs([(p, n) for p in pairs for n in names], pm, donors, data, metric_options, seed, repeats,
                             device, cuda_rng, progress, meta)
