@@ -329,11 +329,14 @@ CMP = ["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "bloc
 def _no_work(monkeypatch):
     """Make any comparison or training fail the test: the output checks must come first."""
     import similarity_plugins.cli.common as common
+    import similarity_plugins.cli.score as score_cli
 
-    monkeypatch.setattr(common, "load_data", lambda *a, **k: pytest.fail("work started before the output check"))
+    fail = lambda *a, **k: pytest.fail("work started before the output check")  # noqa: E731
+    monkeypatch.setattr(common, "load_data", fail)
+    monkeypatch.setattr(score_cli, "load_array", fail)
 
 
-@pytest.mark.parametrize("command,case", [(c, k) for c in ("compare", "train", "iris")
+@pytest.mark.parametrize("command,case", [(c, k) for c in ("compare", "train", "iris", "score")
                                           for k in ("folder", "under-a-file", "read-only", "same-file")
                                           if (c, k) != ("train", "same-file")])   # train writes one file
 def test_unwritable_outputs_are_refused_before_any_work(tmp_path, capsys, monkeypatch, case, command):
@@ -344,7 +347,8 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path, capsys, monkey
     args = {"compare": CMP + ["--out", str(tmp_path / "r.npz"), "--csv", bad],
             "train": ["train", "--model", "small-cnn", "--data", "digits", "--out", bad],
             "iris": ["iris", "--model", "small-cnn", "--layer", "block1", "--data", "digits", "--out",
-                     str(tmp_path / "r.npz"), "--gallery", bad]}[command]
+                     str(tmp_path / "r.npz"), "--gallery", bad],
+            "score": ["score", "x.npy", "y.npy", "--out", str(tmp_path / "r.npz"), "--csv", bad]}[command]
     assert _cli(*args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

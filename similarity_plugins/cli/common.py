@@ -29,17 +29,13 @@ def parse_options(items: Sequence[str]) -> dict:
     return options
 
 
-def emit_report(report: Any, out: str | None, csv: str | None, seconds: float) -> int:
-    """Print ``report`` (a :class:`~similarity_plugins.Report`) and the time it took (``seconds``), write it
-    as JSON to ``out`` and as CSV to ``csv`` when given; return the exit code: 0 when no row has an error, else 1."""
+def emit_report(report: Any, out: str | None, csv: str | None, seconds: float, note: str = "") -> int:
+    """Print ``report`` (a :class:`~similarity_plugins.Report`) and the time it took (``seconds``, with ``note``
+    after it), write it as JSON to ``out`` and as CSV to ``csv`` when given, all-or-none (:func:`write_outputs`);
+    return the exit code: 0 when no row has an error, else 1."""
     print(report)
-    print(f"\n{len(report)} results in {seconds:.1f} s")
-    if out:
-        report.to_json(out)
-        print(f"wrote {out}")
-    if csv:
-        report.to_csv(csv)
-        print(f"wrote {csv}")
+    print(f"\n{len(report)} results in {seconds:.1f} s{note}")
+    write_outputs({out: report.to_json() + "\n" if out else None, csv: report.to_csv() if csv else None})
     return 0 if all(r.error is None for r in report) else 1
 
 

@@ -13,6 +13,7 @@ from .common import (
     apply_variant,
     check_metric_options,
     check_outputs,
+    emit_report,
     load_data,
     load_model,
     parse_layer,
@@ -60,14 +61,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise
     if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
         return 130 if interrupted else 0 if all(r.error is None for r in report) else 1
-    print(report)
     finished = sum(r.error is None or not r.error.startswith("KeyboardInterrupt") for r in report)
-    print(f"\n{len(report)} results in {time.perf_counter() - start:.1f} s"
-          + (f" (interrupted: {finished} finished)" if interrupted else ""))
-    write_outputs({args.out: report.to_json() + "\n" if args.out else None, args.csv: report.to_csv() if args.csv else None})
-    if interrupted:
-        return 130
-    return 0 if all(r.error is None for r in report) else 1
+    code = emit_report(report, args.out, args.csv, time.perf_counter() - start,
+                       f" (interrupted: {finished} finished)" if interrupted else "")
+    return 130 if interrupted else code
 
 
 def _writes_files() -> bool:

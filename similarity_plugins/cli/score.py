@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from .common import emit_report, parse_options
+from .common import check_metric_options, check_outputs, emit_report, parse_options
 
 NUMPY_SUFFIXES = (".npy", ".npz")
 TORCH_SUFFIXES = (".pt", ".pth")
@@ -78,9 +78,12 @@ def _pick(value: Any, path: str, key: str | None) -> Any:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from ..core.arrays import score
+    from ..core.arrays import score, select_score_metrics
+    from ..core.registry import options_for_metrics
 
+    check_outputs({"--out": args.out, "--csv": args.csv})  # before any work (exit 2 naming the path)
     options = parse_options(args.option or [])
+    check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))
     x, y = load_array(args.x), load_array(args.y)
     start = time.perf_counter()
     report = score(x, y, args.metrics, options=options, seed=args.seed)

@@ -175,6 +175,19 @@ def drawn_split(n: int, seed: int) -> dict[str, torch.Tensor]:
     return {"train": perm[n_test:].sort().values, "test": perm[:n_test].sort().values}
 
 
+def select_score_metrics(metrics: "str | Iterable[str] | None") -> list[str]:
+    """The metric names ``score`` runs: ``metrics`` resolved as in ``compare``, or, for ``None``, every
+    registered metric that declares ``activations_only``. Raises ``ValueError`` when there is none."""
+    if metrics is not None:
+        return select_metrics(metrics)
+    pm = get_plugin_manager()
+    names = [n for n in select_metrics(None) if pm.info[n].activations_only]
+    if not names:
+        raise ValueError("no registered metric reads only activations (activations_only = True); "
+                         "`similarity-plugins list` shows the metrics")
+    return names
+
+
 def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options: dict | None = None,
           split: Mapping[str, Any] | None = None, seed: int = 0) -> Report:
     """Score two arrays of activations with every selected metric that reads only activations.
@@ -199,13 +212,7 @@ def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options:
         raise ValueError(f"score() needs at least 2 rows (samples), got {len(xs)}")
     given = check_split(split, len(xs))
     pm = get_plugin_manager()
-    if metrics is None:
-        names = [n for n in select_metrics(None) if pm.info[n].activations_only]
-        if not names:
-            raise ValueError("no registered metric reads only activations (activations_only = True); "
-                             "`similarity-plugins list` shows the metrics")
-    else:
-        names = select_metrics(metrics)
+    names = select_score_metrics(metrics)
     metric_options = options_for_metrics(names, options)
     sides = {_Side("x"): xs, _Side("y"): ys}
     front, end = sides
