@@ -1,6 +1,7 @@
 """similarity-plugins: does network A compute the same function as network B?
 
-The public face: :func:`compare` (one call, every metric), :func:`list_metrics`, :func:`metric_info`,
+The public face: :func:`compare` (one call, every metric), :func:`score` (the same report from two arrays
+of activations), :func:`list_metrics`, :func:`metric_info`,
 :func:`layers`, :class:`Data`, the result types, and :data:`hookimpl`, :class:`Option` and
 :func:`register_metric` for writing metric plugins.
 """
@@ -8,6 +9,7 @@ The public face: :func:`compare` (one call, every metric), :func:`list_metrics`,
 from __future__ import annotations
 
 from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with core
+from .core.arrays import score
 from .core.compare import compare
 from .core.context import Context
 from .core.contract import Option, UnknownOption
@@ -21,7 +23,7 @@ from .core.results import LayerPair, Report, SimilarityResult
 __version__ = "0.1.0"
 
 __all__ = [
-    "compare", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound", "SplitNetwork",
+    "compare", "score", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound", "SplitNetwork",
     "frozen", "layers", "UnknownMetric", "list_metrics", "metric_info", "select_metrics", "LayerPair",
     "Report", "SimilarityResult", "register_metric", "Option", "UnknownOption", "__version__",
 ]

@@ -169,7 +169,29 @@ def scenario_rank_dies(rank: int, cache_dir: str) -> Any:
     return "no error"
 
 
+def scenario_rank_timeout(rank: int, cache_dir: str) -> Any:
+    """A metric that hangs on rank 1 only, under compare(timeout=1): both ranks get the timeout row at once and
+    skip the later metric (its collectives could pair up with the abandoned call); returns (rows, seconds)."""
+    import time
+
+    from similarity_plugins import compare, hookimpl, register_metric
+
+    class HangsOnRankOne:
+        @hookimpl
+        def similarity(self, context):
+            if context.world.rank == 1:
+                time.sleep(20)
+            return 1.0
+
+    register_metric(HangsOnRankOne(), "hangs-on-one")
+    front, end, data = small_setup()
+    start = time.perf_counter()
+    report = compare(front, end, "block2", data, "hangs-on-one,cka-linear", timeout=1.0)
+    return rows(report), time.perf_counter() - start
+
+
 SCENARIOS: dict[str, Callable[[int, str], Any]] = {
+    "rank_timeout": scenario_rank_timeout,
     "compare": scenario_compare, "iris": scenario_iris, "tiny": scenario_tiny, "mismatch": scenario_mismatch,
     "one_rank_fails": scenario_one_rank_fails, "rank_dies": scenario_rank_dies,
 }

@@ -40,6 +40,7 @@ def test_builtins_load_like_entry_points(monkeypatch):
                                load=lambda: _ConstPlugin)
     monkeypatch.setattr(manager_module, "_entry_points", lambda: [ep])
     pm = build_plugin_manager()
+    pm.load_all()
     assert pm.info["const-one"].package == "fake-dist"
     assert pm.info["cka-linear"].package == "similarity-plugins"
     monkeypatch.setenv("SIMILARITY_PLUGINS_DISABLE_AUTOLOAD", "1")
@@ -203,7 +204,8 @@ def test_device_argument_runs_metrics_on_a_copy(data, fresh_manager):
     sp.register_metric(similarity, "vandal")
     before = snapshot(a)
     report = sp.compare(a, a, "block1", data, metrics="vandal", device="cpu:0")
-    assert report["vandal"].score == 1.0 and report.meta["device"] == "cpu:0"
+    assert report.meta["device"] == "cpu:0"   # the copy is guarded too: the vandal's row is an error
+    assert report["vandal"].score is None and "block1.0.weight values changed" in report["vandal"].error
     assert seen == {"front_is_users": False, "end_is_users": False, "device": torch.device("cpu", 0)}
     assert_unchanged(a, before)
     copied = sp.compare(a, a, "block1", data, metrics="cka-linear", device="cpu:0")

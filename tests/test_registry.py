@@ -58,6 +58,8 @@ def test_entry_point_that_collides_is_skipped_with_a_warning(monkeypatch):
     assert any("'two' of other-dist" in m and "taken by good-dist" in m for m in messages), messages
     assert len(messages) == 2  # the package's own (stale) entry points are skipped silently
     assert pm.info["cka-linear"].package == BUILTIN_PACKAGE and pm.info["cka-linear"].options is not None
+    assert "two" not in pm.info and pm.claims == {"two": "good-dist"}  # known by name, not imported yet
+    pm.load_all()
     assert pm.info["two"].package == "good-dist"
     assert pm.info["stitch-slm"].package == BUILTIN_PACKAGE
 

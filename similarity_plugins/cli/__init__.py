@@ -1,6 +1,6 @@
-"""The command-line interface: ``similarity-plugins list | info | layers | compare | train | iris | demo``.
+"""The command-line interface: ``similarity-plugins list | info | layers | compare | score | train | iris | demo``.
 
-One module per command group (``inspect``: list, info, layers; ``compare``, ``train``, ``iris``, ``demo``),
+One module per command group (``inspect``: list, info, layers; ``compare``, ``score``, ``train``, ``iris``, ``demo``),
 shared spec loading and option parsing in ``common``, the parser and entry point in ``main``.
 """
 

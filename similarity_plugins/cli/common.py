@@ -1,8 +1,10 @@
-"""Shared pieces of the commands: the KEY=VALUE option grammar, layer pairs, and loading MODEL and DATA specs."""
+"""Shared pieces of the commands: the KEY=VALUE option grammar, layer pairs, loading MODEL and DATA specs,
+and printing and writing a report."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, Sequence
 
 from ..utils.text import parse_assignment, parse_assignments
@@ -27,6 +29,16 @@ def parse_options(items: Sequence[str]) -> dict:
     return options
 
 
+def emit_report(report: Any, out: str | None, csv: str | None, seconds: float, note: str = "") -> int:
+    """Print ``report`` (a :class:`~similarity_plugins.Report`) and the time it took (``seconds``, with ``note``
+    after it), write it as JSON to ``out`` and as CSV to ``csv`` when given, all-or-none (:func:`write_outputs`);
+    return the exit code: 0 when no row has an error, else 1."""
+    print(report)
+    print(f"\n{len(report)} results in {seconds:.1f} s{note}")
+    write_outputs({out: report.to_json() + "\n" if out else None, csv: report.to_csv() if csv else None})
+    return 0 if all(r.error is None for r in report) else 1
+
+
 def parse_variant_options(items: Sequence[str] | None) -> dict:
     """``--variant-option`` items (``["swap_fraction=0.5"]``) as keyword arguments, read by the same grammar."""
     return parse_assignments(items or [], what="--variant-option")
@@ -42,8 +54,10 @@ def parse_layer(text: str) -> "str | tuple[str, str]":
 
 
 def subset(dataset: Any, limit: int | None) -> Any:
-    """The first ``limit`` samples of ``dataset`` (all of it when ``limit`` is None or 0)."""
-    if dataset is None or not limit or limit >= len(dataset):
+    """The first ``limit`` samples of ``dataset`` (all of it when ``limit`` is None); ``limit`` must be >= 1."""
+    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+        raise ValueError(f"a sample limit must be a positive whole number (or none for all), got {limit!r}")
+    if dataset is None or limit is None or limit >= len(dataset):
         return dataset
     from torch.utils.data import Subset
 
@@ -69,9 +83,26 @@ def load_model(spec: str, num_classes: int | None, in_channels: int | None = Non
         sample_split = data.train if data.train is not None else data.test
         if num_classes is None:
             num_classes = dataset_num_classes(sample_split)
-        if in_channels is None and split_model_spec(spec)[0] == "small-cnn" and sample_split is not None:
-            in_channels = int(sample_split[0][0].shape[0])
+        scheme, _, query, _ = split_model_spec(spec)
+        channels = _image_channels(sample_split)
+        asked = [(f"--in-channels {in_channels}", in_channels)] if in_channels is not None else []
+        if "in_channels" in query:
+            asked.append((f"in_channels={query['in_channels']} in the model spec {spec!r}", query["in_channels"]))
+        for what, value in asked:   # an explicit channel count is never overridden: it must match the data
+            if channels is not None and value != channels:
+                raise ValueError(f"{what} disagrees with the data, whose images have {channels} channel(s); "
+                                 "drop it or use data with that many channels")
+        if in_channels is None and "in_channels" not in query and scheme == "small-cnn":
+            in_channels = channels
     return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
+
+
+def _image_channels(split: Any) -> int | None:
+    """Channels C of a split's images (its first sample's x of shape (C, H, W)), or None when not images."""
+    if split is None:
+        return None
+    x = split[0][0]
+    return int(x.shape[0]) if hasattr(x, "shape") and len(x.shape) == 3 else None
 
 
 def apply_variant(name: str, dataset: Any, seed: int, **kw: Any) -> Any:
@@ -107,6 +138,59 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
     p.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
     p.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
+
+
+def check_outputs(paths: dict[str, Any]) -> None:
+    """Refuse, before any work, the output paths that cannot be written: ``{"--out": path, "--csv": path}``
+    (None entries are skipped). Raises ``ValueError`` naming the option, the path and the reason (a folder,
+    a read-only file or folder, a path under a file, the same path twice); the CLI exits 2 on it."""
+    from ..utils.io import unwritable_reason, write_target
+
+    seen: dict[str, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        reason = unwritable_reason(path)
+        if reason is not None:
+            raise ValueError(f"cannot write {option} {str(path)!r}: {reason}")
+        target = os.path.abspath(write_target(path))
+        if target in seen:
+            raise ValueError(f"{option} and {seen[target]} name the same file {str(path)!r}; give each its own")
+        seen[target] = option
+
+
+def write_outputs(files: dict[str, Any]) -> None:
+    """Write ``{path: text or bytes}`` all-or-none (:func:`~similarity_plugins.utils.io.write_all`) and print
+    ``wrote PATH`` for each; None paths are skipped."""
+    from ..utils.io import write_all
+
+    for path in write_all({p: c for p, c in files.items() if p is not None}):
+        print(f"wrote {path}")
+
+
+def check_metric_options(per_metric: dict[str, dict]) -> None:
+    """Raise ``ValueError`` naming the option for the first bad value among ``{metric: options}`` (a number given
+    as text, a sample limit that is not positive; :mod:`~similarity_plugins.core.values`)."""
+    from ..core.manager import get_plugin_manager
+    from ..core.values import check_option_values
+
+    info = get_plugin_manager().info
+    for metric, options in per_metric.items():
+        problem = check_option_values(options, info[metric].options if metric in info else None)
+        if problem:
+            raise ValueError(problem)
+
+
+def positive_int(text: str) -> int:
+    """``argparse`` type of the sample limits (``--max-train``, ``--max-test``, ``--max-seeds``): a whole number
+    >= 1; argparse reports anything else naming the option (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number of samples, got {text!r}")
+    return value
 
 
 def add_progress_args(p: argparse.ArgumentParser) -> None:

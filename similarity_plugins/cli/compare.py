@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Any
 
@@ -10,24 +11,32 @@ from .common import (
     add_model_args,
     add_variant_args,
     apply_variant,
+    check_metric_options,
+    check_outputs,
+    emit_report,
     load_data,
     load_model,
     parse_layer,
     parse_options,
     parse_variant_options,
+    positive_int,
     progress_of,
+    write_outputs,
 )
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..core.compare import compare
+    from ..core.isolation import check_timeout
     from ..core.registry import options_for_metrics, select_metrics
 
+    check_outputs({"--out": args.out, "--csv": args.csv})   # before any work (exit 2 naming the path)
+    check_timeout(args.timeout)
     options = parse_options(args.option or [])
     if args.epochs is not None:
         options["epochs"] = args.epochs
     default = "stitch-slm,iri-slm" if args.excess_agreement else None
-    options_for_metrics(select_metrics(args.metrics or default), options)  # refuse bad names before loading anything
+    check_metric_options(options_for_metrics(select_metrics(args.metrics or default), options))  # before any work
     data = load_data(args.data, args.max_train, args.max_test)
     if args.variant:
         from ..core.data import Data
@@ -42,20 +51,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     if args.excess_agreement:
         return _excess(args, front, end, layer_list, data, options)
-    report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
-                     seed=args.seed, device=args.device, options=options,
-                     progress=progress_of(args) if _writes_files() else False)
+    interrupted = False
+    try:
+        report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
+                         seed=args.seed, device=args.device, options=options, timeout=args.timeout,
+                         progress=progress_of(args) if _writes_files() else False)
+    except KeyboardInterrupt as exc:  # Ctrl-C: the rows that finished, the others marked interrupted
+        report, interrupted = getattr(exc, "report", None), True
+        if report is None:
+            raise
     if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
-        return 0 if all(r.error is None for r in report) else 1
-    print(report)
-    print(f"\n{len(report)} results in {time.perf_counter() - start:.1f} s")
-    if args.out:
-        report.to_json(args.out)
-        print(f"wrote {args.out}")
-    if args.csv:
-        report.to_csv(args.csv)
-        print(f"wrote {args.csv}")
-    return 0 if all(r.error is None for r in report) else 1
+        return 130 if interrupted else 0 if all(r.error is None for r in report) else 1
+    finished = sum(r.error is None or not r.error.startswith("KeyboardInterrupt") for r in report)
+    code = emit_report(report, args.out, args.csv, time.perf_counter() - start,
+                       f" (interrupted: {finished} finished)" if interrupted else "")
+    return 130 if interrupted else code
 
 
 def _writes_files() -> bool:
@@ -67,7 +77,7 @@ def _writes_files() -> bool:
 def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, data: Any, options: dict) -> int:
     from ..apps.experiments import excess_agreement, format_excess
     from ..core.registry import select_metrics
-    from ..utils.io import csv_text, write_json, write_text
+    from ..utils.io import csv_text
 
     metrics = select_metrics(args.metrics or "stitch-slm,iri-slm")
     start = time.perf_counter()
@@ -78,14 +88,10 @@ def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, da
     print(format_excess(rows))
     print(f"\nexcess agreement = agreement with the end model on test data carrying the unseen cue minus "
           f"the same without it ({time.perf_counter() - start:.1f} s)")
-    if args.out:
-        write_json(args.out, {"experiment": "excess-agreement", "cue_strength": args.cue_strength,
-                              "results": [r.to_dict() for r in rows]})
-        print(f"wrote {args.out}")
-    if args.csv:
-        header = list(rows[0].to_dict())
-        write_text(args.csv, csv_text(header, ([r.to_dict()[k] for k in header] for r in rows)))
-        print(f"wrote {args.csv}")
+    header = list(rows[0].to_dict())
+    payload = {"experiment": "excess-agreement", "cue_strength": args.cue_strength, "results": [r.to_dict() for r in rows]}
+    write_outputs({args.out: json.dumps(payload, indent=2) + "\n" if args.out else None,
+                   args.csv: csv_text(header, ([r.to_dict()[k] for k in header] for r in rows)) if args.csv else None})
     return 0
 
 
@@ -106,8 +112,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="a metric option (METRIC.KEY=VALUE for one metric); repeatable. Values: JSON numbers, "
                         "lists, true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
-    p.add_argument("--max-train", type=int, default=None, help="use the first N training samples")
-    p.add_argument("--max-test", type=int, default=None, help="use the first N test samples")
+    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training samples")
+    p.add_argument("--max-test", type=positive_int, default=None, help="use the first N test samples")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="wall-clock limit in seconds for each metric at each layer; a late one gets a timeout error row "
+                        "(docs/reliability.md)")
     p.add_argument("--excess-agreement", action="store_true",
                    help="run the unseen-cue experiment instead: train the stitch on data with a label-coded cue "
                         "neither donor saw, report agreement with the end model with and without the cue "

@@ -1,5 +1,6 @@
 """Commands that describe what is installed: ``list`` (the registered metrics), ``info`` (one metric's
-contract: description, package, needs, options with defaults and docs) and ``layers`` (a model's cuts)."""
+contract: description, package, what the score means, needs, options with defaults and docs) and
+``layers`` (a model's cuts)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,56 @@ from .common import add_model_args, load_model
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..core.manager import get_plugin_manager
+    from ..core.registry import list_metrics, metric_info
 
-    pm = get_plugin_manager()
-    rows = [pm.info[n] for n in sorted(pm.info)]
+    rows = [metric_info(n) for n in list_metrics()]
     if args.json:
-        print(json.dumps([{"name": r.name, "package": r.package, "description": r.description, "error": r.error}
-                          for r in rows], indent=2))
+        print(json.dumps([{"name": r.name, "package": r.package, "description": r.description, "error": r.error,
+                           **_meaning_json(r)} for r in rows], indent=2))
         return 0
-    width = max(len(r.name) for r in rows)
-    pwidth = max(len(r.package) for r in rows)
-    for r in rows:
-        text = f"BROKEN: {r.error}" if r.error else r.description
-        print(f"{r.name.ljust(width)}  {r.package.ljust(pwidth)}  {text}")
+    cells = [(r.name, r.package, r.kind or "?", _range_text(r.range), _symmetry_text(r.symmetric),
+              f"BROKEN: {r.error}" if r.error else r.description) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    for cell in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(cell, widths)) + "  " + cell[5])
     return 0
+
+
+def _range_text(bounds: "tuple[float, float] | None") -> str:
+    """``[0, 1]``, ``[0, inf)``, or ``-`` when no range is declared."""
+    if bounds is None:
+        return "-"
+    lo, hi = bounds
+    left = "(" if lo == float("-inf") else "["
+    right = ")" if hi == float("inf") else "]"
+    return f"{left}{_shown(lo).removesuffix('.0')}, {_shown(hi).removesuffix('.0')}{right}"
+
+
+def _symmetry_text(symmetric: "bool | None") -> str:
+    return "?" if symmetric is None else "symmetric" if symmetric else "asymmetric"
+
+
+def _meaning_json(info) -> dict:
+    """``kind``, ``range`` (a list; infinite bounds as "inf"/"-inf"), ``symmetric``, ``invariances``, ``activations_only``."""
+    bounds = None if info.range is None else [b if abs(b) != float("inf") else str(b) for b in info.range]
+    return {"kind": info.kind, "range": bounds, "symmetric": info.symmetric,
+            "invariances": None if info.invariances is None else list(info.invariances),
+            "activations_only": info.activations_only}
+
+
+def _meaning_lines(info) -> list[str]:
+    """What the score means, as ``info`` prints it."""
+    if info.kind is None and info.range is None and info.symmetric is None and info.invariances is None:
+        return ["  score: meaning not declared (kind, range, symmetry and invariances unknown)"]
+    kind = {"similarity": "similarity (higher: more alike)", "distance": "distance (lower: more alike)"}
+    bounds = "no range declared" if info.range is None else f"range {_range_text(info.range)}"
+    lines = [f"  score: {kind.get(info.kind, 'kind not declared')}, {bounds}, "
+             f"{_symmetry_text(info.symmetric).replace('?', 'symmetry not declared')}"]
+    if info.invariances is None:
+        lines.append("  invariant to: not declared")
+    else:
+        lines.append(f"  invariant to: {', '.join(info.invariances) or 'none declared'}")
+    return lines
 
 
 def _shown(value: object) -> str:
@@ -44,13 +81,18 @@ def cmd_info(args: argparse.Namespace) -> int:
     info = metric_info(args.metric)
     if args.json:
         print(json.dumps({"name": info.name, "package": info.package, "description": info.description,
-                          "error": info.error, "needs": None if info.needs is None else list(info.needs),
+                          "error": info.error, **_meaning_json(info),
+                          "needs": None if info.needs is None else list(info.needs),
                           "options": None if info.options is None else {
                               k: {"default": v, "doc": info.option_docs.get(k, "")} for k, v in info.options.items()}},
                          indent=2, default=str))
         return 0
     print(f"{info.name}  ({info.package})")
     print(f"  {'BROKEN: ' + info.error if info.error else info.description}")
+    if not info.error:
+        print("\n".join(_meaning_lines(info)))
+    if info.activations_only:
+        print("  activations only: yes (also runs on arrays: `similarity-plugins score`, similarity_plugins.score)")
     if info.needs is not None:
         print(f"  needs: Data {' and '.join(info.needs)} split{'s' if len(info.needs) > 1 else ''}")
     if info.options is None:
@@ -78,7 +120,8 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
-    p = sub.add_parser("list", help="list the registered metrics and the package each comes from")
+    p = sub.add_parser("list", help="list the registered metrics: package, kind (similarity/distance), range, "
+                                    "symmetry, description")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_list)
 

@@ -6,13 +6,15 @@ import argparse
 
 from ..iri.settings import ADVANCED, OPTIMIZERS
 from ..utils.text import did_you_mean, parse_assignments
-from .common import add_model_args, load_data, load_model, progress_of, subset
+from .common import add_model_args, check_outputs, load_data, load_model, positive_int, progress_of, subset, write_outputs
 
 
 def cmd_iris(args: argparse.Namespace) -> int:
     from ..iri import generate_iris
-    from ..iri.files import save_iris
 
+    check_outputs({"--out": args.out, "--gallery": args.gallery})   # before any work
+    if not args.out.endswith((".npz", ".safetensors")):
+        raise ValueError(f"--out {args.out!r}: unknown IRI file type; use a .npz or .safetensors name")
     advanced = advanced_options(args.option)
     data = load_data(args.data)
     split = data.split(args.split)
@@ -35,14 +37,31 @@ def cmd_iris(args: argparse.Namespace) -> int:
     print(f"{len(iris)} IRIs of {args.model} at {args.layer}: median relative error {summary['median_error']:.4g}, "
           f"95th percentile {summary['p95_error']:.4g}, converged {summary['converged_fraction']:.1%} "
           f"(tol {args.tol:g}), mean RMS distance from seed {summary['mean_seed_distance']:.4g}")
-    save_iris(iris, args.out, labels=labels, seeds=seeds)
-    print(f"wrote {args.out}")
-    if args.gallery:
-        from ..apps.gallery import plot_iris
-
-        plot_iris(iris, seeds, args.gallery, title=f"{args.model} at {args.layer}: seeds (top) and IRIs")
-        print(f"wrote {args.gallery}")
+    _write(args, iris, seeds, labels)
     return 0
+
+
+def _write(args: argparse.Namespace, iris, seeds, labels) -> None:
+    """Write ``--out`` (and ``--gallery``) all-or-none: each is made in a private folder, then both are renamed
+    into place together (:func:`~.common.write_outputs`)."""
+    import os
+    import tempfile
+
+    from ..iri.files import save_iris
+
+    with tempfile.TemporaryDirectory(prefix="similarity-iris-") as folder:
+        made = {args.out: save_iris(iris, os.path.join(folder, "out" + os.path.splitext(args.out)[1]), labels=labels,
+                                    seeds=seeds)}
+        if args.gallery:
+            from ..apps.gallery import plot_iris
+
+            made[args.gallery] = plot_iris(iris, seeds, os.path.join(folder, "gallery.png"),
+                                           title=f"{args.model} at {args.layer}: seeds (top) and IRIs")
+        contents = {}
+        for path, tmp in made.items():
+            with open(tmp, "rb") as fh:
+                contents[path] = fh.read()
+    write_outputs(contents)
 
 
 def advanced_options(items: list[str] | None) -> dict:
@@ -70,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", required=True)
     p.add_argument("--data", required=True, help="DATA spec (its train split seeds the IRIs)")
     p.add_argument("--split", default="train", choices=["train", "test"])
-    p.add_argument("--max-seeds", type=int, default=None, help="use the first N samples as seeds")
+    p.add_argument("--max-seeds", type=positive_int, default=None, help="use the first N samples as seeds")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--tol", type=float, default=1e-2)
     p.add_argument("--optimizer", default="auto", choices=["auto", *OPTIMIZERS],

@@ -7,10 +7,10 @@ import argparse
 import sys
 from typing import NoReturn, Sequence
 
-from . import bench, compare, demo, inspect, iris, study, train
+from . import bench, compare, demo, inspect, iris, score, study, train
 from .common import add_progress_args
 
-COMMAND_MODULES = (inspect, compare, train, iris, demo, bench, study)
+COMMAND_MODULES = (inspect, compare, score, train, iris, demo, bench, study)
 
 EPILOG = """MODEL specs: ``torchvision:NAME``, ``timm:NAME`` (keyword arguments after ``?``, e.g.
 ``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable`` or ``small-cnn``,
@@ -51,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.manual_seed(int(getattr(args, "seed", 0) or 0))  # the same untrained models on every rank
     try:
         return int(args.func(args) or 0)
+    except OSError as exc:  # unreadable or unwritable paths: one line naming the path, no traceback
+        print(f"error: {os_error_line(exc)}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError, FileNotFoundError, KeyError, RuntimeError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"error: {message}", file=sys.stderr)
@@ -61,6 +64,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if started:
             finish()
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an ``OSError``: the path(s) it names and the reason (``cannot use 'out.json': Permission
+    denied``), or its text when it names no path."""
+    if exc.filename is None:
+        return str(exc) or type(exc).__name__
+    paths = repr(exc.filename) + (f" -> {exc.filename2!r}" if exc.filename2 else "")
+    return f"cannot use {paths}: {exc.strerror or exc}"
 
 
 def console_main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_model_args, add_variant_args, apply_variant, load_data, load_model, parse_variant_options, progress_of
+from .common import (
+    add_model_args,
+    add_variant_args,
+    apply_variant,
+    check_outputs,
+    load_data,
+    load_model,
+    parse_variant_options,
+    positive_int,
+    progress_of,
+)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -12,6 +22,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..apps.zoo import split_model_spec
     from ..datasets.variants import PixelShortcut, variant_class
 
+    check_outputs({"--out": args.out})   # before any training
     data = load_data(args.data, args.max_train)
     model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
     variant_options = parse_variant_options(args.variant_option)
@@ -53,6 +64,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eps", type=float, default=0.1, help="PGD radius in pixel units ([0,1] inputs)")
     p.add_argument("--device", default=None)
     p.add_argument("--out", required=True, help="where to save the weights (.pt state dict)")
-    p.add_argument("--max-train", type=int, default=None)
+    p.add_argument("--max-train", type=positive_int, default=None)
     add_model_args(p)
     p.set_defaults(func=cmd_train)

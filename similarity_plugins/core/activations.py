@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..utils.progress import progress_bar
-from .data import iterate_batches
+from .data import BadData, iterate_batches
 from .networks import SplitNetwork, frozen, model_device
 
 
@@ -63,4 +63,8 @@ def model_outputs(model: nn.Module, data: Dataset | DataLoader, *, batch_size: i
         for x, y in iterate_batches(data, batch_size):
             outs.append(model(x.to(device)).detach().float().cpu())
             labels.append(y)
-    return torch.cat(outs), torch.cat(labels)
+    logits, labels = torch.cat(outs), torch.cat(labels)
+    if labels.numel() and logits.ndim == 2 and int(labels.max()) >= logits.shape[1]:
+        raise BadData(f"the data split has label {int(labels.max())} but the model has {logits.shape[1]} outputs "
+                      f"(classes 0 .. {logits.shape[1] - 1}); check the labels and the model's head")
+    return logits, labels

@@ -16,6 +16,8 @@ from ..utils.progress import check_progress, progress_bar
 from .context import Context
 from .contract import missing_splits
 from .data import Data
+from .guard import DonorModified, global_state, restore_global_state, settle
+from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
 from .manager import get_plugin_manager
 from .networks import _check_layer, model_device, preserved
 from .ranks import agree_on_result, check_ranks_agree
@@ -23,6 +25,7 @@ from .registry import options_for_metrics, select_metrics
 from .repeats import check_repeats, is_deterministic, run_repeated
 from .results import LayerPair, Report, SimilarityResult, as_layer_pair
 from .rng import isolated_rng, seed_all
+from .values import check_option_values
 
 LayerSpec = "str | tuple[str, str] | LayerPair"
 
@@ -87,6 +90,7 @@ def compare(
     progress: "bool | str" = False,
     context: Context | None = None,
     repeats: int = 1,
+    timeout: float | None = None,
 ) -> Report:
     """Score how similar ``front`` (network A) and ``end`` (network B) are, with every selected metric.
 
@@ -104,17 +108,23 @@ def compare(
       interval over seeds (see :mod:`~.repeats`). Deterministic metrics (CKA) run once.
     - ``progress``: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal;
       ``"always"`` bars even into a file or pipe (:mod:`similarity_plugins.utils.progress`).
+    - ``timeout``: seconds each metric call (one metric at one layer, one seed) may take; a late call gets a
+      ``MetricTimeout`` error row and the others still run. The plugins then work on private copies of the
+      donors, and a late call's thread is abandoned with them (see :mod:`~.isolation`: what keeps running).
 
     Returns a :class:`Report`. A metric that raises gets a row with its error; the others still run.
     Unknown layers, metrics and options raise at once, before any work, naming the valid ones
     (:class:`~similarity_plugins.core.contract.UnknownOption` for an option no selected metric takes).
     A metric whose ``needs`` names a split that ``data`` lacks gets an error row without running.
-    Donor flags (``training``, ``requires_grad``) are restored afterwards whatever the plugins do, and
-    the global torch, NumPy and ``random`` generators are as they were (each metric runs seeded with
-    ``seed`` inside forked generators).
+    The donors are guarded (:mod:`~.guard`): a metric that changes one gets an error row naming the change,
+    the donors are restored and later metrics see them as they were; grad mode, the default dtype and the
+    global torch, NumPy and ``random`` generators are restored after every metric (each metric runs seeded
+    with ``seed``). Ctrl-C raises ``KeyboardInterrupt`` as usual; its ``report`` attribute holds the rows that
+    had finished, the others marked interrupted.
     """
     repeats = check_repeats(repeats)
     check_progress(progress)
+    timeout = check_timeout(timeout)
     data = data if data is not None else Data()
     if not isinstance(data, Data):
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
@@ -134,38 +144,72 @@ def compare(
         ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
     else:  # reuse the caches (keyed by model, layer and split) with this call's settings
         ctx = context.for_call(data, seed=seed, device=device, options=options, progress=progress)
+        forget_changed_donors(ctx, (front_run, end_run))  # a model changed in place since: its entries go
     if ctx.world.distributed:  # every rank must hold the same models, data and settings
         check_ranks_agree(ctx.world, front, end, data, ([str(p) for p in pairs], names, seed, options))
-    results: list[SimilarityResult] = []
-    jobs = [(p, n) for p in pairs for n in names]
-    bar = progress_bar(jobs, progress=progress, desc="compare", leave=False)
+    donors = Donors(front_run, end_run, ctx, timeout)  # guarded after each metric; private copies with a timeout
+    meta = {"front": type(front).__name__, "end": type(end).__name__, "layers": [str(p) for p in pairs],
+            "metrics": names, "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "repeats": repeats,
+            "device": str(device), "torch": torch.__version__, "world_size": ctx.world.size}
     with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
-        for pair, name in bar:
-            bar.set_postfix_str(f"{name} @ {pair}")
-            run = lambda s: _run_metric(pm, name, pair, front_run, end_run, data, ctx,  # noqa: E731
-                                        metric_options[name], s, device, cuda_rng)
-            deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
-            results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=ctx))
-    meta = {
-        "front": type(front).__name__,
-        "end": type(end).__name__,
-        "layers": [str(p) for p in pairs],
-        "metrics": names,
-        "seed": seed,
-        "repeats": repeats,
-        "device": str(device),
-        "torch": torch.__version__,
-        "world_size": ctx.world.size,
-    }
+        results = _run_jobs([(p, n) for p in pairs for n in names], pm, donors, data, metric_options, seed, repeats,
+                            device, cuda_rng, progress, meta)
+    if donors.abandoned:
+        meta["abandoned_threads"] = donors.running
     return Report(results, meta)
 
 
-def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module, data: Data, ctx: Context,
-                options: dict, seed: int, device: torch.device, cuda_rng: bool = False) -> SimilarityResult:
+def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data, metric_options: dict, seed: int,
+              repeats: int, device: torch.device, cuda_rng: bool, progress: bool, meta: dict) -> list[SimilarityResult]:
+    """One row per (layer pair, metric) job, in order. On Ctrl-C the ``KeyboardInterrupt`` gets a ``report``
+    attribute: the rows that finished, the others marked interrupted, ``meta["interrupted"]`` true."""
+    results: list[SimilarityResult] = []
+    bar = progress_bar(jobs, progress=progress, desc="compare", leave=False)
+    try:
+        for pair, name in bar:
+            bar.set_postfix_str(f"{name} @ {pair}")
+            run = lambda s: _run_metric(pm, name, pair, donors, data, metric_options[name], s,  # noqa: E731
+                                        device, cuda_rng)
+            deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
+            results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=donors.ctx))
+    except KeyboardInterrupt as exc:  # the finished rows travel with the exception (the CLI writes them)
+        exc.report = Report(results + [_interrupted(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
+        raise
+    return results
+
+
+def _after_call(result: SimilarityResult, error: BaseException | None, donors: Donors, memo_before: set,
+                saved: dict) -> tuple[SimilarityResult, BaseException | None]:
+    """After one metric call: a timed-out call leaves its copies and context to its thread (later calls get new
+    ones); any other call's donors and torch settings are checked and restored (:func:`~.guard.settle`), and a
+    changed donor becomes the row's error (an exception, so that under torchrun every rank reports it)."""
+    if isinstance(error, MetricTimeout):
+        restore_global_state(saved)
+        donors.renew(memo_before, error)
+        return result, error
+    result = settle(result, donors.guard, donors.ctx.memo, memo_before, saved)
+    if error is None and result.error:
+        error = DonorModified(result.error.partition(": ")[2])
+    if donors.running:
+        result.details.setdefault("warnings", []).append(
+            f"{donors.running} timed-out metric thread(s) of this call were still running (they share CPU time and "
+            "the global random generators with this metric)")
+    return result, error
+
+
+def _interrupted(name: str, pair: LayerPair) -> SimilarityResult:
+    return SimilarityResult(name, None, {}, 0.0, "KeyboardInterrupt: interrupted before this metric finished", str(pair))
+
+
+def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, options: dict, seed: int,
+                device: torch.device, cuda_rng: bool = False) -> SimilarityResult:
     layer_str = str(pair)
-    if name in pm.load_errors:
-        return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer_str)
-    missing = missing_splits(name, pm.info[name].needs, data)
+    ctx, front, end = donors.ctx, donors.front, donors.end
+    ctx.seed = seed
+    if name in pm.load_errors or donors.halted:
+        return SimilarityResult(name, None, {}, 0.0, pm.load_errors.get(name) or f"MetricTimeout: {donors.halted}",
+                                layer_str)
+    missing = missing_splits(name, pm.info[name].needs, data) or check_option_values(options, pm.info[name].options)
     if missing:
         return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer_str)
     impl = pm.hookimpl_for(name)
@@ -175,9 +219,13 @@ def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module
     }
     start = time.perf_counter()
     error = None
+    memo_before, saved = set(ctx.memo), global_state()
+    call = lambda: impl.function(**{a: arguments[a] for a in impl.argnames})  # noqa: E731
     try:
-        seed_all(seed, cuda=cuda_rng)
-        value = impl.function(**{a: arguments[a] for a in impl.argnames})
+        with isolated_rng(device):
+            seed_all(seed, cuda=cuda_rng)
+            value = call() if donors.timeout is None else call_with_timeout(call, donors.timeout,
+                                                                           f"metric {name!r} at layer {layer_str}")
         result = _to_result(value, name, layer_str)
         if result.score is not None and not math.isfinite(result.score):
             result.details.setdefault("warnings", []).append(f"score is {result.score}")
@@ -185,7 +233,12 @@ def _run_metric(pm, name: str, pair: LayerPair, front: nn.Module, end: nn.Module
         result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
                                   f"{type(exc).__name__}: {exc}", layer_str)
         error = exc
+    except KeyboardInterrupt:
+        settle(SimilarityResult(name, None), donors.guard, ctx.memo, memo_before, saved)  # the donors restored first
+        raise
+    result, error = _after_call(result, error, donors, memo_before, saved)
     result.seconds = time.perf_counter() - start
     if ctx.world.distributed:
-        result = agree_on_result(ctx.world, result, error)
+        result = agree_on_result(donors.world, result, error)
+        donors.after_agreement(result)
     return result

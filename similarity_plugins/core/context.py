@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .activations import extract_activations, flatten, model_outputs
-from .data import Data, split_size
+from .data import BadData, Data, split_size
 from .networks import SplitNetwork
 from .parallel import World, current_world, split_shard
 
@@ -94,7 +94,12 @@ class Context:
                 probe = run(split_shard(whole, range(1)))
                 return tuple(t[:0] for t in probe), rows
             return run(part), rows
-        return self.remember(("shard", tag, split), compute)
+        def named() -> tuple[tuple[torch.Tensor, ...], range | None]:
+            try:
+                return compute()
+            except BadData as exc:  # say which split
+                raise BadData(str(exc).replace("the data split", f"the {split} split")) from None
+        return self.remember(("shard", tag, split), named)
 
     def local_activations(self, model: nn.Module, layer: str,
                           split: str = "test") -> tuple[torch.Tensor, torch.Tensor, range | None]:

@@ -11,6 +11,20 @@ the function itself) an ``options`` attribute, and optionally ``needs``::
 A plugin without ``options`` is *open*: it takes any option, receives every global option plus its own
 ``options[metric]`` dict, and counts as taking every global option when :func:`resolve_options`
 checks that each global option is taken by at least one selected metric.
+
+What a score means is declared with four more attributes, read by :func:`read_meaning` (each
+``None`` when undeclared: unknown)::
+
+    class MyDistance:
+        kind = "distance"              # "similarity" (higher: more alike) or "distance" (lower: more alike)
+        range = (0.0, float("inf"))    # (lo, hi), or None (unbounded or unknown)
+        symmetric = True               # score(A, B) == score(B, A)
+        invariances = ("orthogonal",)  # transforms of one side's (N, D) activations that leave the score
+                                       # unchanged, words of :data:`INVARIANCES`; () for none
+
+``activations_only = True`` (read by :func:`read_flag`) says the metric reads nothing but activations,
+through ``context.activations(front, layer.front, split)`` and ``context.activations(end, layer.end,
+split)``, so it also runs on arrays (``similarity_plugins.score``).
 """
 
 from __future__ import annotations
@@ -19,9 +33,24 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..utils.text import did_you_mean
 
-__all__ = ["Option", "UnknownOption", "read_declaration", "read_needs", "resolve_options", "missing_splits"]
+__all__ = ["Option", "UnknownOption", "read_declaration", "read_needs", "resolve_options", "missing_splits",
+           "Meaning", "read_meaning", "read_flag", "INVARIANCES", "KINDS"]
 
 SPLIT_NAMES = {"train": "training split", "test": "test split"}
+
+KINDS = ("similarity", "distance")
+
+#: The invariance vocabulary: each word names a transform ``T`` of one side's activations ``X`` (N, D)
+#: (rows are samples) such that ``score(T(X), Y) == score(X, Y)`` for every ``X``, ``Y``.
+INVARIANCES: dict[str, str] = {
+    "translation": "adding one vector to every row: X -> X + 1 b^T",
+    "isotropic-scaling": "multiplying by a positive number: X -> c X, c > 0",
+    "orthogonal": "rotations and reflections of the features: X -> X Q, Q^T Q = I",
+    "invertible-linear": "any invertible linear map of the features: X -> X A, A invertible",
+    "permutation": "reordering the features (columns): X -> X P, P a permutation",
+    "monotonic": "any transform that keeps the rank order of the pairwise dissimilarities of the rows "
+                 "(rank-based comparisons of dissimilarity matrices)",
+}
 
 
 class Option(NamedTuple):
@@ -125,3 +154,71 @@ def _check_global(plain: dict[str, Any], takes: list[dict[str, Any] | None], sel
             raise UnknownOption(f"unknown option {name!r}: no selected metric ({', '.join(selected)}) takes it{hint} "
                                 f"(they take: {', '.join(valid) or 'no options'}; "
                                 f"`similarity-plugins info METRIC` lists each metric's options)")
+
+
+class Meaning(NamedTuple):
+    """What a metric's score means: ``kind``, ``range``, ``symmetric``, ``invariances`` (each None: undeclared)."""
+
+    kind: str | None = None
+    range: tuple[float, float] | None = None
+    symmetric: bool | None = None
+    invariances: tuple[str, ...] | None = None
+
+
+def read_meaning(plugin: Any, metric: str) -> Meaning:
+    """A plugin's ``kind``, ``range``, ``symmetric`` and ``invariances`` attributes, checked.
+
+    ``kind``: one of :data:`KINDS`; ``range``: a pair of numbers ``lo < hi`` (``float("inf")`` allowed),
+    returned as floats; ``symmetric``: a bool; ``invariances``: a tuple of distinct words of
+    :data:`INVARIANCES` (one word alone is taken as a 1-tuple). A missing attribute (or None) stays None.
+    Raises ``TypeError`` naming the metric and the attribute for a malformed value.
+    """
+    kind = getattr(plugin, "kind", None)
+    if kind is not None and kind not in KINDS:
+        raise TypeError(f"metric {metric!r}: `kind` must be 'similarity' or 'distance', got {kind!r}")
+    symmetric = getattr(plugin, "symmetric", None)
+    if symmetric is not None and not isinstance(symmetric, bool):
+        raise TypeError(f"metric {metric!r}: `symmetric` must be True or False, got {symmetric!r}")
+    return Meaning(kind, _read_range(getattr(plugin, "range", None), metric), symmetric,
+                   _read_invariances(getattr(plugin, "invariances", None), metric))
+
+
+def read_flag(plugin: Any, attribute: str, metric: str) -> bool:
+    """A plugin's boolean attribute (``activations_only``, ...): False when missing; ``TypeError`` unless a bool."""
+    value = getattr(plugin, attribute, False)
+    if not isinstance(value, bool):
+        raise TypeError(f"metric {metric!r}: `{attribute}` must be True or False, got {value!r}")
+    return value
+
+
+def _read_range(declared: Any, metric: str) -> tuple[float, float] | None:
+    if declared is None:
+        return None
+    try:
+        lo, hi = declared
+        if isinstance(lo, bool) or isinstance(hi, bool):
+            raise TypeError
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError):
+        raise TypeError(f"metric {metric!r}: `range` must be a pair of numbers (lo, hi) or None, "
+                        f"got {declared!r}") from None
+    if not lo < hi:
+        raise TypeError(f"metric {metric!r}: `range` must have lo < hi, got {declared!r}")
+    return lo, hi
+
+
+def _read_invariances(declared: Any, metric: str) -> tuple[str, ...] | None:
+    if declared is None:
+        return None
+    words = (declared,) if isinstance(declared, str) else declared
+    try:
+        words = tuple(words)
+    except TypeError:
+        raise TypeError(f"metric {metric!r}: `invariances` must be a tuple of words, got {declared!r}") from None
+    for word in words:
+        if word not in INVARIANCES:
+            raise TypeError(f"metric {metric!r}: unknown invariance {word!r}{did_you_mean(str(word), INVARIANCES)} "
+                            f"(the vocabulary: {', '.join(INVARIANCES)})")
+    if len(set(words)) != len(words):
+        raise TypeError(f"metric {metric!r}: `invariances` lists a word twice: {declared!r}")
+    return words

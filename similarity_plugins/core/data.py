@@ -35,10 +35,33 @@ class Data:
         return value
 
 
-def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+class BadData(ValueError):
+    """A split whose values cannot be used: NaN/Inf inputs, labels that are not class indices (the message says
+    which split and sample)."""
+
+
+def check_batch(x: torch.Tensor, y: torch.Tensor, first: int = 0, what: str = "the data split") -> None:
+    """Raise :class:`BadData` unless the float inputs ``x`` (B, ...) are finite and the labels ``y`` (B,) are integer
+    class indices >= 0. ``first``: the index of the batch's first sample (for the message)."""
+    if x.is_floating_point() or x.is_complex():
+        finite = torch.isfinite(x.reshape(len(x), -1)).all(1) if x.ndim else torch.isfinite(x).reshape(1)
+        if not bool(finite.all()):
+            bad = (~finite).nonzero().flatten()
+            raise BadData(f"{what} has NaN or Inf inputs (sample {first + int(bad[0])}, and {len(bad) - 1} more in "
+                          "its batch); clean the data or leave those samples out")
+    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise BadData(f"{what} has {y.dtype} labels (sample {first}: {y.reshape(-1)[0].item()!r}); labels must be "
+                      "integer class indices: convert them with .long() if they are whole numbers")
+    if y.numel() and int(y.min()) < 0:
+        raise BadData(f"{what} has a negative label ({int(y.min())}); labels must be class indices 0 .. classes-1")
+
+
+def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
+                    what: str = "the data split") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield ``(x, y)`` batches from a Dataset (in order, no shuffling) or from a DataLoader as it is.
 
-    ``x``: (B, ...) float tensor; ``y``: (B,) int64 tensor. Raises ``ValueError`` for an empty split.
+    ``x``: (B, ...) float tensor; ``y``: (B,) int64 tensor. Raises ``ValueError`` for an empty split and
+    :class:`BadData` (naming ``what``) for NaN/Inf inputs or labels that are not integer class indices.
     """
     loader = split if isinstance(split, DataLoader) else DataLoader(split, batch_size=batch_size, shuffle=False)
     seen = 0
@@ -47,17 +70,21 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256) -> Itera
             raise TypeError("data must yield (x, y) pairs; got a batch of type " + type(batch).__name__)
         x, y = batch[0], batch[1]
         x = torch.as_tensor(x)
-        y = torch.as_tensor(y).long()
+        y = torch.as_tensor(y)
+        check_batch(x, y, seen, what)
+        y = y.long()
         seen += len(x)
         yield x, y
     if seen == 0:
-        raise ValueError("the data split is empty: it yielded no samples")
+        raise ValueError(f"{what} is empty: it yielded no samples")
 
 
-def load_all(split: Dataset | DataLoader, batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    """Materialise a whole split as ``(X, Y)``: X (N, ...) float, Y (N,) int64, on the CPU."""
+def load_all(split: Dataset | DataLoader, batch_size: int = 256,
+             what: str = "the data split") -> tuple[torch.Tensor, torch.Tensor]:
+    """Materialise a whole split as ``(X, Y)``: X (N, ...) float, Y (N,) int64, on the CPU (checked as
+    :func:`iterate_batches` does; ``what`` names the split in errors)."""
     xs, ys = [], []
-    for x, y in iterate_batches(split, batch_size):
+    for x, y in iterate_batches(split, batch_size, what):
         xs.append(x.detach().cpu())
         ys.append(y.detach().cpu())
     return torch.cat(xs), torch.cat(ys)

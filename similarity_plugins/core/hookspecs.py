@@ -1,9 +1,10 @@
-"""The hook every metric plugin implements (project name ``similarity_plugins``).
+"""The hooks of a metric plugin (project name ``similarity_plugins``): ``similarity`` and ``register_metrics``.
 
 A metric is a plugin object (a module, a class or an instance) with one ``similarity`` hookimpl.
-Its name is the name it was registered under: the entry-point name for third-party packages
-(group ``similarity_plugins``), the key of ``core.manager.DEFAULT_PLUGINS`` for the built-in ones,
-which are registered exactly the same way (the first to take a name keeps it). Example, a complete plugin::
+Its name is the name it was registered under: the entry-point name for a third-party package's
+single-metric entry point (group ``similarity_plugins``), the name given to ``register(name, plugin)``
+for a family (see :func:`register_metrics`), the key of ``core.manager.DEFAULT_PLUGINS`` for the
+built-in ones (the first to take a name keeps it). Example, a complete plugin::
 
     import similarity_plugins
 
@@ -17,7 +18,11 @@ Optional attributes on the plugin object: ``description`` (one line for ``simila
 ``needs`` (the splits it reads, e.g. ``("train", "test")``: a missing one gives the metric's row an
 error before it runs) and ``options`` (the options it takes, with defaults and docs, e.g.
 ``(Option("alpha", 0.5, "mixing weight"),)`` or ``{"alpha": 0.5}``; without it the metric takes any
-option; see :mod:`~similarity_plugins.core.contract`).
+option; see :mod:`~similarity_plugins.core.contract`); what the score means: ``kind``
+(``"similarity"`` or ``"distance"``), ``range`` (``(lo, hi)`` or None), ``symmetric`` (bool),
+``invariances`` (a tuple of words of :data:`~similarity_plugins.core.contract.INVARIANCES`); and
+``activations_only = True`` when it reads nothing but ``context.activations(front, layer.front, split)``
+and ``context.activations(end, layer.end, split)`` (it then also runs on arrays, in ``score``).
 """
 
 from __future__ import annotations
@@ -55,4 +60,28 @@ def similarity(front, end, layer, data, options, context, seed, device) -> Any: 
     Return a float score, or a :class:`~similarity_plugins.SimilarityResult` (its ``metric`` and
     ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to
     report an error: the error goes into this metric's row and the other metrics still run.
+    """
+
+
+@hookspec
+def register_metrics(register) -> None:  # type: ignore[empty-body]
+    """Add a family of metrics from one entry point: call ``register(name, plugin)`` once per metric.
+
+    The entry point of the group ``similarity_plugins`` names an object (usually a module) with this
+    hookimpl instead of ``similarity``; its own name is then only a label (use the package's name)::
+
+        # pyproject.toml:  [project.entry-points.similarity_plugins]
+        #                  my-package = "my_package.metrics"
+        import similarity_plugins
+
+        @similarity_plugins.hookimpl
+        def register_metrics(register):
+            register("my-distance", MyDistance)      # a class, instance, module or @hookimpl function
+            register("my-similarity", MySimilarity)
+
+    ``register(name, plugin, *, replace=False)`` registers ``plugin`` (with a ``similarity`` hookimpl
+    and the optional attributes listed in this module's docstring) as the metric ``name``. A name that
+    is taken is skipped with a warning naming both packages; ``replace=True`` replaces a metric of the
+    same package only. The entry point is imported only when one of its metrics is needed (a name not
+    known yet, ``list``, a wildcard or the default selection), so keep its import light.
     """

@@ -1,15 +1,29 @@
 """The plugin manager: built-in metrics and third-party ones, registered the same way.
 
 Built-in metrics are listed once, here, in :data:`DEFAULT_PLUGINS` as ``name -> "module:object"``
-references, exactly the form an entry point has, and go through the same registration function as
-the entry points of the group ``similarity_plugins`` (entry-point name = metric name), which are for
-third-party packages only. Setting ``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD=1`` skips the entry points
-(the built-ins still load), as pytest and llm do. A plugin that fails to import is not registered;
-its error is kept in ``load_errors`` and reported in its row when it is selected.
+references, and registered when the manager is built. Third-party packages add metrics through entry
+points of the group ``similarity_plugins`` in one of two forms (see :mod:`~.hookspecs`):
 
-A metric name belongs to whoever registered it first: :meth:`SimilarityPluginManager.register_metric`
-raises on a taken name unless ``replace=True``, and an entry point whose name is taken is skipped with
-a warning naming both packages (so a third-party package can never silently shadow a built-in).
+- a single metric: the entry point's object has a ``similarity`` hookimpl; the entry-point name is the
+  metric's name;
+- a family: the object has a ``register_metrics(register)`` hookimpl that calls
+  ``register(name, plugin)`` once per metric (the entry-point name is then only a label: use the
+  package's name, not a metric's).
+
+Entry points load lazily (:mod:`~.entrypoints`): the manager reads their names from the packages'
+metadata and imports one only when its names are needed (:meth:`SimilarityPluginManager.ensure` for a
+name it does not know yet, :meth:`SimilarityPluginManager.load_all` for ``list``, a wildcard or the
+default selection); a single-metric entry point's name is known without importing it.
+``SIMILARITY_PLUGINS=pkg1,pkg2`` keeps only the named distributions' entry points (empty: none);
+``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD=1`` skips them all. The built-ins always load. A plugin that
+fails to import is not registered; its error is kept in ``load_errors`` and reported in its row when
+it is selected.
+
+A metric name belongs to whoever took it first: :meth:`SimilarityPluginManager.register_metric`
+raises on a taken name unless ``replace=True``; an entry point whose name is taken is skipped with a
+warning naming both packages, and so is a family's ``register(name, ...)`` of a name that another
+package holds, ``replace=True`` or not (a family may replace only its own package's metrics), so a
+third-party package can never silently shadow a built-in or another package, whatever loads first.
 """
 
 from __future__ import annotations
@@ -17,21 +31,30 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
-import os
 import threading
 import traceback
 import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterable
 
 import pluggy
 
 from . import hookspecs
-from .contract import read_declaration, read_needs
+from .contract import read_declaration, read_flag, read_meaning, read_needs
+from .entrypoints import (
+    BUILTIN_PACKAGE,
+    DISABLE_AUTOLOAD_ENV,
+    ENTRY_POINT_GROUP,
+    LOAD_ENV,
+    autoload_disabled,
+    check_metric_name,
+    selected_entry_points,
+)
 
-ENTRY_POINT_GROUP = "similarity_plugins"
-DISABLE_AUTOLOAD_ENV = "SIMILARITY_PLUGINS_DISABLE_AUTOLOAD"
+__all__ = ["MetricInfo", "SimilarityPluginManager", "DEFAULT_PLUGINS", "BUILTIN_PACKAGE", "ENTRY_POINT_GROUP",
+           "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "autoload_disabled", "build_plugin_manager", "get_plugin_manager",
+           "reset_plugin_manager"]
 
 DEFAULT_PLUGINS: dict[str, str] = {
     "cka-linear": "similarity_plugins.plugins.cka:LinearCKA",
@@ -46,7 +69,6 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "iri-dm": "similarity_plugins.plugins.invariance:IRIDM",
     "iri-fula": "similarity_plugins.plugins.invariance:IRIFuLA",
 }
-BUILTIN_PACKAGE = "similarity-plugins"
 
 
 @dataclass
@@ -56,7 +78,11 @@ class MetricInfo:
     ``name``; ``package`` it came from; one-line ``description``; ``error`` when the plugin failed to
     load; ``options``: ``{option: default}`` as declared by the plugin, or ``None`` when it declares
     none (it then takes any option); ``option_docs``: ``{option: one-line doc}``; ``needs``: the data
-    splits it reads (``("train", "test")``), or ``None`` when undeclared.
+    splits it reads (``("train", "test")``), or ``None`` when undeclared. What the score means (each
+    ``None`` when undeclared: unknown): ``kind`` (``"similarity"``: higher is more alike, or
+    ``"distance"``), ``range`` (``(lo, hi)`` floats, or ``None``), ``symmetric`` (bool) and
+    ``invariances`` (a tuple of words of :data:`~.contract.INVARIANCES`). ``activations_only``: True when
+    the metric reads nothing but activations (it then also runs in ``similarity_plugins.score``).
     """
 
     name: str
@@ -66,62 +92,167 @@ class MetricInfo:
     options: dict[str, Any] | None = None
     option_docs: dict[str, str] = field(default_factory=dict)
     needs: tuple[str, ...] | None = None
+    kind: str | None = None
+    range: tuple[float, float] | None = None
+    symmetric: bool | None = None
+    invariances: tuple[str, ...] | None = None
+    activations_only: bool = False
 
 
 class SimilarityPluginManager(pluggy.PluginManager):
-    """A ``pluggy.PluginManager`` that remembers each metric's package and load errors."""
+    """A ``pluggy.PluginManager`` that remembers each metric's package and load errors, and holds the
+    entry points not imported yet (``pending``, in discovery order) with the metric names they claim."""
 
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
         self.add_hookspecs(hookspecs)
         self.info: dict[str, MetricInfo] = {}
         self.load_errors: dict[str, str] = {}
+        self.pending: list[tuple[Any, str]] = []
+        self.claims: dict[str, str] = {}  # metric name -> package of the pending single-metric entry point
+        self._loading = threading.RLock()
 
     def register_metric(self, plugin: Any, name: str, package: str = "(registered at run time)", *,
                         replace: bool = False) -> str:
         """Register ``plugin`` as the metric ``name`` (module, class, instance or hookimpl function).
 
         Returns the name. A class is instantiated with no arguments; a bare function decorated with
-        ``@hookimpl`` is wrapped. The plugin's ``options`` and ``needs`` attributes are read into its
-        :class:`MetricInfo` (see :mod:`~similarity_plugins.core.contract`). Raises ``ValueError`` when
-        ``name`` is taken, naming its package, unless ``replace=True`` (then the old one is dropped);
+        ``@hookimpl`` is wrapped. The plugin's ``options``, ``needs``, ``kind``, ``range``, ``symmetric``,
+        ``invariances`` and ``activations_only`` attributes are read into its :class:`MetricInfo` (see
+        :mod:`~similarity_plugins.core.contract`). Raises ``ValueError`` when ``name`` is taken, naming
+        its package, unless ``replace=True`` (then the old one is dropped), or cannot name a metric;
         ``TypeError`` when the plugin has no ``similarity`` hookimpl or a malformed declaration.
         """
-        if name in self.info and not replace:
-            raise ValueError(f"metric name {name!r} is taken by {self.info[name].package}; pass replace=True "
-                             f"to register_metric to replace it, or choose another name")
-        obj = _as_plugin_object(plugin)
-        if getattr(obj, "similarity", None) is None:
-            raise TypeError(f"metric {name!r}: {plugin!r} has no `similarity` hookimpl")
-        declared = read_declaration(getattr(obj, "options", None), name)
-        needs = read_needs(getattr(obj, "needs", None), name)
-        if self.get_plugin(name) is not None:
-            self.unregister(name=name)
-        self.register(obj, name=name)
-        description = getattr(obj, "description", None) or _first_line(inspect.getdoc(obj) or "")
-        options, docs = declared if declared is not None else (None, {})
-        self.info[name] = MetricInfo(name, package, description, options=options, option_docs=docs, needs=needs)
-        self.load_errors.pop(name, None)
-        return name
+        check_metric_name(name)
+        with self._loading:
+            if name in self.claims and self.claims[name] != package:
+                self._load_package(self.claims[name])  # the name is claimed by an entry point: it comes first
+            if name in self.info and not replace:
+                raise ValueError(f"metric name {name!r} is taken by {self.info[name].package}; pass replace=True "
+                                 f"to register_metric to replace it, or choose another name")
+            obj = _as_plugin_object(plugin)
+            if getattr(obj, "similarity", None) is None:
+                raise TypeError(f"metric {name!r}: {plugin!r} has no `similarity` hookimpl")
+            declared = read_declaration(getattr(obj, "options", None), name)
+            needs = read_needs(getattr(obj, "needs", None), name)
+            meaning = read_meaning(obj, name)
+            activations_only = read_flag(obj, "activations_only", name)
+            if self.get_plugin(name) is not None:
+                self.unregister(name=name)
+            self.register(obj, name=name)
+            description = getattr(obj, "description", None) or _first_line(inspect.getdoc(obj) or "")
+            options, docs = declared if declared is not None else (None, {})
+            self.info[name] = MetricInfo(name, package, description, options=options, option_docs=docs, needs=needs,
+                                         activations_only=activations_only, **meaning._asdict())
+            self.load_errors.pop(name, None)
+            return name
 
     def load_reference(self, name: str, reference: Any, package: str) -> None:
-        """Import an entry point or a ``"module:object"`` string and register it; keep errors.
+        """Import a ``"module:object"`` string (or anything with ``load()``) and register it as ``name``.
 
-        A name that is already taken is skipped with a warning naming both packages.
+        A name that is already taken is skipped with a warning naming both packages; an import or
+        registration error is kept (``load_errors[name]``) instead of raised.
         """
-        if name in self.info:
-            warnings.warn(f"similarity_plugins: skipped the metric {name!r} of {package}: the name is taken by "
-                          f"{self.info[name].package}; rename the entry point to use both", stacklevel=2)
+        if self._taken_warning(name, package):
             return
         try:
             obj = reference.load() if hasattr(reference, "load") else _import_reference(reference)
             self.register_metric(obj, name, package)
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the others
-            message = f"plugin {name!r} from {package} failed to load: {type(exc).__name__}: {exc}"
-            self.load_errors[name] = message
-            self.info[name] = MetricInfo(name, package, "", error=message)
-            self._load_tracebacks = getattr(self, "_load_tracebacks", {})
-            self._load_tracebacks[name] = traceback.format_exc()
+            self._keep_error(name, package, exc)
+
+    # -- third-party entry points, imported when their names are needed --------------------------
+
+    def add_entry_points(self, entry_points: Iterable[tuple[Any, str]]) -> None:
+        """Hold ``(entry point, package)`` pairs to import later; claim each one's name for its package.
+
+        An entry point whose name is taken (a built-in, or an earlier entry point of another package)
+        is skipped now, without importing it, with a warning naming both packages.
+        """
+        with self._loading:
+            for ep, package in entry_points:
+                owner = self.claims.get(ep.name)
+                if owner is not None:  # a second package with this name (the same one twice: a duplicate)
+                    if owner != package:
+                        _warn_taken(ep.name, package, owner)
+                    continue
+                if self._taken_warning(ep.name, package):
+                    continue
+                self.claims[ep.name] = package
+                self.pending.append((ep, package))
+
+    def ensure(self, names: Iterable[str]) -> None:
+        """Import the entry points that the metric ``names`` need: for a name not registered yet, the
+        package whose single-metric entry point claims it, and when some name is still unknown, every
+        pending entry point (a family may add it). Known names import nothing."""
+        with self._loading:
+            for name in names:
+                if name not in self.info and name in self.claims:
+                    self._load_package(self.claims[name])
+            if any(name not in self.info for name in names):
+                self.load_all()
+
+    def load_all(self) -> None:
+        """Import every pending entry point (for ``list``, a wildcard or the default selection)."""
+        with self._loading:
+            while self.pending:
+                self._load_entry_point(*self.pending[0])
+
+    def _load_package(self, package: str) -> None:
+        for ep, owner in list(self.pending):
+            if owner == package and (ep, owner) in self.pending:  # a family may have dropped a later one
+                self._load_entry_point(ep, owner)
+
+    def _load_entry_point(self, ep: Any, package: str) -> None:
+        self.pending.remove((ep, package))
+        if self.claims.get(ep.name) == package:
+            del self.claims[ep.name]
+        try:
+            obj = _as_plugin_object(ep.load())
+            family = getattr(obj, "register_metrics", None)
+            if family is not None and getattr(obj, "similarity", None) is not None:
+                raise TypeError("it defines both `similarity` and `register_metrics`; an entry point is one metric "
+                                "(`similarity`, named by the entry point) or a family (`register_metrics`)")
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the others
+            self._keep_error(ep.name, package, exc)
+            return
+        if family is None:
+            self.load_reference(ep.name, SimpleNamespace(load=lambda: obj), package)
+            return
+        try:
+            family(register=self._family_register(package))
+        except Exception as exc:  # noqa: BLE001
+            self._keep_error(ep.name, package, exc, what=f"the metric family {ep.name!r}")
+
+    def _family_register(self, package: str):
+        """The ``register(name, plugin, *, replace=False)`` callable handed to one package's ``register_metrics``."""
+        def register(name: str, plugin: Any, *, replace: bool = False) -> None:
+            check_metric_name(name)
+            owner = self.claims.get(name) or (self.info[name].package if name in self.info else None)
+            if owner is not None and (owner != package or not replace):
+                _warn_taken(name, package, owner, replace)
+                return
+            if self.claims.get(name) == package:  # replaces its own package's entry point of that name
+                del self.claims[name]
+                self.pending = [(ep, p) for ep, p in self.pending if not (p == package and ep.name == name)]
+            try:
+                self.register_metric(plugin, name, package, replace=replace)
+            except Exception as exc:  # noqa: BLE001 - one broken metric of a family must not stop the others
+                self._keep_error(name, package, exc)
+        return register
+
+    def _taken_warning(self, name: str, package: str) -> bool:
+        if name not in self.info:
+            return False
+        _warn_taken(name, package, self.info[name].package)
+        return True
+
+    def _keep_error(self, name: str, package: str, exc: BaseException, what: str | None = None) -> None:
+        message = f"{what or f'plugin {name!r}'} from {package} failed to load: {type(exc).__name__}: {exc}"
+        self.load_errors[name] = message
+        self.info[name] = MetricInfo(name, package, "", error=message)
+        self._load_tracebacks = getattr(self, "_load_tracebacks", {})
+        self._load_tracebacks[name] = traceback.format_exc()
 
     def hookimpl_for(self, name: str) -> pluggy.HookImpl:
         """The ``similarity`` hookimpl of the metric ``name``."""
@@ -130,6 +261,12 @@ class SimilarityPluginManager(pluggy.PluginManager):
             if impl.plugin is plugin:
                 return impl
         raise KeyError(name)
+
+
+def _warn_taken(name: str, package: str, owner: str, replace: bool = False) -> None:
+    note = " (replace=True replaces only a metric of the same package)" if replace else ""
+    warnings.warn(f"similarity_plugins: skipped the metric {name!r} of {package}: the name is taken by "
+                  f"{owner}{note}; rename it to use both", stacklevel=3)
 
 
 def _first_line(text: str) -> str:
@@ -144,14 +281,22 @@ def _import_reference(reference: str) -> Any:
     return obj
 
 
+_FUNCTION_ATTRIBUTES = ("options", "needs", "kind", "range", "symmetric", "invariances", "activations_only",
+                        "deterministic")
+
+
 def _as_plugin_object(plugin: Any) -> Any:
     if inspect.isclass(plugin):
         return plugin()
     if inspect.isfunction(plugin):
+        if plugin.__name__ == "register_metrics":
+            return SimpleNamespace(register_metrics=plugin)
         if plugin.__name__ != "similarity":
-            raise TypeError(f"a function plugin must be named `similarity`, got {plugin.__name__!r}")
+            raise TypeError(f"a function plugin must be named `similarity` (or `register_metrics` for a family), "
+                            f"got {plugin.__name__!r}")
+        attributes = {a: getattr(plugin, a) for a in _FUNCTION_ATTRIBUTES if hasattr(plugin, a)}
         return SimpleNamespace(similarity=plugin, __doc__=plugin.__doc__, description=_first_line(plugin.__doc__ or ""),
-                               options=getattr(plugin, "options", None), needs=getattr(plugin, "needs", None))
+                               **attributes)
     return plugin
 
 
@@ -159,24 +304,19 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
     return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
-def autoload_disabled() -> bool:
-    """True when ``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD`` is set to a true value (1, true, yes)."""
-    return os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def build_plugin_manager(load_entry_points: bool | None = None) -> SimilarityPluginManager:
-    """A new manager with the built-in metrics and (unless disabled) the entry-point metrics."""
+    """A new manager with the built-in metrics registered and the allowed entry points pending (not imported).
+
+    ``load_entry_points``: False skips the entry points; None (default) follows the environment
+    (``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD``, ``SIMILARITY_PLUGINS``: see :mod:`~.entrypoints`).
+    """
     pm = SimilarityPluginManager()
     for name, reference in DEFAULT_PLUGINS.items():
         pm.load_reference(name, reference, BUILTIN_PACKAGE)
     if load_entry_points is None:
         load_entry_points = not autoload_disabled()
     if load_entry_points:
-        for ep in _entry_points():
-            package = ep.dist.name if getattr(ep, "dist", None) is not None else "(unknown package)"
-            if package.lower().replace("_", "-") == BUILTIN_PACKAGE:
-                continue  # an older install's metadata listing the built-ins as entry points: they are loaded above
-            pm.load_reference(ep.name, ep, package)
+        pm.add_entry_points(selected_entry_points(_entry_points()))
     return pm
 
 

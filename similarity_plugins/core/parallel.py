@@ -20,6 +20,9 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from ..utils.digest import update_tensor_digest
+from .fingerprint import update_module_configs
+
 __all__ = ["World", "CollectiveError", "current_world", "register_world_factory", "shard_range", "module_digest"]
 
 
@@ -123,6 +126,12 @@ class World:
             raise CollectiveError(message) from error
         raise CollectiveError(message)
 
+    def control(self) -> "World":
+        """A world for ``compare``'s own small messages (agreeing on a row) on a channel of its own, so that a
+        metric thread abandoned inside a collective cannot pair up with them; every rank must call it at the
+        same point (a distributed world creates the channel collectively). In one process: ``self``."""
+        return self
+
     def gather_rows(self, rows: torch.Tensor, phase: str) -> torch.Tensor:
         """Concatenate every rank's ``rows`` (n_r, ...) along dim 0 in rank order; empty shares allowed."""
         if not self.distributed:
@@ -151,23 +160,17 @@ class World:
 
 
 def module_digest(modules: Iterable[nn.Module]) -> str:
-    """SHA-256 (hex) over the names, shapes, dtypes and bytes of every parameter and buffer of ``modules``."""
+    """SHA-256 (hex) over every parameter and buffer of ``modules`` (names, shapes, dtypes, bytes) and each
+    submodule's class and non-tensor configuration (:func:`~.fingerprint.module_config`)."""
     h = hashlib.sha256()
     for i, module in enumerate(modules):
         for name, t in list(module.named_parameters()) + list(module.named_buffers()):
             update_digest(h, f"{i}|{name}", t)
+        update_module_configs(h, ((f"{i}|{name}", m) for name, m in module.named_modules()))
     return h.hexdigest()
 
 
-def update_digest(h: "hashlib._Hash", label: str, t: torch.Tensor) -> None:
-    """Feed ``label``, the dtype, the shape and the exact bytes of tensor ``t`` (any device) into hash ``h``."""
-    t = t.detach()
-    h.update(f"{label}|{t.dtype}|{tuple(t.shape)}|".encode())
-    if t.numel():
-        data = t.contiguous().cpu()
-        if data.dtype == torch.bfloat16:
-            data = data.view(torch.int16)
-        h.update(data.numpy().tobytes())
+update_digest = update_tensor_digest  # the one tensor hash (utils.digest); this name is kept for callers
 
 
 _SINGLE = World()

@@ -1,4 +1,9 @@
-"""Metric names -> plugins: list them, select them by name or wildcard, describe them."""
+"""Metric names -> plugins: list them, select them by name or wildcard, describe them.
+
+Third-party entry points are imported here, when their names are needed (see :mod:`~.manager`): an
+exact name that is not registered yet, ``list_metrics``, a wildcard and the default selection
+(``metrics=None``); a registered name imports nothing.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ def list_metrics(pattern: str | Iterable[str] | None = None) -> list[str]:
     Metrics whose plugin failed to load are listed too (``metric_info(name).error`` says why), so
     that selecting them gives a row with the error rather than silence.
     """
-    names = sorted(get_plugin_manager().info)
+    pm = get_plugin_manager()
+    pm.load_all()
+    names = sorted(pm.info)
     if pattern is None:
         return names
     patterns = [pattern] if isinstance(pattern, str) else list(pattern)
@@ -30,8 +37,11 @@ def list_metrics(pattern: str | Iterable[str] | None = None) -> list[str]:
 def metric_info(name: str) -> MetricInfo:
     """The :class:`MetricInfo` of a metric: package, description, load error, ``options`` (the contract:
     ``{option: default}``, or ``None`` when the metric declares none and takes any), ``option_docs``
-    (``{option: one-line doc}``) and ``needs`` (the data splits it reads)."""
-    info = get_plugin_manager().info
+    (``{option: one-line doc}``), ``needs`` (the data splits it reads), what the score means (``kind``,
+    ``range``, ``symmetric``, ``invariances``; ``None`` when undeclared) and ``activations_only``."""
+    pm = get_plugin_manager()
+    pm.ensure([name])
+    info = pm.info
     if name not in info:
         raise UnknownMetric(_unknown_message(name, list(info)))
     return info[name]
@@ -47,14 +57,20 @@ def select_metrics(metrics: str | Iterable[str] | None) -> list[str]:
     ``None`` selects every registered metric. A comma-separated string is split. A name or pattern
     that matches nothing raises :class:`UnknownMetric` suggesting close names.
     """
-    known = sorted(get_plugin_manager().info)
-    if metrics is None:
-        return known
+    pm = get_plugin_manager()
     if isinstance(metrics, str):
         metrics = [m.strip() for m in metrics.split(",") if m.strip()]
+    metrics = None if metrics is None else list(metrics)
+    if metrics is None or any(_is_pattern(m) for m in metrics):
+        pm.load_all()
+    else:
+        pm.ensure(metrics)
+    known = sorted(pm.info)
+    if metrics is None:
+        return known
     selected: list[str] = []
     for item in metrics:
-        if any(ch in item for ch in "*?["):
+        if _is_pattern(item):
             matched = [n for n in known if fnmatch.fnmatchcase(n, item)]
             if not matched:
                 raise UnknownMetric(f"pattern {item!r} matches no metric (registered: {', '.join(known)})")
@@ -75,5 +91,11 @@ def options_for_metrics(names: list[str], options: Mapping[str, Any] | None) -> 
     Raises :class:`~similarity_plugins.core.contract.UnknownOption` (a ``ValueError``) with the valid
     names and a did-you-mean for an option no selected metric takes, or that its metric does not take.
     """
-    declared = {name: info.options for name, info in get_plugin_manager().info.items()}
+    pm = get_plugin_manager()
+    pm.ensure([k for k, v in (options or {}).items() if isinstance(v, Mapping)])  # per-metric dicts name metrics
+    declared = {name: info.options for name, info in pm.info.items()}
     return resolve_options(list(names), declared, options)
+
+
+def _is_pattern(item: str) -> bool:
+    return any(ch in item for ch in "*?[")

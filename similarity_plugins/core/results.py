@@ -88,7 +88,8 @@ class Report:
     ``report.results`` is the list of :class:`SimilarityResult`; ``report["cka-linear"]`` is the
     metric's result (with several layers: ``report["cka-linear", "layer2"]``); ``to_json()`` and
     ``to_csv()`` return text and write it when given a path; ``str(report)`` is a table with one row
-    per metric and one column per layer.
+    per metric and one column per layer, where ``meta["kinds"]`` (``{metric: "similarity" | "distance" |
+    None}``, as the metrics declare; without it, as the registered metrics declare) marks the distance rows.
     """
 
     def __init__(self, results: list[SimilarityResult] | None = None, meta: dict | None = None) -> None:
@@ -171,8 +172,9 @@ class Report:
 
     def __str__(self) -> str:
         rows = []
+        kinds = self.meta.get("kinds") or _declared_kinds(self.metrics)
         for m in self.metrics:
-            cells, total = [m], 0.0
+            cells, total = [m + (" (distance)" if kinds.get(m) == "distance" else "")], 0.0
             for layer in self.layers:
                 r = next((r for r in self.results if r.metric == m and str(r.layer) == layer), None)
                 cells.append("" if r is None else _format_score(r.score) + _format_interval(r)
@@ -180,6 +182,9 @@ class Report:
                 total += r.seconds if r else 0.0
             rows.append(cells + [f"{total:.1f}"])
         out = [text_table(["metric"] + self.layers + ["time (s)"], rows)]
+        if "distance" in kinds.values():
+            out.append("(distance): lower is more alike; the other rows are similarities (higher is more alike) "
+                       "or undeclared")
         out += _interval_legend(self.results)
         notes = []
         for r in self.results:
@@ -216,6 +221,14 @@ class Report:
 
     def __repr__(self) -> str:
         return f"Report({len(self.results)} results: metrics={self.metrics}, layers={self.layers})"
+
+
+def _declared_kinds(metrics: list[str]) -> dict[str, str | None]:
+    """``{metric: kind}`` as the registered metrics declare it (for a report made without ``meta["kinds"]``)."""
+    from .manager import get_plugin_manager
+
+    info = get_plugin_manager().info
+    return {m: info[m].kind if m in info else None for m in metrics}
 
 
 # -- intervals (details["test_ci95"], details["seed_ci95"]) in tables, CSV and DataFrames ---------------------

@@ -25,14 +25,15 @@ DEFAULT_TIMEOUT_S = 600
 
 
 class TorchWorld(World):
-    """Rank ``dist.get_rank()`` of ``dist.get_world_size()`` in the default process group."""
+    """Rank ``dist.get_rank()`` of ``dist.get_world_size()`` in the default process group (or in ``group``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: Any = None) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("TorchWorld needs an initialised process group (torch.distributed.init_process_group)")
+        self.group = group
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
-        self.backend = dist.get_backend()
+        self.backend = dist.get_backend(group)
         if self.backend == "nccl":
             self.comm_device = torch.device("cuda", torch.cuda.current_device())
         else:
@@ -41,7 +42,7 @@ class TorchWorld(World):
     def _all_gather_objects(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.size
         try:
-            dist.all_gather_object(out, obj)
+            dist.all_gather_object(out, obj, group=self.group)
         except Exception as exc:  # noqa: BLE001 - a lost peer or a time-out
             raise CollectiveError(_lost_rank_message(exc)) from exc
         return out
@@ -49,10 +50,22 @@ class TorchWorld(World):
     def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         buf = tensor.to(self.comm_device).contiguous()
         try:
-            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=self.group)
         except Exception as exc:  # noqa: BLE001
             raise CollectiveError(_lost_rank_message(exc)) from exc
         return buf.cpu()
+
+
+    def control(self) -> "TorchWorld":
+        """A gloo group of all ranks for ``compare``'s own messages (see :meth:`World.control`), created on the
+        first call (collectively) and kept for the default group's lifetime."""
+        default = dist.distributed_c10d._get_default_group()
+        if _CONTROL.get("default") is not default:
+            _CONTROL.update(default=default, group=dist.new_group(backend="gloo"))
+        return TorchWorld(_CONTROL["group"])
+
+
+_CONTROL: dict[str, Any] = {}
 
 
 def _lost_rank_message(exc: BaseException) -> str:

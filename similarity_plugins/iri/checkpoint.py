@@ -23,7 +23,7 @@ def save_checkpoint(run: Any) -> None:
         "restarts": run.stepper.restarts, "rejected": getattr(run.stepper, "rejected", 0),
         "phases": getattr(run.stepper, "phases", 0),
     }
-    atomic_save(state, run.checkpoint_path)
+    atomic_save(state, run.checkpoint_path, "iri-checkpoint")
 
 
 def resume(run: Any) -> bool:
@@ -32,8 +32,10 @@ def resume(run: Any) -> bool:
         return False
     from .cache import load_file
 
-    state = load_file(run.checkpoint_path)
-    if (state is None or state.get("version") != CHECKPOINT_VERSION or state.get("settings") != run.s.as_dict()
+    state = load_file(run.checkpoint_path, "iri-checkpoint")   # a damaged file: None, warned "corrupt"
+    if state is None:
+        return False
+    if (state.get("version") != CHECKPOINT_VERSION or state.get("settings") != run.s.as_dict()
             or state.get("n") != run.n or state.get("offset", 0) != run.offset):
         warnings.warn(f"ignoring checkpoint {run.checkpoint_path}: it belongs to another run", stacklevel=4)
         return False

@@ -116,7 +116,10 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
         slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
         targets = [call for call, slope in slopes.items() if slope == 1.0]
         key_settings = dict(settings.as_dict(), fake_relu_at=[list(t) for t in targets])
-        key = cache.fingerprint(front_tensors(model, trace), layer, seeds, key_settings) if cache_dir else None
+        ran = {"", *trace.modules}   # the key covers the modules' classes and settings, and the traced front's code
+        modules = [(n, m) for n, m in model.named_modules() if n in ran]
+        modules += [("<front>", split.front_graph)] if split.front_graph is not None else []
+        key = cache.fingerprint(front_tensors(model, trace), layer, seeds, key_settings, modules) if cache_dir else None
         if cache_dir is not None:
             hit = cache.load_file(cache.result_path(cache_dir, key))
             if sharded.agreed_hit(hit if hit is not None and hit.get("key") == key else None):

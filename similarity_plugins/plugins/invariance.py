@@ -54,6 +54,14 @@ class _IRIPlugin:
     objective = "hlm"
     needs = ("train", "test")
     options = iri_options()
+    # What the score means, as for stitch-*: a similarity, relative accuracy (no declared range), asymmetric,
+    # no exact invariance (the stitch undoes an affine map of the front's channels only as far as its
+    # training finds it, and the optimiser that generates the IRIs is not exactly invariant either).
+    kind = "similarity"
+    range = None
+    symmetric = False
+    invariances = ()
+    activations_only = False  # it generates inputs through the front model
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:

@@ -11,6 +11,12 @@ training losses and the settings used. Options (defaults from the paper; see
 ``dm_loss`` ("sum" | "normalised"), ``fula_weights``, ``temperature`` (1.0), ``cache_limit_mb`` (1024),
 ``eval_batch_size`` (256); declared in ``options`` from :class:`~similarity_plugins.stitch.StitchSettings`.
 Fitted stitches are shared within one ``compare`` call, so repeating a metric never refits.
+
+What the score means: a similarity (higher: more alike), no declared range (the stitched model can beat
+the end model, so relative accuracy can exceed 1), asymmetric (front -> end), and no exact invariance
+declared: the stitch (an affine 1x1 convolution or linear layer) can absorb an affine map of the front's
+channels, but only as far as its training finds it (SGD with weight decay from a least-squares start),
+so no transform of the flattened activations leaves the score exactly unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ class _StitchPlugin:
     objective = "hlm"
     needs = ("train", "test")
     options = stitch_options()
+    kind = "similarity"
+    range = None  # relative accuracy: the stitched model can beat the end model
+    symmetric = False
+    invariances = ()  # see the module docstring
+    activations_only = False  # it runs the end model on the stitched activations
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:

@@ -57,7 +57,7 @@ def training_set(context: Context) -> TrainingSet:
         )
 
     def load() -> TrainingSet:
-        x, y = load_all(split, batch_size=context.batch_size)
+        x, y = load_all(split, batch_size=context.batch_size, what="the train split")
         return TrainingSet(x, y, ("data.train", id(split)), "train")
 
     return context.remember(("stitch-train", id(split)), load)

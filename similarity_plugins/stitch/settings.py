@@ -108,7 +108,7 @@ class StitchSettings:
         batch_size = _positive_int("batch_size", self.batch_size)
         ls_samples = _positive_int("ls_samples", self.ls_samples)
         eval_batch_size = _positive_int("eval_batch_size", self.eval_batch_size)
-        max_train = None if self.max_train in (None, 0) else _positive_int("max_train", self.max_train)
+        max_train = None if self.max_train is None else _positive_int("max_train", self.max_train)
         lr = _number("lr", self.lr, minimum=0.0, strict=True)
         weight_decay = _number("weight_decay", self.weight_decay, minimum=0.0)
         gamma = _number("gamma", self.gamma, minimum=0.0, strict=True)

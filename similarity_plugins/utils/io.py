@@ -11,8 +11,44 @@ import csv
 import io
 import json
 import os
+import stat
 import tempfile
-from typing import IO, Any, Iterator, Sequence
+import threading
+from typing import IO, Any, Iterator, Mapping, Sequence
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process umask (read by setting and restoring it, under a lock)."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def write_target(path: str | os.PathLike) -> str:
+    """The file that writing ``path`` changes: ``path`` itself, or where it points when it is a symlink (links
+    are written through: the link stays and its target gets the new contents)."""
+    path = os.fspath(path)
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
+def _new_temp(path: str | os.PathLike) -> tuple[int, str, str]:
+    """``(fd, temporary path, target)`` for writing ``path``: the temporary file sits next to the target, keeps its
+    extension and has the mode the target will have (an existing file's mode, else 0o666 less the umask)."""
+    target = write_target(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    os.makedirs(directory, exist_ok=True)
+    mode = stat.S_IMODE(os.stat(target).st_mode) if os.path.exists(target) else 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(target)[1], dir=directory)
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp, target
 
 
 @contextlib.contextmanager
@@ -22,15 +58,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
 
     The temporary file lives in the same folder (so ``os.replace`` is a rename on one file system) and
     keeps ``path``'s extension; it is flushed and fsync'ed before the rename, and removed if the block
-    raises. Parent folders are created. ``mode``: "wb" (default) or "w" (text; ``encoding`` defaults to
-    UTF-8). Usage: ``with atomic_write("out/report.csv", "w", newline="") as fh: fh.write(text)``.
+    raises. Parent folders are created. A new file gets the umask's permissions, an existing one keeps its
+    mode, and a symlink is written through (:func:`write_target`). ``mode``: "wb" (default) or "w" (text;
+    ``encoding`` defaults to UTF-8). Usage: ``with atomic_write("out/report.csv", "w", newline="") as fh: ...``.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write writes a whole new file: mode must be 'wb' or 'w', got {mode!r}")
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=directory)
+    fd, tmp, target = _new_temp(path)
     if mode == "w" and encoding is None:
         encoding = "utf-8"
     try:
@@ -38,11 +72,70 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_all(files: Mapping[str, str | bytes]) -> list[str]:
+    """Write every ``{path: contents}`` (text as UTF-8) so that either all of them are replaced or none.
+
+    All contents go to temporary files first (next to each target, as :func:`atomic_write`); only when every
+    one is written are they renamed into place. If a rename fails (rare: every folder took a file a moment
+    before), the files already renamed are removed again and the error is raised. Returns the paths.
+    """
+    staged: list[tuple[str, str]] = []
+    try:
+        for path, contents in files.items():
+            fd, tmp, target = _new_temp(path)
+            staged.append((tmp, target))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(contents.encode("utf-8") if isinstance(contents, str) else contents)
+                fh.flush()
+                os.fsync(fh.fileno())
+        done: list[str] = []
+        try:
+            for tmp, target in staged:
+                os.replace(tmp, target)
+                done.append(target)
+        except BaseException:
+            for target in done:
+                with contextlib.suppress(OSError):
+                    os.unlink(target)
+            raise
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    return [os.fspath(p) for p in files]
+
+
+def unwritable_reason(path: str | os.PathLike) -> str | None:
+    """Why a file could not be written at ``path`` (a short phrase), or None when it can be.
+
+    Checks without creating anything that stays: ``path`` (through a symlink) is not a folder, is not a
+    read-only file, its nearest existing ancestor is a folder (not a file), and a probe file can be created
+    in that folder (this catches read-only folders and file systems, also for root).
+    """
+    target = write_target(path)
+    if os.path.isdir(target):
+        return "it is a folder, not a file name"
+    if os.path.exists(target) and not os.access(target, os.W_OK):
+        return "the file is read-only"
+    folder = os.path.dirname(os.path.abspath(target))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        return f"{folder} is a file, not a folder"
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return f"the folder {folder} is not writable ({exc.strerror or exc})"
+    return None
 
 
 def write_text(path: str | os.PathLike, text: str) -> str:

@@ -1,0 +1,106 @@
+"""The ``score`` command: two arrays of activations from files, the metrics that read only activations, a report.
+
+An ARRAY is ``FILE.npy``, ``FILE.npz:KEY`` (``FILE.npz`` alone when it holds one array), ``FILE.pt``
+(a tensor saved with ``torch.save``) or ``FILE.pt:KEY`` (one tensor of a saved dict). NumPy files are
+read with ``allow_pickle=False`` and torch files with ``torch.load(weights_only=True)``, so no file can
+run code. A missing or unreadable file is an error naming it (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+from .common import check_metric_options, check_outputs, emit_report, parse_options, progress_of
+
+NUMPY_SUFFIXES = (".npy", ".npz")
+TORCH_SUFFIXES = (".pt", ".pth")
+
+
+def split_array_spec(spec: str) -> tuple[str, str | None]:
+    """``"a.npz:acts"`` -> ``("a.npz", "acts")``; ``"a.npy"`` -> ``("a.npy", None)``. A ``:KEY`` suffix is
+    read only after a ``.npz``/``.pt``/``.pth`` file name (and when the whole spec is not a file itself)."""
+    path, colon, key = spec.rpartition(":")
+    if colon and key and path.lower().endswith((".npz",) + TORCH_SUFFIXES) and not os.path.isfile(spec):
+        return path, key
+    return spec, None
+
+
+def load_array(spec: str) -> Any:
+    """The array an ARRAY spec names (a NumPy array or a torch tensor, (N, ...)); ``FileNotFoundError`` or
+    ``ValueError`` naming the file for a missing, unreadable or unsuitable one."""
+    path, key = split_array_spec(spec)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in NUMPY_SUFFIXES + TORCH_SUFFIXES:
+        raise ValueError(f"cannot read {path}: expected a .npy, .npz, .pt or .pth file")
+    try:
+        value = _load_torch(path) if suffix in TORCH_SUFFIXES else _load_numpy(path)
+    except Exception as exc:  # noqa: BLE001 - every reader's failure is one line naming the file
+        raise ValueError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
+    return _pick(value, path, key)
+
+
+def _load_numpy(path: str) -> Any:
+    import numpy as np
+
+    loaded = np.load(path, allow_pickle=False)
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        with loaded:
+            return {k: loaded[k] for k in loaded.files}
+    return loaded
+
+
+def _load_torch(path: str) -> Any:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _pick(value: Any, path: str, key: str | None) -> Any:
+    if isinstance(value, dict):
+        names = sorted(map(str, value))
+        if key is None and len(value) == 1:
+            return next(iter(value.values()))
+        if key is None:
+            raise ValueError(f"{path} holds {len(value)} arrays ({', '.join(names)}); name one as {path}:KEY")
+        if key not in value:
+            from ..utils.text import did_you_mean
+
+            raise ValueError(f"{path} has no array {key!r}{did_you_mean(key, names)} (it holds: {', '.join(names)})")
+        return value[key]
+    if key is not None:
+        raise ValueError(f"{path} holds one array, not a dict: drop ':{key}'")
+    return value
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from ..core.arrays import score, select_score_metrics
+    from ..core.registry import options_for_metrics
+
+    check_outputs({"--out": args.out, "--csv": args.csv})  # before any work (exit 2 naming the path)
+    options = parse_options(args.option or [])
+    check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))
+    x, y = load_array(args.x), load_array(args.y)
+    start = time.perf_counter()
+    report = score(x, y, args.metrics, options=options, seed=args.seed, progress=progress_of(args))
+    return emit_report(report, args.out, args.csv, time.perf_counter() - start)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's command(s) to the ``similarity-plugins`` parser."""
+    p = sub.add_parser("score", help="score two arrays of activations (same rows) with the metrics that need no model")
+    p.add_argument("x", help="ARRAY of network A's activations (N, ...): FILE.npy, FILE.npz[:KEY], FILE.pt[:KEY]")
+    p.add_argument("y", help="ARRAY of network B's activations, the same N rows")
+    p.add_argument("--metrics", default=None,
+                   help="comma-separated names or wildcards (default: every metric that reads only activations)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable, as in compare")
+    p.add_argument("--seed", type=int, default=0, help="seed of the metrics and of the 80/20 split of the rows that "
+                   "metrics fitting on a train split use")
+    p.add_argument("--out", default=None, help="write the report as JSON")
+    p.add_argument("--csv", default=None, help="write the report as CSV")
+    p.set_defaults(func=cmd_score)

@@ -1,0 +1,294 @@
+"""``score``: arrays in, a report out. The metrics that read only activations, run on two given arrays.
+
+A metric plugin that declares ``activations_only = True`` reads its inputs solely through
+``context.activations(front, layer.front, split)`` and ``context.activations(end, layer.end, split)``.
+:func:`score` runs such metrics through the same machinery as ``compare`` (selection, option checks,
+error rows, the :class:`~.results.Report`) with an :class:`ArrayContext` whose ``activations`` returns
+rows of the given arrays: ``front`` stands for ``x``, ``end`` for ``y``, and the row's layer is
+``"x->y"``. Which rows a split holds:
+
+- ``split={"train": rows, "test": rows}`` (1-D integer index arrays): every metric reads these rows
+  (``details["split"]`` says so); a metric that needs a split the dict lacks gets an error row.
+- ``split=None``: a metric that needs the train split (``needs`` includes ``"train"``: it fits on train
+  and scores on test) uses a seeded 80/20 split of the rows, the same for every such metric: the first
+  ``max(1, round(N / 5))`` entries of ``torch.randperm(N, generator=torch.Generator().manual_seed(seed))``
+  are the test rows, the others the train rows, both kept in their original order
+  (``details["split"]`` says so, after the metric's own text there if it wrote one). Every other metric
+  reads all N rows as its test split.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import torch
+
+from ..utils.progress import check_progress, progress_bar
+from .activations import flatten
+from .compare import _short_traceback, _to_result
+from .context import Context
+from .contract import missing_splits
+from .data import Data
+from .manager import get_plugin_manager
+from .parallel import World
+from .registry import options_for_metrics, select_metrics
+from .results import LayerPair, Report, SimilarityResult
+from .rng import isolated_rng, seed_all
+
+__all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
+
+TEST_FRACTION = 0.2
+PAIR = LayerPair("x", "y")
+
+
+class _Side:
+    """What a metric receives as ``front`` (``x``) or ``end`` (``y``) in :func:`score`: a name, no model."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<the {self.name} array of similarity_plugins.score: activations only, no model>"
+
+
+class ArrayContext(Context):
+    """A :class:`Context` whose :meth:`activations` are rows of given arrays, for ``score``.
+
+    ``arrays``: ``{side object: tensor (N, ...)}``; ``rows``: ``{"train"/"test": index tensor or None}``.
+    Services that need a model (``split``, ``outputs``, ``run_sharded``) raise ``TypeError``.
+    """
+
+    def __init__(self, arrays: Mapping[Any, torch.Tensor], rows: Mapping[str, torch.Tensor | None], *, seed: int,
+                 device: torch.device, options: dict | None) -> None:
+        super().__init__(Data(train=rows.get("train"), test=rows.get("test")), seed=seed, device=device,
+                         options=options, world=World())
+        self.arrays = dict(arrays)
+        self.rows = dict(rows)
+
+    def activations(self, model: Any, layer: str, split: str = "test", *, flat: bool = True) -> torch.Tensor:
+        """Rows ``split`` of the array standing for ``model``: (n, prod(...)) when ``flat``, else (n, ...).
+
+        Dtype and device are the array's (floating point; integers were made float64)."""
+        if not any(model is side for side in self.arrays):
+            raise TypeError(f"score() has activations for its own x and y only, not for {model!r}")
+        rows = self.rows.get(split) if split in ("train", "test") else self.data.split(split)
+        if rows is None:
+            raise ValueError(f"this metric reads the {split} rows, but score() gave it none: a metric that reads the "
+                             f"train split must declare needs = ('train', 'test'), or pass split={{'train': ..., "
+                             f"'test': ...}} to score()")
+        acts = self.remember(("array rows", id(model), split), lambda: _take(self.arrays[model], rows))
+        return flatten(acts) if flat else acts
+
+    def local_activations(self, model: Any, layer: str, split: str = "test") -> tuple[torch.Tensor, None, None]:
+        """All of :meth:`activations` (one process holds every row), no labels."""
+        return self.activations(model, layer, split, flat=False), None, None
+
+    def _needs_models(self, *_: Any, **__: Any) -> Any:
+        raise TypeError("this metric needs the models (score() has only their activations); "
+                        "use similarity_plugins.compare(front, end, layer, data)")
+
+    split = outputs = run_sharded = _needs_models
+
+
+def _take(array: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``array[rows]``; the array itself (no copy) when ``rows`` is every row in order."""
+    if len(rows) == len(array) and torch.equal(rows, torch.arange(len(array))):
+        return array
+    return array[rows.to(array.device)]
+
+
+def as_activations(value: Any, name: str) -> torch.Tensor:
+    """``value`` (NumPy array, torch tensor or array-like, (N, ...)) as a tensor: floating dtypes kept
+    (float16/bfloat16 as float32), integers and bools as float64; on its own device. ``TypeError`` or
+    ``ValueError`` naming ``name`` for a non-numeric or complex array, fewer than 2 dimensions, no
+    features, or non-finite values."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach()
+    else:
+        try:
+            array = np.asarray(value)
+        except Exception as exc:  # noqa: BLE001 - whatever NumPy says, the user needs the name
+            raise TypeError(f"{name} must be a NumPy array or a torch tensor (N, ...), got {type(value).__name__}: "
+                            f"{exc}") from None
+        if array.dtype.kind not in "biuf":
+            raise TypeError(f"{name} must hold real numbers, got dtype {array.dtype} ({type(value).__name__})")
+        if not array.dtype.isnative or not array.flags.writeable:
+            array = array.astype(array.dtype.newbyteorder("="))  # a copy torch can share
+        tensor = torch.from_numpy(array)
+    if tensor.is_complex():
+        raise TypeError(f"{name} must hold real numbers, got dtype {tensor.dtype}")
+    if not tensor.is_floating_point():
+        tensor = tensor.double()
+    elif tensor.dtype in (torch.float16, torch.bfloat16):
+        tensor = tensor.float()
+    if tensor.dim() < 2:
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)}; score() needs (N, ...) with at least 2 "
+                         f"dimensions, rows as samples (one feature per sample: {name}[:, None])")
+    if tensor.shape[1:].numel() == 0:
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)}: no features per sample")
+    bad = ~torch.isfinite(flatten(tensor)).all(dim=1)
+    if bool(bad.any()):
+        first = int(bad.nonzero()[0])
+        raise ValueError(f"{name} has non-finite values (NaN or inf) in {int(bad.sum())} of its {len(tensor)} rows "
+                         f"(the first: row {first}); remove or fix those rows")
+    return tensor
+
+
+def check_split(split: Any, n: int) -> dict[str, torch.Tensor] | None:
+    """``split`` (``None`` or ``{"train": rows, "test": rows}``, 1-D integer index arrays in [0, n) without
+    repeats) as ``{name: int64 CPU tensor}``; ``TypeError``/``ValueError`` naming the problem."""
+    if split is None:
+        return None
+    if not isinstance(split, Mapping):
+        raise TypeError(f"split must be a dict {{'train': rows, 'test': rows}} of index arrays, got {type(split).__name__}")
+    unknown = sorted(set(split) - {"train", "test"})
+    if unknown or "test" not in split:
+        raise ValueError(f"split takes the keys 'train' and 'test' (test required), got {sorted(split, key=str)}")
+    return {key: _index_rows(split[key], n, key) for key in ("train", "test") if key in split}
+
+
+def _index_rows(value: Any, n: int, key: str) -> torch.Tensor:
+    rows = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if rows.dtype == torch.bool:
+        raise TypeError(f"split[{key!r}] is a boolean mask; pass the row indices (np.flatnonzero(mask))")
+    if rows.numel() == 0:
+        raise ValueError(f"split[{key!r}] is empty")
+    if rows.dim() != 1 or rows.is_floating_point() or rows.is_complex():
+        raise TypeError(f"split[{key!r}] must be a 1-D array of integer row indices, got {rows.dtype} of shape "
+                        f"{tuple(rows.shape)}")
+    rows = rows.long()
+    if int(rows.min()) < 0 or int(rows.max()) >= n:
+        raise ValueError(f"split[{key!r}] has row indices outside [0, {n}) (the arrays have {n} rows)")
+    if len(torch.unique(rows)) != len(rows):
+        raise ValueError(f"split[{key!r}] repeats row indices")
+    return rows
+
+
+def drawn_split(n: int, seed: int) -> dict[str, torch.Tensor]:
+    """The documented split of ``n >= 2`` rows for metrics that need a train split when none is given:
+    test = the first ``max(1, round(n * TEST_FRACTION))`` entries of a permutation seeded with ``seed``,
+    train = the rest, both sorted (int64 index tensors)."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    n_test = min(n - 1, max(1, round(n * TEST_FRACTION)))
+    return {"train": perm[n_test:].sort().values, "test": perm[:n_test].sort().values}
+
+
+def select_score_metrics(metrics: "str | Iterable[str] | None") -> list[str]:
+    """The metric names ``score`` runs: ``metrics`` resolved as in ``compare``, or, for ``None``, every
+    registered metric that declares ``activations_only``. Raises ``ValueError`` when there is none."""
+    if metrics is not None:
+        return select_metrics(metrics)
+    pm = get_plugin_manager()
+    names = [n for n in select_metrics(None) if pm.info[n].activations_only]
+    if not names:
+        raise ValueError("no registered metric reads only activations (activations_only = True); "
+                         "`similarity-plugins list` shows the metrics")
+    return names
+
+
+def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options: dict | None = None,
+          split: Mapping[str, Any] | None = None, seed: int = 0, progress: "bool | str" = False) -> Report:
+    """Score two arrays of activations with every selected metric that reads only activations.
+
+    - ``x``, ``y``: NumPy arrays or torch tensors (N, ...) with the same N rows (samples); each row is
+      flattened as the CKA plugins flatten (N, ...) -> (N, prod(...)). Floating dtypes are kept, on the
+      arrays' device.
+    - ``metrics``: names or wildcards as in ``compare``; ``None``: every registered metric with
+      ``activations_only`` (a selected metric that needs models gets an error row saying so).
+    - ``options``: as in ``compare`` (global options and per-metric dicts), checked the same way.
+    - ``split``: ``{"train": rows, "test": rows}`` index arrays, or ``None`` (see the module docstring:
+      metrics that need train then use a seeded 80/20 split, the others all rows).
+    - ``seed``: the metrics' seed and the seed of that split.
+    - ``progress``: as in ``compare``: ``False`` (default) no bar, ``True`` a bar over the metrics when stderr is
+      a terminal, ``"always"`` one even into a file or pipe.
+
+    Returns the :class:`Report` that ``compare`` returns (one row per metric, layer ``"x->y"``).
+    Raises ``ValueError``/``TypeError`` for bad arrays or split, unknown metrics or options.
+    """
+    check_progress(progress)
+    xs, ys = as_activations(x, "x"), as_activations(y, "y")
+    if len(xs) != len(ys):
+        raise ValueError(f"x and y must have the same rows (samples): x has {len(xs)}, y has {len(ys)}")
+    if len(xs) < 2:
+        raise ValueError(f"score() needs at least 2 rows (samples), got {len(xs)}")
+    given = check_split(split, len(xs))
+    pm = get_plugin_manager()
+    names = select_score_metrics(metrics)
+    metric_options = options_for_metrics(names, options)
+    sides = {_Side("x"): xs, _Side("y"): ys}
+    front, end = sides
+    results = []
+    with isolated_rng(xs.device) as cuda_rng:
+        for name in progress_bar(names, progress=progress, desc="score", leave=False):
+            results.append(_score_one(pm, name, front, end, sides, given, metric_options[name], seed, cuda_rng))
+    meta = {"x": list(xs.shape), "y": list(ys.shape), "dtype": [str(xs.dtype), str(ys.dtype)], "metrics": names,
+            "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "split": "given" if given else None,
+            "device": str(xs.device), "torch": torch.__version__}
+    return Report(results, meta)
+
+
+def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict | None, options: dict, seed: int,
+               cuda_rng: bool) -> SimilarityResult:
+    info = pm.info[name]
+    if name not in pm.load_errors and not info.activations_only:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {name} needs the models, not only their activations "
+                                f"(it does not declare activations_only); use similarity_plugins.compare(front, end, "
+                                f"layer, data) or `similarity-plugins compare`", str(PAIR))
+    n = len(sides[front])
+    if given is not None and "train" in (info.needs or ()) and "train" not in given:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {name} fits on train rows and scores on test rows, "
+                                f"but split has no 'train'; pass split={{'train': rows, 'test': rows}}, or split=None "
+                                f"for a seeded 80/20 split", str(PAIR))
+    if given is not None:
+        rows = given if info.needs is None or "train" in info.needs else {"test": given["test"]}
+        note = "given: " + " / ".join(f"{len(r)} {k}" for k, r in rows.items()) + " rows"
+    elif "train" in (info.needs or ()):
+        rows = drawn_split(n, seed)
+        note = (f"drawn: seeded 80/20 permutation of the rows (seed {seed}): "
+                f"{len(rows['train'])} train / {len(rows['test'])} test rows")
+    else:
+        rows, note = {"test": torch.arange(n)}, None
+    ctx = ArrayContext(sides, rows, seed=seed, device=sides[front].device, options=options)
+    result = _call_metric(pm, name, front, end, ctx, options, seed, cuda_rng)
+    if note and name not in pm.load_errors:
+        own = result.details.get("split")  # a metric may describe its own use of the splits: keep it, add ours
+        result.details["split"] = note if own in (None, "", note) else f"{own}; {note}"
+        overlap = _overlap(rows)
+        if overlap and "train" in (info.needs or ()):
+            result.details.setdefault("warnings", []).append(f"train and test share {overlap} rows")
+    return result
+
+
+def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, options: dict, seed: int,
+                 cuda_rng: bool) -> SimilarityResult:
+    """One metric's row, as ``compare`` makes it (load error, missing split, return forms, error rows), without
+    the donor guards: there are no models to guard."""
+    layer = str(PAIR)
+    if name in pm.load_errors:
+        return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer)
+    missing = missing_splits(name, pm.info[name].needs, ctx.data)
+    if missing:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer)
+    impl = pm.hookimpl_for(name)
+    arguments = {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": dict(options),
+                 "context": ctx, "seed": seed, "device": ctx.device}
+    start = time.perf_counter()
+    try:
+        seed_all(seed, cuda=cuda_rng)
+        result = _to_result(impl.function(**{a: arguments[a] for a in impl.argnames}), name, layer)
+        if result.score is not None and not math.isfinite(result.score):
+            result.details.setdefault("warnings", []).append(f"score is {result.score}")
+    except Exception as exc:  # noqa: BLE001 - one metric's failure must not stop the others
+        result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
+                                  f"{type(exc).__name__}: {exc}", layer)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _overlap(rows: Mapping[str, torch.Tensor]) -> int:
+    if "train" not in rows:
+        return 0
+    return int(np.intersect1d(rows["train"].numpy(), rows["test"].numpy()).size)

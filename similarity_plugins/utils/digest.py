@@ -1,0 +1,99 @@
+"""Files that verify their contents: a payload saved with a SHA-256 of its tensors and settings, checked on load.
+
+:func:`save_verified` writes ``{"format", "kind", "digest", "payload"}`` with ``torch.save`` through
+:func:`~.io.atomic_write`; :func:`load_verified` reads it with ``weights_only=True`` and returns the payload
+only when the file is readable, of the expected ``kind`` and its digest matches. Anything else (a truncated
+file, bytes changed inside a still valid zip, a file of another format) is a miss with a warning that says
+"corrupt", and the caller recomputes. The digest detects accidents and edits of the data without the
+digest; it is not a signature (whoever can write the folder can write a consistent file: see
+docs/reliability.md for the trust model of a shared cache folder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["update_tensor_digest", "payload_digest", "save_verified", "load_verified", "CorruptFileWarning"]
+
+FORMAT = "similarity-plugins-verified-1"
+
+
+class CorruptFileWarning(UserWarning):
+    """A cache or checkpoint file that failed verification (it is ignored and the work recomputed)."""
+
+
+def update_tensor_digest(h: "hashlib._Hash", label: str, t: torch.Tensor) -> None:
+    """Feed ``label``, the dtype, the shape and the exact bytes of tensor ``t`` (any device) into hash ``h``."""
+    t = t.detach()
+    h.update(f"{label}|{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        data = t.contiguous().cpu()
+        if data.dtype == torch.bfloat16:
+            data = data.view(torch.int16)
+        h.update(data.numpy().tobytes())
+
+
+def _feed(h: "hashlib._Hash", label: str, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        update_tensor_digest(h, label, value)
+    elif isinstance(value, np.ndarray):
+        h.update(f"{label}|ndarray|{value.dtype}|{value.shape}|".encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        h.update(f"{label}|dict|{len(value)}|".encode())
+        for key in sorted(value, key=repr):
+            _feed(h, f"{label}.{key!r}", value[key])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{label}|{type(value).__name__}|{len(value)}|".encode())
+        for i, item in enumerate(value):
+            _feed(h, f"{label}[{i}]", item)
+    else:
+        h.update(f"{label}|{type(value).__name__}|{value!r}|".encode())
+
+
+def payload_digest(payload: Any) -> str:
+    """SHA-256 (hex) of a payload of nested dicts, lists, tuples, tensors, NumPy arrays and plain values."""
+    h = hashlib.sha256(FORMAT.encode())
+    _feed(h, "", payload)
+    return h.hexdigest()
+
+
+def save_verified(payload: Any, path: str | os.PathLike, kind: str) -> None:
+    """Save ``payload`` (loadable with ``weights_only=True``) with its digest to ``path``, atomically.
+    ``kind`` names what the file holds ("iri-set", "iri-checkpoint"); :func:`load_verified` checks it."""
+    from .io import atomic_write
+
+    record = {"format": FORMAT, "kind": kind, "digest": payload_digest(payload), "payload": payload}
+    with atomic_write(path) as fh:
+        torch.save(record, fh)
+
+
+def load_verified(path: str | os.PathLike, kind: str) -> Any | None:
+    """The payload saved by :func:`save_verified` at ``path``; None when the file is missing, or (with a
+    :class:`CorruptFileWarning` saying "corrupt" and why) unreadable, truncated, of another kind or format,
+    or when its contents do not match the digest."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        return None
+    try:
+        record = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a damaged file is a miss, not an error
+        return _corrupt(path, f"it cannot be read ({type(exc).__name__}: {str(exc)[:120]})")
+    if not isinstance(record, dict) or record.get("format") != FORMAT or "digest" not in record:
+        return _corrupt(path, "it carries no content digest (another format or an older version)")
+    if record.get("kind") != kind:
+        return _corrupt(path, f"it holds {record.get('kind')!r}, expected {kind!r}")
+    if payload_digest(record.get("payload")) != record["digest"]:
+        return _corrupt(path, "its contents do not match their digest")
+    return record["payload"]
+
+
+def _corrupt(path: str, why: str) -> None:
+    warnings.warn(f"ignoring {path}: the file is corrupt ({why}); recomputing", CorruptFileWarning, stacklevel=3)
+    return None
