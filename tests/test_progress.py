@@ -87,3 +87,16 @@ def test_errors_go_to_stderr_with_exit_2(capfd):
                  "--metrics", "cka-linear"]) == 2
     out, err = capfd.readouterr()
     assert out == "" and err.startswith("error:") and "block9" in err
+
+
+def test_score_draws_a_bar_only_when_asked(capfd, monkeypatch):
+    import numpy as np
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    x = np.random.default_rng(0).standard_normal((40, 6))
+    for progress, drawn in ((False, False), (True, False), ("always", True)):
+        report = sp.score(x, 2 * x, metrics="cka-linear", progress=progress)
+        assert abs(report["cka-linear"].score - 1.0) < 1e-9
+        assert bool(BAR.search(capfd.readouterr().err)) is drawn, progress
+    with pytest.raises(ValueError, match="progress must be"):
+        sp.score(x, x, metrics="cka-linear", progress="loud")
