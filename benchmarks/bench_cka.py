@@ -3,7 +3,7 @@
 Run from the repository root: ``python -m pytest benchmarks/bench_cka.py --benchmark-only`` (autosaved to
 ``.benchmarks/``; ``-m "not slow"`` skips the streaming run). Each variant is its own benchmark in the group;
 the ratios to ``ours`` (of medians) are stored in ``extra_info`` of both benchmarks of each pair and
-printed at the end of the module. See docs/benchmarks.md for comparing against a saved run.
+printed at the end of the module. See docs/benchmarking.md for comparing against a saved run.
 
 Group ``cka-linear-8000x512``: X, Y of shape (8000, 512), float32.
   * ours         ``similarity_plugins.functional.cka(X, Y)`` (feature space, float64: one float32 ->

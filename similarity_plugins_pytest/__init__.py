@@ -10,7 +10,7 @@ the library (torch takes seconds): unrelated test runs pay nothing. In a third p
 
 ``similarity_benchmark("my-metric", workload="resnet18")`` picks another workload. It runs under
 pytest-benchmark's ``benchmark`` fixture (``--benchmark-json``, ``--benchmark-autosave``,
-``--benchmark-compare`` ... all apply); see docs/bench.md.
+``--benchmark-compare`` ... all apply); see docs/benchmarking.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""Shared test configuration: GPU tests skip cleanly without CUDA; trained tiny donors are built once a session.
+"""Shared test configuration: `slow` tests run only with ``--all`` (or ``-m``); GPU tests skip cleanly without
+CUDA; trained tiny donors are built once a session.
 
-No global state is changed at import. Modules with tiny models opt into one intra-op thread with
+No global state is changed at import. The session runs on one intra-op thread (``pytest_configure``); modules
+that must hold one thread whatever the session does opt in with
 ``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` (restored after the module); the session
 donors are trained on one thread too and leave the caller's thread count and RNG state as they were.
 Tests must not change the shared donors (they assert that donors are left bit-identical anyway).
@@ -19,14 +21,47 @@ from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 
+_LIMITS: list = []
+
+
+def pytest_configure(config):
+    """One intra-op thread for the whole session (torch, OpenMP and BLAS pools) and, unless set, for the
+    interpreters the tests start: the suite's models are tiny, and on a 2-core machine, shared or not, extra
+    threads spin-wait and cost more CPU than they save."""
+    import os
+
+    from threadpoolctl import threadpool_limits
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # and for the interpreters tests start
+        os.environ.setdefault(name, "1")
+    torch.set_num_threads(1)
+    _LIMITS.append(threadpool_limits(limits=1))  # kept for the session
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run the whole suite, `slow` tests included (by default they are left out)")
+
 
 def pytest_collection_modifyitems(config, items):
+    _deselect_slow_by_default(config, items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none found)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _deselect_slow_by_default(config, items) -> None:
+    """``python -m pytest`` leaves out tests marked ``slow``; ``--all``, any ``-m`` expression or a test named by
+    its node id (``path::name``) keeps them (docs/testing.md)."""
+    if config.getoption("all") or config.option.markexpr or any("::" in str(arg) for arg in config.args):
+        return
+    slow = [item for item in items if "slow" in item.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if "slow" not in item.keywords]
 
 
 @contextlib.contextmanager

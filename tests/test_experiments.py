@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from models_for_tests import assert_unchanged, snapshot
@@ -84,8 +85,11 @@ def test_excess_agreement_cli(tmp_path, capsys):
 @pytest.mark.slow  # the whole demo --quick: over a minute on 2 cores
 def test_demo_quick_writes_its_three_files(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
-    printed = capsys.readouterr().out
+    assert main(["demo", "--quick", "--out", str(out)]) == 0  # default progress, output not a terminal: no bars
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert not re.search(r"\d+%\|", captured.err + printed), "a progress bar was drawn into a pipe"
+    assert len(printed.splitlines()) < 120
     assert "what this shows" in printed and "test accuracy" in printed
     png = (out / "similarity.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

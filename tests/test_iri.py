@@ -403,8 +403,10 @@ def test_inits_are_deterministic_and_shuffle_is_a_derangement(trained):
 
 def test_progress_bar_runs(trained, capsys):
     model, seeds = trained
-    generate_iris(model, "2", seeds[:3], steps=3, progress=True)
+    generate_iris(model, "2", seeds[:3], steps=3, progress="always")  # "always": a bar even into a pipe
     assert "IRIs" in capsys.readouterr().err
+    generate_iris(model, "2", seeds[:3], steps=3, progress=True)      # True: a bar only on a terminal
+    assert "IRIs" not in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------- errors

@@ -12,6 +12,7 @@ converged are reported. This is ``similarity-plugins study shortcut``.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,7 +190,7 @@ def _keep_converged_layers(cfg: DemoConfig, reports: dict[str, Report]) -> tuple
         r = next(iter(reports.values())).get("iri-slm", layer)
         why = (r.error if r is not None and r.error else
                f"median IRI error {r.details.get('iri_median_error', float('nan')):.4f}" if r is not None else "no result")
-        _say(f"dropping {layer}: {why}")
+        print(f"warning: dropping {layer}: {why}", file=sys.stderr, flush=True)
     if dropped:
         reports = {t: Report([r for r in rep.results if r.layer in kept], rep.meta) for t, rep in reports.items()}
     return reports, kept, dropped

@@ -191,3 +191,21 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number of samples, got {text!r}")
     return value
+
+
+def add_progress_args(p: argparse.ArgumentParser) -> None:
+    """``--progress`` / ``--no-progress`` on a command that lacks them (bars: only on a terminal by default)."""
+    have = p._option_string_actions
+    if "--progress" not in have:
+        p.add_argument("--progress", dest="progress_always", action="store_true",
+                       help="show progress bars even when stderr is not a terminal")
+    if "--no-progress" not in have:
+        p.add_argument("--no-progress", action="store_true", help="never show progress bars")
+
+
+def progress_of(args: argparse.Namespace) -> "bool | str":
+    """The ``progress`` argument for the library from a command's flags: ``False`` (``--no-progress``),
+    ``"always"`` (``--progress``) or ``True`` (bars only when stderr is a terminal)."""
+    if getattr(args, "no_progress", False):
+        return False
+    return "always" if getattr(args, "progress_always", False) else True

@@ -20,6 +20,7 @@ from .common import (
     parse_options,
     parse_variant_options,
     positive_int,
+    progress_of,
     write_outputs,
 )
 
@@ -54,7 +55,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
                          seed=args.seed, device=args.device, options=options, timeout=args.timeout,
-                         progress=not args.no_progress and _writes_files())
+                         progress=progress_of(args) if _writes_files() else False)
     except KeyboardInterrupt as exc:  # Ctrl-C: the rows that finished, the others marked interrupted
         report, interrupted = getattr(exc, "report", None), True
         if report is None:
@@ -81,7 +82,7 @@ def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, da
     metrics = select_metrics(args.metrics or "stitch-slm,iri-slm")
     start = time.perf_counter()
     rows = excess_agreement(front, end, layer_list, data, metrics, strength=args.cue_strength, seed=args.seed,
-                            options=options, progress=not args.no_progress)
+                            options=options, progress=progress_of(args))
     if not _writes_files():
         return 0
     print(format_excess(rows))
@@ -113,7 +114,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "lists, true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
     p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training samples")
     p.add_argument("--max-test", type=positive_int, default=None, help="use the first N test samples")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="wall-clock limit in seconds for each metric at each layer; a late one gets a timeout error row "
                         "(docs/reliability.md)")

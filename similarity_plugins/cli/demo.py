@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from .common import progress_of
+
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from ..apps.demo import run_demo
     from ..apps.studies import prepare_out_dir
 
-    run_demo(out_dir=prepare_out_dir(args.out), quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    run_demo(out_dir=prepare_out_dir(args.out), quick=args.quick, seed=args.seed, progress=progress_of(args))
     return 0
 
 
@@ -20,5 +22,4 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output folder (report.json, report.csv, similarity.png, iris.png)")
     p.add_argument("--quick", action="store_true", help="a smaller run (under 90 s on 2 cores)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_demo)

@@ -6,7 +6,7 @@ import argparse
 
 from ..iri.settings import ADVANCED, OPTIMIZERS
 from ..utils.text import did_you_mean, parse_assignments
-from .common import add_model_args, check_outputs, load_data, load_model, positive_int, subset, write_outputs
+from .common import add_model_args, check_outputs, load_data, load_model, positive_int, progress_of, subset, write_outputs
 
 
 def cmd_iris(args: argparse.Namespace) -> int:
@@ -26,7 +26,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
     seeds, labels = load_all(subset(split, args.max_seeds))
     iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
                          optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
-                         backend=args.backend, seed=args.seed, progress=not args.no_progress,
+                         backend=args.backend, seed=args.seed, progress=progress_of(args),
                          cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every, compile=args.compile,
                          fake_relu=args.fake_relu, **advanced)
     from ..core.parallel import current_world
@@ -114,7 +114,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="an advanced optimiser option of generate_iris (history=20, fold_bn=false, relu_leak=0.05, ...)")
     p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
-    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--gallery", default=None, metavar="PNG",
                    help="also write a PNG of the first seeds next to their IRIs (relative error, distance from seed)")
     add_model_args(p)

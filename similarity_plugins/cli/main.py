@@ -8,6 +8,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from . import bench, compare, demo, inspect, iris, score, study, train
+from .common import add_progress_args
 
 COMMAND_MODULES = (inspect, compare, score, train, iris, demo, bench, study)
 
@@ -30,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in COMMAND_MODULES:
         module.register(sub)
+    for command in sub.choices.values():  # every command takes --progress / --no-progress (common.progress_of)
+        add_progress_args(command)
     return parser
 
 

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from .common import check_metric_options, check_outputs, emit_report, parse_options
+from .common import check_metric_options, check_outputs, emit_report, parse_options, progress_of
 
 NUMPY_SUFFIXES = (".npy", ".npz")
 TORCH_SUFFIXES = (".pt", ".pth")
@@ -86,7 +86,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))
     x, y = load_array(args.x), load_array(args.y)
     start = time.perf_counter()
-    report = score(x, y, args.metrics, options=options, seed=args.seed)
+    report = score(x, y, args.metrics, options=options, seed=args.seed, progress=progress_of(args))
     return emit_report(report, args.out, args.csv, time.perf_counter() - start)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .common import progress_of
+
 STUDY_NAMES = ("shortcut", "robustness", "unseen-cue")
 
 
@@ -13,7 +15,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     check_study(args.name)
     out = prepare_out_dir(args.out or f"study-{args.name}")
-    run_study(args.name, out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    run_study(args.name, out, quick=args.quick, seed=args.seed, progress=progress_of(args))
     return 0
 
 
@@ -34,5 +36,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a smaller run (under 3 minutes on 2 cores)")
     p.add_argument("--out", default=None, help="output folder (default: study-NAME)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_study)

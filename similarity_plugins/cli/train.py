@@ -13,6 +13,7 @@ from .common import (
     load_model,
     parse_variant_options,
     positive_int,
+    progress_of,
 )
 
 
@@ -39,7 +40,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     adversarial = {"eps": args.eps} if args.adversarial else None
     result = train_classifier(model, train_set, epochs=epochs, lr=lr, batch_size=args.batch_size, seed=args.seed,
                               device=args.device, adversarial=adversarial, weight_decay=5e-4,
-                              progress=not args.no_progress)
+                              progress=progress_of(args))
     print(f"trained {args.model} for {epochs} epochs in {result['seconds']:.1f} s "
           f"(final loss {result['final_loss']:.4f}, train accuracy {result['final_train_accuracy']:.4f})")
     for name, dataset in tests.items():
@@ -64,6 +65,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--out", required=True, help="where to save the weights (.pt state dict)")
     p.add_argument("--max-train", type=positive_int, default=None)
-    p.add_argument("--no-progress", action="store_true")
     add_model_args(p)
     p.set_defaults(func=cmd_train)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
+from ..utils.progress import progress_bar
 from .data import BadData, iterate_batches
 from .networks import SplitNetwork, frozen, model_device
 
@@ -35,7 +35,7 @@ def extract_activations(
     chunks, labels = [], []
     batches = iterate_batches(data, batch_size)
     with torch.no_grad(), frozen(split_net.model):
-        for x, y in tqdm(batches, desc=desc, disable=not progress, leave=False):
+        for x, y in progress_bar(batches, progress=progress, desc=desc, leave=False):
             a = split_net.front(x.to(device, non_blocking=True))
             chunks.append(a.detach().to("cpu", torch.float32))
             labels.append(y)

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
+from ..utils.progress import check_progress, progress_bar
 from .activations import flatten
 from .compare import _short_traceback, _to_result
 from .context import Context
@@ -189,7 +190,7 @@ def select_score_metrics(metrics: "str | Iterable[str] | None") -> list[str]:
 
 
 def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options: dict | None = None,
-          split: Mapping[str, Any] | None = None, seed: int = 0) -> Report:
+          split: Mapping[str, Any] | None = None, seed: int = 0, progress: "bool | str" = False) -> Report:
     """Score two arrays of activations with every selected metric that reads only activations.
 
     - ``x``, ``y``: NumPy arrays or torch tensors (N, ...) with the same N rows (samples); each row is
@@ -201,10 +202,13 @@ def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options:
     - ``split``: ``{"train": rows, "test": rows}`` index arrays, or ``None`` (see the module docstring:
       metrics that need train then use a seeded 80/20 split, the others all rows).
     - ``seed``: the metrics' seed and the seed of that split.
+    - ``progress``: as in ``compare``: ``False`` (default) no bar, ``True`` a bar over the metrics when stderr is
+      a terminal, ``"always"`` one even into a file or pipe.
 
     Returns the :class:`Report` that ``compare`` returns (one row per metric, layer ``"x->y"``).
     Raises ``ValueError``/``TypeError`` for bad arrays or split, unknown metrics or options.
     """
+    check_progress(progress)
     xs, ys = as_activations(x, "x"), as_activations(y, "y")
     if len(xs) != len(ys):
         raise ValueError(f"x and y must have the same rows (samples): x has {len(xs)}, y has {len(ys)}")
@@ -218,7 +222,7 @@ def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options:
     front, end = sides
     results = []
     with isolated_rng(xs.device) as cuda_rng:
-        for name in names:
+        for name in progress_bar(names, progress=progress, desc="score", leave=False):
             results.append(_score_one(pm, name, front, end, sides, given, metric_options[name], seed, cuda_rng))
     meta = {"x": list(xs.shape), "y": list(ys.shape), "dtype": [str(xs.dtype), str(ys.dtype)], "metrics": names,
             "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "split": "given" if given else None,

@@ -11,8 +11,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from ..utils.progress import check_progress, progress_bar
 from .context import Context
 from .contract import missing_splits
 from .data import Data
@@ -87,7 +87,7 @@ def compare(
     seed: int = 0,
     device: "str | torch.device | None" = None,
     options: dict | None = None,
-    progress: bool = False,
+    progress: "bool | str" = False,
     context: Context | None = None,
     repeats: int = 1,
     timeout: float | None = None,
@@ -106,6 +106,8 @@ def compare(
     - ``repeats``: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI
       starts); the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95%
       interval over seeds (see :mod:`~.repeats`). Deterministic metrics (CKA) run once.
+    - ``progress``: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal;
+      ``"always"`` bars even into a file or pipe (:mod:`similarity_plugins.utils.progress`).
     - ``timeout``: seconds each metric call (one metric at one layer, one seed) may take; a late call gets a
       ``MetricTimeout`` error row and the others still run. The plugins then work on private copies of the
       donors, and a late call's thread is abandoned with them (see :mod:`~.isolation`: what keeps running).
@@ -121,6 +123,7 @@ def compare(
     had finished, the others marked interrupted.
     """
     repeats = check_repeats(repeats)
+    check_progress(progress)
     timeout = check_timeout(timeout)
     data = data if data is not None else Data()
     if not isinstance(data, Data):
@@ -161,7 +164,7 @@ def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data,
     """One row per (layer pair, metric) job, in order. On Ctrl-C the ``KeyboardInterrupt`` gets a ``report``
     attribute: the rows that finished, the others marked interrupted, ``meta["interrupted"]`` true."""
     results: list[SimilarityResult] = []
-    bar = tqdm(jobs, desc="compare", disable=not progress, leave=False)
+    bar = progress_bar(jobs, progress=progress, desc="compare", leave=False)
     try:
         for pair, name in bar:
             bar.set_postfix_str(f"{name} @ {pair}")

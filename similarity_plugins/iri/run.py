@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..utils.progress import progress_bar
 from .backends import Backend
 from .checkpoint import resume, save_checkpoint
 from .compiled import compile_failure, compile_front, compiled_graphs
@@ -214,16 +215,14 @@ class Run:
 
     def run(self) -> IRISet:
         """Run to completion (resuming from the checkpoint when there is one) and return the IRIs."""
-        from tqdm.auto import tqdm
-
         start = time.perf_counter()
         self.alloc()
         resumed = resume(self)
         if not resumed:
             self.w.active = self.capacity
             self.fill(np.arange(self.capacity))
-        bar = tqdm(total=self.n, disable=not self.progress, desc="IRIs", unit="iri", initial=self.finished,
-                   dynamic_ncols=True)
+        bar = progress_bar(progress=self.progress, total=self.n, desc="IRIs", unit="iri", initial=self.finished,
+                           dynamic_ncols=True)
         last_post = 0.0
         try:
             while self.w.active > 0:
@@ -232,12 +231,12 @@ class Run:
                 if self.checkpoint_every and self.step % self.checkpoint_every == 0 and self.w.active > 0:
                     save_checkpoint(self)
                 bar.update(self.finished - before)
-                if self.progress and time.perf_counter() - last_post > 0.5:
+                if not bar.disable and time.perf_counter() - last_post > 0.5:
                     self._postfix(bar)
                     last_post = time.perf_counter()
                 if self.callback is not None:
                     self.callback(self._info(start))
-            if self.progress:
+            if not bar.disable:
                 self._postfix(bar)
         finally:
             bar.close()

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..core.networks import SplitNetwork, model_device
+from ..utils.progress import progress_bar
 
 __all__ = ["ArrayStore", "TrainingCache", "subset_indices"]
 
@@ -144,10 +145,9 @@ class TrainingCache:
             self._fill_end(missing)
 
     def _batches(self) -> Iterable[tuple[int, torch.Tensor]]:
-        from tqdm.auto import tqdm
 
         starts = range(self.rows.start, self.rows.stop, self.batch_size)
-        for start in tqdm(starts, desc="caching", disable=not self.progress, leave=False):
+        for start in progress_bar(starts, progress=self.progress, desc="caching", leave=False):
             stop = min(start + self.batch_size, self.rows.stop)
             yield start - self._offset, self.x[start:stop].to(self.device)
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, model_device
 from ..core.parallel import World
+from ..utils.progress import progress_bar
 from .cache import TrainingCache, subset_indices
 from .init import initialise
 from .layer import StitchLayer, StitchPlan, plan_stitch
@@ -158,7 +159,6 @@ def _train_epochs(objective: str, stitch: StitchLayer, end: SplitNetwork, cache:
 
     Leaves the stitch in eval mode. Raises :class:`StitchDivergedError` on a NaN/Inf loss.
     """
-    from tqdm.auto import tqdm
 
     n, needs = len(cache), NEEDS[objective]
     shuffle_gen = torch.Generator().manual_seed(settings.seed + 1)
@@ -166,7 +166,7 @@ def _train_epochs(objective: str, stitch: StitchLayer, end: SplitNetwork, cache:
     total_steps = settings.epochs * math.ceil(n / settings.batch_size)
     losses: list[float] = []
     step = 0
-    bar = tqdm(range(settings.epochs), desc=f"stitch {objective}", disable=not progress, leave=False)
+    bar = progress_bar(range(settings.epochs), progress=progress, desc=f"stitch {objective}", leave=False)
     stitch.train()
     for epoch in bar:
         order = torch.randperm(n, generator=shuffle_gen)

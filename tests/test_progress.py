@@ -1,0 +1,102 @@
+"""Output hygiene: progress bars only on a terminal unless asked for; tables to stdout, errors to stderr."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+import similarity_plugins as sp
+from similarity_plugins.cli import main
+from similarity_plugins.utils.progress import ENV_VAR, progress_bar, shows_progress, tqdm_disable
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+BAR = re.compile(r"\d+%\|")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_rule(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert (tqdm_disable(False), tqdm_disable(True), tqdm_disable("always")) == (True, None, False)
+    assert shows_progress(True, Terminal()) and not shows_progress(True, io.StringIO())
+    assert shows_progress("always", io.StringIO()) and not shows_progress(False, Terminal())
+    monkeypatch.setenv(ENV_VAR, "always")
+    assert shows_progress(True, io.StringIO()) and not shows_progress(False, io.StringIO())
+    monkeypatch.setenv(ENV_VAR, "never")
+    assert not shows_progress(True, Terminal()) and shows_progress("always", io.StringIO())
+    monkeypatch.setenv(ENV_VAR, "sometimes")
+    with pytest.raises(ValueError, match=ENV_VAR):
+        shows_progress(True)
+    with pytest.raises(ValueError, match="progress must be"):
+        tqdm_disable("yes")
+
+
+def test_bars_follow_the_stream(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    for stream, progress, drawn in ((Terminal(), True, True), (io.StringIO(), True, False),
+                                    (io.StringIO(), "always", True), (Terminal(), False, False)):
+        for _ in progress_bar(range(3), progress=progress, file=stream, desc="work"):
+            pass
+        assert bool(BAR.search(stream.getvalue())) is drawn, (progress, type(stream).__name__)
+
+
+def test_compare_refuses_a_bad_progress_value_before_any_work(data):
+    from similarity_plugins.apps.zoo import SmallCNN
+
+    a = SmallCNN(in_channels=1, width=4)
+    with pytest.raises(ValueError, match="progress must be"):
+        sp.compare(a, a, "block3", data, metrics="cka-linear", progress="verbose")
+
+
+COMPARE = ["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "block3", "--data", "digits",
+           "--metrics", "cka-linear,stitch-hlm", "--epochs", "2", "--max-train", "128", "--max-test", "100"]
+
+
+def test_cli_into_a_pipe_draws_no_bar_unless_asked(capfd, monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert main(COMPARE) == 0
+    out, err = capfd.readouterr()
+    assert "stitch-hlm" in out and "cka-linear" in out   # the table: stdout
+    assert not BAR.search(out + err)
+    assert main([*COMPARE, "--progress"]) == 0            # asked for: bars on stderr, none on stdout
+    out, err = capfd.readouterr()
+    assert BAR.search(err) and "stitch hlm" in err and not BAR.search(out)
+    monkeypatch.setenv(ENV_VAR, "always")
+    assert main([*COMPARE, "--no-progress"]) == 0         # --no-progress wins over the environment
+    out, err = capfd.readouterr()
+    assert not BAR.search(out + err)
+
+
+def test_every_command_takes_both_flags():
+    from similarity_plugins.cli.main import build_parser
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert {"list", "info", "layers", "compare", "train", "iris", "demo", "study", "bench"} <= set(commands)
+    for name, sub in commands.items():
+        assert {"--progress", "--no-progress"} <= set(sub._option_string_actions), name
+
+
+def test_errors_go_to_stderr_with_exit_2(capfd):
+    assert main(["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "block9", "--data", "digits",
+                 "--metrics", "cka-linear"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err.startswith("error:") and "block9" in err
+
+
+def test_score_draws_a_bar_only_when_asked(capfd, monkeypatch):
+    import numpy as np
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    x = np.random.default_rng(0).standard_normal((40, 6))
+    for progress, drawn in ((False, False), (True, False), ("always", True)):
+        report = sp.score(x, 2 * x, metrics="cka-linear", progress=progress)
+        assert abs(report["cka-linear"].score - 1.0) < 1e-9
+        assert bool(BAR.search(capfd.readouterr().err)) is drawn, progress
+    with pytest.raises(ValueError, match="progress must be"):
+        sp.score(x, x, metrics="cka-linear", progress="loud")
