@@ -108,7 +108,7 @@ def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
 def test_iris_command_writes_a_loadable_file(tmp_path, capsys, suffix):
     if suffix == ".safetensors":
         pytest.importorskip("safetensors")
-    from similarity_plugins.iri.files import load_iris
+    from similarity_plugins.iri.store import load_iris
 
     out = tmp_path / f"iris{suffix}"
     code = main(["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "8",
@@ -158,7 +158,7 @@ def test_model_specs_are_parsed_by_the_zoo(tmp_path):
 
 def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monkeypatch):
     from similarity_plugins import iri
-    from similarity_plugins.iri.files import load_iris
+    from similarity_plugins.iri.store import load_iris
 
     out = tmp_path / "iris.npz"
     base = ["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "4",

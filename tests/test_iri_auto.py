@@ -159,7 +159,7 @@ def test_plugins_and_cli_expose_auto_and_relu_leak():
 
 def test_folded_front_is_the_same_function_and_leaves_the_model_alone(tiny_resnet):
     from similarity_plugins.core.networks import SplitNetwork
-    from similarity_plugins.iri.fold import folded_front
+    from similarity_plugins.iri.front import folded_front
 
     model, seeds = tiny_resnet
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -330,7 +330,7 @@ class _Untraceable(nn.Module):
 
 def test_untraceable_fronts_run_unfolded_through_the_hook_path():
     from similarity_plugins.core.networks import SplitNetwork
-    from similarity_plugins.iri.fold import folded_front
+    from similarity_plugins.iri.front import folded_front
 
     torch.manual_seed(0)
     model = _Untraceable().eval()
@@ -469,7 +469,7 @@ def test_functional_relus_get_the_rules_and_surrogates_of_relu_modules(tiny_resn
     """A hand-written front that calls ReLU as a function runs as its nn.ReLU twin: same optimiser, same
     surrogate gradients, the same IRIs; without the rewrite it ran Adam's defaults (no ReLU calls seen)."""
     from similarity_plugins.core.networks import SplitNetwork
-    from similarity_plugins.iri.modular import relu_modules
+    from similarity_plugins.iri.relu import relu_modules
 
     model, seeds = tiny_resnet
     twin = _FunctionalTwin(model).eval()

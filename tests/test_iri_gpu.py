@@ -18,7 +18,7 @@ cupy = pytest.importorskip("cupy", reason="needs CuPy (pip install 'similarity-p
 
 from similarity_plugins.iri import generate_iris  # noqa: E402
 from similarity_plugins.iri.backends import cupy_backend, resolve_backend, torch_backend  # noqa: E402
-from similarity_plugins.iri.update import update_kernel  # noqa: E402
+from similarity_plugins.iri.kernels import update_kernel  # noqa: E402
 
 DEVICE = torch.device("cuda")
 

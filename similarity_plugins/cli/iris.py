@@ -11,7 +11,7 @@ from .common import add_model_args, load_data, load_model, subset
 
 def cmd_iris(args: argparse.Namespace) -> int:
     from ..iri import generate_iris
-    from ..iri.files import save_iris
+    from ..iri.store import save_iris
 
     tuning = tuning_options(args.option)
     data = load_data(args.data)
