@@ -163,11 +163,16 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
     out = tmp_path / "iris.npz"
     base = ["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "4",
             "--steps", "3", "--out", str(out), "--no-progress"]
-    assert main([*base, "--option", "history=5", "--option", "fold_bn=no"]) == 0
+    assert main([*base, "--optimizer", "lbfgs", "--option", "history=5", "--option", "fold_bn=no"]) == 0
     iris, _ = load_iris(out)
     assert iris.settings["optimizer"] == "lbfgs" and iris.settings["history"] == 5
     assert iris.settings["fold_bn"] is False
-    capsys.readouterr()
+    assert "(preset lbfgs, optimizer lbfgs)" in capsys.readouterr().out
+    assert main([*base, "--option", "preset=resnet", "--cycle-steps", "7"]) == 0
+    iris, _ = load_iris(out)
+    assert (iris.settings["preset"], iris.settings["beta1"], iris.settings["cycle_steps"]) == ("resnet", 0.98, 7)
+    assert main([*base, "--option", "history=5"]) == 2          # the adam preset takes no L-BFGS value
+    assert "apply only to optimizer lbfgs" in capsys.readouterr().err
     assert main([*base, "--option", "histroy=5"]) == 2
     assert "did you mean 'history'" in capsys.readouterr().err
     assert main([*base, "--option", "steps=5"]) == 2
@@ -182,7 +187,7 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
         return real(*args, **{k: v for k, v in kwargs.items() if k != "compile"})
 
     monkeypatch.setattr(iri, "generate_iris", spy)
-    assert main([*base, "--compile", "--fake-relu", "none"]) == 0
-    assert seen["compile"] is True and seen["fake_relu"] == "none"
+    assert main([*base, "--compile", "--option", "fake_relu=none"]) == 0
+    assert seen["compile"] is True and seen["tuning"] == {"fake_relu": None}   # "none", as the CLI reads it
     monkeypatch.setattr("similarity_plugins.cli.iris.load_data", lambda *_a: pytest.fail("options are checked first"))
     assert main([*base, "--option", "histroy=5"]) == 2

@@ -158,6 +158,8 @@ def _check_values(values: dict[str, Any]) -> None:
         if not isinstance(values["fold_bn"], (bool, np.bool_)):
             raise ValueError(f"fold_bn must be True or False ({TUNING_DOCS['fold_bn']}), got {values['fold_bn']!r}")
         values["fold_bn"] = bool(values["fold_bn"])
+    if "fake_relu" in values and values["fake_relu"] is None:   # "none" as the command line reads it
+        values["fake_relu"] = "none"
     if "fake_relu" in values and values["fake_relu"] not in FAKE_RELU:
         raise ValueError(f"fake_relu must be one of {', '.join(FAKE_RELU)} (straight-through gradient at the last ReLU "
                          f"before the cut), got {values['fake_relu']!r}")
