@@ -191,3 +191,11 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
     assert seen["compile"] is True and seen["tuning"] == {"fake_relu": None}   # "none", as the CLI reads it
     monkeypatch.setattr("similarity_plugins.cli.iris.load_data", lambda *_a: pytest.fail("options are checked first"))
     assert main([*base, "--option", "histroy=5"]) == 2
+
+
+def test_iri_tuning_option_is_read_as_json():
+    """``--option 'iri_tuning={"preset": "resnet"}'``: a JSON value becomes the dict the iri-* metrics take."""
+    from similarity_plugins.cli.common import parse_options
+
+    assert parse_options(['iri_tuning={"preset": "resnet", "lr": 0.1}']) == {"iri_tuning": {"preset": "resnet", "lr": 0.1}}
+    assert parse_options(['iri-slm.iri_tuning={"fold_bn": false}']) == {"iri-slm": {"iri_tuning": {"fold_bn": False}}}
