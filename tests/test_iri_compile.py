@@ -1,4 +1,4 @@
-"""``compile=True``: the front's forward+backward through torch.compile (similarity_plugins/iri/compiled.py)."""
+"""``compile=True``: the front's forward+backward through torch.compile (similarity_plugins/iri/backends.py)."""
 
 from __future__ import annotations
 

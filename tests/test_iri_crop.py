@@ -1,4 +1,4 @@
-"""Convolution taps that only read padding are cut from the private front copy (``iri/crop.py``)."""
+"""Convolution taps that only read padding are cut from the private front copy (``iri/front.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from torch import nn
 
 from similarity_plugins.core.networks import SplitNetwork
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.iri.front import crop_dead_taps, cropped_conv, live_taps
-from similarity_plugins.iri.front import folded_front
+from similarity_plugins.iri.front import crop_dead_taps, cropped_conv, folded_front, live_taps
 
 
 @pytest.mark.parametrize("size,kernel,stride,padding,dilation,expected", [

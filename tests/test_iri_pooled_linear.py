@@ -1,5 +1,5 @@
 """An average pool that spreads values, then a linear layer: folded into one linear layer of the private
-front copy (``iri/pooled_linear.py``)."""
+front copy (``iri/front.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from torch import nn
 
 from similarity_plugins.core.networks import SplitNetwork
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.iri.front import folded_front
-from similarity_plugins.iri.front import fold_pooled_linear
+from similarity_plugins.iri.front import fold_pooled_linear, folded_front
 
 
 class _Head(nn.Module):

@@ -26,9 +26,10 @@ from torch import nn
 
 from ..core.networks import eliminate_dead_code
 
+
 def folded_front(graph: torch.fx.GraphModule | None) -> nn.Module | None:
     """An eval-mode copy of a traced front (``SplitNetwork.front_graph``, or the copy
-    ``modular.relu_modules`` makes of it) with every Conv+BatchNorm pair folded, parameters without
+    ``relu.relu_modules`` makes of it) with every Conv+BatchNorm pair folded, parameters without
     gradients; None when ``graph`` is None (the front is not traceable by torch.fx) or nothing could be folded.
 
     Call it as ``front(x)`` on a batch (N, ...) on the model's device; it returns the activation at the cut.
@@ -53,7 +54,7 @@ def folded_front(graph: torch.fx.GraphModule | None) -> nn.Module | None:
 
 def private_front(graph: torch.fx.GraphModule | None, example: torch.Tensor) -> tuple[nn.Module | None, dict]:
     """The copy of the traced front ``graph`` that the IRI optimiser runs when ``fold_bn`` is on: BatchNorm
-    folded (:func:`folded_front`), convolution taps that only read padding cut (``crop.crop_dead_taps``) and
+    folded (:func:`folded_front`), convolution taps that only read padding cut (:func:`crop_dead_taps`) and
     an average pool that spreads values folded into the linear layer after it
     (``pooled_linear.fold_pooled_linear``), the last two for inputs of ``example``'s shape (1, ...).
 
@@ -157,7 +158,7 @@ def cropped_conv(conv: nn.Module, spatial: tuple[int, ...]) -> nn.Module | None:
 
 
 def crop_dead_taps(front: nn.Module, example: torch.Tensor) -> list[str]:
-    """Replace, in place, every convolution of ``front`` (a private copy: ``fold.private_front``) that reads
+    """Replace, in place, every convolution of ``front`` (a private copy: :func:`private_front`) that reads
     padding with some taps for the input ``example`` (1, ...) by its cropped equivalent (``cropped_conv``);
     returns the names of the replaced modules. A module called on inputs of different sizes is left alone.
 
@@ -206,7 +207,7 @@ def _pool_matrix(pool: nn.Module, spatial: tuple[int, ...], like: torch.Tensor) 
 
 
 def fold_pooled_linear(front: torch.fx.GraphModule, example: torch.Tensor) -> list[str]:
-    """In the private traced front ``front`` (``fold.private_front``'s copy), replace each adaptive average
+    """In the private traced front ``front`` (:func:`private_front`'s copy), replace each adaptive average
     pool -> flatten -> ``nn.Linear`` chain whose pool has more outputs than inputs for the input ``example``
     (1, ...) by flatten -> a linear layer on the pool's input; returns the names of the replaced linear
     layers. Afterwards ``front`` computes the same function, up to rounding, on inputs of ``example``'s

@@ -4,8 +4,7 @@ A preset is a complete set of tuning values (``PRESETS``). ``choose_preset`` rea
 calls, max-pools, BatchNorm, the cut's size and stride, recorded by ``relu.trace_front``) and names the preset
 to run; ``generate_iris`` records the name in ``IRISet.settings["preset"]``. Asking for a preset by name
 (``tuning={"preset": NAME}``) runs exactly the values of this table, so asking for the one ``auto`` chose gives
-the same IRIs. The measurements behind each preset and threshold are in docs/iris.md (presets table) and the
-lab notes (docs/lab/iri_depth.md).
+the same IRIs. docs/iris.md has the measurement behind each preset and threshold.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "vgg-deep-pool": {**_ADAM, "lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1},
     "pool-expanding": {**_ADAM, "cycle_steps": 150, "fold_bn": True},
     "pool-wide-nobn": {**_ADAM, "lr": 0.1},
-    "smooth": dict(_ADAM),
+    "smooth": {**_ADAM, "cycle_steps": 150, "fold_bn": True},
 }
 
 # the rule that selects each preset (docs/iris.md has the table with the measurement behind each)

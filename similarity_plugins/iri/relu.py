@@ -123,7 +123,7 @@ class FrontTrace:
 
 
 class _ReluFunctionCounter(TorchFunctionMode):
-    """Counts calls of the ReLU functions (``modular.RELU_FUNCTIONS``) made while active and outside every
+    """Counts calls of the ReLU functions (``RELU_FUNCTIONS``) made while active and outside every
     ``nn.ReLU`` module (``inside`` > 0 while one runs: its own ``F.relu`` is not a functional call)."""
 
     def __init__(self) -> None:
@@ -329,7 +329,7 @@ def relu_modules(graph: torch.fx.GraphModule | None) -> torch.fx.GraphModule | N
     The copy computes the same function on a batch (N, ...) and shares the model's modules."""
     if graph is None:
         return None
-    try:   # through the blocks the cut's trace kept opaque, down to torch.nn's own modules (as fold.py does)
+    try:   # through the blocks the cut's trace kept opaque, down to torch.nn's own modules (as front.private_front does)
         graph = torch.fx.symbolic_trace(graph)
     except Exception:  # noqa: BLE001 - an optional rewrite: without it the front runs as it is
         return None

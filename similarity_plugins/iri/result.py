@@ -90,5 +90,6 @@ class IRISet:
 
     def __repr__(self) -> str:
         s = self.summary
-        return (f"IRISet(n={s['n']}, preset={self.settings.get('preset')!r}, median_error={s['median_error']:.4g}, p95_error={s['p95_error']:.4g}, "
+        return (f"IRISet(n={s['n']}, preset={self.settings.get('preset')!r}, median_error={s['median_error']:.4g}, "
+                f"p95_error={s['p95_error']:.4g}, "
                 f"converged={s['converged_fraction']:.1%}, mean_seed_distance={s['mean_seed_distance']:.4g})")
