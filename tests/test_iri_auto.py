@@ -463,3 +463,15 @@ def test_functional_relus_get_the_rules_and_surrogates_of_relu_modules(tiny_resn
     assert all(torch.equal(v, before[k]) for k, v in twin.state_dict().items())
     assert not any(name.startswith("iri_relu") for name, _ in twin.named_modules())   # the model is untouched
     assert relu_modules(SplitNetwork(model, "5").front_graph) is None                 # nothing to rewrite
+
+
+def test_fronts_without_relu_calls_get_the_smooth_preset():
+    torch.manual_seed(0)
+    seeds = torch.rand(2, 1, 16, 16)
+    for act in (nn.GELU, nn.SiLU, nn.ReLU6):
+        model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), act(), nn.MaxPool2d(2)).eval()
+        s = generate_iris(model, "3", seeds, steps=3, progress=False).settings
+        assert (s["preset"], s["cycle_steps"], s["fold_bn"], s["fake_relu"]) == ("smooth", 150, True, "none"), act
+    linear = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.MaxPool2d(2)).eval()   # no activation at all
+    assert generate_iris(linear, "1", seeds, steps=3, progress=False).settings["preset"] == "adam"
+    assert choose_preset(Structure(relu_calls=1, other_activation_calls=5)) == "adam"   # ReLU calls decide
