@@ -46,7 +46,8 @@ from torch import nn
 
 from similarity_plugins.core.networks import SplitNetwork, frozen
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.iri.optimizer import initial_inputs, make_settings
+from similarity_plugins.iri.settings import Settings
+from similarity_plugins.iri.state import initial_inputs
 
 SEEDS = int(os.environ.get("IRI_BENCH_SEEDS", "16"))
 STEPS = int(os.environ.get("IRI_BENCH_STEPS", "1000"))
@@ -175,7 +176,7 @@ def plain_loop(front, seeds: torch.Tensor, steps: int, lr: float, stop_at_tol: b
     ``stop_at_tol``: stop once the median is <= 1e-2 (the trajectory up to there is the same; the final
     figures are then those at that step), to save time in studies."""
     start = time.perf_counter()
-    settings = make_settings(steps=steps, tol=1e-2, optimizer="adam", lr=lr, init="noise", seed=0)
+    settings = Settings(init="noise", seed=0)   # the starts generate_iris uses
     with torch.no_grad():
         target = front(seeds).flatten(1)
     tnorm = target.norm(dim=1)

@@ -7,10 +7,10 @@ Per case (torchvision architecture and cut at 3x32x32, untrained weights: the co
 with three contenders:
 
 - ``model``: the user's model cut at the layer (``SplitNetwork.front``), as the plain loop runs it;
-- ``folded``: the private copy with BatchNorm folded into the convolutions (``iri/fold.py``);
-- ``private``: that copy with the convolution taps that only read padding cut (``iri/crop.py``) and an
-  average pool that spreads values folded into the linear layer after it (``iri/pooled_linear.py``), which
-  is what ``generate_iris`` runs wherever ``fold_bn`` is on (``fold.private_front``).
+- ``folded``: the private copy with BatchNorm folded into the convolutions (``iri/front.py``);
+- ``private``: that copy with the convolution taps that only read padding cut (``iri/front.py``) and an
+  average pool that spreads values folded into the linear layer after it (``iri/front.py``), which
+  is what ``generate_iris`` runs wherever ``fold_bn`` is on (``front.private_front``).
 
 ``extra_info``: ``model_over_private`` and ``folded_over_private`` (median time ratios, > 1: the private
 copy is faster), ``convs_cropped`` and ``linears_folded``. ResNet ``layer4`` at 32x32 sees 1x1 maps, where
@@ -29,7 +29,7 @@ import torchvision
 from ratios import record, share_ratio
 
 from similarity_plugins.core.networks import SplitNetwork, frozen
-from similarity_plugins.iri.fold import folded_front, private_front
+from similarity_plugins.iri.front import folded_front, private_front
 
 CASES = [("resnet18", "layer4"), ("resnet34", "layer4"), ("vgg16_bn", "classifier.1"), ("resnet18", "layer3"),
          ("vgg16_bn", "features.43")]

@@ -3,7 +3,7 @@
     python benchmarks/gpu_iri.py --out DIR
 
 Measures, on one CUDA GPU, and prints + writes ``DIR/gpu_iri.json``:
-1. update-step time, CuPy fused kernel vs the torch reference, Adam and normgrad, on 512 x 3 x 224 x 224
+1. update-step time, CuPy fused kernel vs the torch reference, Adam, on 512 x 3 x 224 x 224
    inputs (``--update-shape`` to change), median of ``--repeats`` timed calls after warm-up;
 2. IRIs per second for torchvision ResNet-18 (random weights, 10 classes) at ``layer3`` and ``layer4``,
    on 32x32 inputs (512 seeds, 1,000-step budget, tol 1e-2, batch 512), eager and with ``compile=True``
@@ -36,7 +36,7 @@ if ROOT not in sys.path:
 
 from similarity_plugins.iri import generate_iris  # noqa: E402
 from similarity_plugins.iri.backends import Backend, cupy_backend, numpy_backend, torch_backend  # noqa: E402
-from similarity_plugins.iri.update import update_kernel  # noqa: E402
+from similarity_plugins.iri.kernels import update_kernel  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:
@@ -53,7 +53,7 @@ def time_update_step(backend: Backend, optimizer: str, shape: tuple[int, ...], d
     g = torch.randn(b, d, device=device, generator=gen)
     best = x.clone()
     m, v = torch.zeros_like(x), torch.zeros_like(x)
-    kernel = update_kernel(backend, optimizer, (0.9, 0.999, 1e-8) if optimizer == "adam" else ())
+    kernel = update_kernel(backend, (0.9, 0.999, 1e-8))
     col = lambda a: backend.column(np.asarray(a, dtype=np.float32), device)  # noqa: E731
     imp = col(np.arange(b) % 2 == 0)
     lr = col(np.full(b, 0.01))
@@ -62,10 +62,7 @@ def time_update_step(backend: Backend, optimizer: str, shape: tuple[int, ...], d
     def once() -> None:
         with backend.stream(device):
             xs, gs, bs = backend.view(x), backend.view(g), backend.view(best)
-            if optimizer == "adam":
-                kernel(xs, gs, backend.view(m), backend.view(v), bs, imp, lr, bc1, bc2)
-            else:
-                kernel(xs, gs, bs, imp, lr / backend.xp.maximum(backend.xp.row_norm(gs), 1e-30))
+            kernel(xs, gs, backend.view(m), backend.view(v), bs, imp, lr, bc1, bc2)
 
     for _ in range(3):
         once()
@@ -76,7 +73,7 @@ def time_update_step(backend: Backend, optimizer: str, shape: tuple[int, ...], d
         once()
         _sync(device)
         times.append(time.perf_counter() - t0)
-    gbytes = (5 if optimizer == "adam" else 3) * x.numel() * 4 * 2 / 1e9  # rough read+write traffic
+    gbytes = 5 * x.numel() * 4 * 2 / 1e9  # rough read+write traffic
     med = float(np.median(times))
     return {"backend": backend.name, "optimizer": optimizer, "shape": list(shape), "median_s": med,
             "min_s": float(np.min(times)), "approx_GBps": gbytes / med}
@@ -120,11 +117,11 @@ def _guard(name: str, fn: Callable[[], Any], report: dict[str, Any]) -> None:
 
 
 def _update_steps(report: dict[str, Any], args: argparse.Namespace, device: torch.device) -> None:
-    """Part 1: the update step, torch vs CuPy (GPU) or NumPy (CPU dry run), Adam and normgrad, into ``report``."""
+    """Part 1: the update step, torch vs CuPy (GPU) or NumPy (CPU dry run), Adam, into ``report``."""
     shape = (8, 3, 16, 16) if args.small else tuple(int(s) for s in args.update_shape.split(","))
     repeats = 3 if args.small else args.repeats
     fast = numpy_backend() if device.type == "cpu" else None
-    for opt in ("adam", "normgrad"):
+    for opt in ("adam",):
         _guard(f"update_{opt}_torch", lambda: time_update_step(torch_backend(), opt, shape, device, repeats), report)
         if device.type == "cuda":
             _guard(f"update_{opt}_cupy", lambda: time_update_step(cupy_backend(), opt, shape, device, repeats), report)

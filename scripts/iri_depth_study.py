@@ -29,43 +29,35 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},                                       # generate_iris's defaults (optimizer="auto")
-    "lbfgs": dict(optimizer="lbfgs"),                    # history 30, fake ReLU, relu_leak 0.1
-    "lbfgs_leak0": dict(optimizer="lbfgs", relu_leak=0.0),   # the previous round's L-BFGS (true gradients
-                                                             # below the last ReLU)
-    "lbfgs_leak03": dict(optimizer="lbfgs", relu_leak=0.03),
-    "lbfgs_leak03x": dict(optimizer="lbfgs", relu_leak=0.3),
-    "adam_leak": dict(optimizer="adam", relu_leak=0.1),
-    "adam_exp": dict(optimizer="adam", schedule="exp", lr_floor=0.01, lr=0.1),
-    "lbfgs_fake_relu": dict(fake_relu=True),
-    "lbfgs_stall20": dict(stall_patience=20),
-    "lbfgs_h20": dict(history=20),
-    "lbfgs_h50": dict(history=50),
-    "lbfgs_h10_true_relu": dict(history=10, fake_relu=False),
-    "lbfgs_h50_fake_relu": dict(history=50, fake_relu=True),
-    "lbfgs_h100_fake_relu": dict(history=100, fake_relu=True),
-    "lbfgs_stall50_to_adam": dict(stall_patience=50, phase_steps=1000),
-    "lbfgs_stall20_plr05": dict(stall_patience=20, phase_lr=0.5),
-    "lbfgs_warmup100": dict(warmup_steps=100),
-    "adam": dict(optimizer="adam"),                      # the previous default
-    "adam_c100": dict(optimizer="adam", cycle_steps=100),
+    "lbfgs": dict(optimizer="lbfgs"),                    # the lbfgs preset: history 30, leaky gradients 0.1
+    "lbfgs_leak0": dict(optimizer="lbfgs", tuning={"relu_leak": 0.0}),   # true gradients below the last ReLU
+    "lbfgs_h20": dict(optimizer="lbfgs", tuning={"history": 20}),
+    "lbfgs_h50": dict(optimizer="lbfgs", tuning={"history": 50}),
+    "adam": dict(tuning={"preset": "adam"}),             # plain Adam: lr 0.2, cycles of 300, 600, ...
+    "adam_c100": dict(cycle_steps=100, tuning={"preset": "adam"}),
 }
+METHOD = ("optimizer", "cycle_steps", "init")   # generate_iris's own keywords; every other key is a tuning value
 
 
 def variant_options(name: str) -> dict[str, Any]:
-    """Options of a variant: a name in ``VARIANTS``, or inline ``key=value`` pairs joined by ``+``
-    (``optimizer=adam+lr=0.02+cycle_steps=300``; values parsed as Python literals, else kept as strings)."""
+    """Keywords of ``generate_iris`` for a variant: a name in ``VARIANTS``, or inline ``key=value`` pairs joined
+    by ``+`` (``optimizer=adam+lr=0.02+cycle_steps=300``; values parsed as Python literals, else kept as
+    strings), where ``optimizer``, ``cycle_steps`` and ``init`` are keywords and every other key (``preset``,
+    ``lr``, ``beta1``, ...) goes into ``tuning``."""
     if "=" not in name:
         return VARIANTS[name]
     import ast
 
     options: dict[str, Any] = {}
+    tuning: dict[str, Any] = {}
     for pair in name.split("+"):
         key, _, value = pair.partition("=")
         try:
-            options[key] = ast.literal_eval(value)
+            parsed = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            options[key] = value
-    return options
+            parsed = value
+        (options if key in METHOD else tuning)[key] = parsed
+    return {**options, "tuning": tuning} if tuning else options
 
 
 def fmt(label: str, r: dict[str, Any]) -> str:

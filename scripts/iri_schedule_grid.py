@@ -23,12 +23,13 @@ import time
 # the benchmark models (bench_iri.small_cnn_digits, resnet18_digits) live in benchmarks/
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
+ADAM = {"preset": "adam"}   # plain Adam at every case, so that only the schedule differs
 VARIANTS = {
-    "one_cycle": dict(cycle_steps=0),
-    "cycles100": dict(cycle_steps=100),
-    "cycles100_decay0.5": dict(cycle_steps=100, cycle_decay=0.5),
-    "cycles300": dict(cycle_steps=300),          # the default
-    "cycles100_mult3": dict(cycle_steps=100, cycle_mult=3.0),
+    "one_cycle": dict(cycle_steps=0, tuning=ADAM),
+    "cycles100": dict(cycle_steps=100, tuning=ADAM),
+    "cycles100_decay0.5": dict(cycle_steps=100, tuning={**ADAM, "cycle_decay": 0.5}),
+    "cycles300": dict(cycle_steps=300, tuning=ADAM),          # the adam preset
+    "cycles100_mult3": dict(cycle_steps=100, tuning={**ADAM, "cycle_mult": 3.0}),
 }
 
 

@@ -108,7 +108,7 @@ def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
 def test_iris_command_writes_a_loadable_file(tmp_path, capsys, suffix):
     if suffix == ".safetensors":
         pytest.importorskip("safetensors")
-    from similarity_plugins.iri.files import load_iris
+    from similarity_plugins.iri.store import load_iris
 
     out = tmp_path / f"iris{suffix}"
     code = main(["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "8",
@@ -158,16 +158,21 @@ def test_model_specs_are_parsed_by_the_zoo(tmp_path):
 
 def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monkeypatch):
     from similarity_plugins import iri
-    from similarity_plugins.iri.files import load_iris
+    from similarity_plugins.iri.store import load_iris
 
     out = tmp_path / "iris.npz"
     base = ["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "4",
             "--steps", "3", "--out", str(out), "--no-progress"]
-    assert main([*base, "--option", "history=5", "--option", "fold_bn=no"]) == 0
+    assert main([*base, "--optimizer", "lbfgs", "--option", "history=5", "--option", "fold_bn=no"]) == 0
     iris, _ = load_iris(out)
     assert iris.settings["optimizer"] == "lbfgs" and iris.settings["history"] == 5
     assert iris.settings["fold_bn"] is False
-    capsys.readouterr()
+    assert "(preset lbfgs, optimizer lbfgs)" in capsys.readouterr().out
+    assert main([*base, "--option", "preset=resnet", "--cycle-steps", "7"]) == 0
+    iris, _ = load_iris(out)
+    assert (iris.settings["preset"], iris.settings["beta1"], iris.settings["cycle_steps"]) == ("resnet", 0.98, 7)
+    assert main([*base, "--option", "history=5"]) == 2          # the adam preset takes no L-BFGS value
+    assert "apply only to optimizer lbfgs" in capsys.readouterr().err
     assert main([*base, "--option", "histroy=5"]) == 2
     assert "did you mean 'history'" in capsys.readouterr().err
     assert main([*base, "--option", "steps=5"]) == 2
@@ -182,7 +187,15 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
         return real(*args, **{k: v for k, v in kwargs.items() if k != "compile"})
 
     monkeypatch.setattr(iri, "generate_iris", spy)
-    assert main([*base, "--compile", "--fake-relu", "none"]) == 0
-    assert seen["compile"] is True and seen["fake_relu"] == "none"
+    assert main([*base, "--compile", "--option", "fake_relu=none"]) == 0
+    assert seen["compile"] is True and seen["tuning"] == {"fake_relu": None}   # "none", as the CLI reads it
     monkeypatch.setattr("similarity_plugins.cli.iris.load_data", lambda *_a: pytest.fail("options are checked first"))
     assert main([*base, "--option", "histroy=5"]) == 2
+
+
+def test_iri_tuning_option_is_read_as_json():
+    """``--option 'iri_tuning={"preset": "resnet"}'``: a JSON value becomes the dict the iri-* metrics take."""
+    from similarity_plugins.cli.common import parse_options
+
+    assert parse_options(['iri_tuning={"preset": "resnet", "lr": 0.1}']) == {"iri_tuning": {"preset": "resnet", "lr": 0.1}}
+    assert parse_options(['iri-slm.iri_tuning={"fold_bn": false}']) == {"iri-slm": {"iri_tuning": {"fold_bn": False}}}

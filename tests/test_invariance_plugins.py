@@ -43,12 +43,17 @@ def test_self_stitch_on_iris_scores_high_and_reports_iri_quality(trained, data, 
         assert r.details["iri_mean_seed_distance"] > 0.01  # IRIs start from noise, not from the seeds
 
 
-def test_unconverged_iris_are_flagged(trained, data):
-    report = sp.compare(trained, trained, "block3", data, ["iri-dm"], options={**FAST, "iri_steps": 2})
-    result = report["iri-dm"]
-    assert result.details["iri_median_error"] > 0.01
-    assert any("did not converge" in w for w in result.details["warnings"])
-    assert "did not converge" in str(report)
+def test_unconverged_iris_are_flagged_in_details_table_and_one_warning(trained, data):
+    options = {**FAST, "iri_steps": 2, "iri_max_seeds": 16, "epochs": 1, "batch_size": 16}
+    with pytest.warns(UserWarning, match="IRIs at block3 did not converge: median relative error") as caught:
+        report = sp.compare(trained, trained, "block3", data, ["iri-dm", "iri-slm"], options=options)
+    assert len([w for w in caught if "did not converge" in str(w.message)]) == 1   # one IRI set, one warning
+    for result in report:
+        d = result.details
+        assert d["iri_median_error"] > 0.01 and d["unconverged"] is True and d["iri_preset"] == "adam"
+        assert 0.0 <= d["iri_converged_fraction"] < 0.5 and d["iri_p95_error"] >= d["iri_median_error"]
+        assert any("did not converge" in w and "iri_steps" in w and "preset" in w for w in d["warnings"])
+    assert "did not converge" in str(report) and "*" in str(report).splitlines()[2]
 
 
 def test_bad_iri_input_gets_a_clear_error_row(trained, data):
@@ -61,16 +66,16 @@ def test_bad_iri_input_gets_a_clear_error_row(trained, data):
 
 
 @pytest.mark.slow  # three IRI runs (about 20 s on a shared 2-core machine)
-def test_advanced_optimizer_options_pass_through(trained, data):
-    options = {**FAST, "iri_max_seeds": 16, "iri_steps": 40, "iri_cycle_steps": 10, "iri_cycle_decay": 0.5,
-               "iri_schedule": "exp", "iri_lr_floor": 0.1, "epochs": 1, "batch_size": 16}
+def test_method_and_tuning_options_pass_through(trained, data):
+    options = {**FAST, "iri_max_seeds": 16, "iri_steps": 40, "iri_cycle_steps": 10, "epochs": 1, "batch_size": 16,
+               "iri_tuning": {"cycle_decay": 0.5, "lr": 0.1}}
     row = sp.compare(trained, trained, "block2", data, ["iri-slm"], options=options)["iri-slm"]
     assert row.error is None
     used = row.details["iri"]["settings"]
-    assert (used["cycle_steps"], used["cycle_decay"], used["schedule"], used["lr_floor"]) == (10, 0.5, "exp", 0.1)
+    assert (used["cycle_steps"], used["cycle_decay"], used["lr"], used["preset"]) == (10, 0.5, 0.1, "adam")
+    assert row.details["iri_preset"] == "adam"
     default = sp.compare(trained, trained, "block2", data, ["iri-slm"],
-                         options={**options, "iri_cycle_steps": None, "iri_schedule": None,
-                                  "iri_cycle_decay": None, "iri_lr_floor": None})["iri-slm"]
-    assert default.details["iri"]["settings"]["cycle_steps"] == 300  # None: the optimiser's default
-    bad = sp.compare(trained, trained, "block2", data, ["iri-slm"], options={**options, "iri_schedule": "zigzag"})
-    assert "schedule" in bad["iri-slm"].error
+                         options={**options, "iri_cycle_steps": None, "iri_tuning": None})["iri-slm"]
+    assert default.details["iri"]["settings"]["cycle_steps"] == 300  # None: the preset's
+    bad = sp.compare(trained, trained, "block2", data, ["iri-slm"], options={**options, "iri_tuning": {"beta_1": 0.9}})
+    assert "did you mean 'beta1'" in bad["iri-slm"].error

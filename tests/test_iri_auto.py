@@ -8,7 +8,7 @@ from test_iri import _digits16, _fit, _load_repo_module, trained  # noqa: F401 -
 from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
-from similarity_plugins.iri.auto import AUTO_LBFGS_MAX_BYTES, AUTO_LBFGS_MIN_COMPRESSION, AUTO_LBFGS_MIN_RELUS, auto_optimizer
+from similarity_plugins.iri.presets import COMPRESSION, LBFGS_MAX_BYTES, LBFGS_MIN_RELUS, PRESETS, Structure, choose_preset
 from similarity_plugins.iri.relu import straight_through_relu, surrogate_slopes, trace_front
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -55,20 +55,23 @@ def test_trace_counts_relus_after_the_last_maxpool():
         assert trace.relus_after_last_maxpool == want, (want, trace.events)
 
 
-def test_auto_rule_and_options_that_decide():
-    n = AUTO_LBFGS_MIN_RELUS
-    assert auto_optimizer(n, {}) == "lbfgs" and auto_optimizer(n - 1, {}) == "adam"
-    assert auto_optimizer(100, {"cycle_steps": 100}) == "adam"      # an Adam-only option picks Adam
-    assert auto_optimizer(0, {"history": 20}) == "lbfgs"            # an L-BFGS-only option picks L-BFGS
-    assert auto_optimizer(0, {"relu_leak": 0.2}) == "adam"          # shared options do not decide
-    assert auto_optimizer(n, {}, history_bytes=AUTO_LBFGS_MAX_BYTES + 1) == "adam"   # would not fit in memory
-    assert auto_optimizer(n, {"history": 5}, history_bytes=AUTO_LBFGS_MAX_BYTES + 1) == "lbfgs"
-    c = AUTO_LBFGS_MIN_COMPRESSION
-    assert auto_optimizer(n, {}, 0.0, 3072, 1024) == "lbfgs"        # ResNet-18 layer3 at 32x32: 3x fewer values
-    assert auto_optimizer(n, {}, 0.0, 3072, 2048) == "adam"         # layer2: 1.5x
-    assert auto_optimizer(n, {}, 0.0, 100 * c, 100) == "lbfgs"      # the boundary compresses enough
-    assert auto_optimizer(n, {}, 0.0, 100 * c - 1, 100) == "adam"
-    assert auto_optimizer(n, {"history": 50}, 0.0, 3072, 2048) == "lbfgs"   # an L-BFGS option still decides
+def test_lbfgs_rule_deep_compressive_and_fits_in_memory():
+    n, c = LBFGS_MIN_RELUS, COMPRESSION
+    deep = dict(relu_calls=2 * n, relus_after_last_maxpool=n)
+    assert choose_preset(Structure(**deep)) == "lbfgs"                                  # sizes unknown
+    assert choose_preset(Structure(relu_calls=3, relus_after_last_maxpool=3)) == "adam"              # shallow
+    assert choose_preset(Structure(**deep, input_values=3072, output_values=1024)) == "lbfgs"   # ResNet layer3
+    assert choose_preset(Structure(**deep, input_values=3072, output_values=2048)) == "resnet"  # layer2: 1.5x
+    assert choose_preset(Structure(**deep, input_values=100 * c, output_values=100)) == "lbfgs"  # the boundary
+    assert choose_preset(Structure(**deep, input_values=100 * c - 1, output_values=100)) == "resnet"
+    big = Structure(**deep, input_values=3072, output_values=512, history_bytes=LBFGS_MAX_BYTES + 1)
+    assert choose_preset(big) == "resnet-compressive"                                   # pairs would not fit
+    assert choose_preset(Structure(**deep, history_bytes=LBFGS_MAX_BYTES + 1)) == "resnet"   # sizes unknown
+    # an explicit optimiser picks that optimiser's preset for the structure
+    small = Structure(**deep, input_values=3072, output_values=512)
+    assert choose_preset(small, "adam") == "resnet-compressive" and choose_preset(small, "lbfgs") == "lbfgs"
+    assert choose_preset(Structure(relu_calls=2), "lbfgs") == "lbfgs" and choose_preset(Structure(relu_calls=2), "adam") == "adam"
+    assert {p["optimizer"] for p in PRESETS.values()} == {"adam", "lbfgs"}
 
 
 def test_surrogate_slopes_from_a_trace():
@@ -107,9 +110,10 @@ def test_auto_picks_lbfgs_with_leak_at_a_deep_residual_cut_and_it_wins(tiny_resn
     before = {k: v.clone() for k, v in model.state_dict().items()}
     auto = generate_iris(model, "5", seeds, steps=300, progress=False)
     assert auto.settings["optimizer"] == "lbfgs" and auto.settings["relu_leak"] == 0.1
-    no_leak = generate_iris(model, "5", seeds, steps=300, progress=False, optimizer="lbfgs", relu_leak=0.0)
-    adam = generate_iris(model, "5", seeds, steps=300, progress=False, optimizer="adam")
-    assert adam.settings["relu_leak"] == 0.0
+    assert auto.settings["preset"] == "lbfgs"
+    no_leak = generate_iris(model, "5", seeds, steps=300, progress=False, optimizer="lbfgs", tuning={"relu_leak": 0.0})
+    adam = generate_iris(model, "5", seeds, steps=300, progress=False, tuning={"preset": "adam"})
+    assert adam.settings["relu_leak"] == 0.0 and adam.settings["optimizer"] == "adam"
     # measured: median 0.086 (auto) vs 0.127 (L-BFGS without the leak) vs 0.178 (Adam) after 300 steps
     med = lambda s: float(s.rel_error.median())  # noqa: E731
     assert med(auto) < 0.85 * med(no_leak) and med(auto) < 0.7 * med(adam), (med(auto), med(no_leak), med(adam))
@@ -125,8 +129,10 @@ def test_auto_picks_adam_where_a_maxpool_ends_the_front(trained):  # noqa: F811 
     assert iris.settings["optimizer"] == "adam" and iris.settings["relu_leak"] == 0.0
     same = generate_iris(model, "2", seeds[:4], steps=20, progress=False, optimizer="adam")
     assert torch.equal(iris.inputs, same.inputs)          # auto = the optimiser it picked, bit for bit
-    forced = generate_iris(model, "2", seeds[:4], steps=20, progress=False, history=10)
-    assert forced.settings["optimizer"] == "lbfgs"        # an L-BFGS-only option decides
+    named = generate_iris(model, "2", seeds[:4], steps=20, progress=False, tuning={"preset": iris.settings["preset"]})
+    assert torch.equal(iris.inputs, named.inputs)         # ... and = its preset asked for by name
+    with pytest.raises(ValueError, match="apply only to optimizer lbfgs"):
+        generate_iris(model, "2", seeds[:4], steps=20, progress=False, tuning={"history": 10})   # no silent switch
 
 
 def test_auto_errors_name_the_fix(trained):  # noqa: F811 - fixture from test_iri
@@ -134,7 +140,17 @@ def test_auto_errors_name_the_fix(trained):  # noqa: F811 - fixture from test_ir
     with pytest.raises(ValueError, match="generate_iris"):
         optimize_iris(lambda x: x, seeds[:2], optimizer="auto", progress=False)
     with pytest.raises(ValueError, match="relu_leak must be in"):
-        generate_iris(model, "2", seeds[:2], steps=5, progress=False, relu_leak=1.5)
+        generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning={"relu_leak": 1.5})
+    with pytest.raises(ValueError, match="did you mean 'relu_leak'"):
+        generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning={"relu_leek": 0.1})
+    with pytest.raises(ValueError, match="did you mean 'resnet'"):
+        generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning={"preset": "resnt"})
+    with pytest.raises(ValueError, match="runs optimizer 'adam', not 'lbfgs'"):
+        generate_iris(model, "2", seeds[:2], steps=5, progress=False, optimizer="lbfgs", tuning={"preset": "resnet"})
+    with pytest.raises(TypeError, match="tuning value; pass tuning"):
+        generate_iris(model, "2", seeds[:2], steps=5, progress=False, lr=0.1)
+    with pytest.raises(TypeError, match="must be a dict"):
+        generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning="resnet")
     with pytest.raises(ValueError, match="unknown optimizer 'lbgfs'"):
         generate_iris(model, "2", seeds[:2], steps=5, progress=False, optimizer="lbgfs")
 
@@ -143,7 +159,7 @@ def test_relu_leak_is_part_of_the_cache_key(trained, tmp_path):  # noqa: F811 - 
     model, seeds = trained
     common = dict(steps=5, progress=False, optimizer="lbfgs", cache_dir=tmp_path)
     a = generate_iris(model, "2", seeds[:2], **common)
-    b = generate_iris(model, "2", seeds[:2], relu_leak=0.0, **common)
+    b = generate_iris(model, "2", seeds[:2], tuning={"relu_leak": 0.0}, **common)
     assert a.key != b.key
 
 
@@ -152,14 +168,15 @@ def test_plugins_and_cli_expose_auto_and_relu_leak():
     from similarity_plugins.cli.main import build_parser
 
     options = metric_info("iri-slm").options
-    assert options["iri_optimizer"] == "auto" and "iri_relu_leak" in options
+    assert options["iri_optimizer"] == "auto" and options["iri_tuning"] is None
+    assert len([k for k in options if k.startswith("iri_")]) <= 12
     args = build_parser().parse_args(["iris", "--model", "m", "--layer", "l", "--data", "d", "--out", "o.npz"])
     assert args.optimizer == "auto"
 
 
 def test_folded_front_is_the_same_function_and_leaves_the_model_alone(tiny_resnet):
     from similarity_plugins.core.networks import SplitNetwork
-    from similarity_plugins.iri.fold import folded_front
+    from similarity_plugins.iri.front import folded_front
 
     model, seeds = tiny_resnet
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -183,10 +200,10 @@ def test_fold_bn_option_is_validated_recorded_and_keyed(tiny_resnet, tmp_path):
     model, seeds = tiny_resnet
     on = generate_iris(model, "5", seeds[:2], steps=5, progress=False, cache_dir=tmp_path)
     assert on.settings["fold_bn"] is True and on.stats["bn_folded"] is True
-    off = generate_iris(model, "5", seeds[:2], steps=5, progress=False, fold_bn=False, cache_dir=tmp_path)
+    off = generate_iris(model, "5", seeds[:2], steps=5, progress=False, tuning={"fold_bn": False}, cache_dir=tmp_path)
     assert off.settings["fold_bn"] is False and off.stats["bn_folded"] is False and off.key != on.key
     with pytest.raises(ValueError, match="fold_bn must be True or False"):
-        generate_iris(model, "5", seeds[:2], steps=5, progress=False, fold_bn="yes")
+        generate_iris(model, "5", seeds[:2], steps=5, progress=False, tuning={"fold_bn": "yes"})
     # the folded front reports true errors: they match the model's own front to rounding
     from similarity_plugins.core.networks import SplitNetwork
 
@@ -205,111 +222,94 @@ def test_history_bytes_counts_the_working_batch_not_the_whole_set():
     assert _history_bytes(seeds[:4].double(), 128) == 2 * 30 * 3 * 32 * 32 * 4 * 8
 
 
-def test_auto_gives_deep_maxpool_fronts_adam_with_a_schedule_by_compression():
-    from similarity_plugins.iri.auto import AUTO_COMPRESSION, AUTO_DEEP_POOLED_RELUS, auto_adam_defaults
+def test_deep_maxpool_fronts_get_a_vgg_preset_by_compression():
+    from similarity_plugins.iri.presets import DEEP_POOLED_RELUS, STRONG_COMPRESSION
 
-    n, c = AUTO_DEEP_POOLED_RELUS, AUTO_COMPRESSION
-    wide = {"lr": 0.05, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1}
-    narrow = {"lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "beta2": 0.95, "relu_leak": 0.1}
-    assert auto_adam_defaults(n, {}, None, 3072, 2048) == wide          # VGG-16-BN features.33 at 32x32
-    assert auto_adam_defaults(n, {}, None, 3072, 512) == narrow         # features.43: 6x fewer values
-    assert auto_adam_defaults(n, {}, None, 100 * c, 100) == narrow      # the boundary is compressive
-    assert auto_adam_defaults(n, {}, None, 100 * c - 1, 100) == wide
-    assert auto_adam_defaults(n, {}, None) == wide                      # sizes unknown
-    assert auto_adam_defaults(n - 1, {}, None, 3072, 512) == {}         # small CNNs: Adam's defaults
-    assert auto_adam_defaults(n, {}, 0.2, 3072, 512) == {}              # the caller's lr wins
-    assert auto_adam_defaults(n, {"cycle_steps": 100}, None) == {}      # so does a schedule option
-    assert auto_adam_defaults(n, {"beta1": 0.9}, None, 3072, 512) == narrow   # beta1 replaces only itself
-    # without BatchNorm (torchvision's vgg11 / vgg16) lr 0.02 is too small there: lr 0.05 (round 9)
-    assert auto_adam_defaults(n, {}, None, 3072, 512, batchnorm=False) == {**narrow, "lr": 0.05}
-    assert auto_adam_defaults(n, {}, None, 3072, 2048, batchnorm=False) == wide
-    assert auto_adam_defaults(n, {}, 0.02, 3072, 512, batchnorm=False) == {}   # the caller's lr wins
+    n, c = DEEP_POOLED_RELUS, STRONG_COMPRESSION
+    pool = dict(relu_calls=n, ends_at_maxpool=True)
+    assert choose_preset(Structure(**pool, input_values=3072, output_values=2048)) == "vgg-deep-pool"   # features.33
+    assert choose_preset(Structure(**pool, input_values=3072, output_values=512)) == "vgg-last-pool"    # features.43
+    assert choose_preset(Structure(**pool, input_values=100 * c, output_values=100)) == "vgg-last-pool"
+    assert choose_preset(Structure(**pool, input_values=100 * c - 1, output_values=100)) == "vgg-deep-pool"
+    assert choose_preset(Structure(**pool)) == "vgg-deep-pool"                                      # sizes unknown
+    assert choose_preset(Structure(relu_calls=n - 1, ends_at_maxpool=True, input_values=3072, output_values=512)) == "adam"
+    nobn = Structure(**pool, input_values=3072, output_values=512, batchnorm=False)
+    assert choose_preset(nobn) == "vgg-last-pool-nobn" and PRESETS["vgg-last-pool-nobn"]["lr"] == 0.05
     torch.manual_seed(0)
     layers = []
     for i in range(n):
         layers += [nn.Conv2d(1 if i == 0 else 4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()]
     seeds = torch.rand(2, 1, 16, 16)
-    for pool, expected in ((2, wide), (4, narrow)):   # 4x8x8 = 256 values (as many as the input), 4x4x4 = 64
-        vgg_like = nn.Sequential(*layers, nn.MaxPool2d(pool)).eval()
+    for size, name in ((2, "vgg-deep-pool"), (4, "vgg-last-pool")):   # 4x8x8 = 256 values (as the input), 4x4x4
+        vgg_like = nn.Sequential(*layers, nn.MaxPool2d(size)).eval()
         iris = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False)
-        s = iris.settings
-        assert (s["optimizer"], s["relu_leak"]) == ("adam", expected.get("relu_leak", 0.0))
-        assert (s["lr"], s["cycle_steps"], s["fold_bn"]) == (expected["lr"], expected["cycle_steps"], True)
-        assert (s["beta1"], s["beta2"]) == (expected.get("beta1", 0.9), expected.get("beta2", 0.999))
-        assert iris.stats["bn_folded"]
-    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, fold_bn=False).settings
-    assert (s["lr"], s["beta1"], s["fold_bn"]) == (0.02, 0.98, False)   # the caller's fold_bn stays theirs
-    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, beta1=0.9).settings
-    assert (s["lr"], s["cycle_steps"], s["beta1"]) == (0.02, 400, 0.9)  # and so does their beta1
-    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, beta2=0.999).settings
-    assert (s["lr"], s["beta1"], s["beta2"]) == (0.02, 0.98, 0.999)     # and their beta2
+        s, want = iris.settings, PRESETS[name]
+        assert s["preset"] == name and iris.stats["bn_folded"]
+        assert all(s[k] == v for k, v in want.items() if k != "fake_relu"), name
+    # a tuning value replaces only itself: the preset's other values stay
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, tuning={"fold_bn": False}).settings
+    assert (s["preset"], s["lr"], s["beta1"], s["fold_bn"]) == ("vgg-last-pool", 0.02, 0.98, False)
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, tuning={"lr": 0.2}).settings
+    assert (s["lr"], s["cycle_steps"], s["beta1"], s["beta2"]) == (0.2, 400, 0.98, 0.95)
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, cycle_steps=100).settings
+    assert (s["lr"], s["cycle_steps"], s["beta2"]) == (0.02, 100, 0.95)
     # VGG's avgpool at 32x32 copies the last pool's values 7x7 times: the rule counts the values, not copies
     head = nn.Sequential(*layers, nn.MaxPool2d(16), nn.AdaptiveAvgPool2d(7), nn.Flatten()).eval()
     for layer in (str(3 * n + 1), str(3 * n + 2)):                      # 4x7x7 = 196 values, 4 distinct
         s = generate_iris(head, layer, seeds, steps=5, progress=False).settings
-        assert (s["lr"], s["cycle_steps"], s["beta2"], s["fake_relu"]) == (0.02, 400, 0.95, "last"), layer
+        assert (s["preset"], s["fake_relu"]) == ("vgg-last-pool", "last"), layer
     plain = nn.Sequential(*[m for m in layers if not isinstance(m, nn.BatchNorm2d)], nn.MaxPool2d(4)).eval()
-    s = generate_iris(plain, str(2 * n), seeds, steps=5, progress=False).settings
-    assert (s["lr"], s["cycle_steps"], s["beta1"], s["beta2"]) == (0.05, 400, 0.98, 0.95)   # no BatchNorm
+    assert generate_iris(plain, str(2 * n), seeds, steps=5, progress=False).settings["preset"] == "vgg-last-pool-nobn"
     assert trace_front(plain, plain, seeds[:1]).batchnorm_calls == 0
     assert trace_front(head, head, seeds[:1]).batchnorm_calls == n
-    short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: Adam's own defaults
+    short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: plain Adam
     s = generate_iris(short, "6", seeds, steps=5, progress=False).settings
-    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"], s["beta1"]) == (
-        "adam", 0.2, 300, False, 0.0, 0.9)
+    assert (s["preset"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"]) == ("adam", 0.2, 300, False, 0.0)
 
 
 def test_compresses_needs_both_sizes_and_the_factor():
-    from similarity_plugins.iri.auto import compresses
+    from similarity_plugins.iri.presets import compresses
 
     assert compresses(3072, 1536, 2) and compresses(3072, 512, 4) and not compresses(3072, 1537, 2)
     assert not compresses(0, 512, 2) and not compresses(3072, 0, 2)   # unknown sizes never count
 
 
-def test_auto_gives_deep_unpooled_fronts_that_barely_compress_adam_with_heavy_momentum():
-    from similarity_plugins.iri.auto import AUTO_DEEP_ADAM, auto_adam_defaults
-
-    n = AUTO_LBFGS_MIN_RELUS
-    assert AUTO_DEEP_ADAM == {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True, "cycle_decay": 0.5}
-    assert auto_adam_defaults(2 * n, {}, None, 3072, 2048, n) == AUTO_DEEP_ADAM       # ResNet layer2 at 32x32
-    assert auto_adam_defaults(2 * n, {}, 0.1, 3072, 2048, n) == AUTO_DEEP_ADAM        # the caller's lr: only lr
-    own = {k: v for k, v in AUTO_DEEP_ADAM.items() if k != "cycle_decay"}             # their schedule: no decay
-    assert auto_adam_defaults(2 * n, {"cycle_steps": 100}, None, 3072, 2048, n) == own
-    fallback = {**AUTO_DEEP_ADAM, "lr": 0.1}                                      # compressive (memory fallback)
-    assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n) == fallback
-    assert auto_adam_defaults(2 * n, {}, None, 3072, 1536, n) == fallback           # 2x: the boundary
-    assert auto_adam_defaults(2 * n, {}, 0.3, 3072, 512, n) == AUTO_DEEP_ADAM      # the caller's lr stays
-    assert auto_adam_defaults(2 * n, {"beta2": 0.99, "eps": 1e-6}, None, 3072, 512, n - 1)["beta1"] == 0.98
-    assert auto_adam_defaults(2 * n, {}, None, 3072, 512, n - 1) == {                 # pooled: VGG's rules
-        "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "beta2": 0.95, "relu_leak": 0.1}
+def test_deep_unpooled_fronts_that_barely_compress_get_the_resnet_preset():
+    n = LBFGS_MIN_RELUS
+    deep = dict(relu_calls=2 * n, relus_after_last_maxpool=n)
+    assert choose_preset(Structure(**deep, input_values=3072, output_values=2048, stride=8)) == "resnet"
+    assert PRESETS["resnet"]["beta1"] == 0.98 and PRESETS["resnet"]["cycle_decay"] == 0.5
+    assert choose_preset(Structure(relu_calls=2 * n, relus_after_last_maxpool=n - 1, input_values=3072,
+                                   output_values=512, ends_at_maxpool=True)) == "vgg-last-pool"   # pooled: VGG's
     torch.manual_seed(0)
     w = 8   # stem with stride 2, then 3 residual blocks: 7 ReLU calls, 8x16x16 = 2,048 values from 1,024 pixels
     model = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                           *[_Block(w) for _ in range(3)]).eval()
     seeds = torch.rand(2, 1, 32, 32)
     s = generate_iris(model, "5", seeds, steps=5, progress=False).settings
-    assert (s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"], s["cycle_decay"]) == (
-        "adam", 0.2, 300, 0.98, 0.1, True, 0.5)
-    s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_decay=1.0).settings
-    assert (s["optimizer"], s["cycle_decay"], s["beta1"]) == ("adam", 1.0, 0.98)     # the caller's restarts win
-    s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_steps=100, cycle_mult=1.0).settings
-    assert (s["cycle_steps"], s["cycle_mult"], s["cycle_decay"], s["beta1"]) == (100, 1.0, 1.0, 0.98)  # their own
-    s = generate_iris(model, "5", seeds, steps=5, progress=False, lr=0.1, relu_leak=0.0).settings
-    assert (s["optimizer"], s["lr"], s["beta1"], s["relu_leak"]) == ("adam", 0.1, 0.98, 0.0)   # yours replace ours
-    s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_steps=100).settings   # an Adam option
-    assert (s["optimizer"], s["cycle_steps"], s["beta1"], s["relu_leak"]) == ("adam", 100, 0.98, 0.1)
+    assert (s["preset"], s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"],
+            s["cycle_decay"]) == ("resnet", "adam", 0.2, 300, 0.98, 0.1, True, 0.5)
+    s = generate_iris(model, "5", seeds, steps=5, progress=False, tuning={"cycle_decay": 1.0}).settings
+    assert (s["preset"], s["cycle_decay"], s["beta1"]) == ("resnet", 1.0, 0.98)     # the caller's value, only it
+    s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_steps=100, tuning={"cycle_mult": 1.0}).settings
+    assert (s["cycle_steps"], s["cycle_mult"], s["cycle_decay"], s["beta1"]) == (100, 1.0, 0.5, 0.98)
+    s = generate_iris(model, "5", seeds, steps=5, progress=False, tuning={"lr": 0.1, "relu_leak": 0.0}).settings
+    assert (s["optimizer"], s["lr"], s["beta1"], s["relu_leak"]) == ("adam", 0.1, 0.98, 0.0)
     narrow = nn.Sequential(*model, nn.Conv2d(w, 2, 1)).eval()   # 2x16x16 = 512 values: compressive, L-BFGS
-    assert generate_iris(narrow, "6", seeds, steps=5, progress=False).settings["optimizer"] == "lbfgs"
-    # ... unless L-BFGS's curvature pairs would not fit in memory: then the same heavy-momentum Adam
-    from similarity_plugins.iri.auto import AUTO_LBFGS_MAX_BYTES
+    assert generate_iris(narrow, "6", seeds, steps=5, progress=False).settings["preset"] == "lbfgs"
+    with pytest.raises(ValueError, match="apply only to optimizer adam"):
+        generate_iris(narrow, "6", seeds, steps=5, progress=False, cycle_steps=100)   # never a switch to Adam
+    s = generate_iris(narrow, "6", seeds, steps=5, progress=False, optimizer="adam", cycle_steps=100).settings
+    assert (s["preset"], s["lr"], s["cycle_steps"]) == ("resnet-compressive", 0.1, 100)
+    # ... where L-BFGS's curvature pairs would not fit in memory, auto runs that Adam preset itself
     from similarity_plugins.iri.generate import _settings
 
     trace = trace_front(narrow, narrow[:7], seeds[:1])
-    common = dict(steps=5, tol=1e-2, lr=None, init="noise", seed=0, fake_relu=True)
-    assert _settings("auto", trace, common, {}, 1.0).optimizer == "lbfgs"
-    s = _settings("auto", trace, common, {}, AUTO_LBFGS_MAX_BYTES + 1)
-    assert (s.optimizer, s.lr, s.beta1, s.relu_leak, s.fold_bn, s.cycle_decay) == ("adam", 0.1, 0.98, 0.1, True, 0.5)
-    assert _settings("auto", trace, dict(common, lr=0.3), {}, AUTO_LBFGS_MAX_BYTES + 1).lr == 0.3
+    common = dict(steps=5, tol=1e-2, optimizer="auto", init="noise", seed=0, cycle_steps=None, tuning=None)
+    assert _settings(trace, common, 1.0).preset == "lbfgs"
+    s = _settings(trace, common, LBFGS_MAX_BYTES + 1)
+    assert (s.preset, s.optimizer, s.lr, s.beta1, s.relu_leak, s.fold_bn) == ("resnet-compressive", "adam", 0.1, 0.98,
+                                                                               0.1, True)
 
 
 class _Untraceable(nn.Module):
@@ -330,7 +330,7 @@ class _Untraceable(nn.Module):
 
 def test_untraceable_fronts_run_unfolded_through_the_hook_path():
     from similarity_plugins.core.networks import SplitNetwork
-    from similarity_plugins.iri.fold import folded_front
+    from similarity_plugins.iri.front import folded_front
 
     torch.manual_seed(0)
     model = _Untraceable().eval()
@@ -347,8 +347,8 @@ def test_untraceable_fronts_run_unfolded_through_the_hook_path():
 def test_study_variants_by_name_or_inline_options_and_donor_lrs():
     study = _load_repo_module("scripts/iri_depth_study.py", "iri_depth_study")
     assert study.variant_options("lbfgs") == {"optimizer": "lbfgs"}
-    assert study.variant_options("optimizer=adam+lr=0.025+cycle_steps=400+fold_bn=True+fake_relu='all'") == {
-        "optimizer": "adam", "lr": 0.025, "cycle_steps": 400, "fold_bn": True, "fake_relu": "all"}
+    assert study.variant_options("optimizer=adam+lr=0.025+cycle_steps=400+fold_bn=True+fake_relu='none'") == {
+        "optimizer": "adam", "cycle_steps": 400, "tuning": {"lr": 0.025, "fold_bn": True, "fake_relu": "none"}}
     with pytest.raises(KeyError):
         study.variant_options("no_such_variant")
     bench = _load_repo_module("benchmarks/bench_iri.py", "bench_iri_for_test")
@@ -373,26 +373,6 @@ def test_bench_warm_up_touches_no_parameter_gradient():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
     bench.warm_up(model, torch.rand(2, 3, 8, 8))
     assert all(p.grad is None for p in model.parameters())
-
-
-def test_kink_study_measures_where_the_linear_model_of_a_front_breaks():
-    kinks = _load_repo_module("scripts/iri_kinks.py", "iri_kinks_for_test")
-    torch.manual_seed(0)
-    linear = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten()).double()
-    x, d = torch.rand(1, 5, 5, dtype=torch.float64), torch.randn(1, 5, 5, dtype=torch.float64)
-    assert max(kinks.mismatch(linear, x, d, [1e-6, 1e-2, 1.0])) < 1e-9      # no kink: exact at every scale
-    relu = nn.ReLU()
-    at_kink = torch.tensor([[[1e-7, -1e-7, 0.5]]], dtype=torch.float64)   # two units within 1e-7 of their kink
-    along = torch.tensor([[[-1.0, 1.0, 1.0]]], dtype=torch.float64)        # ... both pushed across it
-    small, large = kinks.mismatch(relu, at_kink, along, [1e-9, 1e-3])
-    assert small < 1e-6                                                   # the step stays on its side (rounding)
-    assert large > 0.5                                                    # it crosses both kinks: the model breaks
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    front = kinks.plain_front(model, "2")
-    assert next(front.parameters()).dtype == torch.float64 and not next(front.parameters()).requires_grad
-    assert next(model.parameters()).dtype == torch.float32 and next(model.parameters()).requires_grad   # untouched
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()) and model.training
 
 
 class _FunctionalBlock(nn.Module):
@@ -469,7 +449,7 @@ def test_functional_relus_get_the_rules_and_surrogates_of_relu_modules(tiny_resn
     """A hand-written front that calls ReLU as a function runs as its nn.ReLU twin: same optimiser, same
     surrogate gradients, the same IRIs; without the rewrite it ran Adam's defaults (no ReLU calls seen)."""
     from similarity_plugins.core.networks import SplitNetwork
-    from similarity_plugins.iri.modular import relu_modules
+    from similarity_plugins.iri.relu import relu_modules
 
     model, seeds = tiny_resnet
     twin = _FunctionalTwin(model).eval()
@@ -483,3 +463,15 @@ def test_functional_relus_get_the_rules_and_surrogates_of_relu_modules(tiny_resn
     assert all(torch.equal(v, before[k]) for k, v in twin.state_dict().items())
     assert not any(name.startswith("iri_relu") for name, _ in twin.named_modules())   # the model is untouched
     assert relu_modules(SplitNetwork(model, "5").front_graph) is None                 # nothing to rewrite
+
+
+def test_fronts_without_relu_calls_get_the_smooth_preset():
+    torch.manual_seed(0)
+    seeds = torch.rand(2, 1, 16, 16)
+    for act in (nn.GELU, nn.SiLU, nn.ReLU6):
+        model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), act(), nn.MaxPool2d(2)).eval()
+        s = generate_iris(model, "3", seeds, steps=3, progress=False).settings
+        assert (s["preset"], s["cycle_steps"], s["fold_bn"], s["fake_relu"]) == ("smooth", 150, True, "none"), act
+    linear = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.MaxPool2d(2)).eval()   # no activation at all
+    assert generate_iris(linear, "1", seeds, steps=3, progress=False).settings["preset"] == "adam"
+    assert choose_preset(Structure(relu_calls=1, other_activation_calls=5)) == "adam"   # ReLU calls decide

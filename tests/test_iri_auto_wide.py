@@ -1,4 +1,4 @@
-"""optimizer="auto" at wide pooled cuts (auto.AUTO_WIDE_ADAM), wide ResNet cuts and the small CNNs."""
+"""optimizer="auto" at wide pooled cuts (the "wide" presets), wide ResNet cuts and the small CNNs."""
 
 from __future__ import annotations
 
@@ -9,27 +9,26 @@ from test_iri_auto import _Block
 from torch import nn
 
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.iri.auto import (
-    AUTO_DEEP_ADAM,
-    AUTO_DEEP_POOLED_ADAM,
-    AUTO_DEEP_POOLED_RELUS,
-    AUTO_DEEP_RESNET_COSINE_STRIDE,
-    AUTO_EXPANDING_ADAM,
-    AUTO_EXPANSION,
-    AUTO_SHALLOW_RESNET_RELUS,
-    AUTO_WIDE_ADAM,
-    AUTO_WIDE_MIN_RELUS,
-    AUTO_WIDE_RESNET_EXPANSION,
-    AUTO_WIDE_RESNET_MIN_STRIDE,
-    auto_adam_defaults,
+from similarity_plugins.iri.presets import (
+    COSINE_RESNET_MIN_STRIDE,
+    DEEP_POOLED_RELUS,
+    EXPANSION,
+    PRESETS,
+    SHALLOW_RESNET_RELUS,
+    WIDE_POOLED_RELUS,
+    WIDE_RESNET_MIN_STRIDE,
+    Structure,
+    choose_preset,
 )
 
 _SETTINGS = ("optimizer", "lr", "cycle_steps", "beta1", "relu_leak", "fold_bn", "cycle_decay", "fake_relu")
 
 
-def _at_pool(*args, **kwargs) -> dict:
-    """``auto_adam_defaults`` for a front whose last module is a max-pool."""
-    return auto_adam_defaults(*args, ends_at_maxpool=True, **kwargs)
+def _rule(relu_calls: int, iv: int = 0, ov: int = 0, after: int = 0, stride: int = 0, at_pool: bool = False,
+          bn: bool = True) -> str:
+    """The Adam preset ``choose_preset`` names for a front of this structure."""
+    return choose_preset(Structure(relu_calls=relu_calls, relus_after_last_maxpool=after, input_values=iv,
+                                   output_values=ov, stride=stride, ends_at_maxpool=at_pool, batchnorm=bn), "adam")
 
 
 def _picked(model: nn.Module, layer: str, seeds: torch.Tensor, **options) -> tuple:
@@ -38,21 +37,20 @@ def _picked(model: nn.Module, layer: str, seeds: torch.Tensor, **options) -> tup
 
 
 def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients():
-    assert AUTO_WIDE_ADAM == {"cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
-    n = AUTO_WIDE_MIN_RELUS
+    wide = PRESETS["wide"]
+    assert (wide["cycle_steps"], wide["fold_bn"], wide["relu_leak"], wide["fake_relu"]) == (0, True, 0.1, "none")
+    n = WIDE_POOLED_RELUS
     # fronts ending at a max-pool with 6 or 7 ReLU calls whose cut is not 2x compressive
-    assert _at_pool(n, {}, None, 3072, 2048) == AUTO_WIDE_ADAM            # VGG-11-BN features.21
-    assert _at_pool(7, {}, None, 3072, 4096) == AUTO_WIDE_ADAM            # VGG-16-BN features.23
-    assert _at_pool(7, {}, None, 3072, 1537) == AUTO_WIDE_ADAM
-    assert _at_pool(7, {}, None, 3072, 1536) == {}                        # 2x compressive: Adam's own
-    assert _at_pool(n - 1, {}, None, 3072, 4096) == {}                    # VGG-11-BN features.14
-    assert _at_pool(n, {}, None, 3072, 2048, 1) == {}                     # a ReLU after the pool
-    assert _at_pool(n, {}, None, 3072, 2048, 5) == AUTO_DEEP_ADAM         # inside a ResNet block: its rule
-    assert _at_pool(n - 2, {}, None, 1024, 128) == {}                     # SmallCNN block4
-    assert _at_pool(n, {}, None) == {}                                    # sizes unknown
-    assert auto_adam_defaults(n, {}, None, 3072, 2048) == {}                        # a conv after the pool
-    assert _at_pool(n, {}, 0.1, 3072, 4096) == {}                         # the caller's lr wins
-    assert _at_pool(n, {"schedule": "exp"}, None, 3072, 4096) == {}       # so does their schedule
+    assert _rule(n, 3072, 2048, at_pool=True) == "wide"            # VGG-11-BN features.21
+    assert _rule(7, 3072, 4096, at_pool=True) == "wide"            # VGG-16-BN features.23
+    assert _rule(7, 3072, 1537, at_pool=True) == "wide"
+    assert _rule(7, 3072, 1536, at_pool=True) == "adam"                        # 2x compressive: Adam's own
+    assert _rule(n - 1, 3072, 4096, at_pool=True) == "adam"                    # VGG-11-BN features.14
+    assert _rule(n, 3072, 2048, 1, at_pool=True) == "adam"                     # a ReLU after the pool
+    assert _rule(n, 3072, 2048, 5, at_pool=True) == "resnet"         # inside a ResNet block: its rule
+    assert _rule(n - 2, 1024, 128, at_pool=True) == "adam"                     # SmallCNN block4
+    assert _rule(n, at_pool=True) == "adam"                                    # sizes unknown
+    assert _rule(n, 3072, 2048) == "adam"                        # a conv after the pool
     torch.manual_seed(0)
     seeds = torch.rand(2, 1, 16, 16)
     layers = []
@@ -62,25 +60,25 @@ def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients
     assert _picked(pooled, str(3 * n), seeds) == ("adam", 0.2, 0, 0.9, 0.1, True, 1.0, "none")
     iris = generate_iris(pooled, str(3 * n), seeds, steps=5, progress=False)
     assert iris.settings["fake_relu_at"] == []                                      # the leak covers the last too
-    assert _picked(pooled, str(3 * n), seeds, fake_relu=True)[-1] == "last"          # yours wins
-    assert _picked(pooled, str(3 * n), seeds, fake_relu="auto", cycle_steps=50)[-1] == "last"   # Adam's own
-    assert _picked(pooled, str(3 * n), seeds, relu_leak=0.0, lr=0.3)[1:5] == (0.3, 300, 0.9, 0.0)  # Adam's own
+    assert _picked(pooled, str(3 * n), seeds, tuning={"fake_relu": "last"})[-1] == "last"          # yours wins
+    assert _picked(pooled, str(3 * n), seeds, tuning={"fake_relu": "auto"})[-1] == "last"
+    assert _picked(pooled, str(3 * n), seeds, cycle_steps=50)[2:] == (50, 0.9, 0.1, True, 1.0, "none")   # only itself
+    assert _picked(pooled, str(3 * n), seeds, tuning={"relu_leak": 0.0, "lr": 0.3})[1:5] == (0.3, 0, 0.9, 0.0)
     narrow = nn.Sequential(*layers, nn.MaxPool2d(4)).eval()   # 8x4x4 = 128 values: 2x compressive
     assert _picked(narrow, str(3 * n), seeds) == ("adam", 0.2, 300, 0.9, 0.0, False, 1.0, "last")
 
 
 def test_auto_gives_deep_pooled_cuts_with_more_values_than_the_input_the_wide_rule():
     """VGG-19-BN's 3rd pool (8 ReLU calls, 4,096 values from 3,072 pixels): one cosine at lr 0.2 ended at 0.103,
-    the deep pooled rule's lr 0.05 at 0.137, the plain loop at 0.114 (round 11)."""
-    n = AUTO_DEEP_POOLED_RELUS
-    assert _at_pool(n, {}, None, 3072, 4096) == AUTO_WIDE_ADAM                      # VGG-19-BN features.26
-    assert _at_pool(n + 4, {}, None, 3072, 3073) == AUTO_WIDE_ADAM
-    assert _at_pool(n, {}, None, 3072, 3072) == AUTO_DEEP_POOLED_ADAM               # as many: unchanged
-    assert _at_pool(n, {}, None, 3072, 2048) == AUTO_DEEP_POOLED_ADAM               # VGG-16-BN features.33
-    assert auto_adam_defaults(n, {}, None, 3072, 4096) == AUTO_DEEP_POOLED_ADAM     # a conv after the pool
-    assert _at_pool(n, {}, None) == AUTO_DEEP_POOLED_ADAM                           # sizes unknown
-    assert _at_pool(n, {}, None, 3072, 4096, batchnorm=False) == {**AUTO_WIDE_ADAM, "lr": 0.1}
-    assert _at_pool(n, {}, 0.1, 3072, 4096) == {}                                   # the caller's lr wins
+    the deep pooled rule's lr 0.05 at 0.137, the plain loop at 0.114."""
+    n = DEEP_POOLED_RELUS
+    assert _rule(n, 3072, 4096, at_pool=True) == "wide"                      # VGG-19-BN features.26
+    assert _rule(n + 4, 3072, 3073, at_pool=True) == "wide"
+    assert _rule(n, 3072, 3072, at_pool=True) == "vgg-deep-pool"               # as many: unchanged
+    assert _rule(n, 3072, 2048, at_pool=True) == "vgg-deep-pool"               # VGG-16-BN features.33
+    assert _rule(n, 3072, 4096) == "vgg-deep-pool"     # a conv after the pool
+    assert _rule(n, at_pool=True) == "vgg-deep-pool"                           # sizes unknown
+    assert _rule(n, 3072, 4096, at_pool=True, bn=False) == "wide-nobn"
     torch.manual_seed(0)
     layers = []
     for i in range(n):   # 8 Conv-BN-ReLU, then a max-pool: 8x8x8 = 512 values from 256 pixels
@@ -91,19 +89,16 @@ def test_auto_gives_deep_pooled_cuts_with_more_values_than_the_input_the_wide_ru
 
 def test_auto_gives_wide_strided_resnet_cuts_one_cosine_and_keeps_heavy_momentum_at_stride_4():
     """One cosine wins at ResNet-50 layer2 (stride 8) but lost 3x at CIFAR-stem ResNet-18 layer3 (stride 4),
-    and at ResNet-50 layer1 on natural-image patches (stride 4): docs/iri_depth.md, rounds 6 and 7."""
-    assert AUTO_WIDE_RESNET_MIN_STRIDE == 8 and AUTO_WIDE_RESNET_EXPANSION == 2
-    assert auto_adam_defaults(22, {}, None, 3072, 8192, 21, 8) == AUTO_WIDE_ADAM    # ResNet-50 layer2
-    assert auto_adam_defaults(17, {}, None, 3072, 8192, 17, 8) == AUTO_WIDE_ADAM    # CIFAR-stem ResNet-18 layer4
-    assert auto_adam_defaults(13, {}, None, 3072, 16384, 13, 4) == AUTO_DEEP_ADAM   # CIFAR-stem ResNet-18 layer3
-    assert auto_adam_defaults(10, {}, None, 3072, 16384, 9, 4) == AUTO_DEEP_ADAM    # ResNet-50 layer1
-    assert auto_adam_defaults(22, {}, None, 3072, 6143, 21, 8) == AUTO_DEEP_ADAM    # under 2x the input's values
-    assert auto_adam_defaults(22, {}, None, 3072, 6144, 21, 8) == AUTO_WIDE_ADAM    # the edge: exactly 2x
-    assert auto_adam_defaults(22, {}, None, 3072, 8192, 21) == AUTO_DEEP_ADAM       # stride unknown
-    assert auto_adam_defaults(10, {}, None, 3072, 2048, 9, 8) == AUTO_DEEP_ADAM     # ResNet-18 layer2: narrower
-    assert auto_adam_defaults(22, {}, 0.1, 3072, 8192, 21, 8) == AUTO_DEEP_ADAM     # the caller's lr: ours
-    ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if k != "cycle_decay"}
-    assert auto_adam_defaults(22, {"cycle_steps": 50}, None, 3072, 8192, 21, 8) == ours   # their schedule
+    and at ResNet-50 layer1 on natural-image patches (stride 4)."""
+    assert WIDE_RESNET_MIN_STRIDE == 8 and EXPANSION == 2
+    assert _rule(22, 3072, 8192, 21, 8) == "wide"    # ResNet-50 layer2
+    assert _rule(17, 3072, 8192, 17, 8) == "wide"    # CIFAR-stem ResNet-18 layer4
+    assert _rule(13, 3072, 16384, 13, 4) == "resnet"   # CIFAR-stem ResNet-18 layer3
+    assert _rule(10, 3072, 16384, 9, 4) == "resnet"    # ResNet-50 layer1
+    assert _rule(22, 3072, 6143, 21, 8) == "resnet"    # under 2x the input's values
+    assert _rule(22, 3072, 6144, 21, 8) == "wide"    # the edge: exactly 2x
+    assert _rule(22, 3072, 8192, 21) == "resnet"       # stride unknown
+    assert _rule(10, 3072, 2048, 9, 8) == "resnet"     # ResNet-18 layer2: narrower
     torch.manual_seed(0)
     w = 8   # stem (stride 4), 3 residual blocks, 64 channels, then 2x fewer rows: 9 ReLU calls, no max-pool
 
@@ -120,21 +115,18 @@ def test_auto_gives_wide_strided_resnet_cuts_one_cosine_and_keeps_heavy_momentum
 
 
 def test_auto_gives_deep_resnet_cuts_at_stride_16_one_cosine_with_heavy_momentum():
-    """Bottleneck ResNets' layer3 / layer4 at 32x32 (4,096 / 2,048 values at stride 16 / 32): AUTO_DEEP_ADAM's
-    momentum, leak and folding, one cosine instead of its cycles (docs/iri_depth.md, round 12)."""
-    assert AUTO_DEEP_RESNET_COSINE_STRIDE == 16
-    cosine = {"beta1": 0.98, "relu_leak": 0.1, "fold_bn": True, "cycle_steps": 0}
-    assert auto_adam_defaults(40, {}, None, 3072, 4096, 39, 16) == cosine            # ResNet-50 layer3
-    assert auto_adam_defaults(49, {}, None, 3072, 2048, 48, 32) == cosine            # ResNet-50 layer4
-    assert auto_adam_defaults(10, {}, None, 3072, 2048, 9, 8) == AUTO_DEEP_ADAM      # ResNet-18 layer2: stride 8
-    assert auto_adam_defaults(40, {}, None, 3072, 4096, 39) == AUTO_DEEP_ADAM        # stride unknown
-    assert auto_adam_defaults(40, {}, None, 0, 0, 39, 16) == AUTO_DEEP_ADAM           # sizes unknown
-    assert auto_adam_defaults(40, {}, None, 3072, 1537, 39, 16) == cosine            # the edge: over half ...
-    assert auto_adam_defaults(40, {}, None, 3072, 1536, 39, 16) == {**AUTO_DEEP_ADAM, "lr": 0.1}   # ... half
-    assert auto_adam_defaults(40, {}, 0.1, 3072, 4096, 39, 16) == cosine             # the caller's lr: same schedule
-    ours = {k: v for k, v in AUTO_DEEP_ADAM.items() if k != "cycle_decay"}
-    assert auto_adam_defaults(40, {"cycle_steps": 50}, None, 3072, 4096, 39, 16) == ours   # their schedule
-    assert auto_adam_defaults(40, {"beta1": 0.9}, None, 3072, 4096, 39, 16) == cosine      # not a schedule option
+    """Bottleneck ResNets' layer3 / layer4 at 32x32 (4,096 / 2,048 values at stride 16 / 32): the resnet
+    preset's momentum, leak and folding, one cosine instead of its cycles."""
+    assert COSINE_RESNET_MIN_STRIDE == 16
+    cosine = PRESETS["resnet-cosine"]
+    assert (cosine["beta1"], cosine["relu_leak"], cosine["fold_bn"], cosine["cycle_steps"]) == (0.98, 0.1, True, 0)
+    assert _rule(40, 3072, 4096, 39, 16) == "resnet-cosine"            # ResNet-50 layer3
+    assert _rule(49, 3072, 2048, 48, 32) == "resnet-cosine"            # ResNet-50 layer4
+    assert _rule(10, 3072, 2048, 9, 8) == "resnet"      # ResNet-18 layer2: stride 8
+    assert _rule(40, 3072, 4096, 39) == "resnet"        # stride unknown
+    assert _rule(40, 0, 0, 39, 16) == "resnet"           # sizes unknown
+    assert _rule(40, 3072, 1537, 39, 16) == "resnet-cosine"            # the edge: over half ...
+    assert _rule(40, 3072, 1536, 39, 16) == "resnet-compressive"   # ... half
     torch.manual_seed(0)
     w = 8   # stem (stride 4), 3 residual blocks, then two stride-2 convolutions: stride 16, no max-pool
 
@@ -148,26 +140,23 @@ def test_auto_gives_deep_resnet_cuts_at_stride_16_one_cosine_with_heavy_momentum
     heavy = ("adam", 0.2, 300, 0.98, 0.1, True, 0.5, "last")
     assert _picked(resnet(192), "9", seeds) == one_cosine                 # 192x1x1 values (0.75x) at stride 16
     assert _picked(resnet(192), "7", seeds) == heavy                      # 64x2x2 = 256 values at stride 8
-    assert _picked(resnet(192), "9", seeds, cycle_steps=300)[2] == 300    # the caller's schedule wins
+    assert _picked(resnet(192), "9", seeds, cycle_steps=300)[2:] == (300, 0.98, 0.1, True, 1.0, "last")   # only itself
     assert _picked(resnet(96), "9", seeds)[0] == "lbfgs"                  # 96 values: compressive
 
 
 def test_auto_gives_shallow_expanding_pooled_cuts_shorter_cycles():
-    """VGG's 1st and 2nd pools, SmallCNN block1 / block2: cycles of 150 with BatchNorm folded (docs, round 7)."""
-    assert AUTO_EXPANDING_ADAM == {"cycle_steps": 150, "fold_bn": True} and AUTO_EXPANSION == 2
-    assert _at_pool(2, {}, None, 3072, 16384) == AUTO_EXPANDING_ADAM       # VGG-16-BN features.6
-    assert _at_pool(4, {}, None, 3072, 8192) == AUTO_EXPANDING_ADAM        # VGG-16-BN features.13
-    assert _at_pool(2, {}, None, 1024, 2048) == AUTO_EXPANDING_ADAM        # the edge: exactly 2x
-    assert _at_pool(2, {}, None, 1024, 2047) == {}                         # under 2x: Adam's own
-    assert _at_pool(5, {}, None, 3072, 8192) == AUTO_EXPANDING_ADAM        # up to 5 ReLU calls
-    assert _at_pool(2, {}, None, 3072, 16384, 1) == {}                     # a ReLU after the pool
-    assert _at_pool(1, {}, None, 3072, 65536, 1) == {}                     # VGG-16-BN features.2
-    assert _at_pool(2, {}, None) == {}                                     # sizes unknown
-    assert auto_adam_defaults(2, {}, None, 3072, 16384) == {}                        # not at a max-pool
-    assert _at_pool(0, {}, None, 3072, 16384) == {}                                  # no ReLU call at all
-    assert _at_pool(2, {}, 0.1, 3072, 16384) == {}                         # the caller's lr wins
-    assert _at_pool(2, {"cycle_steps": 300}, None, 3072, 16384) == {}      # so does their schedule
-    assert _at_pool(2, {"fold_bn": False}, None, 3072, 16384) == AUTO_EXPANDING_ADAM   # merged later
+    """VGG's 1st and 2nd pools, SmallCNN block1 / block2: cycles of 150 with BatchNorm folded."""
+    assert PRESETS["pool-expanding"] == {**PRESETS["adam"], "cycle_steps": 150, "fold_bn": True} and EXPANSION == 2
+    assert _rule(2, 3072, 16384, at_pool=True) == "pool-expanding"       # VGG-16-BN features.6
+    assert _rule(4, 3072, 8192, at_pool=True) == "pool-expanding"        # VGG-16-BN features.13
+    assert _rule(2, 1024, 2048, at_pool=True) == "pool-expanding"        # the edge: exactly 2x
+    assert _rule(2, 1024, 2047, at_pool=True) == "adam"                         # under 2x: Adam's own
+    assert _rule(5, 3072, 8192, at_pool=True) == "pool-expanding"        # up to 5 ReLU calls
+    assert _rule(2, 3072, 16384, 1, at_pool=True) == "adam"                     # a ReLU after the pool
+    assert _rule(1, 3072, 65536, 1, at_pool=True) == "adam"                     # VGG-16-BN features.2
+    assert _rule(2, at_pool=True) == "adam"                                     # sizes unknown
+    assert _rule(2, 3072, 16384) == "adam"                        # not at a max-pool
+    assert _rule(0, 3072, 16384, at_pool=True) == "adam"                                  # no ReLU call at all
 
 
 @pytest.mark.parametrize("width", [16, 32])
@@ -186,17 +175,22 @@ def test_auto_on_the_small_cnn(block, width):
 
 
 def test_fake_relu_auto_is_last_outside_the_wide_pooled_cuts_and_checked_once():
-    from similarity_plugins.iri.optimizer import make_settings
+    from similarity_plugins.iri.settings import make_settings
 
-    assert make_settings(steps=5, tol=1e-2, lr=None, init="noise", seed=0, fake_relu="auto").fake_relu == "last"
-    with pytest.raises(ValueError, match="'auto'"):
-        make_settings(steps=5, tol=1e-2, lr=None, init="noise", seed=0, fake_relu="lst")
+    common = dict(steps=5, tol=1e-2, init="noise", seed=0, preset="adam")
+    assert make_settings(**common, ends_at_relu=True).fake_relu == "last"
+    assert make_settings(**common, ends_at_relu=False).fake_relu == "none"
+    assert make_settings(**{**common, "preset": "wide"}, ends_at_relu=True).fake_relu == "none"
+    with pytest.raises(ValueError, match="fake_relu must be one of auto, last, none"):
+        make_settings(**common, tuning={"fake_relu": "lst"})
+    with pytest.raises(ValueError, match="fake_relu must be"):
+        make_settings(**common, tuning={"fake_relu": "all"})    # measured as losing: gone
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.ReLU()).eval()
     seeds = torch.rand(2, 1, 8, 8)
     assert _picked(model, "3", seeds)[-1] == "last"
     assert _picked(model, "3", seeds, optimizer="lbfgs")[-1] == "last"
-    assert _picked(model, "3", seeds, fake_relu=False)[-1] == "none"
+    assert _picked(model, "3", seeds, tuning={"fake_relu": "none"})[-1] == "none"
 
 
 def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu():
@@ -221,7 +215,7 @@ def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu(
                     "8": True, "9": False}
     assert [_picked(model, layer, seeds)[-1] for layer in ("4", "5", "7", "8", "9")] == [
         "last", "none", "none", "last", "none"]
-    assert _picked(model, "7", seeds, fake_relu=True)[-1] == "last"      # the caller's choice stays theirs
+    assert _picked(model, "7", seeds, tuning={"fake_relu": "last"})[-1] == "last"      # the caller's choice stays theirs
     net = resnet18(num_classes=10).eval()
     x = torch.rand(1, 3, 32, 32)
     assert trace(net, "layer1.0", x).ends_at_relu and trace(net, "layer1", x).ends_at_relu
@@ -243,7 +237,7 @@ def test_no_straight_through_gradient_after_a_batchnorm_converges_where_it_would
     model, seeds = trained   # the tiny CNN's second block: conv, BatchNorm, ReLU, max-pool; cut at its BatchNorm
     common = dict(steps=200, tol=1e-2, progress=False)
     auto = generate_iris(model, "1.1", seeds[:8], **common)
-    last = generate_iris(model, "1.1", seeds[:8], fake_relu="last", **common)
+    last = generate_iris(model, "1.1", seeds[:8], tuning={"fake_relu": "last"}, **common)
     assert auto.settings["fake_relu"] == "none" and auto.settings["fake_relu_at"] == []
     assert auto.summary["median_error"] < 0.5 * last.summary["median_error"], (auto.summary, last.summary)
 
@@ -269,12 +263,12 @@ def test_the_trace_rounds_the_stride_and_knows_where_the_front_ends():
 
 def test_auto_gives_shallow_resnet_cuts_the_heavy_momentum_adam():
     """ResNet-18 layer1 (4 ReLU calls after the stem's pool, 5 in all) and a CIFAR-stem layer1 (5, no pool) run
-    AUTO_DEEP_ADAM; VGG-19 mid-block cuts (4 after a pool, 11 in all) keep the pooled rules (docs, round 7)."""
-    assert AUTO_SHALLOW_RESNET_RELUS == 4
-    assert auto_adam_defaults(5, {}, None, 3072, 4096, 4) == AUTO_DEEP_ADAM           # ResNet-18 layer1
-    assert auto_adam_defaults(5, {}, None, 3072, 65536, 5, 1) == AUTO_DEEP_ADAM       # CIFAR-stem layer1
-    assert auto_adam_defaults(3, {}, None, 3072, 4096, 3) == {}                       # ResNet-50 layer1.0
-    assert auto_adam_defaults(11, {}, None, 3072, 4096, 4) == AUTO_DEEP_POOLED_ADAM   # VGG-19-BN features.32
+    the resnet preset; VGG-19 mid-block cuts (4 after a pool, 11 in all) keep the pooled rules."""
+    assert SHALLOW_RESNET_RELUS == 4
+    assert _rule(5, 3072, 4096, 4) == "resnet"           # ResNet-18 layer1
+    assert _rule(5, 3072, 65536, 5, 1) == "resnet"       # CIFAR-stem layer1
+    assert _rule(3, 3072, 4096, 3) == "adam"                       # ResNet-50 layer1.0
+    assert _rule(11, 3072, 4096, 4) == "vgg-deep-pool"   # VGG-19-BN features.32
     torch.manual_seed(0)
     w = 8   # stem with a max-pool, then 2 residual blocks: 4 ReLU calls after the pool, 5 in all
     model = nn.Sequential(nn.Conv2d(1, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(), nn.MaxPool2d(2),

@@ -1,4 +1,4 @@
-"""``compile=True``: the front's forward+backward through torch.compile (similarity_plugins/iri/compiled.py)."""
+"""``compile=True``: the front's forward+backward through torch.compile (similarity_plugins/iri/backends.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from similarity_plugins.iri import generate_iris, optimize_iris
-from similarity_plugins.iri.compiled import compile_front
+from similarity_plugins.iri.backends import compile_front
 from tests.models_for_tests import assert_unchanged, snapshot, tiny_cnn
 
 needs_cxx = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
@@ -102,7 +102,7 @@ def test_compile_gives_the_eager_iris_up_to_rounding_and_leaves_the_model(optimi
     model = tiny_cnn(in_channels=1, seed=1)
     before = snapshot(model)
     seeds = _seeds(5)
-    kw = dict(steps=40, tol=0.12, optimizer=optimizer, batch_size=3, progress=False, fold_bn=True)
+    kw = dict(steps=40, tol=0.12, optimizer=optimizer, batch_size=3, progress=False, tuning={"fold_bn": True})
     eager = generate_iris(model, "block2", seeds, **kw)
     compiled = generate_iris(model, "block2", seeds, compile=True, **kw)
     assert_unchanged(model, before)

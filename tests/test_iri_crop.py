@@ -1,4 +1,4 @@
-"""Convolution taps that only read padding are cut from the private front copy (``iri/crop.py``)."""
+"""Convolution taps that only read padding are cut from the private front copy (``iri/front.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from torch import nn
 
 from similarity_plugins.core.networks import SplitNetwork
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.iri.crop import crop_dead_taps, cropped_conv, live_taps
-from similarity_plugins.iri.fold import folded_front
+from similarity_plugins.iri.front import crop_dead_taps, cropped_conv, folded_front, live_taps
 
 
 @pytest.mark.parametrize("size,kernel,stride,padding,dilation,expected", [
@@ -135,7 +134,7 @@ def test_generate_iris_runs_the_cropped_front_and_reports_true_errors():
     true = (reached - target).flatten(1).norm(dim=1) / target.flatten(1).norm(dim=1)
     torch.testing.assert_close(iris.rel_error.float(), true, rtol=1e-4, atol=1e-6)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
-    plain = generate_iris(model, "layer4", seeds, steps=3, progress=False, fold_bn=False)
+    plain = generate_iris(model, "layer4", seeds, steps=3, progress=False, tuning={"fold_bn": False})
     assert plain.stats["convs_cropped"] == []
 
 

@@ -1,5 +1,5 @@
 """An average pool that spreads values, then a linear layer: folded into one linear layer of the private
-front copy (``iri/pooled_linear.py``)."""
+front copy (``iri/front.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from torch import nn
 
 from similarity_plugins.core.networks import SplitNetwork
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.iri.fold import folded_front
-from similarity_plugins.iri.pooled_linear import fold_pooled_linear
+from similarity_plugins.iri.front import fold_pooled_linear, folded_front
 
 
 class _Head(nn.Module):
@@ -95,7 +94,7 @@ def test_generate_iris_reports_the_folded_head_and_true_errors():
 
 def test_fronts_without_batchnorm_get_the_private_copy_too():
     """torchvision's vgg11 has no BatchNorm to fold; its head is still folded (and nothing else changes)."""
-    from similarity_plugins.iri.fold import private_front
+    from similarity_plugins.iri.front import private_front
 
     torch.manual_seed(0)
     model = torchvision.models.vgg11(num_classes=10).eval()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..iri.settings import ADVANCED, OPTIMIZERS
+from ..iri.settings import OPTIMIZERS, TUNING
 from ..utils.text import did_you_mean, parse_assignments
 from .common import add_model_args, check_outputs, load_data, load_model, positive_int, progress_of, subset, write_outputs
 
@@ -15,7 +15,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
     check_outputs({"--out": args.out, "--gallery": args.gallery})   # before any work
     if not args.out.endswith((".npz", ".safetensors")):
         raise ValueError(f"--out {args.out!r}: unknown IRI file type; use a .npz or .safetensors name")
-    advanced = advanced_options(args.option)
+    tuning = tuning_options(args.option)
     data = load_data(args.data)
     split = data.split(args.split)
     model = load_model(args.model, args.num_classes, args.in_channels, data)
@@ -25,16 +25,17 @@ def cmd_iris(args: argparse.Namespace) -> int:
 
     seeds, labels = load_all(subset(split, args.max_seeds))
     iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
-                         optimizer=args.optimizer, lr=args.lr, init=args.init, batch_size=args.batch_size,
-                         backend=args.backend, seed=args.seed, progress=progress_of(args),
-                         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every, compile=args.compile,
-                         fake_relu=args.fake_relu, **advanced)
+                         optimizer=args.optimizer, init=args.init, cycle_steps=args.cycle_steps,
+                         tuning=tuning or None, batch_size=args.batch_size, backend=args.backend, seed=args.seed,
+                         progress=progress_of(args), cache_dir=args.cache_dir,
+                         checkpoint_every=args.checkpoint_every, compile=args.compile)
     from ..core.parallel import current_world
 
     if not current_world().is_main:  # under torchrun every rank holds the set; rank 0 writes it
         return 0
     summary = dict(iris.summary)
-    print(f"{len(iris)} IRIs of {args.model} at {args.layer}: median relative error {summary['median_error']:.4g}, "
+    print(f"{len(iris)} IRIs of {args.model} at {args.layer} (preset {iris.settings['preset']}, "
+          f"optimizer {iris.settings['optimizer']}): median relative error {summary['median_error']:.4g}, "
           f"95th percentile {summary['p95_error']:.4g}, converged {summary['converged_fraction']:.1%} "
           f"(tol {args.tol:g}), mean RMS distance from seed {summary['mean_seed_distance']:.4g}")
     _write(args, iris, seeds, labels)
@@ -47,7 +48,7 @@ def _write(args: argparse.Namespace, iris, seeds, labels) -> None:
     import os
     import tempfile
 
-    from ..iri.files import save_iris
+    from ..iri.store import save_iris
 
     with tempfile.TemporaryDirectory(prefix="similarity-iris-") as folder:
         made = {args.out: save_iris(iris, os.path.join(folder, "out" + os.path.splitext(args.out)[1]), labels=labels,
@@ -64,22 +65,23 @@ def _write(args: argparse.Namespace, iris, seeds, labels) -> None:
     write_outputs(contents)
 
 
-def advanced_options(items: list[str] | None) -> dict:
-    """``--option KEY=VALUE`` items as advanced optimiser options of ``generate_iris``; raises ValueError for a
-    key that is not one (with the closest valid name) or that has its own flag (naming the flag)."""
+def tuning_options(items: list[str] | None) -> dict:
+    """``--option KEY=VALUE`` items as the ``tuning`` dict of ``generate_iris`` (``preset=resnet``, ``lr=0.1``);
+    raises ValueError for a key that is not a tuning key (with the closest valid name) or that has its own
+    flag (naming the flag)."""
     options = parse_assignments(items or [], what="--option")
     for key in options:
         flag = "--" + key.replace("_", "-")
-        if key not in ADVANCED and flag in _FLAGS:
+        if key not in TUNING and flag in _FLAGS:
             raise ValueError(f"--option {key}=...: {key} has its own flag; use {flag}")
-        if key not in ADVANCED:
-            raise ValueError(f"--option: unknown optimiser option {key!r}{did_you_mean(key, ADVANCED)}; "
-                             f"valid: {', '.join(ADVANCED)}")
+        if key not in TUNING:
+            raise ValueError(f"--option: unknown tuning key {key!r}{did_you_mean(key, TUNING)}; "
+                             f"valid: {', '.join(TUNING)}")
     return options
 
 
-_FLAGS = ("--steps", "--tol", "--optimizer", "--lr", "--init", "--batch-size", "--backend", "--seed", "--device",
-          "--cache-dir", "--checkpoint-every", "--compile", "--fake-relu")
+_FLAGS = ("--steps", "--tol", "--optimizer", "--init", "--cycle-steps", "--batch-size", "--backend", "--seed",
+          "--device", "--cache-dir", "--checkpoint-every", "--compile")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -93,10 +95,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--tol", type=float, default=1e-2)
     p.add_argument("--optimizer", default="auto", choices=["auto", *OPTIMIZERS],
-                   help="auto (default): L-BFGS at deep ResNet-like cuts that compress the input at least 2x, "
-                        "Adam elsewhere (see docs/iri_depth.md)")
-    p.add_argument("--lr", type=float, default=None)
+                   help="auto (default): the preset for the front's structure (docs/iris.md); adam: the Adam preset "
+                        "for it; lbfgs")
     p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
+    p.add_argument("--cycle-steps", type=int, default=None, metavar="N",
+                   help="Adam's first restart cycle (default: the preset's; 0: one cosine over the budget)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "torch", "cupy"])
     p.add_argument("--seed", type=int, default=0)
@@ -104,15 +107,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", default=None, help="folder where finished IRI sets (and checkpoints) are kept")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
-    p.add_argument("--fake-relu", default="auto", choices=["auto", "last", "all", "none"],
-                   help="straight-through gradient at the last ReLU before the cut (auto: last where the cut is that "
-                        "ReLU's output, up to max-pools; none after a conv, BatchNorm, linear layer or averaging "
-                        "pool and at the wide pooled VGG and strided ResNet cuts), at every ReLU, or none")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the front's forward+backward (a warm-up of seconds to a minute per run; "
                         "slower than eager on this project's CPU measurements)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="an advanced optimiser option of generate_iris (history=20, fold_bn=false, relu_leak=0.05, ...)")
+                   help="a tuning value of generate_iris: preset=NAME, lr=0.1, fold_bn=false, relu_leak=0.05, ... "
+                        "(docs/iris.md)")
     p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
     p.add_argument("--gallery", default=None, metavar="PNG",
                    help="also write a PNG of the first seeds next to their IRIs (relative error, distance from seed)")

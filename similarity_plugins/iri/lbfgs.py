@@ -15,11 +15,6 @@ unconstrained in ``z``. Objective per sample: ``phi = rel_error**2`` (smooth at 
   and ``phi_t``, clamped to [0.1 a, 0.5 a]; after ``max_backtracks`` rejections in a row, or if ``d`` is
   not a descent direction, the history is cleared and the sample restarts from ``-g``.
 
-Optional per-sample Adam phases (off by default; measured in docs/iri_depth.md): ``warmup_steps`` > 0 starts
-every sample with that many Adam steps on ``z``; ``stall_patience`` > 0 sends a sample whose best error has
-not improved by 1% for that many evaluations into an Adam phase of ``phase_steps`` (step size
-``phase_lr`` in ``z`` units, cosine over the phase), after which L-BFGS restarts from its best iterate.
-
 Every evaluation is a forward+backward of one sample and counts as one step of the budget, backtracking
 included. Nothing couples samples: a sample's trajectory depends only on its own seed, start and settings.
 
@@ -45,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .update import best_copy_kernel, trial_kernel, update_kernel
+from .kernels import best_copy_kernel, trial_kernel
 
 Z_CLAMP = 1e-3  # starting pixels are clamped to [Z_CLAMP, 1 - Z_CLAMP] before the logit
 MAX_Z_STEP = 10.0  # no trial step moves a logit by more than this (sigmoid(10) = 1 - 4.5e-5)
@@ -102,20 +97,16 @@ class LbfgsStepper:
         self.run, self.s = run, run.s
         self.trial = trial_kernel(run.backend)
         self.best_copy = best_copy_kernel(run.backend)
-        self.adam = update_kernel(run.backend, "adam_unboxed", (self.s.beta1, self.s.beta2, self.s.eps))
         self.restarts = 0     # L-BFGS histories cleared (no descent direction, or too many rejections)
         self.rejected = 0     # rejected line-search trials
-        self.phases = 0       # Adam phases begun (warm-up and stalls)
 
     def fields(self, dim: int) -> tuple[dict, dict]:
         """Extra per-slot fields: (tensors name -> trailing shape, host name -> (dtype, fill))."""
         m = self.s.history
         tensors = {"z": (dim,), "zt": (dim,), "g": (dim,), "d": (dim,), "s_hist": (m, dim), "y_hist": (m, dim),
-                   "rho": (m,), "hvalid": (m,), "gamma": (), "m": (dim,), "v": (dim,)}
+                   "rho": (m,), "hvalid": (m,), "gamma": ()}
         host = {"phi": (np.float64, np.inf), "a": (np.float64, 0.0), "gd": (np.float64, 0.0),
-                "fails": (np.int64, 0), "fresh": (np.int8, 1),
-                "mode": (np.int8, 0), "phase_start": (np.int64, 0), "phase_len": (np.int64, 0),
-                "ref_err": (np.float64, np.inf), "since": (np.int64, 0)}
+                "fails": (np.int64, 0), "fresh": (np.int8, 1)}
         return tensors, host
 
     def init_slots(self, w: Any, slots: np.ndarray, sl: torch.Tensor) -> None:
@@ -127,11 +118,8 @@ class LbfgsStepper:
         for name in ("g", "d", "s_hist", "y_hist", "rho", "hvalid"):
             getattr(w, name)[sl] = 0
         w.gamma[sl] = 1
-        for name, value in (("phi", np.inf), ("a", 0.0), ("gd", 0.0), ("fails", 0), ("fresh", 1),
-                            ("mode", 0), ("ref_err", np.inf), ("since", 0)):
+        for name, value in (("phi", np.inf), ("a", 0.0), ("gd", 0.0), ("fails", 0), ("fresh", 1)):
             getattr(w, name)[slots] = value
-        if self.s.warmup_steps:
-            self._to_adam(slots, w.t[slots], self.s.warmup_steps)
 
     def step(self, k: int, err: torch.Tensor, err_h: np.ndarray, grad: torch.Tensor, improved: np.ndarray,
              done: np.ndarray) -> None:
@@ -146,8 +134,6 @@ class LbfgsStepper:
         self.pos = run.step % s.history   # this batch step's ring position: its old pairs are history steps old
         w.hvalid[:k, self.pos] = 0
         live = ~done
-        self._adam_rows(np.flatnonzero(live & (w.mode[:k] == 1)), err.detach(), grad)
-        live &= w.mode[:k] == 0
         if not live.any():
             return
         phi_t = err_h ** 2
@@ -249,69 +235,5 @@ class LbfgsStepper:
             w.a[hopeless] = np.minimum(polyak, self._cap(-g))
             self.restarts += len(hopeless)
 
-    # -- Adam phases -------------------------------------------------------------------------------
-
-    def _to_adam(self, rows: np.ndarray, t: np.ndarray, length: int) -> None:
-        """Put ``rows`` into an Adam phase (on ``z``) of ``length`` evaluations from their best iterate."""
-        w = self.run.w
-        r = torch.as_tensor(rows, device=w.device)
-        w.z[r] = torch.logit(w.best[r].clamp(Z_CLAMP, 1.0 - Z_CLAMP))
-        w.x[r] = torch.sigmoid(w.z[r])
-        w.m[r] = 0
-        w.v[r] = 0
-        w.mode[rows] = 1
-        self.phases += len(rows)
-        w.phase_start[rows] = t
-        w.phase_len[rows] = length
-
-    def _to_lbfgs(self, rows: np.ndarray) -> None:
-        """End the Adam phase of ``rows``: L-BFGS restarts (empty history) from their best iterate."""
-        w = self.run.w
-        r = torch.as_tensor(rows, device=w.device)
-        w.z[r] = torch.logit(w.best[r].clamp(Z_CLAMP, 1.0 - Z_CLAMP))
-        w.zt[r] = w.z[r]
-        w.x[r] = torch.sigmoid(w.z[r])
-        w.mode[rows] = 0
-        w.fresh[rows] = 1
-        self._forget(rows)
-        w.fails[rows] = 0
-        w.since[rows] = 0
-        w.ref_err[rows] = w.best_err[rows]
-
-    def _adam_rows(self, rows: np.ndarray, err: torch.Tensor, grad: torch.Tensor) -> None:
-        """One per-sample Adam step on ``z`` (cosine over the phase from ``phase_lr``) for ``rows``."""
-        if len(rows) == 0:
-            return
-        w, s, run = self.run.w, self.s, self.run
-        be = run.backend
-        r = torch.as_tensor(rows, device=w.device)
-        xr = w.x[r]
-        g = ((2.0 * err[r])[:, None] * grad[r] * (xr * (1.0 - xr))).contiguous()
-        z, m, v = w.z[r], w.m[r], w.v[r]
-        ta = (w.t[rows] - w.phase_start[rows] + 1).astype(np.float64)
-        lr = s.phase_lr * 0.5 * (1.0 + np.cos(np.pi * np.clip((ta - 1) / np.maximum(w.phase_len[rows], 1), 0, 1)))
-        col = lambda a: be.column(np.ascontiguousarray(a, dtype=run.np_dtype), run.device)  # noqa: E731
-        with be.stream(run.device):
-            self.adam(be.view(z), be.view(g), be.view(m), be.view(v), col(lr), col(1.0 - s.beta1 ** ta),
-                      col(1.0 - s.beta2 ** ta))
-        w.z[r], w.m[r], w.v[r] = z, m, v
-        w.x[r] = torch.sigmoid(z)
-
     def after_step(self, k: int, done: np.ndarray) -> None:
-        """Per-sample mode switches: a stalled L-BFGS sample (its best error not 1% better for
-        ``stall_patience`` evaluations) runs an Adam phase of ``phase_steps``; a finished phase returns
-        to L-BFGS from the best iterate."""
-        w, s = self.run.w, self.s
-        live = ~done & (w.t[:k] < s.steps)
-        ended = np.flatnonzero(live & (w.mode[:k] == 1) & (w.t[:k] - w.phase_start[:k] >= w.phase_len[:k]))
-        if len(ended):
-            self._to_lbfgs(ended)
-        if not s.stall_patience:
-            return
-        lb = live & (w.mode[:k] == 0)
-        real = w.best_err[:k] < w.ref_err[:k] * 0.99
-        w.ref_err[:k] = np.where(lb & real, w.best_err[:k], w.ref_err[:k])
-        w.since[:k] = np.where(lb & ~real, w.since[:k] + 1, np.where(lb, 0, w.since[:k]))
-        stalled = np.flatnonzero(lb & (w.since[:k] >= s.stall_patience))
-        if len(stalled):
-            self._to_adam(stalled, w.t[stalled], s.phase_steps)
+        """Nothing to do between steps: L-BFGS restarts and sizes its steps inside :meth:`step`."""

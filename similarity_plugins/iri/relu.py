@@ -18,21 +18,32 @@ The *leaky* surrogate (``relu_leak``, used by L-BFGS) gives every other ReLU cal
 values. At deep cuts the objective is piecewise quadratic with very many pieces: a dead unit anywhere in the
 front hides the directions that would revive it, and L-BFGS's curvature pairs jump between pieces. A small
 leak lets the search see those directions; measured, it takes per-sample L-BFGS at ResNet-18 ``layer3`` from
-56% to 100% of the samples converged (docs/iri_depth.md).
+56% to 100% of the samples converged.
+
+A hand-written network that calls ReLU as a function (``F.relu``, ``torch.relu``, ``x.relu()``) has no ReLU
+modules to count or to give a surrogate gradient; ``relu_modules`` makes a private copy of the traced front
+whose functional ReLU calls run ``nn.ReLU`` modules (the same values; the model is not touched).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .modular import RELU_FUNCTIONS
+FUNCTIONS = {F.relu: False, torch.relu: False, torch.relu_: True}   # call_function target -> in place
+METHODS = {"relu": False, "relu_": True}                             # call_method target -> in place
+# every ReLU function a front may call, as torch's function modes see them (relu.trace_front counts them)
+RELU_FUNCTIONS = frozenset([*FUNCTIONS, torch.Tensor.relu, torch.Tensor.relu_])
+PREFIX = "iri_relu_"   # names of the added modules: iri_relu_0, iri_relu_1, ... (in call order)
+
 
 MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
              nn.AdaptiveMaxPool3d)
@@ -43,7 +54,11 @@ AVG_POOLS = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.
 # and the straight-through gradient pushes the right one up. Average pools count only where they copy (one
 # value per channel in: ResNet's avgpool at 32x32, VGG's at 32x32 after its last pool); where they average,
 # as a conv, BatchNorm or linear layer mixes, the straight-through gradient stalls the search (ResNet-18
-# avgpool at 64x64, averaging 2x2: median 0.029 and nothing converged with it, 147 steps without; round 9)
+# avgpool at 64x64, averaging 2x2: median 0.029 and nothing converged with it, 147 steps without)
+# activations other than ReLU: a front that runs only these gets the "smooth" preset (timm's ViTs: GELU,
+# EfficientNets: SiLU, MobileNets: ReLU6 / Hardswish)
+OTHER_ACTIVATIONS = (nn.GELU, nn.SiLU, nn.ReLU6, nn.Hardswish, nn.Mish, nn.ELU, nn.SELU, nn.CELU, nn.Softplus,
+                     nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.LeakyReLU, nn.PReLU)
 PASS_THROUGH = (*MAX_POOLS, nn.Flatten, nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
 
@@ -60,6 +75,7 @@ class FrontTrace:
     output_height: int = 0   # rows of the representation at the cut; 0 without spatial dims
     last_leaf: str = ""      # class name of the last leaf module that finished (the cut's own last step)
     batchnorm_calls: int = 0   # BatchNorm layers run (VGG-16-BN: 13 at its last pool; torchvision's vgg16: 0)
+    other_activation_calls: int = 0   # calls of OTHER_ACTIVATIONS modules (GELU, SiLU, ...)
     functional_relu_calls: int = 0   # ReLU calls made as functions (F.relu, x.relu_()), not by nn.ReLU modules
     tail_values: int = 0     # fewest values per sample from the last ReLU call's output through the pass-through
     #                          leaves after it (0: no ReLU call, or a conv / BatchNorm / linear layer after it)
@@ -107,7 +123,7 @@ class FrontTrace:
 
 
 class _ReluFunctionCounter(TorchFunctionMode):
-    """Counts calls of the ReLU functions (``modular.RELU_FUNCTIONS``) made while active and outside every
+    """Counts calls of the ReLU functions (``RELU_FUNCTIONS``) made while active and outside every
     ``nn.ReLU`` module (``inside`` > 0 while one runs: its own ``F.relu`` is not a functional call)."""
 
     def __init__(self) -> None:
@@ -156,6 +172,11 @@ def trace_front(model: nn.Module, front: Callable[[torch.Tensor], torch.Tensor],
                 trace.tail_values = _values(out)
 
             handles.append(module.register_forward_hook(post, prepend=True))
+        elif isinstance(module, OTHER_ACTIVATIONS):
+            def other(*_: object) -> None:
+                trace.other_activation_calls += 1
+
+            handles.append(module.register_forward_hook(other))
         elif isinstance(module, MAX_POOLS):
             handles.append(module.register_forward_hook(lambda *_: trace.events.append("maxpool")))
         elif isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -209,9 +230,9 @@ def front_tensors(model: nn.Module, trace: FrontTrace) -> list[tuple[str, torch.
 
 def surrogate_slopes(trace: FrontTrace, fake_relu: str, relu_leak: float) -> dict[tuple[str, int], float]:
     """Gradient slope below zero for each ReLU call to change: (name, call) -> 1.0 (straight through) or
-    ``relu_leak``. ``fake_relu``: "none" / "last" / "all" (straight through at no / the last / every call);
+    ``relu_leak``. ``fake_relu``: "none" / "last" (straight through at no call / the last call);
     ``relu_leak`` > 0 gives every call not straight through that leak. Empty: true gradients everywhere."""
-    straight = {"none": [], "last": trace.relu_calls[-1:], "all": trace.relu_calls}[fake_relu]
+    straight = {"none": [], "last": trace.relu_calls[-1:]}[fake_relu]
     slopes = {call: float(relu_leak) for call in trace.relu_calls} if relu_leak > 0 else {}
     slopes.update({call: 1.0 for call in straight})
     return slopes
@@ -288,3 +309,45 @@ class _SurrogateReLU(torch.autograd.Function):
             return grad, None
         (y,) = ctx.saved_tensors
         return torch.ops.aten.leaky_relu_backward(grad, y, ctx.slope, True), None   # one fused kernel
+
+
+def functional_relu(node: torch.fx.Node) -> bool | None:
+    """For an fx node: None when it is not a functional ReLU call, else whether it works in place."""
+    if node.op == "call_function" and node.target in FUNCTIONS:
+        inplace = node.kwargs.get("inplace", node.args[1] if len(node.args) > 1 else False)
+        return bool(inplace) or FUNCTIONS[node.target]
+    if node.op == "call_method" and node.target in METHODS:
+        return METHODS[node.target]
+    return None
+
+
+def relu_modules(graph: torch.fx.GraphModule | None) -> torch.fx.GraphModule | None:
+    """A copy of the traced front ``graph``, traced again through its blocks, whose functional ReLU calls
+    call ``nn.ReLU`` modules named ``iri_relu_<k>`` (k = 0, 1, ... in call order); None when ``graph`` is
+    None, cannot be traced through, or has no such call.
+
+    The copy computes the same function on a batch (N, ...) and shares the model's modules."""
+    if graph is None:
+        return None
+    try:   # through the blocks the cut's trace kept opaque, down to torch.nn's own modules (as front.private_front does)
+        graph = torch.fx.symbolic_trace(graph)
+    except Exception:  # noqa: BLE001 - an optional rewrite: without it the front runs as it is
+        return None
+    if not any(functional_relu(n) is not None for n in graph.graph.nodes):
+        return None
+    new = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    added: dict[str, nn.Module] = {}
+    for node in graph.graph.nodes:
+        inplace = functional_relu(node)
+        if inplace is None:
+            env[node] = new.node_copy(node, lambda n: env[n])
+            continue
+        name = f"{PREFIX}{len(added)}"
+        while hasattr(graph, name):   # a model attribute of that name: keep clear of it
+            name = "_" + name
+        added[name] = nn.ReLU(inplace=inplace)
+        env[node] = new.call_module(name, (env[node.args[0]],))
+    owners = {n.target: added[n.target] if n.target in added else operator.attrgetter(n.target)(graph)
+              for n in new.nodes if n.op in ("call_module", "get_attr")}
+    return torch.fx.GraphModule(owners, new).eval()

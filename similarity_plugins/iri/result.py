@@ -23,7 +23,8 @@ class IRISet:
     - ``rel_error``: (N,) float64, ``||f(x') - f(x)|| / ||f(x)||`` of each returned IRI (its best iterate).
     - ``steps``: (N,) int64, optimiser steps each sample used (fewer than the budget when it reached ``tol``).
     - ``seed_distance``: (N,) float64, RMS pixel distance ``sqrt(mean((x' - x)**2))`` between IRI and seed.
-    - ``settings``: the settings that produced the set (optimiser, lr, tol, budget, init, seed, ...).
+    - ``settings``: the settings that produced the set: ``preset`` (the named preset that ran), optimiser,
+      every tuning value, tol, budget, init, seed, ...
     - ``stats``: timing and work counters of the run that produced it (empty when loaded from cache).
     - ``key``: the cache key (a hex digest) when the set came from ``generate_iris``, else None.
     """
@@ -89,5 +90,6 @@ class IRISet:
 
     def __repr__(self) -> str:
         s = self.summary
-        return (f"IRISet(n={s['n']}, median_error={s['median_error']:.4g}, p95_error={s['p95_error']:.4g}, "
+        return (f"IRISet(n={s['n']}, preset={self.settings.get('preset')!r}, median_error={s['median_error']:.4g}, "
+                f"p95_error={s['p95_error']:.4g}, "
                 f"converged={s['converged_fraction']:.1%}, mean_seed_distance={s['mean_seed_distance']:.4g})")

@@ -1,6 +1,15 @@
-"""One optimisation run: the working batch, continuous batching, checkpoints and the result.
+"""The batched IRI optimiser on a plain callable, ``optimize_iris(front_fn, seeds, ...)``, and one run of it.
 
-``Run`` owns the slots (``work.Work``) and the loop; a stepper (``first_order.FirstOrderStepper`` or
+Every sample carries its own state (step count, optimiser state, best iterate, best error). The working batch
+has a fixed number of slots; when a sample finishes (error <= ``tol`` or budget spent) its best iterate is
+written out and the next pending seed takes its slot, so the batch stays full until the work runs out, after
+which it shrinks (active slots are kept contiguous, so the front always runs on one dense slice). A sample's
+trajectory depends only on its seed, its index in the seed set and the settings, never on the batch size or
+on its neighbours (the front must treat samples independently: eval mode, which ``generate_iris``
+guarantees); up to floating-point differences of batched convolutions, the IRIs are the same for any
+``batch_size``.
+
+``Run`` owns the slots (``state.Work``) and the loop; a stepper (``adam.AdamStepper`` or
 ``lbfgs.LbfgsStepper``) owns the optimiser's per-slot fields and turns each evaluation into the next
 iterate. Each batch step evaluates every active slot once (forward+backward of the front), tracks each
 sample's best error, lets the stepper update, and retires samples that reached ``tol`` or their budget,
@@ -17,14 +26,12 @@ import numpy as np
 import torch
 
 from ..utils.progress import progress_bar
-from .backends import Backend
-from .checkpoint import resume, save_checkpoint
-from .compiled import compile_failure, compile_front, compiled_graphs
-from .first_order import FirstOrderStepper
+from .adam import AdamStepper
+from .backends import Backend, check_compile, compile_failure, compile_front, compiled_graphs, resolve_backend
 from .lbfgs import LbfgsStepper
 from .result import IRISet
-from .settings import Settings
-from .starts import derangement, initial_inputs
+from .settings import DEFAULT_OPTIMIZER, Settings, check_basic, make_settings
+from .state import Work, check_seeds, derangement, initial_inputs, resume, save_checkpoint
 
 
 def evaluate(front_fn: Callable, x: torch.Tensor, target: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
@@ -62,7 +69,7 @@ class Run:
         self.checkpoint_every = checkpoint_every
         self.donors = derangement(int(seeds.shape[0]), settings.seed) if settings.init == "shuffle" else None
         self.np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
-        self.stepper = LbfgsStepper(self) if settings.optimizer == "lbfgs" else FirstOrderStepper(self)
+        self.stepper = LbfgsStepper(self) if settings.optimizer == "lbfgs" else AdamStepper(self)
         self.out_x = torch.empty(self.n, self.dim, dtype=self.dtype, device=seeds.device)
         self.out_err = np.full(self.n, np.nan)
         self.out_steps = np.zeros(self.n, dtype=np.int64)
@@ -75,8 +82,6 @@ class Run:
 
     def alloc(self) -> None:
         """Allocate the working batch for ``self.capacity`` slots."""
-        from .work import Work
-
         with torch.no_grad():
             act_dim = int(self.front_fn(self.seeds[:1].to(self.device)).reshape(1, -1).shape[1])
         tensors, host = self.stepper.fields(self.dim)
@@ -268,7 +273,70 @@ class Run:
                  "manage_s": self.t_manage, "batch_steps": self.step, "sample_steps": self.evals,
                  "backend": self.backend.name, "batch_size": self.capacity, "resumed": resumed,
                  "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0),
-                 "adam_phases": getattr(self.stepper, "phases", 0), "compiled": self.compiled,
+                 "compiled": self.compiled,
                  "compiled_graphs": self.graphs, "compile_s": self.t_compile}
         return IRISet(x, torch.from_numpy(self.out_err.copy()), torch.from_numpy(self.out_steps.copy()), dist,
                       self.s.as_dict(), stats)
+
+
+def _check_run_options(batch_size: Any, checkpoint_path: Any, checkpoint_every: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or checkpoint_every <= 0
+                                         or checkpoint_path is None):
+        raise ValueError("checkpoint_every needs a positive step count and a checkpoint path (generate_iris: cache_dir)")
+
+
+def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Tensor, *, steps: int = 1000,
+                  tol: float = 1e-2, optimizer: str = DEFAULT_OPTIMIZER, init: str = "noise",
+                  cycle_steps: int | None = None, tuning: dict[str, Any] | None = None, batch_size: int = 128,
+                  backend: str = "auto", seed: int = 0, progress: bool = True, device: torch.device | str | None = None,
+                  checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+                  callback: Callable[[dict], None] | None = None, profile: bool = False,
+                  settings: Settings | None = None, sample_range: range | None = None,
+                  compile: bool = False) -> IRISet:
+    """Find IRIs for ``seeds`` under ``front_fn``: inputs ``x'`` in [0, 1] with ``front_fn(x') ~= front_fn(x)``.
+
+    ``front_fn``: maps a batch (B, ...) on ``device`` to activations (B, ...); it must treat samples
+    independently and be differentiable in its input. ``seeds``: (N, ...) float in [0, 1] (any device).
+    Each sample minimises its relative error ``||f(x') - f(x)|| / ||f(x)||`` (flattened activations) from
+    ``init`` ("noise": ``0.5 + randn/20`` clipped; "shuffle": another seed of the set, a derangement), and
+    stops at ``rel_error <= tol`` or after ``steps`` forward+backward evaluations, returning its best iterate.
+
+    ``optimizer``: "adam" (default; preset "adam": lr 0.2, per-sample cosine cycles of ``cycle_steps`` 300,
+    600, ... steps) or "lbfgs" (preset "lbfgs": per-sample L-BFGS on ``x = sigmoid(z)`` with a per-sample Armijo
+    line search; see ``lbfgs.py``). ``tuning``: a dict of tuning values (``settings.TUNING``), each replacing
+    only its own value; ``{"preset": NAME}`` runs another preset of ``presets.PRESETS`` (it must run
+    ``optimizer``). ``settings``: a ready :class:`Settings` instead of these options.
+    ``batch_size``: slots in the working batch. ``backend``: array library of the elementwise update
+    ("auto", "numpy", "torch", "cupy"; L-BFGS's reductions run in torch on ``device``).
+
+    ``checkpoint_path`` + ``checkpoint_every``: save the full optimiser state atomically every that many
+    batch steps and resume from the file if it exists (it is removed when the run completes).
+    ``callback(info)`` runs after every batch step (``info``: step, active, finished, pending,
+    median_error over all samples with pending ones counted as infinite, sample_steps so far, elapsed_s); an
+    exception it raises stops the run (the last checkpoint remains). ``profile``: synchronise CUDA
+    around timings so ``stats`` splits time exactly. ``sample_range``: optimise only the seeds with these
+    (global) indices, e.g. one rank's share; each sample's randomness still derives from (seed, global
+    index) and the "shuffle" derangement is over all N seeds, so the shares of a partition, concatenated,
+    are the IRIs of one run (the returned set has ``len(sample_range)`` rows). ``compile``: run the
+    forward+backward evaluations through ``torch.compile`` (opt-in: a warm-up of seconds to a minute per run,
+    IRIs equal to the eager ones up to float rounding; a run option like ``backend``, not part of the cache
+    key; ``stats`` gains ``compiled_graphs`` and ``compile_s``; see ``backends.py``).
+
+    Returns an :class:`IRISet`. Raises ValueError for bad settings or seeds outside [0, 1],
+    FloatingPointError naming the samples when the model yields NaN/inf activations or gradients, and
+    RuntimeError naming the fix when ``compile=True`` and torch.compile fails.
+    """
+    if settings is None:
+        check_basic(steps, tol, optimizer, init)
+        settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, init=init, seed=seed, cycle_steps=cycle_steps,
+                                 tuning=tuning, preset=optimizer if optimizer in ("adam", "lbfgs") else "adam")
+    elif tuning or cycle_steps is not None:
+        raise TypeError("pass either settings= or tuning / cycle_steps, not both")
+    check_seeds(seeds)
+    _check_run_options(batch_size, checkpoint_path, checkpoint_every)
+    device = torch.device(device) if device is not None else seeds.device
+    be = resolve_backend(backend, device)
+    return Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path,
+               checkpoint_every, callback, profile, sample_range, compile=check_compile(compile)).run()

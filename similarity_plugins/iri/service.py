@@ -6,6 +6,7 @@ scored result (fit on IRIs, evaluate on the real test split, IRI quality in the 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -17,40 +18,36 @@ from ..stitch.service import TrainingSet, stitch_result, training_set
 from ..stitch.settings import stitch_options
 from ..utils.text import did_you_mean
 from .generate import generate_iris
-from .optimizer import ADVANCED
+from .settings import TUNING, check_tuning
 
 IRI_DEFAULTS: dict[str, Any] = {
     "iri_steps": 1000,
     "iri_tol": 1e-2,
     "iri_optimizer": "auto",
-    "iri_lr": None,
     "iri_init": "noise",
+    "iri_cycle_steps": None,
+    "iri_max_seeds": None,
+    "iri_tuning": None,
     "iri_batch_size": 128,
     "iri_backend": "auto",
-    "iri_max_seeds": None,
-    "iri_fake_relu": "auto",
     "iri_cache_dir": None,
     "iri_compile": False,
-    **{f"iri_{name}": None for name in ADVANCED},
 }
 
 
 IRI_DOCS: dict[str, str] = {
     "iri_steps": "per-sample step budget of the IRI optimiser",
     "iri_tol": "target relative error ||f(x')-f(x)|| / ||f(x)||",
-    "iri_optimizer": "auto (L-BFGS at deep ResNet-like cuts that compress the input at least 2x, else Adam), adam, "
-                     "lbfgs or normgrad",
-    "iri_lr": "IRI step size (None: the optimiser's default)",
+    "iri_optimizer": "auto (the preset for the front's structure, see docs/iris.md), adam or lbfgs",
     "iri_init": "noise (0.5 + N(0, 1/20^2)) or shuffle (another training image)",
+    "iri_cycle_steps": "Adam's first restart cycle in steps (None: the preset's; 0: one cosine over the budget)",
+    "iri_max_seeds": "use a seeded random subset of this many training samples as seeds (None: all)",
+    "iri_tuning": 'dict of tuning values, e.g. {"preset": "resnet"} or {"lr": 0.1}; each replaces only its own '
+                  "value (keys: " + ", ".join(TUNING) + ")",
     "iri_batch_size": "working-batch slots of the continuous batching",
     "iri_backend": "numpy, torch, cupy or auto (CuPy on CUDA when installed)",
-    "iri_max_seeds": "use a seeded random subset of this many training samples as seeds (None: all)",
-    "iri_fake_relu": "straight-through gradient at the last ReLU before the cut: auto (last where the cut is that "
-                     "ReLU's output, up to max-pools; none after a conv, BatchNorm, linear layer or averaging pool "
-                     "and at the wide pooled VGG and strided ResNet cuts), last/true, all or none/false",
     "iri_cache_dir": "folder where finished IRI sets are saved and found again",
     "iri_compile": "torch.compile the front's forward+backward (opt-in; a warm-up of seconds to a minute per run)",
-    **{f"iri_{name}": f"advanced optimiser option {name} of optimize_iris (None: its default)" for name in ADVANCED},
 }
 
 
@@ -88,17 +85,18 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
     """
 
     settings = iri_settings(options)
-    key = ("iris", id(front), layer, context.seed, tuple(sorted(settings.items())))
+    tuning = check_tuning(settings["iri_tuning"])
+    key = ("iris", id(front), layer, context.seed,
+           tuple(sorted({**settings, "iri_tuning": tuple(sorted(tuning.items()))}.items())))
 
     def build():
         seeds, labels = _seeds(context, settings["iri_max_seeds"])
         iris = generate_iris(
             front, layer, seeds.to(context.device),
             steps=int(settings["iri_steps"]), tol=float(settings["iri_tol"]), optimizer=settings["iri_optimizer"],
-            lr=settings["iri_lr"], init=settings["iri_init"], batch_size=int(settings["iri_batch_size"]),
-            backend=settings["iri_backend"], seed=context.seed, progress=context.progress,
-            cache_dir=settings["iri_cache_dir"], fake_relu=settings["iri_fake_relu"], compile=settings["iri_compile"],
-            **{name: settings[f"iri_{name}"] for name in ADVANCED if settings[f"iri_{name}"] is not None},
+            init=settings["iri_init"], cycle_steps=settings["iri_cycle_steps"], tuning=tuning or None,
+            batch_size=int(settings["iri_batch_size"]), backend=settings["iri_backend"], seed=context.seed,
+            progress=context.progress, cache_dir=settings["iri_cache_dir"], compile=settings["iri_compile"],
         )
         train = TrainingSet(iris.inputs.detach().cpu(), labels, key=key, name="IRIs")
         return train, iris
@@ -115,6 +113,7 @@ def iri_result(context: Context, front, end, layer: LayerPair, objective: str, o
     summary = dict(iris.summary)
     tol = float(iri_settings(options)["iri_tol"])
     result.details.update(
+        iri_preset=iris.settings.get("preset"),
         iri_median_error=summary["median_error"],
         iri_p95_error=summary["p95_error"],
         iri_converged_fraction=summary["converged_fraction"],
@@ -122,9 +121,25 @@ def iri_result(context: Context, front, end, layer: LayerPair, objective: str, o
         iri=summary,
     )
     if not summary["median_error"] <= tol:
-        result.details.setdefault("warnings", []).append(
-            f"IRIs did not converge: median relative error {summary['median_error']:.3g} > tol {tol:g} "
-            f"(95th percentile {summary['p95_error']:.3g}); the score is not meaningful. Raise iri_steps, "
-            f"or cut at a layer where the front discards information (pooling, fewer values than the input)"
-        )
+        message = unconverged_message(layer.front, summary, tol, iris.settings.get("preset"))
+        result.details.setdefault("warnings", []).append(message)
+        result.details["unconverged"] = True
+        _warn_once(context, layer.front, message)
     return result
+
+
+def unconverged_message(layer: str, summary: dict, tol: float, preset: str | None) -> str:
+    """What an ``iri-*`` row whose IRIs missed ``tol`` says: the layer, median / p95 error, converged fraction,
+    the preset, and what the user can do."""
+    return (f"IRIs at {layer} did not converge: median relative error {summary['median_error']:.3g} > tol {tol:g} "
+            f"(95th percentile {summary['p95_error']:.3g}, {summary['converged_fraction']:.0%} converged, preset "
+            f"{preset}); the score is not meaningful. Raise iri_steps, try another preset "
+            f"(iri_tuning={{\"preset\": ...}}, docs/iris.md), or cut at a shallower layer")
+
+
+def _warn_once(context: Context, layer: str, message: str) -> None:
+    """One Python warning per (context, layer): the four iri-* metrics share one IRI set per cut."""
+    seen = context.remember(("iri-unconverged-warnings",), set)
+    if layer not in seen:
+        seen.add(layer)
+        warnings.warn(message, UserWarning, stacklevel=2)

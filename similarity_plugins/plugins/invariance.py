@@ -7,37 +7,32 @@ activations for DM and FuLA; the seeds' labels for HLM), and evaluates on ``Data
 standard stitching does: the score is the relative accuracy. The four metrics share one IRI set per
 (front, layer, settings) within a ``compare`` call, and across calls through ``iri_cache_dir``.
 
-IRI options (every stitch option of the ``stitch-*`` metrics applies too):
+IRI options (every stitch option of the ``stitch-*`` metrics applies too; docs/iris.md has the presets and
+the tuning keys):
 
 ==========================  ===========  ================================================================
 option                      default      meaning
 ==========================  ===========  ================================================================
 ``iri_steps``               1000         per-sample step budget
 ``iri_tol``                 1e-2         target relative error ``||f(x')-f(x)|| / ||f(x)||``
-``iri_optimizer``           "auto"       "auto" (L-BFGS when >= 6 ReLUs follow the last max-pool and the cut
-                                         has at most half the input's values, else Adam), "adam", "lbfgs"
-                                         or "normgrad"
-``iri_lr``                  None         the optimiser's default when None
+``iri_optimizer``           "auto"       "auto" (the preset for the front's structure), "adam" (the Adam
+                                         preset for it) or "lbfgs"
 ``iri_init``                "noise"      "noise" (0.5 + N(0, 1/20^2)) or "shuffle" (another training image)
+``iri_cycle_steps``         None         Adam's first restart cycle (None: the preset's; 0: one cosine)
+``iri_max_seeds``           None (all)   use a seeded random subset of the training split as seeds
+``iri_tuning``              None         dict of tuning values: ``{"preset": NAME}`` and/or values such as
+                                         ``{"lr": 0.1, "fold_bn": false}``; each replaces only its own value
 ``iri_batch_size``          128          working-batch slots of the continuous batching
 ``iri_backend``             "auto"       "numpy", "torch", "cupy" or "auto" (CuPy on CUDA when installed)
-``iri_max_seeds``           None (all)   use a seeded random subset of the training split as seeds
-``iri_fake_relu``           "auto"       straight-through gradient at the last ReLU before the cut: "auto" ("last"
-                                         where the cut is that ReLU's output, up to max-pools; "none" after
-                                         a conv, BatchNorm, linear layer or averaging pool and at the wide
-                                         pooled VGG and strided ResNet cuts), "last" / True, "all", "none" / False
 ``iri_cache_dir``           None         folder where finished IRI sets are saved and found again
 ``iri_compile``             False        torch.compile the front's forward+backward (opt-in; a warm-up of
                                          seconds to a minute per run; not part of the cache key)
-``iri_<advanced>``          None         any advanced optimiser option of ``optimize_iris`` with the prefix:
-                                         ``iri_schedule``, ``iri_cycle_steps``, ``iri_cycle_mult``,
-                                         ``iri_cycle_decay``, ``iri_lr_floor``, ``iri_restart_patience``, ...
-                                         (None: the optimiser's default)
 ==========================  ===========  ================================================================
 
-Details add the IRI quality (``iri_median_error``, ``iri_p95_error``, ``iri_converged_fraction``,
-``iri_mean_seed_distance`` and the full ``iri`` summary). When the median error is above ``iri_tol``
-the result carries a warning: unconverged IRIs make the score meaningless.
+Details add the IRI quality: ``iri_preset`` (the preset that ran), ``iri_median_error``, ``iri_p95_error``,
+``iri_converged_fraction``, ``iri_mean_seed_distance`` and the full ``iri`` summary. When the median error is
+above ``iri_tol`` the row carries a warning (the report marks it with ``*``), ``details["unconverged"]`` is
+True and ``compare`` warns once per layer: unconverged IRIs make the score meaningless.
 """
 
 from __future__ import annotations

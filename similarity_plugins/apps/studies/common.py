@@ -100,9 +100,11 @@ class DonorSpec:
 def study_options(cfg: Any) -> dict[str, Any]:
     """The ``compare`` options of a study's configuration: stitch epochs and batch, IRI seeds, steps, tolerance
     and first cycle (``stitch_epochs``, ``stitch_batch``, ``iri_seeds``, ``iri_steps``, ``iri_tol``,
-    ``iri_cycle_steps``), plus ``iri_init`` when the configuration has one."""
+    ``iri_cycle_steps``), plus ``iri_init`` when the configuration has one. The studies' small CNNs run the
+    plain "adam" preset with that first cycle, measured on them (DemoConfig), at every block."""
     options = {"epochs": cfg.stitch_epochs, "batch_size": cfg.stitch_batch, "iri_max_seeds": cfg.iri_seeds,
-               "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol, "iri_cycle_steps": cfg.iri_cycle_steps}
+               "iri_steps": cfg.iri_steps, "iri_tol": cfg.iri_tol, "iri_cycle_steps": cfg.iri_cycle_steps,
+               "iri_tuning": {"preset": "adam"}}
     if hasattr(cfg, "iri_init"):
         options["iri_init"] = cfg.iri_init
     return options

@@ -1,3 +1,4 @@
+# ruff: noqa: I001 - a record: its imports as they were in scripts/
 """How far the front's linear model holds, at IRIs, at their seeds and at the noise starts (a study, not an option).
 
     python scripts/iri_kinks.py --case vgg16_bn:features.33 --seeds 8 [--option relu_leak=0 ...]
