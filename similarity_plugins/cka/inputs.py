@@ -8,7 +8,16 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from ..utils.arrays import ArrayLike, as_samples, check_same_n, raise_if_constant, raise_nonfinite, to_numpy
+from ..utils.arrays import (
+    ArrayLike,
+    as_samples,
+    available_bytes,
+    check_same_n,
+    format_bytes,
+    raise_if_constant,
+    raise_nonfinite,
+    to_numpy,
+)
 
 __all__ = ["ArrayLike"]
 Kernel = Literal["linear", "rbf"]
@@ -107,23 +116,10 @@ def _raise_if_constant(arr: np.ndarray, name: str, sum_sq: float, mean: np.ndarr
 
 
 def _available_memory_bytes() -> int:
-    """Bytes of memory available now (MemAvailable on Linux, else free physical pages)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 8 * 1024**3
+    """Bytes of memory available now on the CPU (:func:`..utils.arrays.available_bytes`)."""
+    return available_bytes()
 
 
 def _gib(nbytes: float) -> str:
     """Human-readable byte count."""
-    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if nbytes >= size:
-            return f"{nbytes / size:.2f} {unit}"
-    return f"{int(nbytes)} bytes"
+    return format_bytes(nbytes)

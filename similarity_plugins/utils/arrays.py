@@ -8,10 +8,12 @@ messages for every measure: the argument is named in each error, and ``what`` na
 - :func:`to_tensor`: array or tensor -> float64 torch tensor on the tensor's own device (NumPy: CPU).
 - :func:`as_samples`: the (n, d) view every measure works on (1-D is one feature, higher rank flattens).
 - :func:`check_same_n`, :func:`raise_nonfinite`, :func:`raise_if_constant`: the shared refusals.
+- :func:`available_bytes`, :func:`format_bytes`: the memory budget of measures that hold n x n matrices.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, NoReturn
 
 import numpy as np
@@ -20,7 +22,8 @@ ArrayLike = Any  # numpy.ndarray | torch.Tensor | nested sequences of numbers
 
 _EPS = float(np.finfo(np.float64).eps)
 
-__all__ = ["ArrayLike", "as_samples", "check_same_n", "raise_if_constant", "raise_nonfinite", "to_numpy", "to_tensor"]
+__all__ = ["ArrayLike", "as_samples", "available_bytes", "check_same_n", "format_bytes", "raise_if_constant", "raise_nonfinite",
+           "to_numpy", "to_tensor"]
 
 
 def _is_torch(x: Any) -> bool:
@@ -141,3 +144,31 @@ def raise_if_constant(arr: Any, name: str, sum_sq: float, mean: Any, what: str =
             f"{name} is constant across samples (zero variance: all {n} rows are identical), so {what} "
             "is undefined (0/0); check that the layer is not dead or that the inputs differ"
         )
+
+
+def available_bytes(device: Any = None) -> int:
+    """Bytes free now: on a CUDA ``device`` its free memory; else the CPU's MemAvailable (Linux), else the
+    free physical pages, else 8 GiB."""
+    if device is not None and getattr(device, "type", None) == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 8 * 1024**3
+
+
+def format_bytes(nbytes: float) -> str:
+    """A byte count as text for messages: ``"1.50 GiB"``, ``"12.00 MiB"``, ``"3.00 KiB"``, ``"12 bytes"``."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{int(nbytes)} bytes"
