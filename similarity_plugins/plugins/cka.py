@@ -28,6 +28,11 @@ class _CKAPlugin:
     needs = ("test",)
     options = (MAX_SAMPLES,)
     deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
+    activations_only = True  # needs nothing but the two layers' activations: score(x, y) can run it
+    kind = "similarity"
+    range: tuple[float, float] | None = (0.0, 1.0)
+    symmetric = True
+    invariances: tuple[str, ...] = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
     @hookimpl
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
@@ -87,6 +92,7 @@ class DebiasedCKA(_CKAPlugin):
 
     description = "linear CKA with the unbiased (U-statistic) HSIC estimator"
     debiased = True
+    range = (-1.0, 1.0)  # a cosine between U-centred Gram matrices: can be slightly negative
 
 
 class RBFCKA(_CKAPlugin):
