@@ -1,8 +1,9 @@
 """Representational similarity analysis: correlate the upper triangles of two dissimilarity matrices (RDMs).
 
 RDMs are computed as SciPy's ``pdist`` computes them (``correlation``: 1 - Pearson correlation of two rows
-across features; ``cosine``: 1 - cosine; ``euclidean``: the plain, not squared, distance), through one n x n
-GEMM per side in float64 on the input's device. The two triangles are compared by Spearman's rho (ties get
+across features; ``cosine``: 1 - cosine, both through one n x n GEMM per side; ``euclidean``: the plain, not
+squared, distance, from per-pair differences), in float64 on the input's device.
+The two triangles are compared by Spearman's rho (ties get
 their average rank, as ``scipy.stats.rankdata``), Pearson's r, or Kendall's tau-b (``scipy.stats.kendalltau``
 on the CPU). Memory is O(n^2): about :data:`BYTES_PER_PAIR_SQUARED` x n^2 bytes at the peak.
 """
@@ -40,7 +41,10 @@ def rdm_upper(x: torch.Tensor, rdm: str, name: str = "X", mask: torch.Tensor | N
     """The upper triangle (row-major, i < j, like ``pdist``) of the RDM of ``x`` (n, d) float64: (n(n-1)/2,).
 
     ``mask``: a precomputed ``(n, n)`` boolean upper-triangle mask (strictly above the diagonal), to share.
-    Distances are clamped at 0 (rounding can make a distance of identical rows -1e-16).
+    ``correlation`` and ``cosine`` come from one GEMM of the unit rows (``1 - z_i . z_j``, SciPy's formula) and
+    are clamped at 0 (rounding can make the distance of identical rows -1e-16). ``euclidean`` is computed
+    from per-pair differences (SciPy's ``pdist`` on the CPU, ``torch.cdist`` without the matrix-product
+    shortcut elsewhere): through a Gram matrix it would cancel for close rows and split exact ties.
     """
     n = x.shape[0]
     if rdm == "correlation":
@@ -49,10 +53,12 @@ def rdm_upper(x: torch.Tensor, rdm: str, name: str = "X", mask: torch.Tensor | N
     elif rdm == "cosine":
         z = _unit_rows(x, name, rdm)
         dist = torch.mm(z, z.T).neg_().add_(1.0)
+    elif x.device.type == "cpu":  # Euclidean from a Gram matrix cancels for close rows: per-pair differences
+        from scipy.spatial.distance import pdist
+
+        return torch.from_numpy(pdist(x.numpy(), "euclidean"))
     else:
-        xc = x - x.mean(dim=0)  # distances do not change; the Gram matrix is better conditioned
-        sq = torch.einsum("ij,ij->i", xc, xc)
-        dist = torch.mm(xc, xc.T).mul_(-2.0).add_(sq[:, None]).add_(sq[None, :]).clamp_(min=0.0).sqrt_()
+        dist = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")
     if mask is None:
         mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu_(1)
     return dist[mask].clamp_(min=0.0)
