@@ -1,8 +1,9 @@
 """The CCA family: mean canonical correlation (``cca``), SVCCA (Raghu et al. 2017), PWCCA (Morcos et al. 2018).
 
 All three whiten each side through a thin QR of its centred activations (never an explicit inverse):
-``Xc = Q R``, ``R = U S V^T`` (a small SVD), so ``Xc`` has the orthonormal column basis ``Q U`` and singular
-values ``S``. The canonical correlations are the singular values of ``(Q_x U_x)^T (Q_y U_y)``, computed as
+``Xc = Q R``, ``R = U S V^T`` (a small SVD; its vectors only when some directions are dropped), so ``Xc``
+has the orthonormal column basis ``Q U`` and singular values ``S``.
+The canonical correlations are the singular values of ``(Q_x U_x)^T (Q_y U_y)``, computed as
 ``U_x^T (Q_x^T Q_y) U_y``: one n x kx x ky GEMM and a kx x ky SVD. ``cca`` keeps each side's numerical
 rank; ``svcca`` keeps the leading singular directions that explain ``variance`` of the variance (or
 ``dims`` of them). With ``kx + ky >= n - 1`` kept directions, correlations of 1 appear by construction
@@ -28,33 +29,45 @@ class _Side:
 
     q: torch.Tensor  # (n, m) orthonormal, m = min(n, d)
     r: torch.Tensor  # (m, d)
-    u: torch.Tensor  # (m, m)
     s: torch.Tensor  # (m,) singular values of Xc, descending
     rank: int
     k: int = 0
 
+    def kept(self) -> torch.Tensor | None:
+        """The first ``k`` left singular vectors of ``r`` (m, k); None when every direction is kept (then the
+        basis is ``q`` itself and no SVD with vectors is needed)."""
+        if self.k == self.r.shape[0]:
+            return None
+        return torch.linalg.svd(self.r, full_matrices=False)[0][:, : self.k]
+
 
 def _whiten(x: torch.Tensor, name: str, what: str) -> _Side:
-    """QR of the centred ``x`` (n, d) and the SVD of its R factor; ``k`` starts at the numerical rank."""
+    """QR of the centred ``x`` (n, d) and the singular values of its R factor; ``k`` starts at the numerical rank."""
     xc, _ = centred(x, name, what)
     q, r = torch.linalg.qr(xc)
-    u, s, _ = torch.linalg.svd(r, full_matrices=False)
+    s = torch.linalg.svdvals(r)
     rank = numerical_rank(s, *xc.shape)
-    return _Side(q, r, u, s, rank, rank)
+    return _Side(q, r, s, rank, rank)
 
 
-def _correlations(a: _Side, b: _Side, n: int, what: str, fix: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Canonical correlations (descending, (min(ka, kb),)) and the front's canonical directions in the
-    kept basis (ka, min(ka, kb)); refuses when ``ka + kb >= n - 1`` (correlations of 1 by construction)."""
+def _project(u: torch.Tensor | None, m: torch.Tensor) -> torch.Tensor:
+    return m if u is None else u.T @ m
+
+
+def _correlations(a: _Side, b: _Side, n: int, what: str, fix: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Canonical correlations (descending, (min(ka, kb),)), the front's canonical directions in its kept
+    basis (ka, min(ka, kb)) and that basis (:meth:`_Side.kept`); refuses when ``ka + kb >= n - 1``
+    (correlations of 1 by construction)."""
     if a.k + b.k >= n - 1:
         raise ValueError(
             f"{what} is degenerate here: n - 1 = {n - 1} <= {a.k} + {b.k} (the directions kept of the front "
             f"and of the end, after centring), so canonical correlations of 1 appear by construction whatever "
             f"the representations are; {fix}"
         )
-    m = a.u[:, : a.k].T @ (a.q.T @ b.q) @ b.u[:, : b.k]  # (ka, kb): U_x^T Q_x^T Q_y U_y
+    ua, ub = a.kept(), b.kept()
+    m = _project(ub, _project(ua, a.q.T @ b.q).T).T  # (ka, kb): U_x^T Q_x^T Q_y U_y
     left, rho, _ = torch.linalg.svd(m, full_matrices=False)
-    return rho.clamp(0.0, 1.0), left
+    return rho.clamp(0.0, 1.0), left, ua
 
 
 _CCA_FIX = ("use more samples (n > rank(front) + rank(end) + 1), or reduce both sides first with 'svcca' "
@@ -84,7 +97,7 @@ def cca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measure
     """
     x, y = pair(X, Y, "CCA", min_n=3)
     a, b = _whiten(x, "X", "CCA"), _whiten(y, "Y", "CCA")
-    rho, _ = _correlations(a, b, x.shape[0], "CCA", _CCA_FIX)
+    rho, _, _ = _correlations(a, b, x.shape[0], "CCA", _CCA_FIX)
     return finish(float(rho.mean()), _details(rho, a, b, x.shape[0]), details)
 
 
@@ -143,7 +156,7 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple
             if wanted[i] > side.rank:
                 warnings.append(f"dims={wanted[i]} for the {label} exceeds its rank {side.rank}; kept {side.rank}")
     fix = "use more samples, or keep fewer directions (a lower variance, or dims)"
-    rho, _ = _correlations(a, b, x.shape[0], "SVCCA", fix)
+    rho, _, _ = _correlations(a, b, x.shape[0], "SVCCA", fix)
     info = _details(rho, a, b, x.shape[0])
     info.update({"dims": list(wanted)} if wanted else {"variance": variance})
     if warnings:
@@ -174,8 +187,8 @@ def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measu
     x, y = pair(X, Y, "PWCCA", min_n=3)
     a, b = _whiten(x, "X", "PWCCA"), _whiten(y, "Y", "PWCCA")
     fix = "use more samples (n > rank(front) + rank(end) + 1), or 'svcca' with dims"
-    rho, left = _correlations(a, b, x.shape[0], "PWCCA", fix)
-    alpha = (left.T @ a.u[:, : a.k].T @ a.r).abs().sum(dim=1)  # (m,): sum_j |<h_i, x_j>|
+    rho, left, ua = _correlations(a, b, x.shape[0], "PWCCA", fix)
+    alpha = (left.T @ _project(ua, a.r)).abs().sum(dim=1)  # (m,): sum_j |<h_i, x_j>| = rows of A^T U^T R
     weights = alpha / alpha.sum()
     info = _details(rho, a, b, x.shape[0])
     info.update(weights=weights.tolist(), weights_from="front")

@@ -31,11 +31,14 @@ def _neighbours(sim: torch.Tensor, start: int, k: int) -> tuple[torch.Tensor, in
     rows = torch.arange(sim.shape[0], device=sim.device)
     sim[rows, rows + start] = -torch.inf
     kth = torch.topk(sim, k, dim=1, sorted=True).values[:, -1:]
-    above = sim > kth
-    equal = sim == kth
-    need = k - above.sum(dim=1, keepdim=True)
-    tied = int((equal.sum(dim=1, keepdim=True) > need).sum())
-    return above | (equal & (torch.cumsum(equal, dim=1) <= need)), tied
+    chosen = sim >= kth
+    tied = torch.nonzero(chosen.sum(dim=1) > k).flatten()  # more than k at or above the k-th value: a tie
+    if len(tied):  # keep the lowest indices among those equal to the k-th value
+        t_sim, t_kth = sim[tied], kth[tied]
+        equal = t_sim == t_kth
+        need = k - (t_sim > t_kth).sum(dim=1, keepdim=True)
+        chosen[tied] = (t_sim > t_kth) | (equal & (torch.cumsum(equal, dim=1) <= need))
+    return chosen, int(len(tied))
 
 
 def mutual_knn(X: ArrayLike, Y: ArrayLike, topk: int = 10, *, details: bool = False) -> float | Measured:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..utils.arrays import ArrayLike, available_bytes, format_bytes
@@ -48,24 +49,31 @@ def rdm_upper(x: torch.Tensor, rdm: str, name: str = "X", mask: torch.Tensor | N
     """
     n = x.shape[0]
     if rdm == "correlation":
-        z = _unit_rows(x - x.mean(dim=1, keepdim=True), name, rdm)
-        dist = torch.mm(z, z.T).neg_().add_(1.0)
+        gram = _gram(_unit_rows(x - x.mean(dim=1, keepdim=True), name, rdm))
     elif rdm == "cosine":
-        z = _unit_rows(x, name, rdm)
-        dist = torch.mm(z, z.T).neg_().add_(1.0)
+        gram = _gram(_unit_rows(x, name, rdm))
     elif x.device.type == "cpu":  # Euclidean from a Gram matrix cancels for close rows: per-pair differences
         from scipy.spatial.distance import pdist
 
         return torch.from_numpy(pdist(x.numpy(), "euclidean"))
     else:
-        dist = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")
+        gram = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")
     if mask is None:
         mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu_(1)
-    return dist[mask].clamp_(min=0.0)
+    upper = gram[mask]
+    del gram
+    if rdm == "euclidean":
+        return upper
+    return upper.neg_().add_(1.0).clamp_(min=0.0)  # 1 - z_i . z_j
 
 
 def average_ranks(v: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..m of ``v`` (m,), ties sharing their average rank (``scipy.stats.rankdata(method='average')``)."""
+    """Ranks 1..m of ``v`` (m,), ties sharing their average rank (``scipy.stats.rankdata(method='average')``).
+
+    On the CPU the sort is NumPy's (several times faster than torch's there); elsewhere torch's.
+    """
+    if v.device.type == "cpu":
+        return torch.from_numpy(_average_ranks_numpy(v.numpy()))
     values, order = torch.sort(v)
     _, inverse, counts = torch.unique_consecutive(values, return_inverse=True, return_counts=True)
     ends = torch.cumsum(counts, 0).to(v.dtype)
@@ -73,6 +81,27 @@ def average_ranks(v: torch.Tensor) -> torch.Tensor:
     ranks = torch.empty_like(v)
     ranks[order] = mean_rank[inverse]
     return ranks
+
+
+def _average_ranks_numpy(v: np.ndarray) -> np.ndarray:
+    order = np.argsort(v)
+    sorted_v = v[order]
+    first = np.empty(len(v), dtype=bool)
+    first[0] = True
+    np.not_equal(sorted_v[1:], sorted_v[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], len(v))  # ranks starts+1 .. ends share their mean
+    ranks = np.empty(len(v))
+    ranks[order] = ((starts + 1 + ends) / 2.0)[np.cumsum(first) - 1]
+    return ranks
+
+
+def _gram(z: torch.Tensor) -> torch.Tensor:
+    """``z z^T`` (n, n): on the CPU NumPy's symmetric rank-k update (half the flops of torch's GEMM there)."""
+    if z.device.type == "cpu":
+        a = z.numpy()
+        return torch.from_numpy(a @ a.T)
+    return torch.mm(z, z.T)
 
 
 def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
