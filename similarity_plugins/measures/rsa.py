@@ -22,7 +22,8 @@ __all__ = ["BYTES_PER_PAIR_SQUARED", "COMPARISONS", "RDMS", "rdm_upper", "rsa"]
 
 RDMS = ("correlation", "euclidean", "cosine")
 COMPARISONS = ("spearman", "pearson", "kendall")
-#: peak bytes / n^2: one n x n float64 matrix, its triangle mask, two triangles and the ranking's temporaries
+#: peak bytes / n^2: one n x n float64 matrix (elsewhere than the CPU: its triangle mask), two triangles and the
+#: ranking's temporaries
 BYTES_PER_PAIR_SQUARED = 40
 
 
@@ -38,16 +39,23 @@ def _unit_rows(z: torch.Tensor, name: str, rdm: str) -> torch.Tensor:
     return z / norms[:, None]
 
 
-def rdm_upper(x: torch.Tensor, rdm: str, name: str = "X", mask: torch.Tensor | None = None) -> torch.Tensor:
+def _upper(square: torch.Tensor) -> torch.Tensor:
+    """The entries strictly above the diagonal of an (n, n) matrix, row by row (``pdist``'s order)."""
+    n = square.shape[0]
+    if square.device.type == "cpu":  # row slices: no n x n mask, and several times faster than boolean indexing
+        a = square.numpy()
+        return torch.from_numpy(np.concatenate([a[i, i + 1:] for i in range(n - 1)]))
+    return square[torch.ones(n, n, dtype=torch.bool, device=square.device).triu_(1)]
+
+
+def rdm_upper(x: torch.Tensor, rdm: str, name: str = "X") -> torch.Tensor:
     """The upper triangle (row-major, i < j, like ``pdist``) of the RDM of ``x`` (n, d) float64: (n(n-1)/2,).
 
-    ``mask``: a precomputed ``(n, n)`` boolean upper-triangle mask (strictly above the diagonal), to share.
     ``correlation`` and ``cosine`` come from one GEMM of the unit rows (``1 - z_i . z_j``, SciPy's formula) and
     are clamped at 0 (rounding can make the distance of identical rows -1e-16). ``euclidean`` is computed
     from per-pair differences (SciPy's ``pdist`` on the CPU, ``torch.cdist`` without the matrix-product
     shortcut elsewhere): through a Gram matrix it would cancel for close rows and split exact ties.
     """
-    n = x.shape[0]
     if rdm == "correlation":
         gram = _gram(_unit_rows(x - x.mean(dim=1, keepdim=True), name, rdm))
     elif rdm == "cosine":
@@ -58,9 +66,7 @@ def rdm_upper(x: torch.Tensor, rdm: str, name: str = "X", mask: torch.Tensor | N
         return torch.from_numpy(pdist(x.numpy(), "euclidean"))
     else:
         gram = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")
-    if mask is None:
-        mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu_(1)
-    upper = gram[mask]
+    upper = _upper(gram)
     del gram
     if rdm == "euclidean":
         return upper
@@ -159,10 +165,8 @@ def rsa(X: ArrayLike, Y: ArrayLike, rdm: str = "correlation", compare: str = "sp
     centred(x, "X", "RSA")  # refuses a constant representation with the message every measure gives
     centred(y, "Y", "RSA")
     _check_memory(n, x.device, max_bytes)
-    mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu_(1)
-    a = rdm_upper(x, rdm, "X", mask)
-    b = rdm_upper(y, rdm, "Y", mask)
-    del mask
+    a = rdm_upper(x, rdm, "X")
+    b = rdm_upper(y, rdm, "Y")
     if compare == "kendall":
         _pearson(a, b)  # the same refusal for a constant RDM as the other comparisons
         score = _kendall(a, b)
