@@ -124,6 +124,12 @@ def test_svcca_dims_keeps_the_leading_directions():
     assert "exceeds its rank" in F.svcca(x, y, dims=20, details=True).details["warnings"][0]
 
 
+def test_svcca_with_more_features_than_samples():
+    x, y = _data(n=40, dx=60, dy=50)
+    reduced = [_c(a) @ np.linalg.svd(_c(a), full_matrices=False)[2][:5].T for a in (x, y)]
+    assert F.svcca(x, y, dims=5) == pytest.approx(ref_cca(*reduced)[0].mean(), rel=1e-8)
+
+
 def test_pwcca_matches_the_papers_weights_from_the_front():
     x, y = _data(dx=7, dy=4)
     out = F.pwcca(x, y, details=True)

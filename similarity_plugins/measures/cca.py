@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from ..utils.arrays import ArrayLike
-from .common import Measured, centred, finish, numerical_rank, pair, positive_int
+from .common import Measured, centred, compress_columns, finish, numerical_rank, pair, positive_int
 
 __all__ = ["cca", "pwcca", "svcca"]
 
@@ -41,9 +41,16 @@ class _Side:
         return torch.linalg.svd(self.r, full_matrices=False)[0][:, : self.k]
 
 
-def _whiten(x: torch.Tensor, name: str, what: str) -> _Side:
-    """QR of the centred ``x`` (n, d) and the singular values of its R factor; ``k`` starts at the numerical rank."""
+def _whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> _Side:
+    """QR of the centred ``x`` (n, d) and the singular values of its R factor; ``k`` starts at the numerical rank.
+
+    ``compress``: with d > n, first rewrite ``xc`` as n columns with the same row inner products
+    (:func:`~.common.compress_columns`; CCA and SVCCA do not change, and the decompositions are n x n).
+    PWCCA passes False: its weights are projections on the original neurons.
+    """
     xc, _ = centred(x, name, what)
+    if compress:
+        xc = compress_columns(xc)
     q, r = torch.linalg.qr(xc)
     s = torch.linalg.svdvals(r)
     rank = numerical_rank(s, *xc.shape)
@@ -185,7 +192,7 @@ def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measu
         ValueError: bad input, a constant side, or ``n - 1 <= rank(Xc) + rank(Yc)`` (degenerate CCA).
     """
     x, y = pair(X, Y, "PWCCA", min_n=3)
-    a, b = _whiten(x, "X", "PWCCA"), _whiten(y, "Y", "PWCCA")
+    a, b = _whiten(x, "X", "PWCCA", compress=False), _whiten(y, "Y", "PWCCA")
     fix = "use more samples (n > rank(front) + rank(end) + 1), or 'svcca' with dims"
     rho, left, ua = _correlations(a, b, x.shape[0], "PWCCA", fix)
     alpha = (left.T @ _project(ua, a.r)).abs().sum(dim=1)  # (m,): sum_j |<h_i, x_j>| = rows of A^T U^T R
