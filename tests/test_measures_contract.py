@@ -11,7 +11,8 @@ from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 from similarity_plugins import functional as F
-from similarity_plugins.core.manager import DEFAULT_PLUGINS, _import_reference
+from similarity_plugins.plugins import cka as cka_plugins
+from similarity_plugins.plugins import representational as rep
 
 NEW = ["procrustes", "cca", "svcca", "pwcca", "rsa", "linear-regression", "mutual-knn"]
 ACTIVATION_METRICS = ["cka-linear", "cka-debiased", "cka-rbf", *NEW]
@@ -26,8 +27,13 @@ FUNCTIONS = {
 }
 
 
+PLUGINS = {"cka-linear": cka_plugins.LinearCKA, "cka-debiased": cka_plugins.DebiasedCKA, "cka-rbf": cka_plugins.RBFCKA,
+           "procrustes": rep.Procrustes, "cca": rep.CCA, "svcca": rep.SVCCA, "pwcca": rep.PWCCA, "rsa": rep.RSA,
+           "linear-regression": rep.LinearRegression, "mutual-knn": rep.MutualKNN}
+
+
 def _plugin(name: str):
-    return _import_reference(DEFAULT_PLUGINS[name])
+    return PLUGINS[name]
 
 
 def _data(n: int = 80, dx: int = 6, dy: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -164,8 +170,11 @@ def _images(n: int, seed: int) -> TensorDataset:
     return TensorDataset(torch.rand(n, 1, 16, 16, generator=g), torch.randint(0, 10, (n,), generator=g))
 
 
-def test_new_measures_are_in_the_default_selection():
+def test_new_measures_are_registered_and_in_the_default_selection():
     assert set(NEW) <= set(sp.select_metrics(None))
+    pm = sp.get_plugin_manager()
+    for name in ACTIVATION_METRICS:
+        assert type(pm.get_plugin(name)) is PLUGINS[name]
 
 
 def test_compare_gives_error_rows_and_loses_nothing():
