@@ -1,7 +1,9 @@
 """The representational measures' speed: ours vs the float64 floor of each one's own maths (and rsatoolbox for RSA).
 
 Run from the repository root: ``python -m pytest benchmarks/bench_measures.py --benchmark-only`` (autosaved to
-``.benchmarks/``). One group per measure; ``ours`` is the public function on float32 (N, D) inputs (so it
+``.benchmarks/``); on a shared machine prefix ``OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1``:
+single-threaded rounds are steady where multi-threaded ones swing with the other jobs (docs/metrics.md, "Speed").
+One group per measure; ``ours`` is the public function on float32 (N, D) inputs (so it
 includes the float64 copy, the checks and the centring); the floor is the bare float64 maths on inputs
 already centred and in float64, timed twice: with NumPy (OpenBLAS here) and with torch (MKL here), since
 either library can be the faster one for a given kernel. ``<measure>_ours_over_floor`` is ours over the faster
