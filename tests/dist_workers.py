@@ -19,8 +19,8 @@ import torch.multiprocessing as mp
 from torch.utils.data import Subset
 
 STITCH_OPTIONS = {"epochs": 2, "batch_size": 16, "ls_samples": 64, "iri_steps": 25, "iri_tol": 0.05,
-                  "iri_batch_size": 8, "iri_max_seeds": 40}
-METRICS = "cka-linear,cka-debiased,cka-rbf,stitch-hlm,stitch-dm,iri-slm"
+                  "iri_batch_size": 8, "iri_max_seeds": 40, "svcca": {"dims": 5}}
+METRICS = "cka-linear,cka-debiased,cka-rbf,procrustes,svcca,rsa,linear-regression,mutual-knn,stitch-hlm,stitch-dm,iri-slm"
 
 
 def free_port() -> int:

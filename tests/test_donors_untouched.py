@@ -31,7 +31,8 @@ def test_every_registered_metric_leaves_both_donors_bit_identical():
     metrics = sp.list_metrics()
     assert {"cka-linear", "stitch-slm", "iri-slm", "iri-fula"} <= set(metrics)
     report = sp.compare(front, end, ["block1", "block2"], _data(), metrics=metrics, options=FAST)
-    errors = {(r.metric, r.layer): r.error for r in report.results if r.error}
+    # CCA and PWCCA refuse by design where n - 1 <= rank(front) + rank(end) (64 test rows, 512-wide block1)
+    errors = {(r.metric, r.layer): r.error for r in report.results if r.error and "is degenerate here" not in r.error}
     assert not errors, errors
     assert {r.metric for r in report.results} == set(metrics)
     assert_unchanged(front, before[0])

@@ -142,3 +142,23 @@ def test_demo_explanation_reads_the_numbers():
     assert any("does not separate the pairs more" in line for line in lines)
     assert not any(line.startswith("CKA") for line in lines)
     assert "raise the IRI budget" in _explain(flat, [])[0]
+
+
+def test_demo_explanation_reads_procrustes_svcca_and_rsa_from_the_numbers():
+    from similarity_plugins.apps.demo import METRICS, _explain
+
+    assert {"cka-linear", "procrustes", "svcca", "rsa", "stitch-slm", "iri-slm"} <= set(METRICS)
+
+    def table(iri, procrustes, svcca, rsa):
+        rows = {("stitch-slm", "b1"): 1.0, ("iri-slm", "b1"): 1.0, ("stitch-slm", "b2"): 0.9, ("iri-slm", "b2"): iri}
+        rows.update({("procrustes", "b2"): procrustes, ("svcca", "b2"): svcca, ("rsa", "b2"): rsa})
+        return rows
+
+    reports = _reports({"clean -> clean": table(0.8, 0.70, 0.60, 0.50),
+                        "clean -> shortcut": table(0.2, 0.69, 0.40, 0.30)})
+    line = _explain(reports, ["b1", "b2"])[-1]
+    assert "procrustes 0.70 vs 0.69, svcca 0.60 vs 0.40, rsa 0.50 vs 0.30" in line
+    assert "svcca, rsa rate the shortcut pair lower by more than 0.05, procrustes does not" in line
+    assert "iri-slm's gap there: 0.60" in line
+    same = _reports({"clean -> clean": table(0.8, 0.7, 0.6, 0.5), "clean -> shortcut": table(0.2, 0.7, 0.6, 0.5)})
+    assert "none rates the shortcut pair lower" in _explain(same, ["b1", "b2"])[-1]

@@ -2,8 +2,9 @@
 
 Trains two clean small CNNs and one that relies on a pixel shortcut (all three adversarially robust,
 PGD-trained: non-robust models have idiosyncratic invariances that no other model shares, which hides
-every difference), then sweeps layers from shallow to deep with CKA, standard stitching and invariance-aware
-stitching for the pairs clean -> clean and clean -> shortcut. Writes ``report.json``, ``report.csv``,
+every difference), then sweeps layers from shallow to deep with CKA, Procrustes, SVCCA (top 20 directions) and
+RSA, standard stitching and invariance-aware stitching for the pairs clean -> clean and clean -> shortcut.
+Writes ``report.json``, ``report.csv``,
 ``similarity.png`` and ``iris.png`` (seeds next to the clean front's IRIs, a row per layer) to the output
 folder and prints the table, with 95% intervals, and a short reading of it. Only layers whose IRIs
 converged are reported. This is ``similarity-plugins study shortcut``.
@@ -36,7 +37,12 @@ from .studies.common import (
     write_json_ready,
 )
 
-METRICS = ["cka-linear", "stitch-slm", "stitch-dm", "iri-slm", "iri-dm"]
+METRICS = ["cka-linear", "procrustes", "svcca", "rsa", "stitch-slm", "stitch-dm", "iri-slm", "iri-dm"]
+# the representational measures read next to CKA in the explanation (their defaults, except SVCCA: see below)
+OTHER_REPRESENTATIONAL = ["procrustes", "svcca", "rsa"]
+# SVCCA keeps the top 20 SVD directions per side: with 450 test images, a 99% variance cut can keep so many
+# directions of these wide layers that CCA degenerates (n - 1 <= kx + ky) and the metric refuses
+SVCCA_DIMS = 20
 
 
 @dataclass
@@ -161,8 +167,8 @@ def _donor_accuracy(models: dict[str, nn.Module], marked_test: Any, seed: int) -
 
 
 def _compare_options(cfg: DemoConfig) -> dict[str, Any]:
-    """The options of the demo's comparisons (stitch training and IRI budget) from its configuration."""
-    return study_options(cfg)
+    """The options of the demo's comparisons (stitch training, IRI budget, SVCCA dims) from its configuration."""
+    return {**study_options(cfg), "svcca": {"dims": SVCCA_DIMS}}
 
 
 def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, context: Context,
@@ -248,7 +254,30 @@ def _explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
     cka_cc, cka_cs = _score(cc, "cka-linear", last), _score(cs, "cka-linear", last)
     if cka_cc is not None and cka_cs is not None:
         lines.append(f"CKA ({fmt(cka_cc)} vs {fmt(cka_cs)} at {last}) measures geometry, not function.")
+    lines += _representational_lines(cc, cs, last, rows.get(last, {}).get("iri_gap"))
     return lines
+
+
+def _representational_lines(cc: Report, cs: Report, layer: str, iri_gap: float | None) -> list[str]:
+    """What Procrustes, SVCCA and RSA say at ``layer`` next to the invariance-aware gap (measured numbers only)."""
+    scores = {m: (_score(cc, m, layer), _score(cs, m, layer)) for m in OTHER_REPRESENTATIONAL}
+    scores = {m: s for m, s in scores.items() if None not in s}
+    if not scores:
+        return []
+    gaps = {m: a - b for m, (a, b) in scores.items()}
+    listing = ", ".join(f"{m} {a:.2f} vs {b:.2f}" for m, (a, b) in scores.items())
+    lower = [m for m, g in gaps.items() if g > 0.05]
+    line = f"The other representational measures at {layer} (clean->clean vs clean->shortcut): {listing}; "
+    if lower:
+        line += f"{', '.join(lower)} rate the shortcut pair lower by more than 0.05"
+        others = [m for m in gaps if m not in lower]
+        line += f", {', '.join(others)} {'does' if len(others) == 1 else 'do'} not" if others else ""
+    else:
+        line += "none rates the shortcut pair lower by more than 0.05"
+    if iri_gap is not None:
+        line += (f" (iri-slm's gap there: {iri_gap:.2f}; each measure on its own scale, without an interval: they are "
+                 "deterministic given the test images)")
+    return [line + ". Like CKA they compare activation geometry on the same images, not what the end model reads."]
 
 
 def _interval_lines(cc: Report, cs: Report, layers: list[str]) -> list[str]:
@@ -287,5 +316,6 @@ def _write_outputs(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg
     write_json_ready(json_path, payload)
 
     png_path = plot_sweep(reports, os.path.join(out_dir, "similarity.png"), metrics=METRICS,
-                          title="clean model A as the front: standard vs invariance-aware stitching")
+                          title="clean model A as the front: standard vs invariance-aware stitching",
+                          ylabel="score (relative accuracy / similarity)")
     return [json_path, csv_path, png_path]

@@ -1,0 +1,202 @@
+"""The CCA family: mean canonical correlation (``cca``), SVCCA (Raghu et al. 2017), PWCCA (Morcos et al. 2018).
+
+All three whiten each side through a thin QR of its centred activations (never an explicit inverse):
+``Xc = Q R``, ``R = U S V^T`` (a small SVD; its vectors only when some directions are dropped), so ``Xc``
+has the orthonormal column basis ``Q U`` and singular values ``S``.
+The canonical correlations are the singular values of ``(Q_x U_x)^T (Q_y U_y)``, computed as
+``U_x^T (Q_x^T Q_y) U_y``: one n x kx x ky GEMM and a kx x ky SVD. ``cca`` keeps each side's numerical
+rank; ``svcca`` keeps the leading singular directions that explain ``variance`` of the variance (or
+``dims`` of them). With ``kx + ky >= n - 1`` kept directions, correlations of 1 appear by construction
+(the two subspaces of the (n - 1)-dimensional centred sample space must meet), so the measures refuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..utils.arrays import ArrayLike
+from .common import Measured, centred, compress_columns, finish, numerical_rank, pair, positive_int
+
+__all__ = ["cca", "pwcca", "svcca"]
+
+
+@dataclass
+class _Side:
+    """One side whitened: ``Xc = q r``, ``r = u diag(s) v^T``; the first ``k`` columns of ``q u`` are kept."""
+
+    q: torch.Tensor  # (n, m) orthonormal, m = min(n, d)
+    r: torch.Tensor  # (m, d)
+    s: torch.Tensor  # (m,) singular values of Xc, descending
+    rank: int
+    k: int = 0
+
+    def kept(self) -> torch.Tensor | None:
+        """The first ``k`` left singular vectors of ``r`` (m, k); None when every direction is kept (then the
+        basis is ``q`` itself and no SVD with vectors is needed)."""
+        if self.k == self.r.shape[0]:
+            return None
+        return torch.linalg.svd(self.r, full_matrices=False)[0][:, : self.k]
+
+
+def _whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> _Side:
+    """QR of the centred ``x`` (n, d) and the singular values of its R factor; ``k`` starts at the numerical rank.
+
+    ``compress``: with d > n, first rewrite ``xc`` as n columns with the same row inner products
+    (:func:`~.common.compress_columns`; CCA and SVCCA do not change, and the decompositions are n x n).
+    PWCCA passes False: its weights are projections on the original neurons.
+    """
+    xc, _ = centred(x, name, what)
+    if compress:
+        xc = compress_columns(xc)
+    q, r = torch.linalg.qr(xc)
+    s = torch.linalg.svdvals(r)
+    rank = numerical_rank(s, *xc.shape)
+    return _Side(q, r, s, rank, rank)
+
+
+def _project(u: torch.Tensor | None, m: torch.Tensor) -> torch.Tensor:
+    return m if u is None else u.T @ m
+
+
+def _correlations(a: _Side, b: _Side, n: int, what: str, fix: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Canonical correlations (descending, (min(ka, kb),)), the front's canonical directions in its kept
+    basis (ka, min(ka, kb)) and that basis (:meth:`_Side.kept`); refuses when ``ka + kb >= n - 1``
+    (correlations of 1 by construction)."""
+    if a.k + b.k >= n - 1:
+        raise ValueError(
+            f"{what} is degenerate here: n - 1 = {n - 1} <= {a.k} + {b.k} (the directions kept of the front "
+            f"and of the end, after centring), so canonical correlations of 1 appear by construction whatever "
+            f"the representations are; {fix}"
+        )
+    ua, ub = a.kept(), b.kept()
+    m = _project(ub, _project(ua, a.q.T @ b.q).T).T  # (ka, kb): U_x^T Q_x^T Q_y U_y
+    left, rho, _ = torch.linalg.svd(m, full_matrices=False)
+    return rho.clamp(0.0, 1.0), left, ua
+
+
+_CCA_FIX = ("use more samples (n > rank(front) + rank(end) + 1), or reduce both sides first with 'svcca' "
+            "(option dims, e.g. dims=20, or a lower variance)")
+
+
+def _details(rho: torch.Tensor, a: _Side, b: _Side, n: int) -> dict:
+    return {"n": n, "front_dims_kept": a.k, "end_dims_kept": b.k, "correlations": rho.tolist(),
+            "yanai_r2": float((rho**2).mean())}
+
+
+def cca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measured:
+    """Mean canonical correlation of the centred activations (all ``min(rank X, rank Y)`` of them).
+
+    Args:
+        X: (n, dx) array or tensor (the front; higher rank flattens after axis 0).
+        Y: (n, dy) array or tensor of the same n inputs.
+        details: return a :class:`Measured` with ``correlations`` (all, descending), ``yanai_r2`` (their
+            mean square: Yanai's generalised R^2), ``front_dims_kept``/``end_dims_kept`` (numerical ranks), ``n``.
+
+    Returns:
+        The mean correlation, in [0, 1] (float), or a :class:`Measured`.
+
+    Raises:
+        ValueError: bad input (see :func:`~similarity_plugins.measures.common.pair`), a constant side, or
+            ``n - 1 <= rank(Xc) + rank(Yc)`` (CCA is degenerate: use more samples or ``svcca`` with ``dims``).
+    """
+    x, y = pair(X, Y, "CCA", min_n=3)
+    a, b = _whiten(x, "X", "CCA"), _whiten(y, "Y", "CCA")
+    rho, _, _ = _correlations(a, b, x.shape[0], "CCA", _CCA_FIX)
+    return finish(float(rho.mean()), _details(rho, a, b, x.shape[0]), details)
+
+
+def _dims_pair(dims: "int | tuple[int, int] | list[int] | None") -> tuple[int, int] | None:
+    if dims is None:
+        return None
+    if isinstance(dims, (tuple, list)):
+        if len(dims) != 2:
+            raise ValueError(f"SVCCA: dims must be an integer or a pair (front, end) (got {dims!r})")
+        return positive_int(dims[0], "dims", "SVCCA"), positive_int(dims[1], "dims", "SVCCA")
+    d = positive_int(dims, "dims", "SVCCA")
+    return d, d
+
+
+def _by_variance(variance: float) -> Callable[[_Side], int]:
+    def keep(side: _Side) -> int:
+        share = torch.cumsum(side.s**2, 0) / torch.sum(side.s**2)
+        # the fewest leading directions whose share reaches `variance` (rounding: 1e-12 below counts as reached)
+        return min(int(torch.searchsorted(share, torch.tensor(variance - 1e-12, dtype=share.dtype))) + 1, side.rank)
+    return keep
+
+
+def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple[int, int] | None" = None, *,
+          details: bool = False) -> float | Measured:
+    """SVCCA (Raghu et al. 2017): SVD-reduce each side, then the mean canonical correlation.
+
+    Each centred side keeps its leading singular directions: the fewest whose squared singular values reach
+    ``variance`` of the total (default 0.99), or the first ``dims`` when given (an int for both sides, or a
+    pair (front, end); capped at the side's rank, with a warning in ``details``).
+
+    Args:
+        X: (n, dx) array or tensor (the front). Y: (n, dy) array or tensor of the same n inputs.
+        variance: share of variance to keep per side, in (0, 1]. Ignored when ``dims`` is given.
+        dims: directions to keep per side (int or (front, end)), or None to use ``variance``.
+        details: return a :class:`Measured` (``correlations``, ``yanai_r2``, ``front_dims_kept``,
+            ``end_dims_kept``, ``variance`` or ``dims``, ``n``).
+
+    Returns:
+        The mean canonical correlation of the reduced sides, in [0, 1], or a :class:`Measured`.
+
+    Raises:
+        ValueError: bad input, bad ``variance``/``dims``, or ``n - 1 <= kept front + kept end`` directions.
+    """
+    variance = float(variance)
+    if not 0.0 < variance <= 1.0:
+        raise ValueError(f"SVCCA: variance must be in (0, 1] (got {variance!r})")
+    wanted = _dims_pair(dims)
+    x, y = pair(X, Y, "SVCCA", min_n=3)
+    a, b = _whiten(x, "X", "SVCCA"), _whiten(y, "Y", "SVCCA")
+    warnings = []
+    for side, label, i in ((a, "front", 0), (b, "end", 1)):
+        if wanted is None:
+            side.k = _by_variance(variance)(side)
+        else:
+            side.k = min(wanted[i], side.rank)
+            if wanted[i] > side.rank:
+                warnings.append(f"dims={wanted[i]} for the {label} exceeds its rank {side.rank}; kept {side.rank}")
+    fix = "use more samples, or keep fewer directions (a lower variance, or dims)"
+    rho, _, _ = _correlations(a, b, x.shape[0], "SVCCA", fix)
+    info = _details(rho, a, b, x.shape[0])
+    info.update({"dims": list(wanted)} if wanted else {"variance": variance})
+    if warnings:
+        info["warnings"] = warnings
+    return finish(float(rho.mean()), info, details)
+
+
+def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measured:
+    """Projection-weighted CCA (Morcos et al. 2018) with the paper's weights, taken from the front.
+
+    ``score = sum_i w_i rho_i`` with ``w_i = alpha_i / sum_j alpha_j``, ``alpha_i = sum_j |<h_i, x_j>|``:
+    ``h_i`` the front's unit-norm canonical variates (n-vectors), ``x_j`` the front's centred neurons
+    (columns of ``Xc``). (google/svcca's code instead weights from whichever side has fewer neurons.)
+    ``<h_i, x_j>`` is computed without forming ``h``: ``H^T Xc = A^T U^T R`` (A: the front's canonical
+    directions in its whitened basis).
+
+    Args:
+        X: (n, dx) array or tensor (the front, which gives the weights). Y: (n, dy), same n inputs.
+        details: return a :class:`Measured` (``correlations``, ``weights``, ``weights_from="front"``,
+            ``yanai_r2``, ``front_dims_kept``, ``end_dims_kept``, ``n``).
+
+    Returns:
+        The weighted mean correlation, in [0, 1], or a :class:`Measured`.
+
+    Raises:
+        ValueError: bad input, a constant side, or ``n - 1 <= rank(Xc) + rank(Yc)`` (degenerate CCA).
+    """
+    x, y = pair(X, Y, "PWCCA", min_n=3)
+    a, b = _whiten(x, "X", "PWCCA", compress=False), _whiten(y, "Y", "PWCCA")
+    fix = "use more samples (n > rank(front) + rank(end) + 1), or 'svcca' with dims"
+    rho, left, ua = _correlations(a, b, x.shape[0], "PWCCA", fix)
+    alpha = (left.T @ _project(ua, a.r)).abs().sum(dim=1)  # (m,): sum_j |<h_i, x_j>| = rows of A^T U^T R
+    weights = alpha / alpha.sum()
+    info = _details(rho, a, b, x.shape[0])
+    info.update(weights=weights.tolist(), weights_from="front")
+    return finish(float((weights * rho).sum()), info, details)

@@ -1,0 +1,81 @@
+"""Mutual k-nearest-neighbour alignment (Huh et al. 2024, "The Platonic Representation Hypothesis")."""
+
+from __future__ import annotations
+
+import torch
+
+from ..utils.arrays import ArrayLike
+from .common import Measured, centred, finish, pair, positive_int
+
+__all__ = ["mutual_knn"]
+
+# rows of the n x n similarity matrix computed at once: about this many float64 values per block
+_BLOCK_VALUES = 1 << 22
+
+
+def _unit_rows(x: torch.Tensor, name: str) -> torch.Tensor:
+    norms = torch.linalg.vector_norm(x, dim=1)
+    zero = int((norms == 0).sum())
+    if zero:
+        raise ValueError(f"mutual-kNN: {zero} row(s) of {name} are all zero, so their nearest neighbours by "
+                         "cosine similarity are undefined; drop those samples")
+    return x / norms[:, None]
+
+
+def _neighbours(sim: torch.Tensor, start: int, k: int) -> tuple[torch.Tensor, int]:
+    """Boolean (b, n) mask of each row's k most similar other rows, and how many rows had a tie at the cut.
+
+    ``sim`` (b, n) holds rows ``start .. start+b-1`` of the similarity matrix (changed in place: the
+    diagonal becomes -inf). Ties at the k-th value go to the lowest column indices (a stable descending sort).
+    """
+    rows = torch.arange(sim.shape[0], device=sim.device)
+    sim[rows, rows + start] = -torch.inf
+    kth = torch.topk(sim, k, dim=1, sorted=True).values[:, -1:]
+    chosen = sim >= kth
+    tied = torch.nonzero(chosen.sum(dim=1) > k).flatten()  # more than k at or above the k-th value: a tie
+    if len(tied):  # keep the lowest indices among those equal to the k-th value
+        t_sim, t_kth = sim[tied], kth[tied]
+        equal = t_sim == t_kth
+        need = k - (t_sim > t_kth).sum(dim=1, keepdim=True)
+        chosen[tied] = (t_sim > t_kth) | (equal & (torch.cumsum(equal, dim=1) <= need))
+    return chosen, int(len(tied))
+
+
+def mutual_knn(X: ArrayLike, Y: ArrayLike, topk: int = 10, *, details: bool = False) -> float | Measured:
+    """Mutual k-NN alignment: the mean share of each sample's ``topk`` nearest neighbours shared by X and Y.
+
+    Rows are L2-normalised and neighbours are the other samples of highest cosine similarity (Huh et al.
+    2024's ``mutual_knn``: the sample itself excluded); the score is ``mean_i |N_X(i) & N_Y(i)| / topk``.
+    Ties at the k-th similarity are broken towards the lower sample index. The n x n similarities are
+    computed in row blocks (about 32 MiB each), so memory is O(n d + block).
+
+    Args:
+        X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
+        topk: neighbours per sample, 1 <= topk <= n - 1 (default 10).
+        details: return a :class:`Measured` with ``topk``, ``n`` and ``tied_rows`` (rows whose k-th
+            similarity was tied in X or Y, so the tie rule chose).
+
+    Returns:
+        The alignment in [0, 1], or a :class:`Measured`.
+
+    Raises:
+        ValueError: bad input, ``topk`` not an integer in [1, n - 1], an all-zero row, or a constant side.
+    """
+    k = positive_int(topk, "topk", "mutual-kNN")
+    x, y = pair(X, Y, "mutual-kNN", min_n=2)
+    n = x.shape[0]
+    if k > n - 1:
+        raise ValueError(f"mutual-kNN: topk={k} needs at least {k + 1} samples (each sample's {k} neighbours "
+                         f"are other samples) but got n={n}; pass more samples or a smaller topk")
+    centred(x, "X", "mutual-kNN")  # refuses a constant representation like every measure
+    centred(y, "Y", "mutual-kNN")
+    xn, yn = _unit_rows(x, "X"), _unit_rows(y, "Y")
+    block = max(1, min(n, _BLOCK_VALUES // n))
+    shared, tied = 0, 0
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        nx, tx = _neighbours(xn[start:stop] @ xn.T, start, k)
+        ny, ty = _neighbours(yn[start:stop] @ yn.T, start, k)
+        shared += int((nx & ny).sum())
+        tied += tx + ty
+    return finish(shared / (n * k), {"n": n, "topk": k, "tied_rows": tied}, details)

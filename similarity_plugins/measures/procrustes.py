@@ -1,0 +1,40 @@
+"""Orthogonal Procrustes / normalised Bures similarity (Williams et al. 2021's shape metric with alpha = 1)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..utils.arrays import ArrayLike
+from .common import Measured, centred, compress_columns, finish, pair
+
+__all__ = ["procrustes"]
+
+
+def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measured:
+    """Normalised Bures similarity ``||Xc^T Yc||_* / (||Xc||_F ||Yc||_F)`` of the centred activations.
+
+    This is ``max_Q <Xc, Yc Q> / (||Xc|| ||Yc||)`` over orthogonal Q (the orthogonal Procrustes problem
+    after centring and scaling to unit norm), so it is invariant to translation, orthogonal maps and
+    isotropic scaling of either side; ``arccos`` of it is Williams et al.'s angular shape distance
+    (alpha = 1). One (dx, dy) GEMM and its singular values; with d > n a side is first reduced to n columns
+    with the same row inner products (:func:`~.common.compress_columns`).
+
+    Args:
+        X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
+        details: return a :class:`Measured` with ``angular_distance`` (radians, in [0, pi/2]) and ``n``.
+
+    Returns:
+        The similarity in [0, 1] (float), or a :class:`Measured`.
+
+    Raises:
+        ValueError: bad input (NaN/Inf, rows that differ, n < 2) or a constant side.
+    """
+    x, y = pair(X, Y, "Procrustes", min_n=2)
+    xc, sx = centred(x, "X", "Procrustes")
+    yc, sy = centred(y, "Y", "Procrustes")
+    xc, yc = compress_columns(xc), compress_columns(yc)
+    nuclear = float(torch.linalg.svdvals(xc.T @ yc).sum())
+    score = min(1.0, max(0.0, nuclear / (math.sqrt(sx) * math.sqrt(sy))))
+    return finish(score, {"n": int(x.shape[0]), "angular_distance": math.acos(score)}, details)

@@ -1,0 +1,152 @@
+"""Representational measures beside CKA as metric plugins: ``procrustes``, ``cca``, ``svcca``, ``pwcca``, ``rsa``,
+``linear-regression``, ``mutual-knn`` (the maths: :mod:`similarity_plugins.measures`).
+
+Like the CKA plugins, each compares the front's activations at ``layer.front`` with the end's at ``layer.end``
+on the test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64, and reads them
+only through ``context.activations(model, layer, split)`` (so ``score(x, y)`` can feed arrays). Option
+``max_samples``: use the first N test samples (default all). ``linear-regression`` also fits on the train split.
+
+Each declares what its score means: ``kind``, ``range``, ``symmetric`` and ``invariances`` (vocabulary in
+docs/metrics.md; for option-dependent invariances, those of the defaults).
+
+Under torch.distributed, ``context.activations`` gathers every rank's share, so each rank holds the whole
+(N, D) arrays of both layers (``linear-regression``: of both splits) and computes the same score; the
+measures' own memory comes on top (RSA: about 40 N^2 bytes).
+"""
+
+from __future__ import annotations
+
+from ..core.context import Context
+from ..core.contract import Option
+from ..core.hookspecs import hookimpl
+from ..core.results import LayerPair, SimilarityResult
+from .cka import MAX_SAMPLES
+
+_ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
+
+
+class _Representational:
+    """One measure of :mod:`similarity_plugins.measures` on the test activations at the layer."""
+
+    needs = ("test",)
+    options: tuple[Option, ...] = (MAX_SAMPLES,)
+    deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
+    activations_only = True  # needs nothing but the two layers' activations: score(x, y) can run it
+    kind = "similarity"
+    range: tuple[float, float] | None = (0.0, 1.0)
+    symmetric = True
+    invariances: tuple[str, ...] = _ALL_LINEAR
+
+    measure: str  # the name of the function of similarity_plugins.measures that computes the score
+
+    def arguments(self, options: dict) -> dict:
+        """The measure's keyword arguments from the metric's options (besides ``max_samples``)."""
+        return {}
+
+    @hookimpl
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+        x = context.activations(front, layer.front, "test")
+        y = context.activations(end, layer.end, "test")
+        limit = options.get("max_samples")
+        if limit:
+            x, y = x[: int(limit)], y[: int(limit)]
+        from .. import measures
+
+        result = getattr(measures, self.measure)(x, y, **self.arguments(options), details=True)
+        details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
+        return SimilarityResult("", result.score, details)
+
+
+class Procrustes(_Representational):
+    """Orthogonal Procrustes / normalised Bures similarity of the centred activations."""
+
+    description = "orthogonal Procrustes / normalised Bures similarity, ||Xc^T Yc||_* / (||Xc|| ||Yc||) (test split)"
+
+    measure = "procrustes"
+
+
+class CCA(_Representational):
+    """Mean canonical correlation; refuses when N - 1 <= rank(front) + rank(end)."""
+
+    description = "mean canonical correlation of the centred activations (test split; refuses degenerate N <= Dx+Dy+1)"
+    invariances = (*_ALL_LINEAR, "invertible-linear")
+
+    measure = "cca"
+
+
+class SVCCA(_Representational):
+    """SVCCA (Raghu et al. 2017): SVD-reduce each side to 99% of its variance (or dims), then mean CCA."""
+
+    description = "SVCCA: each side SVD-reduced to `variance` of its variance (or `dims`), then mean CCA (Raghu 2017)"
+    options = (MAX_SAMPLES, Option("variance", 0.99, "share of each side's variance its kept SVD directions reach"),
+               Option("dims", None, "SVD directions kept per side (int, or [front, end]); overrides variance"))
+
+    measure = "svcca"
+
+    def arguments(self, options: dict) -> dict:
+        return {"variance": options.get("variance", 0.99), "dims": options.get("dims")}
+
+
+class PWCCA(_Representational):
+    """PWCCA (Morcos et al. 2018): canonical correlations weighted by the front's projections."""
+
+    description = "PWCCA: canonical correlations weighted by their projection on the front's neurons (Morcos 2018)"
+    symmetric = False
+    invariances = ("translation", "isotropic-scaling", "permutation")
+
+    measure = "pwcca"
+
+
+class RSA(_Representational):
+    """RSA: correlation of the two representational dissimilarity matrices (O(N^2) memory)."""
+
+    description = "RSA: Spearman (or pearson/kendall) correlation of the two RDMs (correlation distance by default)"
+    options = (MAX_SAMPLES, Option("rdm", "correlation", "dissimilarity: correlation, euclidean or cosine (scipy pdist)"),
+               Option("compare", "spearman", "RDM comparison: spearman, pearson or kendall (tau-b)"))
+    range = (-1.0, 1.0)
+    invariances = ("isotropic-scaling", "permutation")
+
+    measure = "rsa"
+
+    def arguments(self, options: dict) -> dict:
+        return {"rdm": options.get("rdm", "correlation"), "compare": options.get("compare", "spearman")}
+
+
+class LinearRegression(_Representational):
+    """Variance-weighted R^2 on the test split of a ridge map front -> end fitted on the train split."""
+
+    description = "linear (ridge) regression front -> end: variance-weighted R^2 on test, fitted on train"
+    needs = ("train", "test")
+    options = (Option("max_samples", None, "use the first N test samples (None: all; fitting uses the whole train split)"),
+               Option("alpha", 1e-3, "ridge strength relative to the mean eigenvalue of the front's covariance"))
+    range = None  # at most 1; unbounded below (worse than predicting the mean)
+    symmetric = False
+
+    @hookimpl
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+        from ..measures import linear_regression
+
+        x = context.activations(front, layer.front, "test")
+        y = context.activations(end, layer.end, "test")
+        limit = options.get("max_samples")
+        if limit:
+            x, y = x[: int(limit)], y[: int(limit)]
+        x_train = context.activations(front, layer.front, "train")
+        y_train = context.activations(end, layer.end, "train")
+        result = linear_regression(x_train, y_train, options.get("alpha", 1e-3), X_test=x, Y_test=y, details=True)
+        details = {"front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
+        details["split"] = "fitted on the train split, scored on the test split"
+        return SimilarityResult("", result.score, details)
+
+
+class MutualKNN(_Representational):
+    """Mutual k-nearest-neighbour alignment of L2-normalised rows (Huh et al. 2024)."""
+
+    description = "mutual k-NN alignment: shared share of each sample's topk cosine neighbours (Huh et al. 2024)"
+    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample (other samples; needs N > topk)"))
+    invariances = ("isotropic-scaling", "orthogonal", "permutation")
+
+    measure = "mutual_knn"
+
+    def arguments(self, options: dict) -> dict:
+        return {"topk": options.get("topk", 10)}
