@@ -43,13 +43,17 @@ class _Representational:
         """The measure's keyword arguments from the metric's options (besides ``max_samples``)."""
         return {}
 
-    @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+    @staticmethod
+    def test_activations(front, end, layer: LayerPair, options: dict, context: Context) -> tuple:
+        """The front's and the end's test activations at the layer, (N, Dx) and (N, Dy), cut to ``max_samples``."""
         x = context.activations(front, layer.front, "test")
         y = context.activations(end, layer.end, "test")
         limit = options.get("max_samples")
-        if limit:
-            x, y = x[: int(limit)], y[: int(limit)]
+        return (x[: int(limit)], y[: int(limit)]) if limit else (x, y)
+
+    @hookimpl
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+        x, y = self.test_activations(front, end, layer, options, context)
         from .. import measures
 
         result = getattr(measures, self.measure)(x, y, **self.arguments(options), details=True)
@@ -126,11 +130,7 @@ class LinearRegression(_Representational):
     def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
         from ..measures import linear_regression
 
-        x = context.activations(front, layer.front, "test")
-        y = context.activations(end, layer.end, "test")
-        limit = options.get("max_samples")
-        if limit:
-            x, y = x[: int(limit)], y[: int(limit)]
+        x, y = self.test_activations(front, end, layer, options, context)
         x_train = context.activations(front, layer.front, "train")
         y_train = context.activations(end, layer.end, "train")
         result = linear_regression(x_train, y_train, options.get("alpha", 1e-3), X_test=x, Y_test=y, details=True)
