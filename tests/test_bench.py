@@ -290,3 +290,14 @@ def test_bench_times_a_third_party_metric_and_reports_one_that_raises(installed,
         assert "Error" not in rows[name] and float(rows[name].split()[2]) > 0 and -1 <= float(rows[name].split()[5]) <= 1
     names = [b["extra_info"]["metric"] for b in json.loads(out.read_text())["benchmarks"]]
     assert names == ["mean-cosine", "cka-linear"]  # the errored benchmark carries no timing
+
+
+def test_small_workload_times_the_cca_family_where_cca_is_defined():
+    """450 test digits are too few for CCA at block3 (256 + 256 values); cca and pwcca are timed at block4, the rest
+    at the workload's layer."""
+    from similarity_plugins.apps.bench.workloads import WORKLOADS, Donors
+
+    donors = Donors(front=None, end=None, layer="block3", data=None)
+    small = WORKLOADS["small"]
+    assert small.layer_for("cca", donors) == small.layer_for("pwcca", donors) == "block4"
+    assert {small.layer_for(m, donors) for m in ("svcca", "procrustes", "cka-linear", "stitch-slm")} == {"block3"}

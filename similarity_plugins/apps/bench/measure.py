@@ -58,9 +58,10 @@ def benchmark_metric(benchmark: Any, metric: str, workload: "str | Workload" = D
     chosen = get_workload(workload)
     donors = chosen.donors(seed)
     metric_options = chosen.options_for(name, options, metric_info(name).options)
+    layer = chosen.layer_for(name, donors)
     if benchmark.group is None:
         benchmark.group = f"workload {chosen.name}"
-    benchmark.extra_info.update({"metric": name, "workload": chosen.name, "layer": donors.layer,
+    benchmark.extra_info.update({"metric": name, "workload": chosen.name, "layer": layer,
                                  "package": metric_info(name).package, "score": None, "error": None})
     last: dict[str, SimilarityResult] = {}
 
@@ -68,7 +69,7 @@ def benchmark_metric(benchmark: Any, metric: str, workload: "str | Workload" = D
         return (), {"context": Context(donors.data, seed=seed, options=metric_options)}
 
     def one_round(context: Context) -> None:
-        report = compare(donors.front, donors.end, donors.layer, donors.data, [name], seed=seed,
+        report = compare(donors.front, donors.end, layer, donors.data, [name], seed=seed,
                          options=metric_options, context=context)
         result = report.results[0]
         last["result"] = result

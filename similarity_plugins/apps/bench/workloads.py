@@ -4,7 +4,8 @@ A workload is everything a metric needs besides its own work, built once per pro
 (seeded initial weights, seeded training on scikit-learn digits; nothing is downloaded):
 
 - ``small`` (default): two :class:`~similarity_plugins.apps.zoo.SmallCNN` (width 16) on digits at 1x32x32,
-  trained 2 epochs each (seeds 0 and 1), compared at ``block3`` (16 x 4 x 4 = 256 values); 512 training
+  trained 2 epochs each (seeds 0 and 1), compared at ``block3`` (16 x 4 x 4 = 256 values; ``cca`` and
+  ``pwcca`` at ``block4``, 64 values, since CCA needs more samples than both widths together); 512 training
   / 450 test images. Seconds per metric on 2 CPU cores.
 - ``resnet18``: two torchvision ResNet-18 (10 classes, standard stem) on digits at 3x32x32 (grey replicated),
   trained 1 epoch each, compared at ``layer3`` (256 x 2 x 2 = 1,024 values); 512 training / 256 test images.
@@ -57,6 +58,12 @@ class Workload:
     family_options: tuple[tuple[str, dict], ...] = field(default=(("stitch-*", STITCH_FAST), ("iri-*", IRI_FAST)))
     rounds: int = 3
     warmup_rounds: int = 1
+    family_layers: tuple[tuple[str, str], ...] = ()
+
+    def layer_for(self, metric: str, donors: Donors) -> str:
+        """The layer ``metric`` is timed at: the first matching ``family_layers`` entry, else ``donors.layer``."""
+        return next((layer for pattern, layer in self.family_layers if fnmatch.fnmatchcase(metric, pattern)),
+                    donors.layer)
 
     def donors(self, seed: int = 0) -> Donors:
         """The workload's donors and data for ``seed`` (trained on first use, then cached for the process)."""
@@ -121,7 +128,10 @@ def _resnet18(seed: int) -> Donors:
 
 
 WORKLOADS: dict[str, Workload] = {
-    "small": Workload("small", "SmallCNN width 16, digits 1x32x32, block3, 512 train / 450 test", _small),
+    # CCA needs more test samples than the two layers' widths together (n - 1 > Dx + Dy): 450 digits are too few
+    # at block3 (256 + 256 values), so the CCA family is timed at block4 (64 + 64)
+    "small": Workload("small", "SmallCNN width 16, digits 1x32x32, block3 (cca, pwcca: block4), 512 train / 450 test",
+                      _small, family_layers=(("cca", "block4"), ("pwcca", "block4"))),
     "resnet18": Workload("resnet18", "ResNet-18, digits 3x32x32, layer3, 512 train / 256 test", _resnet18,
                          rounds=2, warmup_rounds=1),
 }
