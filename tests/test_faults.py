@@ -640,3 +640,91 @@ def test_a_plugin_that_moves_a_donor_to_another_device_is_caught_and_undone(fres
     assert row.score is None and "block1.0.weight moved to torch.float32 on cuda:0" in row.error, row.error
     assert all(t.device.type == "cpu" for t in list(front.parameters()) + list(front.buffers()))
     assert_unchanged(front, before)
+
+
+def _study_writers(tmp_path):
+    """Each study's (and the demo's) writer with small synthetic results: ``{study: (write, file names)}``."""
+    from similarity_plugins.apps import demo
+    from similarity_plugins.apps.studies import robustness, unseen_cue
+    from similarity_plugins.core.results import Report, SimilarityResult
+    from similarity_plugins.iri.result import IRISet
+
+    def report(metrics):
+        scores = {m: 0.3 + 0.08 * i for i, m in enumerate(metrics)}
+        return Report([SimilarityResult(m, s, {"test_ci95": [s - 0.05, s + 0.05]}, layer=layer)
+                       for m, s in scores.items() for layer in ("block3", "block4")])
+
+    seeds = torch.rand(3, 1, 8, 8)
+    iris = ({"block4": IRISet(seeds.clone(), torch.full((3,), 0.01, dtype=torch.float64), torch.ones(3, dtype=torch.long),
+                              torch.zeros(3, dtype=torch.float64))}, seeds)
+    rows = [{"donor_seeds": [2 * i, 2 * i + 1], "metric": m, "layer": "block3", "excess": 0.05 * i - 0.02 * j}
+            for i in range(3) for j, m in enumerate(unseen_cue.METRICS)]
+    summary = unseen_cue.summarise(rows, ["block3"])
+    pairs = {"a -> b": report(demo.METRICS), "a -> c": report(demo.METRICS)}
+    return {
+        "shortcut": (lambda out: demo.write_files(out, pairs, {}, demo.DemoConfig.quick(), 0, ["x"], [], iris),
+                     ["report.json", "report.csv", "similarity.png", "iris.png"]),
+        "robustness": (lambda out: robustness.write_files(out, {t: report(robustness.METRICS) for t in robustness.PAIRS},
+                                                          {}, robustness.RobustnessConfig.quick(), 0, ["x"], {}, iris),
+                       ["report.json", "report.csv", "similarity.png", "iris.png"]),
+        "unseen-cue": (lambda out: unseen_cue.write_files(out, unseen_cue.UnseenCueConfig.quick(), 0, rows, summary, ["x"]),
+                       ["report.json", "report.csv", "excess.png"]),
+    }
+
+
+@pytest.mark.parametrize("study", ["shortcut", "robustness", "unseen-cue"])
+def test_a_study_writes_all_its_files_with_the_umask_modes(tmp_path, study):
+    import json
+    import os
+
+    write, names = _study_writers(tmp_path)[study]
+    out = tmp_path / "out"
+    out.mkdir()
+    old = os.umask(0o027)
+    try:
+        paths = write(str(out))
+    finally:
+        os.umask(old)
+    assert paths == [str(out / name) for name in names]
+    assert sorted(os.listdir(out)) == sorted(names)  # no temporary file left
+    assert json.loads((out / "report.json").read_text())["explanation"] == ["x"]
+    assert (out / "report.csv").read_text().count("\n") > 1
+    for name in names:
+        assert (out / name).stat().st_mode & 0o777 == 0o640
+        if name.endswith(".png"):
+            assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("study", ["shortcut", "robustness", "unseen-cue"])
+def test_a_study_whose_last_file_cannot_be_written_leaves_none_of_its_files(tmp_path, study, monkeypatch):
+    import os
+
+    from similarity_plugins.utils import io
+
+    write, names = _study_writers(tmp_path)[study]
+    out = tmp_path / "out"
+    (out / names[-1]).mkdir(parents=True)  # the last target is a folder: its rename fails after the others
+    with pytest.raises(IsADirectoryError):
+        write(str(out))
+    assert os.listdir(out) == [names[-1]] and not os.listdir(out / names[-1])
+    os.rmdir(out / names[-1])
+    if study == "shortcut":  # a figure that fails to render: nothing is written at all
+        from similarity_plugins.apps import gallery
+
+        monkeypatch.setattr(gallery, "iris_figure", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("render failed")))
+        with pytest.raises(RuntimeError, match="render failed"):
+            write(str(out))
+        assert os.listdir(out) == []
+        monkeypatch.undo()
+    real, calls = os.replace, []
+
+    def full_disk_on_the_second(src, dst):  # one rename fails half-way: the files renamed before are removed
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(io.os, "replace", full_disk_on_the_second)
+    with pytest.raises(OSError, match="No space left"):
+        write(str(out))
+    assert os.listdir(out) == []

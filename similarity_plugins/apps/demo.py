@@ -6,13 +6,12 @@ every difference), then sweeps layers from shallow to deep with CKA, Procrustes,
 RSA, standard stitching and invariance-aware stitching for the pairs clean -> clean and clean -> shortcut.
 Writes ``report.json``, ``report.csv``,
 ``similarity.png`` and ``iris.png`` (seeds next to the clean front's IRIs, a row per layer) to the output
-folder and prints the table, with 95% intervals, and a short reading of it. Only layers whose IRIs
+folder, all or none, and prints the table, with 95% intervals, and a short reading of it. Only layers whose IRIs
 converged are reported. This is ``similarity-plugins study shortcut``.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,16 +24,16 @@ from ..core.compare import compare
 from ..core.context import Context
 from ..core.data import Data
 from ..core.results import Report
-from ..utils.io import write_text
 from .studies.common import (
     DonorPool,
     DonorSpec,
     begin_study,
     ci_text,
     intervals_overlap,
+    json_ready_text,
     study_csv,
     study_options,
-    write_json_ready,
+    write_study,
 )
 
 METRICS = ["cka-linear", "procrustes", "svcca", "rsa", "stitch-slm", "stitch-dm", "iri-slm", "iri-dm"]
@@ -120,14 +119,12 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     for line in explanation:
         _say("  " + line)
 
-    files = _write_outputs(out_dir, reports, accuracy, cfg, seed, explanation, dropped)
+    iris = None
     if kept:
-        from .gallery import iris_of_sweep, plot_iris
+        from .gallery import iris_of_sweep
 
-        sets, seeds = iris_of_sweep(context, models["clean A"], kept, _compare_options(cfg))
-        files.append(plot_iris(sets, seeds, os.path.join(out_dir, "iris.png"),
-                               title="clean A's IRIs: seeds (top), one row per layer; err = relative error, "
-                                     "dist = RMS distance from seed"))
+        iris = iris_of_sweep(context, models["clean A"], kept, _compare_options(cfg))
+    files = write_files(out_dir, reports, accuracy, cfg, seed, explanation, dropped, iris)
     seconds = time.perf_counter() - start
     _say(f"\nwrote {', '.join(files)} in {seconds:.0f} s")
     return {"reports": reports, "accuracy": accuracy, "files": files, "seconds": seconds, "dropped": dropped}
@@ -300,11 +297,13 @@ def _interval_lines(cc: Report, cs: Report, layers: list[str]) -> list[str]:
     return out
 
 
-def _write_outputs(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: DemoConfig, seed: int,
-                   explanation: list[str], dropped: list[str]) -> list[str]:
-    from .plots import plot_sweep
+def write_files(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: DemoConfig, seed: int,
+                explanation: list[str], dropped: list[str], iris: tuple[dict, torch.Tensor] | None = None) -> list[str]:
+    """Write ``report.json``, ``report.csv``, ``similarity.png`` and, given ``iris`` (``({layer: IRISet}, seeds)``
+    as :func:`~.gallery.iris_of_sweep` returns), ``iris.png`` into ``out_dir``, all or none; returns their paths."""
+    from .gallery import iris_figure
+    from .plots import sweep_figure
 
-    json_path = os.path.join(out_dir, "report.json")
     payload = {
         "meta": {"study": "shortcut", "data": "sklearn digits 32x32", "seed": seed, "config": cfg.__dict__,
                  "torch": torch.__version__, "not_reported_layers": dropped},
@@ -312,10 +311,11 @@ def _write_outputs(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg
         "pairs": {title: report.to_dict() for title, report in reports.items()},
         "explanation": explanation,
     }
-    csv_path = write_text(os.path.join(out_dir, "report.csv"), study_csv(reports))
-    write_json_ready(json_path, payload)
-
-    png_path = plot_sweep(reports, os.path.join(out_dir, "similarity.png"), metrics=METRICS,
-                          title="clean model A as the front: standard vs invariance-aware stitching",
-                          ylabel="score (relative accuracy / similarity)")
-    return [json_path, csv_path, png_path]
+    files = {"report.json": json_ready_text(payload), "report.csv": study_csv(reports),
+             "similarity.png": sweep_figure(reports, metrics=METRICS,
+                                            title="clean model A as the front: standard vs invariance-aware stitching",
+                                            ylabel="score (relative accuracy / similarity)")}
+    if iris is not None:
+        files["iris.png"] = iris_figure(*iris, title="clean A's IRIs: seeds (top), one row per layer; err = relative "
+                                                     "error, dist = RMS distance from seed")
+    return write_study(out_dir, files)

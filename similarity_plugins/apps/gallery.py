@@ -9,7 +9,7 @@ import torch
 
 from ..iri.result import IRISet
 
-__all__ = ["gallery_captions", "iris_of_sweep", "plot_iris"]
+__all__ = ["gallery_captions", "iris_figure", "iris_of_sweep", "plot_iris"]
 
 
 def gallery_captions(iris: IRISet, count: int) -> list[str]:
@@ -26,20 +26,28 @@ def _image(x: torch.Tensor) -> Any:
 
 def plot_iris(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, path: str | os.PathLike, *, count: int = 8,
               title: str | None = None) -> str:
-    """Write a PNG gallery: the first ``count`` seeds on the top row, their IRIs below (one row per layer).
+    """Write the PNG gallery of :func:`iris_figure` to ``path`` atomically (parent folders created; a new file gets
+    the umask's permissions); returns the path."""
+    from ..utils.io import write_all
+
+    path = os.fspath(path)
+    write_all({path: iris_figure(iris, seeds, count=count, title=title)})
+    return path
+
+
+def iris_figure(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, *, count: int = 8, title: str | None = None,
+                fmt: str = "png") -> bytes:
+    """The gallery image (``fmt``, 110 dpi): the first ``count`` seeds on the top row, their IRIs below (one row
+    per layer). Returns the file contents (bytes), for writing with other files all or none.
 
     - ``iris``: one :class:`IRISet`, or a mapping ``{layer: IRISet}`` for a layer sweep (same seeds,
       same order); ``seeds``: the (N, C, H, W) inputs the IRIs started from, values in [0, 1].
     - Each IRI's caption gives its relative error and its RMS distance from its seed (pixel units),
       read from the IRISet; each row's label the layer and median error.
-
-    Returns the path written (atomically; Agg backend, no display needed).
     """
-    import matplotlib
+    from .plots import figure_bytes, pyplot
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = dict(iris) if isinstance(iris, Mapping) else {"IRIs": iris}
     if not rows:
         raise ValueError("plot_iris needs at least one IRISet")
@@ -63,13 +71,7 @@ def plot_iris(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, path: 
         ax.set_yticks([])
     fig.suptitle(title or "seeds (top) and their IRIs: relative error, RMS distance from seed", fontsize=9)
     fig.tight_layout()
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return figure_bytes(fig, fmt, dpi=110)
 
 
 def iris_of_sweep(context: Any, front: torch.nn.Module, layers: list[str], options: dict) -> tuple[dict, torch.Tensor]:

@@ -1,27 +1,61 @@
-"""Plots of layer sweeps: score against depth, one panel per model pair, one line per metric."""
+"""Plots of layer sweeps (score against depth, one panel per model pair, one line per metric), and the one
+way the apps turn a matplotlib figure into file contents (:func:`figure_bytes`), so that a figure can be
+written together with other files, all or none (:func:`~similarity_plugins.utils.io.write_all`)."""
 
 from __future__ import annotations
 
+import io
 import os
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..core.results import Report
-from ..utils.io import atomic_write
+from ..utils.io import write_all
 
 
-def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metrics: Sequence[str] | None = None,
-               title: str | None = None, ylabel: str = "score (relative accuracy / CKA)") -> str:
-    """Write a PNG of score vs layer depth: one panel per entry of ``reports``, one line per metric.
-
-    ``reports`` maps a panel title (e.g. ``"clean -> clean"``) to the :class:`Report` of a layer
-    sweep; the x axis follows each report's layer order (shallow to deep). Failed results are left
-    out of their line; error bars show each score's 95% interval (``seed_ci95`` when repeated, else
-    ``test_ci95``). Returns the path written. Uses matplotlib's Agg backend (no display needed).
-    """
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure_format(path: str | os.PathLike) -> str:
+    """The image format a file name asks for: its extension without the dot ("png" when it has none)."""
+    return os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+
+
+def figure_bytes(fig: Any, fmt: str = "png", dpi: int = 120) -> bytes:
+    """Render the matplotlib figure ``fig`` as ``fmt`` ("png", "pdf", "svg", ...) at ``dpi`` dots per inch and
+    close it (also when rendering fails); returns the file contents."""
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format=fmt, dpi=dpi)
+    finally:
+        pyplot().close(fig)
+    return buf.getvalue()
+
+
+def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metrics: Sequence[str] | None = None,
+               title: str | None = None, ylabel: str = "score (relative accuracy / CKA)") -> str:
+    """Write a PNG (or the format of ``path``'s extension) of :func:`sweep_figure` atomically; returns the path."""
+    path = os.fspath(path)
+    write_all({path: sweep_figure(reports, metrics=metrics, title=title, ylabel=ylabel, fmt=figure_format(path))})
+    return path
+
+
+def sweep_figure(reports: Mapping[str, Report], *, metrics: Sequence[str] | None = None, title: str | None = None,
+                 ylabel: str = "score (relative accuracy / CKA)", fmt: str = "png") -> bytes:
+    """The image (``fmt``, 120 dpi) of score vs layer depth: one panel per entry of ``reports``, one line per metric.
+
+    ``reports`` maps a panel title (e.g. ``"clean -> clean"``) to the :class:`Report` of a layer
+    sweep; the x axis follows each report's layer order (shallow to deep). Failed results are left
+    out of their line; error bars show each score's 95% interval (``seed_ci95`` when repeated, else
+    ``test_ci95``). Returns the file contents (bytes). Uses matplotlib's Agg backend (no display needed).
+    """
+    plt = pyplot()
 
     panels = list(reports.items())
     if not panels:
@@ -54,10 +88,4 @@ def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metric
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = os.fspath(path)
-    try:
-        with atomic_write(path) as fh:
-            fig.savefig(fh, format=os.path.splitext(path)[1].lstrip(".") or "png", dpi=120)
-    finally:
-        plt.close(fig)
-    return path
+    return figure_bytes(fig, fmt, dpi=120)

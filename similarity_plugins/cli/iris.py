@@ -43,25 +43,21 @@ def cmd_iris(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, iris, seeds, labels) -> None:
-    """Write ``--out`` (and ``--gallery``) all-or-none: each is made in a private folder, then both are renamed
-    into place together (:func:`~.common.write_outputs`)."""
+    """Write ``--out`` (and ``--gallery``) all-or-none: the IRI file is made in a private folder and read back,
+    the gallery rendered to bytes, then both are renamed into place together (:func:`~.common.write_outputs`)."""
     import os
     import tempfile
 
     from ..iri.store import save_iris
 
     with tempfile.TemporaryDirectory(prefix="similarity-iris-") as folder:
-        made = {args.out: save_iris(iris, os.path.join(folder, "out" + os.path.splitext(args.out)[1]), labels=labels,
-                                    seeds=seeds)}
-        if args.gallery:
-            from ..apps.gallery import plot_iris
+        made = save_iris(iris, os.path.join(folder, "out" + os.path.splitext(args.out)[1]), labels=labels, seeds=seeds)
+        with open(made, "rb") as fh:
+            contents = {args.out: fh.read()}
+    if args.gallery:
+        from ..apps.gallery import iris_figure
 
-            made[args.gallery] = plot_iris(iris, seeds, os.path.join(folder, "gallery.png"),
-                                           title=f"{args.model} at {args.layer}: seeds (top) and IRIs")
-        contents = {}
-        for path, tmp in made.items():
-            with open(tmp, "rb") as fh:
-                contents[path] = fh.read()
+        contents[args.gallery] = iris_figure(iris, seeds, title=f"{args.model} at {args.layer}: seeds (top) and IRIs")
     write_outputs(contents)
 
 

@@ -145,9 +145,14 @@ def write_text(path: str | os.PathLike, text: str) -> str:
     return os.fspath(path)
 
 
+def json_text(payload: Any, indent: int = 2) -> str:
+    """``payload`` as indented JSON text with a final newline (what :func:`write_json` writes)."""
+    return json.dumps(payload, indent=indent) + "\n"
+
+
 def write_json(path: str | os.PathLike, payload: Any, indent: int = 2) -> str:
     """Write ``payload`` as JSON (with a final newline) to ``path`` atomically; returns the path."""
-    return write_text(path, json.dumps(payload, indent=indent) + "\n")
+    return write_text(path, json_text(payload, indent))
 
 
 def csv_text(header: Sequence[str], rows: Iterator[Sequence[Any]] | Sequence[Sequence[Any]]) -> str:

@@ -1,5 +1,5 @@
 """What the studies share: the output folder check, donor training with a pool that keeps trained donors
-for reuse within a process, atomic report writers and the way intervals are printed."""
+for reuse within a process, the all-or-none writer of a study's files and the way intervals are printed."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any, Hashable, Mapping
 import torch
 
 from ...core.results import Report, SimilarityResult, _jsonable
-from ...utils.io import csv_text, write_json
+from ...utils.io import csv_text, json_text, write_all
 
-__all__ = ["DonorPool", "DonorSpec", "ci_text", "prepare_out_dir", "say", "study_csv", "write_json_ready"]
+__all__ = ["DonorPool", "DonorSpec", "ci_text", "prepare_out_dir", "say", "study_csv", "write_study"]
 
 
 def say(text: str = "") -> None:
@@ -37,9 +37,16 @@ def prepare_out_dir(out_dir: str | os.PathLike) -> str:
     return path
 
 
-def write_json_ready(path: str, payload: Any) -> str:
-    """``payload`` made JSON-ready (tensors, dataclasses, NaN) as indented JSON, written atomically."""
-    return write_json(path, _jsonable(payload))
+def json_ready_text(payload: Any) -> str:
+    """``payload`` made JSON-ready (tensors, dataclasses, NaN) as indented JSON text with a final newline."""
+    return json_text(_jsonable(payload))
+
+
+def write_study(out_dir: str | os.PathLike, files: Mapping[str, str | bytes]) -> list[str]:
+    """Write a study's ``{file name: contents}`` (text or bytes) into ``out_dir`` all or none
+    (:func:`~similarity_plugins.utils.io.write_all`: every file is staged next to its target, then all are
+    renamed together; new files get the umask's permissions). Returns the paths written, in the given order."""
+    return write_all({os.path.join(os.fspath(out_dir), name): contents for name, contents in files.items()})
 
 
 CSV_COLUMNS = ["pair", "metric", "layer", "score", "test_ci95_low", "test_ci95_high", "seed_ci95_low", "seed_ci95_high",

@@ -6,12 +6,11 @@ Four donors are trained on digits (two robust with PGD, two plainly), and the pa
 robust -> non-robust, non-robust -> robust and non-robust -> non-robust are swept over layers with CKA,
 standard and invariance-aware stitching. Writes ``report.json``, ``report.csv``, ``similarity.png`` (score
 against depth, a panel per pair) and ``iris.png`` (the robust and the non-robust front's IRIs of the same
-seeds), and prints a reading of the measured numbers with 95% intervals.
+seeds), all or none, and prints a reading of the measured numbers with 95% intervals.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -21,17 +20,17 @@ from ...core.compare import compare
 from ...core.context import Context
 from ...core.data import Data
 from ...core.results import Report
-from ...utils.io import write_text
 from .common import (
     DonorPool,
     DonorSpec,
     begin_study,
     ci_text,
     intervals_overlap,
+    json_ready_text,
     say,
     study_csv,
     study_options,
-    write_json_ready,
+    write_study,
 )
 
 METRICS = ["cka-linear", "stitch-slm", "iri-slm"]
@@ -100,15 +99,13 @@ def run_robustness(out_dir: str = "study-robustness", *, quick: bool = False, se
     say("\nwhat this shows:")
     for line in explanation:
         say("  " + line)
-    files = _write(out_dir, reports, accuracy, cfg, seed, explanation, quality)
-    from ..gallery import iris_of_sweep, plot_iris
+    from ..gallery import iris_of_sweep
 
     rows = {}
     for label, name in (("robust", "robust 1"), ("non-robust", "plain 1")):
         sets, seeds = iris_of_sweep(context, models[name], cfg.layers[-2:], cfg.options())
         rows.update({f"{label}\n{layer}": s for layer, s in sets.items()})
-    files.append(plot_iris(rows, seeds, os.path.join(out_dir, "iris.png"),
-                           title="the same seeds (top) and their IRIs for a robust and a non-robust front"))
+    files = write_files(out_dir, reports, accuracy, cfg, seed, explanation, quality, (rows, seeds))
     seconds = time.perf_counter() - start
     say(f"\nwrote {', '.join(files)} in {seconds:.0f} s")
     return {"reports": reports, "accuracy": accuracy, "files": files, "seconds": seconds, "explanation": explanation,
@@ -154,16 +151,21 @@ def explain_robustness(reports: dict[str, Report], layers: list[str], quality: d
     return lines
 
 
-def _write(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: RobustnessConfig, seed: int,
-           explanation: list[str], quality: dict) -> list[str]:
-    from ..plots import plot_sweep
+def write_files(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: RobustnessConfig, seed: int,
+                explanation: list[str], quality: dict, iris: tuple[dict, torch.Tensor]) -> list[str]:
+    """Write ``report.json``, ``report.csv``, ``similarity.png`` and ``iris.png`` (from ``iris``:
+    ``({row label: IRISet}, seeds (N, C, H, W))``) into ``out_dir``, all or none; returns their paths."""
+    from ..gallery import iris_figure
+    from ..plots import sweep_figure
 
     payload = {"meta": {"study": "robustness", "data": "sklearn digits 32x32", "seed": seed,
                         "config": {**asdict(replace(cfg)), "options": cfg.options()}, "torch": torch.__version__},
                "donor_accuracy": accuracy, "iri_quality": quality,
                "pairs": {t: r.to_dict() for t, r in reports.items()}, "explanation": explanation}
-    png = plot_sweep(reports, os.path.join(out_dir, "similarity.png"), metrics=METRICS,
-                     title="robust vs non-robust donors: standard vs invariance-aware stitching")
-    csv_path = write_text(os.path.join(out_dir, "report.csv"), study_csv(reports))
-    json_path = write_json_ready(os.path.join(out_dir, "report.json"), payload)
-    return [json_path, csv_path, png]
+    return write_study(out_dir, {
+        "report.json": json_ready_text(payload),
+        "report.csv": study_csv(reports),
+        "similarity.png": sweep_figure(reports, metrics=METRICS,
+                                       title="robust vs non-robust donors: standard vs invariance-aware stitching"),
+        "iris.png": iris_figure(*iris, title="the same seeds (top) and their IRIs for a robust and a non-robust front"),
+    })

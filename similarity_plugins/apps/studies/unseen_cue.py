@@ -7,12 +7,11 @@ the cue (:func:`~similarity_plugins.apps.experiments.excess_agreement`). The pap
 stitching exploits such a cue and invariance-aware stitching nearly removes the excess. The study reports
 each metric's mean excess over donor pairs with a 95% interval over donor pairs, the paired difference
 (standard minus invariance-aware) with its interval, and CKA with and without the cue; it writes
-``report.json``, ``report.csv`` and ``excess.png``.
+``report.json``, ``report.csv`` and ``excess.png``, all or none.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -21,8 +20,7 @@ import torch
 from ...core.compare import compare
 from ...core.data import Data
 from ...core.repeats import mean_interval
-from ...utils.io import write_text
-from .common import DonorPool, DonorSpec, begin_study, say, study_options, write_json_ready
+from .common import DonorPool, DonorSpec, begin_study, json_ready_text, say, study_options, write_study
 
 METRICS = ("stitch-slm", "iri-slm")
 
@@ -145,16 +143,21 @@ def run_unseen_cue(out_dir: str = "study-unseen-cue", *, quick: bool = False, se
     say("\nwhat this shows:")
     for line in explanation:
         say("  " + line)
+    files = write_files(out_dir, cfg, seed, rows, summary, explanation)
+    seconds = time.perf_counter() - start
+    say(f"\nwrote {', '.join(files)} in {seconds:.0f} s")
+    return {"rows": rows, "summary": summary, "explanation": explanation, "files": files, "seconds": seconds}
+
+
+def write_files(out_dir: str, cfg: UnseenCueConfig, seed: int, rows: list[dict], summary: dict,
+                explanation: list[str]) -> list[str]:
+    """Write ``report.json``, ``report.csv`` and ``excess.png`` (from :func:`measure_excess`'s ``rows`` and
+    :func:`summarise`'s ``summary``) into ``out_dir``, all or none; returns their paths."""
     payload = {"meta": {"study": "unseen-cue", "data": "sklearn digits 32x32", "seed": seed,
                         "config": {**asdict(cfg), "options": cfg.options()}, "torch": torch.__version__},
                "rows": rows, "summary": summary, "explanation": explanation}
-    png = plot_excess(rows, summary, os.path.join(out_dir, "excess.png"))
-    csv_path = write_text(os.path.join(out_dir, "report.csv"), _csv(rows))
-    json_path = write_json_ready(os.path.join(out_dir, "report.json"), payload)
-    seconds = time.perf_counter() - start
-    files = [json_path, csv_path, png]
-    say(f"\nwrote {', '.join(files)} in {seconds:.0f} s")
-    return {"rows": rows, "summary": summary, "explanation": explanation, "files": files, "seconds": seconds}
+    return write_study(out_dir, {"report.json": json_ready_text(payload), "report.csv": _csv(rows),
+                                 "excess.png": excess_figure(summary)})
 
 
 def format_summary(summary: dict) -> str:
@@ -182,13 +185,12 @@ def _csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def plot_excess(rows: list[dict], summary: dict, path: str) -> str:
-    """PNG: excess agreement per layer, one dot per donor pair and the mean with its 95% interval per metric."""
-    import matplotlib
+def excess_figure(summary: dict) -> bytes:
+    """PNG bytes (120 dpi): excess agreement per layer of :func:`summarise`'s ``summary``, one dot per donor pair
+    and the mean with its 95% interval per metric (agreement fractions)."""
+    from ..plots import figure_bytes, pyplot
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     layers = list(summary)
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(layers), 3.8))
     for j, metric in enumerate(METRICS):
@@ -206,8 +208,4 @@ def plot_excess(rows: list[dict], summary: dict, path: str) -> str:
     ax.set_title("unseen cue: mean and 95% interval over donor pairs", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return figure_bytes(fig, "png", dpi=120)
