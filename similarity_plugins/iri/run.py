@@ -241,7 +241,8 @@ class Run:
         resumed = resume(self)
         if not resumed:
             self.w.active = self.fill(np.arange(self.capacity))
-        bar = progress_bar(progress=self.progress, total=self.n if self.source is None else None, desc="IRIs", unit="iri", initial=self.finished,
+        total = self.n if self.source is None else None   # a rank taking from the shared queue: open-ended
+        bar = progress_bar(progress=self.progress, total=total, desc="IRIs", unit="iri", initial=self.finished,
                            dynamic_ncols=True)
         last_post = 0.0
         try:
