@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..utils.memory import kept_heap
 from ..utils.progress import progress_bar
 from .adam import AdamStepper
 from .backends import Backend, check_compile, compile_failure, compile_front, compiled_graphs, resolve_backend
@@ -359,5 +360,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     _check_run_options(batch_size, checkpoint_path, checkpoint_every)
     device = torch.device(device) if device is not None else seeds.device
     be = resolve_backend(backend, device)
-    return Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path,
-               checkpoint_every, callback, profile, sample_range, compile=check_compile(compile), source=source).run()
+    run = Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path, checkpoint_every,
+              callback, profile, sample_range, compile=check_compile(compile), source=source)
+    with kept_heap():   # every batch step frees and reallocates the same activations: keep the pages
+        return run.run()
