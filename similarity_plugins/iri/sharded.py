@@ -22,6 +22,7 @@ reduce to a plain ``optimize_iris`` call, the local cache hit and a plain save.
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from typing import Any, Callable
 
@@ -90,7 +91,9 @@ def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: to
     ``seeds``: (N, ...) all seeds on every rank; ``model``: the model behind ``front_fn``, whose weights
     (with the seeds) must be the same on every rank (checked first: a mismatch raises on every rank).
     Returns the IRISet of all N seeds in seed order on every rank (inputs on the seeds' device); ``stats``
-    adds ``ranks``, the per-rank ``rank_wall_s`` and ``rank_seeds`` (how many seeds each rank ran). A
+    adds ``ranks``, the per-rank ``rank_wall_s`` and ``rank_seeds`` (how many seeds each rank ran), this rank's
+    ``wait_s`` (seconds in the gather: waiting for the slowest rank, and the transfer) and ``claims`` (its store
+    round trips). A
     failure on one rank raises the same :class:`~similarity_plugins.core.parallel.CollectiveError` on every rank.
     """
     world = world or current_world()
@@ -105,13 +108,21 @@ def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: to
     free = np.setdiff1d(np.arange(len(seeds)), taken)
     queue = SeedQueue(free, world.counter(f"iri/{held[0][0]}"), world.size)
 
+    ran = [0.0]
+
     def local() -> dict:
+        start = time.perf_counter()
         part = optimize_iris(front_fn, seeds, settings=settings, source=queue, progress=progress and world.is_main,
                              checkpoint_path=mine, **kwargs)
+        ran[0] = time.perf_counter() - start
         return {"state": part.to_state(), "stats": dict(part.stats)}
 
+    start = time.perf_counter()
     parts = world.exchange(local, "IRI generation")
-    return _combine(parts, seeds, world.size)
+    iris = _combine(parts, seeds, world.size)
+    iris.stats["wait_s"] = time.perf_counter() - start - ran[0]   # this rank, in the gather: the others' lag
+    iris.stats["claims"] = queue.claims
+    return iris
 
 
 def _digest(model: torch.nn.Module | None, seeds: torch.Tensor) -> tuple[str, str, tuple[int, ...]]:
