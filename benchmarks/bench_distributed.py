@@ -96,7 +96,7 @@ def _run_all(barrier) -> dict:
         out[name] = (wall, cpu, {"inputs": iris.inputs, "rank_seeds": iris.stats.get("rank_seeds"),
                                  "rank_wall_s": iris.stats.get("rank_wall_s")})
     wall, cpu, (fit_s, score) = _timed(lambda: _stitch(front, end, data), barrier)
-    out["stitch"] = (wall, cpu, {"fit_s": fit_s, "score": score})
+    out["stitch"] = (wall, cpu, {"fit_s": fit_s, "score": score, "train": len(data.train)})
     return out
 
 
@@ -143,7 +143,7 @@ def measure() -> dict:
     for _ in range(REPEATS):
         ones.append(_one_process())
         twos.append(_two_ranks())
-    figures: dict = {"seeds": SEEDS, "steps": STEPS, "train": min(TRAIN, 1347), "repeats": REPEATS,
+    figures: dict = {"seeds": SEEDS, "steps": STEPS, "train": ones[0]["stitch"][2]["train"], "repeats": REPEATS,
                      "load_1min": os.getloadavg()[0]}
     for name in [c[0] for c in _cases()] + ["stitch"]:
         one = min(o[name][0] for o in ones)
