@@ -13,7 +13,8 @@ contiguous split, the same work) and the ranks the whole set; every process runs
 - gather: the rest of the gather (pickling, transfer, concatenation);
 - teardown: the barrier after the call and ``destroy_process_group``.
 
-``user_s`` / ``sys_s`` are the process's CPU times over the timed call (``os.times``).
+``user_s`` / ``sys_s`` are the process's CPU times over the timed call (``os.times``), ``page_faults`` its
+minor page faults (``getrusage``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -80,10 +82,11 @@ def _instrument() -> dict:
 def _call(front, seeds) -> dict:
     from similarity_plugins.iri import generate_iris
 
-    t0, c0 = time.perf_counter(), os.times()
+    t0, c0, f0 = time.perf_counter(), os.times(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     iris = generate_iris(front, "block3", seeds, steps=STEPS, tol=1e-9, batch_size=32, progress=False)
-    c1 = os.times()
+    c1, f1 = os.times(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     return {"call_s": time.perf_counter() - t0, "user_s": c1.user - c0.user, "sys_s": c1.system - c0.system,
+            "page_faults": f1 - f0, "seeds_run": len(iris.stats.get("rows", [])) or None,
             "share": int(iris.stats.get("sample_steps", 0)), "rank_wall_s": iris.stats.get("rank_wall_s")}
 
 
@@ -128,11 +131,11 @@ def measure() -> dict:
 
 def _print(result: dict) -> None:
     phases = ["start-up", "checks+hashing", "trace+front copy", "optimizer loop", "waiting", "gather (incl. waiting)",
-              "teardown", "call_s", "user_s", "sys_s"]
+              "teardown", "call_s", "user_s", "sys_s", "page_faults"]
     names = list(result)
     print(f"{'phase':>24} " + " ".join(f"{n:>20}" for n in names))
     for p in phases:
-        print(f"{p:>24} " + " ".join(f"{result[n].get(p, 0.0):20.3f}" for n in names))
+        print(f"{p:>24} " + " ".join(f"{float(result[n].get(p, 0.0)):20.3f}" for n in names))
 
 
 if __name__ == "__main__":
