@@ -162,7 +162,7 @@ def test_a_slow_rank_takes_fewer_seeds_and_the_set_is_unchanged(ranks):
         assert torch.equal(got["rel_error"], ref.rel_error)
 
 
-def test_seed_queue_hands_out_every_seed_once_in_guided_chunks():
+def test_seed_queue_hands_out_every_seed_once_in_guided_blocks():
     from similarity_plugins.iri.sharded import SeedQueue
 
     add = World().counter("q")   # one counter shared by the two queues, as the store shares it between ranks
@@ -171,6 +171,10 @@ def test_seed_queue_hands_out_every_seed_once_in_guided_chunks():
     assert b.claim(8).tolist() == [10, 12, 14]
     assert a.claim(1).tolist() == [16] and b.claim(5).tolist() == [18]
     assert a.claim(3).tolist() == [] and b.claim(3).tolist() == [] and a.out and b.out
+    add = World().counter("blocks")
+    a, b = SeedQueue(np.arange(11), add, 2, block=3), SeedQueue(np.arange(11), add, 2, block=3)
+    assert a.claim(1).tolist() == [0, 1, 2] and b.claim(4).tolist() == [3, 4, 5, 6, 7, 8]   # whole blocks
+    assert a.claim(9).tolist() == [9, 10] and b.claim(1).tolist() == [] and a.out and b.out
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
 """IRI generation sharded over the ranks of a :class:`~similarity_plugins.core.parallel.World`.
 
 Seeds are handed out as the ranks' working batches free up (:class:`SeedQueue`: a counter in the group's
-store, guided self-scheduling: each claim takes at most ``ceil(remaining / ranks)`` seeds), so a slow rank
-takes fewer seeds and no rank waits long for another; ``optimize_iris(..., source=queue)`` runs the usual
+store; blocks of the batch size, at most ``min(batch_size, ceil(N / ranks))`` seeds; guided self-scheduling:
+each claim takes at most ``ceil(remaining / ranks)`` blocks), so a slow rank takes fewer seeds and no rank
+waits long for another; ``optimize_iris(..., source=queue)`` runs the usual
 continuous batching over whatever the rank claims. Since a sample's randomness derives from (seed, global
 index) and the "shuffle" derangement is over all N seeds, the gathered set is the single-process set
 whichever rank ran which seed (equal bit for bit when each sample's float operations do not depend on which
@@ -60,26 +61,34 @@ def save_once(save: Callable[..., None], *args: Any, world: World | None = None)
 
 
 class SeedQueue:
-    """The seeds ``free`` (global indices, the same array on every rank) handed out in order from the shared
-    counter ``add`` (:meth:`World.counter`) to ``ranks`` ranks; ``claim(k)`` returns this rank's next seeds."""
+    """The seeds ``free`` (global indices, the same array on every rank) handed out to ``ranks`` ranks in blocks of
+    ``block`` consecutive entries, from the shared counter ``add`` (:meth:`World.counter`, counting blocks).
 
-    def __init__(self, free: np.ndarray, add: Callable[[int], int], ranks: int) -> None:
+    ``claim(k)`` returns this rank's next seeds: the blocks that cover ``k`` seeds, but at most
+    ``ceil(remaining blocks / ranks)`` (guided self-scheduling: no rank hoards the tail while another runs dry).
+    With ``block`` the working batch size, a rank's batches hold the same seeds in the same slots as the one
+    process's when the samples of a block finish together (a fixed budget), so the set is then bit for bit the
+    one-process set.
+    """
+
+    def __init__(self, free: np.ndarray, add: Callable[[int], int], ranks: int, block: int = 1) -> None:
         self.free, self.add, self.ranks = np.asarray(free, dtype=np.int64), add, max(1, int(ranks))
-        self.out = len(self.free) == 0   # every seed handed out: no more store calls
-        self.claims = 0                  # store round trips this rank made
+        self.block = max(1, int(block))
+        self.blocks = -(-len(self.free) // self.block)
+        self.out = self.blocks == 0   # every seed handed out: no more store calls
+        self.claims = 0               # store round trips this rank made
 
     def claim(self, k: int) -> np.ndarray:
-        """Up to ``k`` more seeds for this rank (global indices; empty when all are taken). Takes at most
-        ``ceil(remaining / ranks)``, so that no rank hoards the tail while another runs dry."""
+        """Up to about ``k`` more seeds for this rank (whole blocks; global indices; empty when all are taken)."""
         if self.out or k <= 0:
             return np.zeros(0, np.int64)
-        remaining = len(self.free) - self.add(0)
-        want = min(int(k), -(-remaining // self.ranks)) if remaining > 0 else 0
-        start = self.add(want) if want > 0 else len(self.free)
+        remaining = self.blocks - self.add(0)
+        want = min(-(-int(k) // self.block), -(-remaining // self.ranks)) if remaining > 0 else 0
+        start = self.add(want) if want > 0 else self.blocks
         self.claims += 2 if want > 0 else 1
-        if start + want >= len(self.free):
+        if start + want >= self.blocks:
             self.out = True
-        return self.free[start:start + want]
+        return self.free[start * self.block:(start + want) * self.block]
 
 
 def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: torch.Tensor, *, settings: Settings,
@@ -106,7 +115,8 @@ def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: to
                           "reading the IRI checkpoints")
     taken = np.concatenate([rows for _, rows in held])
     free = np.setdiff1d(np.arange(len(seeds)), taken)
-    queue = SeedQueue(free, world.counter(f"iri/{held[0][0]}"), world.size)
+    block = min(int(kwargs.get("batch_size", 128)), -(-len(free) // world.size))   # the one process's batch waves
+    queue = SeedQueue(free, world.counter(f"iri/{held[0][0]}"), world.size, block)
 
     ran = [0.0]
 
