@@ -112,6 +112,23 @@ def _interrupted_then_resumed(front, seeds, folder: str) -> dict:
             **iri_state(iris), "left": sorted(os.listdir(folder))}
 
 
+def scenario_slow_rank(rank: int, cache_dir: str) -> Any:
+    """Rank 1 sleeps 40 ms in every evaluation of its working batch: it must take fewer seeds, the set is the same."""
+    from similarity_plugins.iri import generate_iris, run
+
+    front, _, _ = small_setup()
+    if rank == 1:
+        inner = run.evaluate
+
+        def slow(*args, **kwargs):
+            time.sleep(0.04)
+            return inner(*args, **kwargs)
+
+        run.evaluate = slow
+    iris = generate_iris(front, "block2", seeds_tensor(10), steps=15, batch_size=1, progress=False)
+    return {**iri_state(iris), "rank_seeds": iris.stats["rank_seeds"]}
+
+
 def scenario_tiny(rank: int, cache_dir: str) -> Any:
     """More ranks than samples: 1 test sample, 1 training sample (rank 1 has empty shares everywhere)."""
     return tiny_results()
@@ -193,7 +210,7 @@ def scenario_rank_timeout(rank: int, cache_dir: str) -> Any:
 SCENARIOS: dict[str, Callable[[int, str], Any]] = {
     "rank_timeout": scenario_rank_timeout,
     "compare": scenario_compare, "iris": scenario_iris, "tiny": scenario_tiny, "mismatch": scenario_mismatch,
-    "one_rank_fails": scenario_one_rank_fails, "rank_dies": scenario_rank_dies,
+    "one_rank_fails": scenario_one_rank_fails, "rank_dies": scenario_rank_dies, "slow_rank": scenario_slow_rank,
 }
 
 

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="t
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("ranks"))
-    results = w.run_ranks(["compare", "iris", "tiny", "mismatch", "one_rank_fails"], out)
+    results = w.run_ranks(["compare", "iris", "tiny", "mismatch", "one_rank_fails", "slow_rank"], out)
     assert set(results) == {0, 1} and all(results[r] for r in results), f"a rank wrote nothing: {results}"
     return results
 
@@ -145,6 +145,36 @@ def test_iris_on_two_ranks_are_the_single_process_iris(ranks, tmp_path):
     assert float((batched["rel_error"] - ref.rel_error).abs().max()) < 0.02
     assert rank0["single_seed"]["inputs"].shape == (1, *seeds.shape[1:])  # rank 1 had no share
     assert torch.equal(rank0["single_seed"]["inputs"], rank1["single_seed"]["inputs"])
+
+
+@pytest.mark.slow
+def test_a_slow_rank_takes_fewer_seeds_and_the_set_is_unchanged(ranks):
+    """Rank 1 sleeps in every evaluation (dist_workers.scenario_slow_rank): the shared seed queue gives it fewer
+    seeds than rank 0, and the gathered set is still the one-process set, bit for bit (batch size 1)."""
+    rank0, rank1 = _ok(ranks, "slow_rank")
+    assert rank0["rank_seeds"] == rank1["rank_seeds"] and sum(rank0["rank_seeds"]) == 10
+    fast, slow = rank0["rank_seeds"]
+    assert slow < fast, rank0["rank_seeds"]
+    front, _, _ = w.small_setup()
+    ref = generate_iris(front, "block2", w.seeds_tensor(10), steps=15, batch_size=1, progress=False)
+    for got in (rank0, rank1):
+        assert torch.equal(got["inputs"], ref.inputs) and torch.equal(got["steps"], ref.steps)
+        assert torch.equal(got["rel_error"], ref.rel_error)
+
+
+def test_seed_queue_hands_out_every_seed_once_in_guided_blocks():
+    from similarity_plugins.iri.sharded import SeedQueue
+
+    add = World().counter("q")   # one counter shared by the two queues, as the store shares it between ranks
+    a, b = SeedQueue(np.arange(10) * 2, add, 2), SeedQueue(np.arange(10) * 2, add, 2)
+    assert a.claim(8).tolist() == [0, 2, 4, 6, 8]   # at most ceil(remaining / ranks)
+    assert b.claim(8).tolist() == [10, 12, 14]
+    assert a.claim(1).tolist() == [16] and b.claim(5).tolist() == [18]
+    assert a.claim(3).tolist() == [] and b.claim(3).tolist() == [] and a.out and b.out
+    add = World().counter("blocks")
+    a, b = SeedQueue(np.arange(11), add, 2, block=3), SeedQueue(np.arange(11), add, 2, block=3)
+    assert a.claim(1).tolist() == [0, 1, 2] and b.claim(4).tolist() == [3, 4, 5, 6, 7, 8]   # whole blocks
+    assert a.claim(9).tolist() == [9, 10] and b.claim(1).tolist() == [] and a.out and b.out
 
 
 @pytest.mark.slow

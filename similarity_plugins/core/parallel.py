@@ -70,6 +70,19 @@ class World:
     def _all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor
 
+    def counter(self, key: str) -> Callable[[int], int]:
+        """A counter that every rank shares under ``key`` (start 0): ``add(k)`` adds ``k`` atomically and returns
+        the value before the addition (``add(0)`` reads it). Not a collective: ranks call it independently, e.g.
+        to take the next work items. One process: a local counter."""
+        total = [0]
+
+        def add(k: int) -> int:
+            before = total[0]
+            total[0] += int(k)
+            return before
+
+        return add
+
     # -- the fault-tolerant collectives -----------------------------------------------------------
     def exchange(self, compute: Callable[[], Any], phase: str) -> list[Any]:
         """Run ``compute()`` here and gather every rank's value, in rank order (a list of ``size``).

@@ -55,6 +55,19 @@ class TorchWorld(World):
             raise CollectiveError(_lost_rank_message(exc)) from exc
         return buf.cpu()
 
+    def counter(self, key: str) -> Any:
+        """A counter in the default group's store (the TCPStore that torchrun or ``init_process_group`` set
+        up): ``add(k)`` is one ``store.add``, atomic across ranks and nodes; no collective, no polling."""
+        store = dist.distributed_c10d._get_default_store()
+        name = f"similarity-plugins/{key}"
+
+        def add(k: int) -> int:
+            try:
+                return int(store.add(name, int(k))) - int(k)
+            except Exception as exc:  # noqa: BLE001 - the store's host (rank 0) is gone or timed out
+                raise CollectiveError(_lost_rank_message(exc)) from exc
+
+        return add
 
     def control(self) -> "TorchWorld":
         """A gloo group of all ranks for ``compare``'s own messages (see :meth:`World.control`), created on the

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..utils.memory import kept_heap
 from ..utils.progress import progress_bar
 from .adam import AdamStepper
 from .backends import Backend, check_compile, compile_failure, compile_front, compiled_graphs, resolve_backend
@@ -49,20 +50,22 @@ class Run:
     def __init__(self, front_fn: Callable, seeds: torch.Tensor, settings: Settings, batch_size: int, backend: Backend,
                  device: torch.device, progress: bool, checkpoint_path: Any, checkpoint_every: int | None,
                  callback: Callable | None, profile: bool, sample_range: range | None = None,
-                 compile: bool = False) -> None:
+                 compile: bool = False, source: Any = None) -> None:
         self.front_fn, self.seeds, self.s, self.backend, self.device = front_fn, seeds, settings, backend, device
         self.compiled = compile
         self.grad_fn = compile_front(front_fn) if compile else front_fn   # the fwd+bwd evaluations
         self.graphs = 0   # graphs TorchDynamo compiled during this run's evaluations
+        self.source = source   # hands out the seeds (global indices) as slots free up; None: all of ``rows``
         rows = sample_range if sample_range is not None else range(int(seeds.shape[0]))
         if rows.step != 1 or rows.start < 0 or rows.stop > int(seeds.shape[0]) or len(rows) == 0:
             raise ValueError(f"sample_range must be a non-empty contiguous range within 0..{int(seeds.shape[0])}, "
                              f"got {rows}")
-        self.offset = rows.start  # global index of local sample 0 (one rank's share under torch.distributed)
-        self.n = len(rows)
+        # global index (in ``seeds``) of each local sample: one rank's share under torch.distributed
+        self.rows = np.arange(rows.start, rows.stop, dtype=np.int64) if source is None else np.zeros(0, np.int64)
+        self.n = len(self.rows)
         self.shape = tuple(seeds.shape[1:])
         self.dim = int(np.prod(self.shape))
-        self.capacity = min(batch_size, self.n)
+        self.capacity = min(batch_size, self.n if source is None else int(seeds.shape[0]))
         self.dtype = seeds.dtype
         self.progress, self.callback, self.profile = progress, callback, profile and device.type == "cuda"
         self.checkpoint_path = os.fspath(checkpoint_path) if checkpoint_path is not None else None
@@ -92,7 +95,7 @@ class Run:
     # -- slots ------------------------------------------------------------------------------------
 
     def _targets(self, idx: np.ndarray) -> torch.Tensor:
-        seeds = self.seeds[torch.as_tensor(idx + self.offset, device=self.seeds.device)].to(self.device)
+        seeds = self.seeds[torch.as_tensor(self.rows[idx], device=self.seeds.device)].to(self.device)
         self._sync()
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -104,22 +107,35 @@ class Run:
         self.t_target += time.perf_counter() - t0
         bad = ~torch.isfinite(act).all(dim=1)
         if bool(bad.any()):
-            bad_seeds = (idx + self.offset)[bad.cpu().numpy()].tolist()
+            bad_seeds = self.rows[idx][bad.cpu().numpy()].tolist()
             raise FloatingPointError(f"the model's activation is NaN/inf for seed(s) {bad_seeds}")
         return act
 
-    def fill(self, slots: np.ndarray) -> None:
-        """Load the next pending seeds into ``slots`` (as many as are pending)."""
+    def claim(self, k: int) -> None:
+        """Take up to ``k`` more seeds from ``self.source`` (the shared counter of the ranks)."""
+        new = np.asarray(self.source.claim(k), dtype=np.int64)
+        if len(new) == 0:
+            return
+        self.rows = np.concatenate([self.rows, new])
+        self.n = len(self.rows)
+        self.out_x = torch.cat([self.out_x, self.out_x.new_empty(len(new), self.dim)])
+        self.out_err = np.concatenate([self.out_err, np.full(len(new), np.nan)])
+        self.out_steps = np.concatenate([self.out_steps, np.zeros(len(new), dtype=np.int64)])
+
+    def fill(self, slots: np.ndarray) -> int:
+        """Load the next pending seeds into ``slots`` (as many as are pending); returns how many."""
+        if self.source is not None and self.n - self.next_pending < len(slots):
+            self.claim(len(slots) - (self.n - self.next_pending))
         take = min(len(slots), self.n - self.next_pending)
         if take <= 0:
-            return
+            return 0
         slots = slots[:take]
         idx = np.arange(self.next_pending, self.next_pending + take)
         self.next_pending += take
         w = self.w
         sl = torch.as_tensor(slots, device=self.device)
         act = self._targets(idx)
-        x0 = initial_inputs(self.seeds, idx + self.offset, self.s, self.donors).reshape(take, -1).to(self.device)
+        x0 = initial_inputs(self.seeds, self.rows[idx], self.s, self.donors).reshape(take, -1).to(self.device)
         w.x[sl] = x0
         w.best[sl] = x0
         w.target[sl] = act
@@ -128,6 +144,7 @@ class Run:
         w.t[slots] = 0
         w.best_err[slots] = np.inf
         self.stepper.init_slots(w, slots, sl)
+        return take
 
     def _retire(self, rows: np.ndarray) -> None:
         """Write finished rows out, refill them from the pending seeds, and compact the active slots."""
@@ -175,7 +192,7 @@ class Run:
             grad = grad.contiguous()
         finite = (torch.isfinite(grad.sum(dim=1)) & torch.isfinite(err)).cpu().numpy()
         if not finite.all():
-            bad = sorted((w.sample[:k][~finite] + self.offset).tolist())
+            bad = sorted(self.rows[w.sample[:k][~finite]].tolist())
             raise FloatingPointError(
                 f"the model produced NaN/inf errors or gradients for seed(s) {bad} "
                 f"at their step(s) {sorted(set(w.t[:k][~finite].tolist()))}; check the model for operations without "
@@ -224,9 +241,9 @@ class Run:
         self.alloc()
         resumed = resume(self)
         if not resumed:
-            self.w.active = self.capacity
-            self.fill(np.arange(self.capacity))
-        bar = progress_bar(progress=self.progress, total=self.n, desc="IRIs", unit="iri", initial=self.finished,
+            self.w.active = self.fill(np.arange(self.capacity))
+        total = self.n if self.source is None else None   # a rank taking from the shared queue: open-ended
+        bar = progress_bar(progress=self.progress, total=total, desc="IRIs", unit="iri", initial=self.finished,
                            dynamic_ncols=True)
         last_post = 0.0
         try:
@@ -266,8 +283,8 @@ class Run:
 
     def _result(self, wall: float, resumed: bool) -> IRISet:
         x = self.out_x.reshape(self.n, *self.shape)
-        seeds = self.seeds[self.offset:self.offset + self.n]
-        diff = (x.double() - seeds.to(x.device).double()).reshape(self.n, -1)
+        seeds = self.seeds[torch.as_tensor(self.rows, device=self.seeds.device)]
+        diff = (x.double() - seeds.to(x.device).double()).reshape(self.n, self.dim)
         dist = diff.pow(2).mean(dim=1).sqrt().cpu()
         stats = {"wall_s": wall, "front_s": self.t_front, "target_s": self.t_target, "update_s": self.t_update,
                  "manage_s": self.t_manage, "batch_steps": self.step, "sample_steps": self.evals,
@@ -275,6 +292,8 @@ class Run:
                  "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0),
                  "compiled": self.compiled,
                  "compiled_graphs": self.graphs, "compile_s": self.t_compile}
+        if self.source is not None:   # which seeds this rank took (the sharded caller places them)
+            stats["rows"] = self.rows.copy()
         return IRISet(x, torch.from_numpy(self.out_err.copy()), torch.from_numpy(self.out_steps.copy()), dist,
                       self.s.as_dict(), stats)
 
@@ -294,7 +313,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
                   checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int | None = None,
                   callback: Callable[[dict], None] | None = None, profile: bool = False,
                   settings: Settings | None = None, sample_range: range | None = None,
-                  compile: bool = False) -> IRISet:
+                  compile: bool = False, source: Any = None) -> IRISet:
     """Find IRIs for ``seeds`` under ``front_fn``: inputs ``x'`` in [0, 1] with ``front_fn(x') ~= front_fn(x)``.
 
     ``front_fn``: maps a batch (B, ...) on ``device`` to activations (B, ...); it must treat samples
@@ -322,7 +341,10 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     are the IRIs of one run (the returned set has ``len(sample_range)`` rows). ``compile``: run the
     forward+backward evaluations through ``torch.compile`` (opt-in: a warm-up of seconds to a minute per run,
     IRIs equal to the eager ones up to float rounding; a run option like ``backend``, not part of the cache
-    key; ``stats`` gains ``compiled_graphs`` and ``compile_s``; see ``backends.py``).
+    key; ``stats`` gains ``compiled_graphs`` and ``compile_s``; see ``backends.py``). ``source``: instead of a
+    fixed share, take seeds as slots free up from ``source.claim(k)`` (up to ``k`` global indices, none when
+    the work is out; ``sharded.SeedQueue``, shared by the ranks); the set has the claimed rows, in claim order,
+    and ``stats["rows"]`` their global indices.
 
     Returns an :class:`IRISet`. Raises ValueError for bad settings or seeds outside [0, 1],
     FloatingPointError naming the samples when the model yields NaN/inf activations or gradients, and
@@ -338,5 +360,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     _check_run_options(batch_size, checkpoint_path, checkpoint_every)
     device = torch.device(device) if device is not None else seeds.device
     be = resolve_backend(backend, device)
-    return Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path,
-               checkpoint_every, callback, profile, sample_range, compile=check_compile(compile)).run()
+    run = Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path, checkpoint_every,
+              callback, profile, sample_range, compile=check_compile(compile), source=source)
+    with kept_heap():   # every batch step frees and reallocates the same activations: keep the pages
+        return run.run()

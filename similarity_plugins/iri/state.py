@@ -17,7 +17,7 @@ import torch
 
 from .settings import Settings
 
-CHECKPOINT_VERSION = 4   # 4: no Adam phases in L-BFGS, no plateau restarts or lr adaptation in Adam
+CHECKPOINT_VERSION = 5   # 5: the global index of every sample ("rows"); 4: no Adam phases in L-BFGS, no plateau restarts
 
 
 class Work:
@@ -133,7 +133,8 @@ def save_checkpoint(run: Any) -> None:
     from .store import atomic_save
 
     state = {
-        "version": CHECKPOINT_VERSION, "settings": run.s.as_dict(), "n": run.n, "offset": run.offset, "capacity": run.capacity,
+        "version": CHECKPOINT_VERSION, "settings": run.s.as_dict(), "n": run.n, "rows": torch.from_numpy(run.rows.copy()),
+        "total": int(run.seeds.shape[0]), "capacity": run.capacity,
         "work": run.w.state(), "next_pending": run.next_pending, "finished": run.finished, "step": run.step,
         "out_x": run.out_x.detach().cpu(), "out_err": torch.from_numpy(run.out_err.copy()),
         "out_steps": torch.from_numpy(run.out_steps.copy()), "evals": run.evals,
@@ -144,17 +145,17 @@ def save_checkpoint(run: Any) -> None:
 
 def resume(run: Any) -> bool:
     """Load ``run.checkpoint_path`` into ``run`` if it exists and belongs to the same run; True if resumed."""
-    if run.checkpoint_path is None or not os.path.exists(run.checkpoint_path):
-        return False
-    from .store import load_file
-
-    state = load_file(run.checkpoint_path, "iri-checkpoint")   # a damaged file: None, warned "corrupt"
+    state = read_checkpoint(run.checkpoint_path, run.s, int(run.seeds.shape[0]))
     if state is None:
         return False
-    if (state.get("version") != CHECKPOINT_VERSION or state.get("settings") != run.s.as_dict()
-            or state.get("n") != run.n or state.get("offset", 0) != run.offset):
+    rows = state["rows"].numpy()
+    if run.source is None and not np.array_equal(rows, run.rows):
         warnings.warn(f"ignoring checkpoint {run.checkpoint_path}: it belongs to another run", stacklevel=4)
         return False
+    if run.source is not None:   # the seeds this rank had taken from the shared counter
+        run.rows, run.n = rows.astype(np.int64), len(rows)
+        run.out_x = run.out_x.new_empty(run.n, run.dim)
+        run.out_err, run.out_steps = np.full(run.n, np.nan), np.zeros(run.n, dtype=np.int64)
     if state["capacity"] != run.capacity:
         warnings.warn(f"resuming with the checkpoint's batch size {state['capacity']} (asked {run.capacity})",
                       stacklevel=4)
@@ -170,3 +171,26 @@ def resume(run: Any) -> bool:
     run.out_err[:] = state["out_err"].numpy()
     run.out_steps[:] = state["out_steps"].numpy()
     return True
+
+
+def read_checkpoint(path: str | None, settings: Settings, total: int) -> dict | None:
+    """The checkpoint at ``path`` when it exists and belongs to a run of ``settings`` over ``total`` seeds
+    (warning and None otherwise: a damaged file, another run's or an older version's)."""
+    if path is None or not os.path.exists(path):
+        return None
+    from .store import load_file
+
+    state = load_file(path, "iri-checkpoint")   # a damaged file: None, warned "corrupt"
+    if state is None:
+        return None
+    if (state.get("version") != CHECKPOINT_VERSION or state.get("settings") != settings.as_dict()
+            or state.get("total") != total):
+        warnings.warn(f"ignoring checkpoint {path}: it belongs to another run", stacklevel=4)
+        return None
+    return state
+
+
+def checkpoint_rows(path: str | None, settings: Settings, total: int) -> np.ndarray:
+    """The global indices of the seeds held in the checkpoint at ``path`` (empty when it would not resume)."""
+    state = read_checkpoint(path, settings, total)
+    return np.zeros(0, np.int64) if state is None else state["rows"].numpy().astype(np.int64)

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..core.networks import SplitNetwork, model_device
 from ..core.parallel import World
+from ..utils.memory import kept_heap
 from ..utils.progress import progress_bar
 from .cache import TrainingCache, subset_indices
 from .init import initialise
@@ -110,16 +111,17 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
     objective = check_objective(objective)
     settings = (settings or StitchSettings()).validated()
     device = torch.device(device) if device is not None else model_device(end.model)
-    if cache is None:
-        cache = _training_cache(front, end, train_x, train_y, settings, device, progress)
-    _check_training_set(cache, objective, settings)
-    plan = plan_stitch(cache.front_shape, cache.end_shape)
-    stitch = StitchLayer(plan, bn=settings.stitch_bn)
-    cache.ensure(("front", *NEEDS[objective]))
-    init = initialise(stitch, settings.init, cache, torch.Generator().manual_seed(settings.seed), settings.ls_samples,
-                      settings.eval_batch_size, world=world)
-    stitch.to(device)
-    losses, steps = _train_epochs(objective, stitch, end, cache, settings, device, progress, world)
+    with kept_heap():   # caching and every step allocate and free the same blocks: keep the pages
+        if cache is None:
+            cache = _training_cache(front, end, train_x, train_y, settings, device, progress)
+        _check_training_set(cache, objective, settings)
+        plan = plan_stitch(cache.front_shape, cache.end_shape)
+        stitch = StitchLayer(plan, bn=settings.stitch_bn)
+        cache.ensure(("front", *NEEDS[objective]))
+        init = initialise(stitch, settings.init, cache, torch.Generator().manual_seed(settings.seed),
+                          settings.ls_samples, settings.eval_batch_size, world=world)
+        stitch.to(device)
+        losses, steps = _train_epochs(objective, stitch, end, cache, settings, device, progress, world)
     return FittedStitch(stitch, objective, settings, plan, losses, init, len(cache), steps,
                         time.perf_counter() - start_time, cache)
 
