@@ -1,6 +1,6 @@
 """Plots of layer sweeps (score against depth, one panel per model pair, one line per metric), and the one
-way the apps turn a matplotlib figure into file contents (:func:`figure_bytes`), so that a figure can be
-written together with other files, all or none (:func:`~similarity_plugins.utils.io.write_all`)."""
+way the apps turn a matplotlib figure into file contents (`figure_bytes`), so that a figure can be
+written together with other files, all or none (`write_all`)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def figure_bytes(fig: Any, fmt: str = "png", dpi: int = 120) -> bytes:
 
 def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metrics: Sequence[str] | None = None,
                title: str | None = None, ylabel: str = "score (relative accuracy / CKA)") -> str:
-    """Write a PNG (or the format of ``path``'s extension) of :func:`sweep_figure` atomically; returns the path."""
+    """Write a PNG (or the format of ``path``'s extension) of `sweep_figure` atomically; returns the path."""
     path = os.fspath(path)
     write_all({path: sweep_figure(reports, metrics=metrics, title=title, ylabel=ylabel, fmt=figure_format(path))})
     return path
@@ -50,7 +50,7 @@ def sweep_figure(reports: Mapping[str, Report], *, metrics: Sequence[str] | None
                  ylabel: str = "score (relative accuracy / CKA)", fmt: str = "png") -> bytes:
     """The image (``fmt``, 120 dpi) of score vs layer depth: one panel per entry of ``reports``, one line per metric.
 
-    ``reports`` maps a panel title (e.g. ``"clean -> clean"``) to the :class:`Report` of a layer
+    ``reports`` maps a panel title (e.g. ``"clean -> clean"``) to the [`Report`][Report] of a layer
     sweep; the x axis follows each report's layer order (shallow to deep). Failed results are left
     out of their line; error bars show each score's 95% interval (``seed_ci95`` when repeated, else
     ``test_ci95``). Returns the file contents (bytes). Uses matplotlib's Agg backend (no display needed).

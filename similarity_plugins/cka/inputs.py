@@ -111,12 +111,12 @@ def _both(fn: Callable[..., Any], args_x: tuple, args_y: tuple, size: int) -> tu
 
 
 def _raise_if_constant(arr: np.ndarray, name: str, sum_sq: float, mean: np.ndarray) -> None:
-    """Raise if every row of ``arr`` is identical (zero variance): :func:`..utils.arrays.raise_if_constant`."""
+    """Raise if every row of ``arr`` is identical (zero variance): `utils.arrays.raise_if_constant`."""
     raise_if_constant(arr, name, sum_sq, mean, "CKA")
 
 
 def _available_memory_bytes() -> int:
-    """Bytes of memory available now on the CPU (:func:`..utils.arrays.available_bytes`)."""
+    """Bytes of memory available now on the CPU (`utils.arrays.available_bytes`)."""
     return available_bytes()
 
 

@@ -14,7 +14,7 @@ def parse_options(items: Sequence[str]) -> dict:
     """``["epochs=5", "stitch-dm.lr=0.01", "stitch_bn=yes"]`` -> ``{"epochs": 5, "stitch-dm": {"lr": 0.01},
     "stitch_bn": True}``.
 
-    Values are read by the one KEY=VALUE grammar of :func:`similarity_plugins.utils.text.parse_value`
+    Values are read by the one KEY=VALUE grammar of `similarity_plugins.utils.text.parse_value`
     (JSON, yes/no/on/off, none, else a string), the same as model-spec queries. ``METRIC.KEY`` scopes an
     option to one metric. Raises ``ValueError`` for an item without ``=``.
     """
@@ -30,8 +30,8 @@ def parse_options(items: Sequence[str]) -> dict:
 
 
 def emit_report(report: Any, out: str | None, csv: str | None, seconds: float, note: str = "") -> int:
-    """Print ``report`` (a :class:`~similarity_plugins.Report`) and the time it took (``seconds``, with ``note``
-    after it), write it as JSON to ``out`` and as CSV to ``csv`` when given, all-or-none (:func:`write_outputs`);
+    """Print ``report`` (a [`Report`][similarity_plugins.core.results.Report]) and the time it took (``seconds``, with ``note``
+    after it), write it as JSON to ``out`` and as CSV to ``csv`` when given, all-or-none (`write_outputs`);
     return the exit code: 0 when no row has an error, else 1."""
     print(report)
     print(f"\n{len(report)} results in {seconds:.1f} s{note}")
@@ -160,7 +160,7 @@ def check_outputs(paths: dict[str, Any]) -> None:
 
 
 def write_outputs(files: dict[str, Any]) -> None:
-    """Write ``{path: text or bytes}`` all-or-none (:func:`~similarity_plugins.utils.io.write_all`) and print
+    """Write ``{path: text or bytes}`` all-or-none (`write_all`) and print
     ``wrote PATH`` for each; None paths are skipped."""
     from ..utils.io import write_all
 
@@ -170,7 +170,7 @@ def write_outputs(files: dict[str, Any]) -> None:
 
 def check_metric_options(per_metric: dict[str, dict]) -> None:
     """Raise ``ValueError`` naming the option for the first bad value among ``{metric: options}`` (a number given
-    as text, a sample limit that is not positive; :mod:`~similarity_plugins.core.values`)."""
+    as text, a sample limit that is not positive; `values`)."""
     from ..core.manager import get_plugin_manager
     from ..core.values import check_option_values
 

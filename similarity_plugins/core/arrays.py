@@ -2,8 +2,8 @@
 
 A metric plugin that declares ``activations_only = True`` reads its inputs solely through
 ``context.activations(front, layer.front, split)`` and ``context.activations(end, layer.end, split)``.
-:func:`score` runs such metrics through the same machinery as ``compare`` (selection, option checks,
-error rows, the :class:`~.results.Report`) with an :class:`ArrayContext` whose ``activations`` returns
+[`score`][score] runs such metrics through the same machinery as ``compare`` (selection, option checks,
+error rows, the [`Report`][results.Report]) with an `ArrayContext` whose ``activations`` returns
 rows of the given arrays: ``front`` stands for ``x``, ``end`` for ``y``, and the row's layer is
 ``"x->y"``. Which rows a split holds:
 
@@ -45,7 +45,7 @@ PAIR = LayerPair("x", "y")
 
 
 class _Side:
-    """What a metric receives as ``front`` (``x``) or ``end`` (``y``) in :func:`score`: a name, no model."""
+    """What a metric receives as ``front`` (``x``) or ``end`` (``y``) in [`score`][score]: a name, no model."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -55,7 +55,7 @@ class _Side:
 
 
 class ArrayContext(Context):
-    """A :class:`Context` whose :meth:`activations` are rows of given arrays, for ``score``.
+    """A [`Context`][Context] whose `activations` are rows of given arrays, for ``score``.
 
     ``arrays``: ``{side object: tensor (N, ...)}``; ``rows``: ``{"train"/"test": index tensor or None}``.
     Services that need a model (``split``, ``outputs``, ``run_sharded``) raise ``TypeError``.
@@ -83,7 +83,7 @@ class ArrayContext(Context):
         return flatten(acts) if flat else acts
 
     def local_activations(self, model: Any, layer: str, split: str = "test") -> tuple[torch.Tensor, None, None]:
-        """All of :meth:`activations` (one process holds every row), no labels."""
+        """All of `activations` (one process holds every row), no labels."""
         return self.activations(model, layer, split, flat=False), None, None
 
     def _needs_models(self, *_: Any, **__: Any) -> Any:
@@ -205,7 +205,7 @@ def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options:
     - ``progress``: as in ``compare``: ``False`` (default) no bar, ``True`` a bar over the metrics when stderr is
       a terminal, ``"always"`` one even into a file or pipe.
 
-    Returns the :class:`Report` that ``compare`` returns (one row per metric, layer ``"x->y"``).
+    Returns the [`Report`][Report] that ``compare`` returns (one row per metric, layer ``"x->y"``).
     Raises ``ValueError``/``TypeError`` for bad arrays or split, unknown metrics or options.
     """
     check_progress(progress)

@@ -31,7 +31,7 @@ LayerSpec = "str | tuple[str, str] | LayerPair"
 
 
 def as_layer_list(layer: Any) -> list[LayerPair]:
-    """Normalise one layer, one pair, or a list of them (a sweep) to a list of :class:`LayerPair`."""
+    """Normalise one layer, one pair, or a list of them (a sweep) to a list of [`LayerPair`][LayerPair]."""
     if isinstance(layer, (str, LayerPair)):
         return [as_layer_pair(layer)]
     if isinstance(layer, tuple) and len(layer) == 2 and all(isinstance(s, str) for s in layer):
@@ -96,7 +96,7 @@ def compare(
 
     - ``layer``: a module name present in both models, a pair ``(front_layer, end_layer)``, or a list
       of those (a layer sweep: one row per metric and layer).
-    - ``data``: :class:`Data` with ``train`` (fitting stitches, seeding IRIs) and ``test`` (scoring).
+    - ``data``: [`Data`][Data] with ``train`` (fitting stitches, seeding IRIs) and ``test`` (scoring).
     - ``metrics``: names or wildcards (``"stitch-*"``), a comma-separated string, or ``None`` for all.
     - ``seed``: every random choice derives from it. ``device``: where the donors run (a copy is made
       when a model lives elsewhere; the user's models are never moved). ``options``: global options,
@@ -105,18 +105,18 @@ def compare(
       the context itself is not changed (this call works on a child that shares its memo).
     - ``repeats``: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI
       starts); the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95%
-      interval over seeds (see :mod:`~.repeats`). Deterministic metrics (CKA) run once.
+      interval over seeds (see `repeats`). Deterministic metrics (CKA) run once.
     - ``progress``: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal;
-      ``"always"`` bars even into a file or pipe (:mod:`similarity_plugins.utils.progress`).
+      ``"always"`` bars even into a file or pipe ([`similarity_plugins.utils.progress`][similarity_plugins.utils.progress]).
     - ``timeout``: seconds each metric call (one metric at one layer, one seed) may take; a late call gets a
       ``MetricTimeout`` error row and the others still run. The plugins then work on private copies of the
-      donors, and a late call's thread is abandoned with them (see :mod:`~.isolation`: what keeps running).
+      donors, and a late call's thread is abandoned with them (see `isolation`: what keeps running).
 
-    Returns a :class:`Report`. A metric that raises gets a row with its error; the others still run.
+    Returns a [`Report`][Report]. A metric that raises gets a row with its error; the others still run.
     Unknown layers, metrics and options raise at once, before any work, naming the valid ones
-    (:class:`~similarity_plugins.core.contract.UnknownOption` for an option no selected metric takes).
+    ([`UnknownOption`][similarity_plugins.core.contract.UnknownOption] for an option no selected metric takes).
     A metric whose ``needs`` names a split that ``data`` lacks gets an error row without running.
-    The donors are guarded (:mod:`~.guard`): a metric that changes one gets an error row naming the change,
+    The donors are guarded (`guard`): a metric that changes one gets an error row naming the change,
     the donors are restored and later metrics see them as they were; grad mode, the default dtype and the
     global torch, NumPy and ``random`` generators are restored after every metric (each metric runs seeded
     with ``seed``). Ctrl-C raises ``KeyboardInterrupt`` as usual; its ``report`` attribute holds the rows that
@@ -181,7 +181,7 @@ def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data,
 def _after_call(result: SimilarityResult, error: BaseException | None, donors: Donors, memo_before: set,
                 saved: dict) -> tuple[SimilarityResult, BaseException | None]:
     """After one metric call: a timed-out call leaves its copies and context to its thread (later calls get new
-    ones); any other call's donors and torch settings are checked and restored (:func:`~.guard.settle`), and a
+    ones); any other call's donors and torch settings are checked and restored (`settle`), and a
     changed donor becomes the row's error (an exception, so that under torchrun every rank reports it)."""
     if isinstance(error, MetricTimeout):
         restore_global_state(saved)

@@ -41,7 +41,7 @@ class BadData(ValueError):
 
 
 def check_batch(x: torch.Tensor, y: torch.Tensor, first: int = 0, what: str = "the data split") -> None:
-    """Raise :class:`BadData` unless the float inputs ``x`` (B, ...) are finite and the labels ``y`` (B,) are integer
+    """Raise `BadData` unless the float inputs ``x`` (B, ...) are finite and the labels ``y`` (B,) are integer
     class indices >= 0. ``first``: the index of the batch's first sample (for the message)."""
     if x.is_floating_point() or x.is_complex():
         finite = torch.isfinite(x.reshape(len(x), -1)).all(1) if x.ndim else torch.isfinite(x).reshape(1)
@@ -61,7 +61,7 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
     """Yield ``(x, y)`` batches from a Dataset (in order, no shuffling) or from a DataLoader as it is.
 
     ``x``: (B, ...) float tensor; ``y``: (B,) int64 tensor. Raises ``ValueError`` for an empty split and
-    :class:`BadData` (naming ``what``) for NaN/Inf inputs or labels that are not integer class indices.
+    `BadData` (naming ``what``) for NaN/Inf inputs or labels that are not integer class indices.
     """
     loader = split if isinstance(split, DataLoader) else DataLoader(split, batch_size=batch_size, shuffle=False)
     seen = 0
@@ -82,7 +82,7 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
 def load_all(split: Dataset | DataLoader, batch_size: int = 256,
              what: str = "the data split") -> tuple[torch.Tensor, torch.Tensor]:
     """Materialise a whole split as ``(X, Y)``: X (N, ...) float, Y (N,) int64, on the CPU (checked as
-    :func:`iterate_batches` does; ``what`` names the split in errors)."""
+    `iterate_batches` does; ``what`` names the split in errors)."""
     xs, ys = [], []
     for x, y in iterate_batches(split, batch_size, what):
         xs.append(x.detach().cpu())

@@ -1,6 +1,6 @@
 """Option values checked at the boundary, naming the option: numbers that are text, limits that are not positive.
 
-A metric declares its options with defaults (:mod:`~.contract`); :func:`option_value_error` refuses a value
+A metric declares its options with defaults (`contract`); `option_value_error` refuses a value
 that cannot be what the default says (``iri_tol="abc"`` where the default is a number) and a sample limit
 (``max_samples``, ``max_train``, ``max_test``, ``iri_max_seeds``: any name ending in ``max_samples``,
 ``max_train``, ``max_test`` or ``max_seeds``) that is not a positive whole number or None. ``compare`` gives

@@ -64,9 +64,9 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     keyed by a hash of the front's weights, the layer, the seeds and the settings; ``checkpoint_every``: with
     ``cache_dir``, save the full optimiser state every that many batch steps and resume from it after an
     interruption; ``seed`` (each sample's randomness derives from (seed, index)); ``progress`` tqdm bar;
-    ``run_options``: ``callback`` and ``profile`` of :func:`optimize_iris`.
+    ``run_options``: ``callback`` and ``profile`` of [`optimize_iris`][optimize_iris].
 
-    Returns an :class:`IRISet` (``inputs``, ``rel_error``, ``steps``, ``seed_distance``, ``summary``,
+    Returns an [`IRISet`][IRISet] (``inputs``, ``rel_error``, ``steps``, ``seed_distance``, ``summary``,
     ``settings``). Raises ValueError (LayerNotFound) for an unknown layer, ValueError / TypeError naming the
     fix for bad options or seeds outside [0, 1], FloatingPointError naming the samples for NaN/inf gradients,
     RuntimeError naming the fix when ``compile=True`` and torch.compile fails.
@@ -168,7 +168,7 @@ def _optimize(model: nn.Module, split: SplitNetwork, modular: torch.fx.GraphModu
     """Run the optimiser on the front (``modular``, the traced front with functional ReLUs as modules, when
     not None; with ``settings.fold_bn`` the private copy of ``front.private_front``: BatchNorm folded, dead
     convolution taps cut, a spreading pool folded into the next linear layer) with the surrogate ReLU
-    ``slopes``; ``run``: the options of :func:`optimize_iris` that ``generate_iris`` passes through."""
+    ``slopes``; ``run``: the options of [`optimize_iris`][optimize_iris] that ``generate_iris`` passes through."""
     # the caller holds frozen(model), so the traced front can run directly (split.front would re-enter it)
     graph = modular if modular is not None else split.front_graph
     folded, changes = private_front(graph if settings.fold_bn else None, seeds[:1].to(run["device"]))

@@ -6,7 +6,7 @@ test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in flo
 default 1.0). CKA measures representational geometry, not function: see the stitching metrics.
 
 Under torch.distributed each rank extracts its share of the test split. Linear and debiased CKA then
-merge exact moments (:meth:`~similarity_plugins.cka.StreamingLinearCKA.merge`, in rank order, so every
+merge exact moments ([`merge`][similarity_plugins.cka.streaming.StreamingLinearCKA.merge], in rank order, so every
 rank computes the same score, equal to one process to float64 rounding); RBF CKA needs the n x n Gram
 matrices, so it gathers all activations on every rank (memory: the whole (N, D) arrays per rank).
 """

@@ -1,5 +1,5 @@
 """Representational measures beside CKA as metric plugins: ``procrustes``, ``cca``, ``svcca``, ``pwcca``, ``rsa``,
-``linear-regression``, ``mutual-knn`` (the maths: :mod:`similarity_plugins.measures`).
+``linear-regression``, ``mutual-knn`` (the maths: `similarity_plugins.measures`).
 
 Like the CKA plugins, each compares the front's activations at ``layer.front`` with the end's at ``layer.end``
 on the test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64, and reads them
@@ -26,7 +26,7 @@ _ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
 
 class _Representational:
-    """One measure of :mod:`similarity_plugins.measures` on the test activations at the layer."""
+    """One measure of `similarity_plugins.measures` on the test activations at the layer."""
 
     needs = ("test",)
     options: tuple[Option, ...] = (MAX_SAMPLES,)
