@@ -1,17 +1,25 @@
-"""mkdocs hook: the site's home page is README.md itself (one text, two places).
+"""mkdocs hook: the home page is README.md itself, and the tables that describe the metrics are generated.
 
-README links its pages as ``docs/NAME.md`` and its images as ``docs/NAME.png``, which work on GitHub; on the site
-the home page sits inside ``docs/``, so those prefixes are dropped. Nothing else in the text changes.
+- README links its pages as ``docs/NAME.md`` and its images as ``docs/NAME.png``, which work on GitHub; on the
+  site the home page sits inside ``docs/``, so those prefixes are dropped. Nothing else in the text changes.
+- A page line ``<!-- generated: NAME -->`` is replaced at build time by the table NAME makes: ``metric-list``
+  (every registered metric's kind, range, symmetry, invariances and needed splits), ``metric-options`` (one
+  table per metric: option, default, what it does) or ``speed`` (the saved benchmark run of
+  docs/results/speed-run.json). The metric tables come from ``metric_info()`` of the registered metrics, so a
+  new metric or option appears on the pages by itself.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from mkdocs.structure.files import File
 
 _DOCS_LINK = re.compile(r"\]\(docs/")
+_GENERATED = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->$", re.M)
+_DOCS = Path(__file__).resolve().parent
 
 
 def readme_as_home(text: str) -> str:
@@ -19,7 +27,76 @@ def readme_as_home(text: str) -> str:
     return _DOCS_LINK.sub("](", text)
 
 
+def _cell(value: object) -> str:
+    text = "None" if value is None else repr(value) if not isinstance(value, str) else value
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _range(bounds) -> str:
+    return "unbounded" if bounds is None else f"[{bounds[0]:g}, {bounds[1]:g}]"
+
+
+def metric_list() -> str:
+    """The Markdown table of every registered metric: kind, range, symmetry, invariances, needed splits."""
+    import similarity_plugins as sp
+
+    rows = ["| metric | kind | range | symmetric | invariances (defaults) | needs | package |",
+            "|---|---|---|---|---|---|---|"]
+    for name in sp.list_metrics():
+        info = sp.metric_info(name)
+        symmetric = "yes" if info.symmetric else "no" if info.symmetric is not None else "?"
+        rows.append(f"| [`{name}`](options.md#{name}) | {info.kind or '?'} | {_range(info.range)} | {symmetric} | "
+                    f"{', '.join(info.invariances or ()) or 'none declared'} | "
+                    f"{', '.join(info.needs) if info.needs else 'any'} | {info.package} |")
+    return "\n".join(rows)
+
+
+def metric_options() -> str:
+    """One section per registered metric: its description and a table of its options (default, doc)."""
+    import similarity_plugins as sp
+
+    parts = []
+    for name in sp.list_metrics():
+        info = sp.metric_info(name)
+        parts.append(f"### `{name}` {{#{name}}}\n\n{info.description}\n")
+        if not info.options:
+            parts.append("No options.\n")
+            continue
+        rows = ["| option | default | what it sets |", "|---|---|---|"]
+        rows += [f"| `{key}` | `{_cell(default)}` | {_cell(info.option_docs.get(key, ''))} |"
+                 for key, default in info.options.items()]
+        parts.append("\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+def speed(path: Path = _DOCS / "results" / "speed-run.json") -> str:
+    """The speed page's table from a saved benchmark run: one row per metric and workload (median, spread)."""
+    run = json.loads(path.read_text(encoding="utf-8"))
+    rows = ["| metric | workload | median (s) | min - max (s) | rounds |", "|---|---|---:|---:|---:|"]
+    for bench in sorted(run["benchmarks"], key=lambda b: (b["workload"], b["median_s"])):
+        rows.append(f"| `{bench['metric']}` | {bench['workload']} | {bench['median_s']:.3g} | "
+                    f"{bench['min_s']:.3g} - {bench['max_s']:.3g} | {bench['rounds']} |")
+    return "\n".join(rows)
+
+
+GENERATORS = {"metric-list": metric_list, "metric-options": metric_options, "speed": speed}
+
+
+def expand_generated(markdown: str) -> str:
+    """``markdown`` with every ``<!-- generated: NAME -->`` line replaced by the table NAME makes."""
+    def fill(match: re.Match) -> str:
+        if match["name"] not in GENERATORS:
+            raise ValueError(f"unknown generated table {match['name']!r}; known: {sorted(GENERATORS)}")
+        return GENERATORS[match["name"]]()
+
+    return _GENERATED.sub(fill, markdown)
+
+
 def on_files(files, config):
     readme = Path(config["config_file_path"]).parent / "README.md"
     files.append(File.generated(config, "index.md", content=readme_as_home(readme.read_text(encoding="utf-8"))))
     return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    return expand_generated(markdown)
