@@ -32,8 +32,17 @@ __all__ = [
 def register_metric(plugin: object, name: str, replace: bool = False) -> str:
     """Register a metric plugin at run time (module, class, instance, or ``@hookimpl`` function) as ``name``.
 
-    Its ``options`` and ``needs`` attributes, if any, declare what it takes (see [`Option`][Option]).
-    Raises ``ValueError`` naming the owner when ``name`` is taken, unless ``replace=True``. Returns ``name``.
+    Args:
+        plugin: the object that implements the ``similarity`` hook. Its ``options`` and ``needs`` attributes,
+            if any, declare what it takes (see [`Option`][Option]).
+        name: the metric's name in ``metrics=[...]``, reports and the command line.
+        replace: replace a metric already registered under ``name``.
+
+    Returns:
+        ``name``.
+
+    Raises:
+        ValueError: ``name`` is taken (naming its owner) and ``replace`` is false.
     """
     return get_plugin_manager().register_metric(plugin, name, replace=replace)
 

@@ -193,20 +193,27 @@ def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options:
           split: Mapping[str, Any] | None = None, seed: int = 0, progress: "bool | str" = False) -> Report:
     """Score two arrays of activations with every selected metric that reads only activations.
 
-    - ``x``, ``y``: NumPy arrays or torch tensors (N, ...) with the same N rows (samples); each row is
-      flattened as the CKA plugins flatten (N, ...) -> (N, prod(...)). Floating dtypes are kept, on the
-      arrays' device.
-    - ``metrics``: names or wildcards as in ``compare``; ``None``: every registered metric with
-      ``activations_only`` (a selected metric that needs models gets an error row saying so).
-    - ``options``: as in ``compare`` (global options and per-metric dicts), checked the same way.
-    - ``split``: ``{"train": rows, "test": rows}`` index arrays, or ``None`` (see the module docstring:
-      metrics that need train then use a seeded 80/20 split, the others all rows).
-    - ``seed``: the metrics' seed and the seed of that split.
-    - ``progress``: as in ``compare``: ``False`` (default) no bar, ``True`` a bar over the metrics when stderr is
-      a terminal, ``"always"`` one even into a file or pipe.
+    Args:
+        x: the front's activations, a NumPy array or torch tensor (N, ...), one row per input; each row is
+            flattened as the CKA plugins flatten, (N, ...) -> (N, prod(...)). Floating dtypes are kept, on
+            the array's device.
+        y: the end's activations on the same N inputs, (N, ...).
+        metrics: names or wildcards as in ``compare``; ``None``: every registered metric with
+            ``activations_only`` (a selected metric that needs models gets an error row saying so).
+        options: as in ``compare`` (global options and per-metric dicts), checked the same way.
+        split: ``{"train": rows, "test": rows}`` index arrays, or ``None``: metrics that need train then use a
+            seeded 80/20 split of the rows, the others all rows.
+        seed: the metrics' seed and the seed of that split.
+        progress: ``False`` (default) no bar, ``True`` a bar over the metrics when stderr is a terminal,
+            ``"always"`` one even into a file or pipe.
 
-    Returns the [`Report`][Report] that ``compare`` returns (one row per metric, layer ``"x->y"``).
-    Raises ``ValueError``/``TypeError`` for bad arrays or split, unknown metrics or options.
+    Returns:
+        The [`Report`][similarity_plugins.Report] that ``compare`` returns (one row per metric, layer
+            ``"x->y"``).
+
+    Raises:
+        ValueError: arrays with different N or fewer than 2 rows, a bad split, unknown metrics or options.
+        TypeError: an input that is not an array or tensor.
     """
     check_progress(progress)
     xs, ys = as_activations(x, "x"), as_activations(y, "y")

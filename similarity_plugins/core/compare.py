@@ -94,33 +94,46 @@ def compare(
 ) -> Report:
     """Score how similar ``front`` (network A) and ``end`` (network B) are, with every selected metric.
 
-    - ``layer``: a module name present in both models, a pair ``(front_layer, end_layer)``, or a list
-      of those (a layer sweep: one row per metric and layer).
-    - ``data``: [`Data`][Data] with ``train`` (fitting stitches, seeding IRIs) and ``test`` (scoring).
-    - ``metrics``: names or wildcards (``"stitch-*"``), a comma-separated string, or ``None`` for all.
-    - ``seed``: every random choice derives from it. ``device``: where the donors run (a copy is made
-      when a model lives elsewhere; the user's models are never moved). ``options``: global options,
-      plus per-metric dicts under metric names, e.g. ``{"epochs": 5, "stitch-dm": {"lr": 1e-2}}``.
-    - ``context``: reuse the caches of an earlier call (same models and data) to avoid recomputing;
-      the context itself is not changed (this call works on a child that shares its memo).
-    - ``repeats``: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI
-      starts); the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95%
-      interval over seeds (see `repeats`). Deterministic metrics (CKA) run once.
-    - ``progress``: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal;
-      ``"always"`` bars even into a file or pipe ([`similarity_plugins.utils.progress`][similarity_plugins.utils.progress]).
-    - ``timeout``: seconds each metric call (one metric at one layer, one seed) may take; a late call gets a
-      ``MetricTimeout`` error row and the others still run. The plugins then work on private copies of the
-      donors, and a late call's thread is abandoned with them (see `isolation`: what keeps running).
+    Args:
+        front: network A, a trained ``torch.nn.Module``; it is cut after ``layer`` (its front part is used).
+        end: network B; it is cut at ``layer`` (its end part is used). Neither model is ever changed.
+        layer: a module name present in both models, a pair ``(front_layer, end_layer)``, or a list of
+            those (a layer sweep: one row per metric and layer). [`layers`][similarity_plugins.layers] lists them.
+        data: [`Data`][Data] with ``train`` (fitting stitches, seeding IRIs) and ``test`` (scoring): datasets
+            or loaders of ``(x, y)`` with x shaped as the models take it, (N, C, H, W) for images.
+        metrics: names or wildcards (``"stitch-*"``), a comma-separated string, or ``None`` for all.
+        seed: every random choice derives from it.
+        device: where the donors run (a copy is made when a model lives elsewhere; the user's models are
+            never moved); ``None``: the front's device.
+        options: global options, plus per-metric dicts under metric names, e.g.
+            ``{"epochs": 5, "stitch-dm": {"lr": 1e-2}}`` ([Options](../options.md) lists every metric's).
+        progress: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal; ``"always"``
+            bars even into a file or pipe.
+        context: reuse the caches of an earlier call (same models and data) to avoid recomputing; the
+            context itself is not changed (this call works on a child that shares its memo).
+        repeats: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI starts);
+            the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95% interval
+            over seeds. Deterministic metrics (CKA) run once.
+        timeout: seconds each metric call (one metric at one layer, one seed) may take; a late call gets a
+            ``MetricTimeout`` error row and the others still run (the plugins then work on private copies of
+            the donors, and a late call's thread is abandoned with them). ``None``: no limit.
 
-    Returns a [`Report`][Report]. A metric that raises gets a row with its error; the others still run.
-    Unknown layers, metrics and options raise at once, before any work, naming the valid ones
-    ([`UnknownOption`][similarity_plugins.core.contract.UnknownOption] for an option no selected metric takes).
-    A metric whose ``needs`` names a split that ``data`` lacks gets an error row without running.
-    The donors are guarded (`guard`): a metric that changes one gets an error row naming the change,
-    the donors are restored and later metrics see them as they were; grad mode, the default dtype and the
-    global torch, NumPy and ``random`` generators are restored after every metric (each metric runs seeded
-    with ``seed``). Ctrl-C raises ``KeyboardInterrupt`` as usual; its ``report`` attribute holds the rows that
-    had finished, the others marked interrupted.
+    Returns:
+        A [`Report`][Report]: one [`SimilarityResult`][similarity_plugins.SimilarityResult] row per metric
+            and layer (score, details, wall seconds, error). A metric that raises gets a row with its error;
+            the others still run. A metric whose ``needs`` names a split that ``data`` lacks gets an error row
+            without running.
+
+    Raises:
+        LayerNotFound: a layer is not in a model (the message lists the valid ones).
+        UnknownMetric: a name or wildcard matches no registered metric.
+        UnknownOption: an option no selected metric takes (a ``ValueError``; raised before any work).
+        KeyboardInterrupt: on Ctrl-C, as usual; its ``report`` attribute holds the rows that had finished,
+            the others marked interrupted.
+
+    The donors are guarded: a metric that changes one gets an error row naming the change, the donors are
+    restored and later metrics see them as they were; grad mode, the default dtype and the global torch,
+    NumPy and ``random`` generators are restored after every metric (each metric runs seeded with ``seed``).
     """
     repeats = check_repeats(repeats)
     check_progress(progress)

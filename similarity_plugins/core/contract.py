@@ -54,7 +54,16 @@ INVARIANCES: dict[str, str] = {
 
 
 class Option(NamedTuple):
-    """One declared metric option: its ``name``, ``default`` value and a one-line ``doc``."""
+    """One declared metric option: its ``name``, ``default`` value and a one-line ``doc``.
+
+    A plugin declares its options as a sequence of these (or of plain names, or a ``{name: default}`` dict) in
+    its ``options`` attribute; ``compare`` then passes each metric exactly its declared options.
+
+    Attributes:
+        name: the option's key in ``options={...}`` and ``--option KEY=VALUE``.
+        default: the value the metric receives when the caller gives none.
+        doc: one line for ``similarity-plugins info`` and the [options tables](../options.md).
+    """
 
     name: str
     default: Any = None
