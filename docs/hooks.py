@@ -4,8 +4,8 @@
   site the home page sits inside ``docs/``, so those prefixes are dropped. Nothing else in the text changes.
 - A page line ``<!-- generated: NAME -->`` is replaced at build time by the table NAME makes: ``metric-list``
   (every registered metric's kind, range, symmetry, invariances and needed splits), ``metric-options`` (one
-  table per metric: option, default, what it does) or ``speed`` (the saved benchmark run of
-  docs/results/speed-run.json). The metric tables come from ``metric_info()`` of the registered metrics, so a
+  table per metric: option, default, what it does) or ``speed`` (the saved benchmark run
+  docs/results/bench-small.json). The metric tables come from ``metric_info()`` of the registered metrics, so a
   new metric or option appears on the pages by itself.
 """
 
@@ -69,13 +69,25 @@ def metric_options() -> str:
     return "\n".join(parts)
 
 
-def speed(path: Path = _DOCS / "results" / "speed-run.json") -> str:
-    """The speed page's table from a saved benchmark run: one row per metric and workload (median, spread)."""
+def speed(path: Path = _DOCS / "results" / "bench-small.json") -> str:
+    """The speed page's table from a saved ``similarity-plugins bench --json`` run (pytest-benchmark's JSON).
+
+    One row per metric and workload: median and fastest round in seconds, rounds, the last round's score;
+    then the CPU and Python the run reports.
+    """
     run = json.loads(path.read_text(encoding="utf-8"))
-    rows = ["| metric | workload | median (s) | min - max (s) | rounds |", "|---|---|---:|---:|---:|"]
-    for bench in sorted(run["benchmarks"], key=lambda b: (b["workload"], b["median_s"])):
-        rows.append(f"| `{bench['metric']}` | {bench['workload']} | {bench['median_s']:.3g} | "
-                    f"{bench['min_s']:.3g} - {bench['max_s']:.3g} | {bench['rounds']} |")
+    rows = ["| metric | workload | layer | median (s) | fastest (s) | rounds | score |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    for bench in sorted(run["benchmarks"], key=lambda b: (b["extra_info"]["workload"], b["stats"]["median"])):
+        info, stats = bench["extra_info"], bench["stats"]
+        score = "error" if info.get("error") else f"{info['score']:.4f}"
+        rows.append(f"| `{info['metric']}` | {info['workload']} | `{info['layer']}` | {stats['median']:.3f} | "
+                    f"{stats['min']:.3f} | {stats['rounds']} | {score} |")
+    machine = run["machine_info"]
+    cpu = machine["cpu"]
+    rows.append(f"\n{cpu['brand_raw']} ({cpu['count']} cores, {cpu['arch']}), {machine['system']}, Python "
+                f"{machine['python_version']}, pytest-benchmark {run['version']}; file: "
+                f"[`{path.name}`]({path.name}).")
     return "\n".join(rows)
 
 

@@ -206,3 +206,12 @@ def test_the_built_site_keeps_the_research_notes_out(site):
     assert "<loc>" in (site / "sitemap.xml").read_text(encoding="utf-8")
     for page in site.rglob("*.html"):
         assert not lab_links(page.read_text(encoding="utf-8")), page
+
+
+def test_the_speed_table_is_the_saved_run():
+    run = json.loads((ROOT / "docs" / "results" / "bench-small.json").read_text(encoding="utf-8"))
+    page = render(ROOT / "docs" / "results" / "speed.md")
+    assert "<!-- generated" not in page
+    for bench in run["benchmarks"]:
+        median = f"{bench['stats']['median']:.3f}"
+        assert re.search(rf"<code>{re.escape(bench['extra_info']['metric'])}</code>.*?{re.escape(median)}", page, re.S), bench
