@@ -141,6 +141,27 @@ def test_no_user_page_links_into_the_research_notes():
     assert not _per_page(lab_links)
 
 
+CODE_WIDTH = 100  # characters of code the page column shows on a desktop without scrolling (docs/stylesheets)
+
+
+def long_code_lines(path: Path) -> list[str]:
+    """``page:line`` of every line of a fenced code block longer than ``CODE_WIDTH`` characters."""
+    lines, found, fence = path.read_text(encoding="utf-8").splitlines(), [], None
+    for n, line in enumerate(lines, 1):
+        opening = re.match(r"^\s*(`{3,}|~{3,})", line)
+        if opening and fence is None:
+            fence = opening.group(1)
+        elif fence is not None and line.strip().startswith(fence):
+            fence = None
+        elif fence is not None and len(line.rstrip()) > CODE_WIDTH:
+            found.append(f"{path.name}:{n}")
+    return found
+
+
+def test_code_blocks_fit_the_column():
+    assert not [hit for path in user_pages() for hit in long_code_lines(path)]
+
+
 def test_the_checks_find_what_they_look_for():
     page = ("Two kinds:\n- one\n- two\n\nMeasured on 2026-12-01 on the loaded machine (issue 32, round 4); "
             "see :class:`Report` and [notes](lab/iri_depth.md).\n")
