@@ -58,8 +58,11 @@ def _ignore_python_tags(loader, suffix, node):
 
 @lru_cache(maxsize=1)
 def _extensions() -> tuple[list, dict]:
-    loader = yaml.SafeLoader
-    loader.add_multi_constructor("tag:yaml.org,2002:python/", _ignore_python_tags)
+    class Loader(yaml.SafeLoader):  # a subclass: the constructor added below stays out of yaml's own loader
+        pass
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", _ignore_python_tags)
+    loader = Loader
     config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=loader)
     names, configs = [], {}
     for entry in config["markdown_extensions"]:
@@ -225,6 +228,9 @@ def test_the_built_site_keeps_the_research_notes_out(site):
     index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
     assert not [d["location"] for d in index["docs"] if d["location"].startswith("lab/")]
     assert "<loc>" in (site / "sitemap.xml").read_text(encoding="utf-8")
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    base = "/" + config["site_url"].split("://", 1)[1].split("/", 1)[1]  # the site's path under its host
+    assert f'href="{base}assets/stylesheets/' in (site / "404.html").read_text(encoding="utf-8")
     for page in site.rglob("*.html"):
         assert not lab_links(page.read_text(encoding="utf-8")), page
 
