@@ -5,8 +5,9 @@
 - A page line ``<!-- generated: NAME -->`` is replaced at build time by the table NAME makes: ``metric-list``
   (every registered metric's kind, range, symmetry, invariances and needed splits), ``metric-options`` (one
   table per metric: option, default, what it does) or ``speed`` (the saved benchmark run
-  docs/results/bench-small.json). The metric tables come from ``metric_info()`` of the registered metrics, so a
-  new metric or option appears on the pages by itself.
+  docs/results/bench-small.json). The metric tables come from ``metric_info()`` of the registered metrics of this
+  package (third-party plugins installed where the site is built are left out), so a new built-in metric or
+  option appears on the pages by itself.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mkdocs.structure.files import File
 _DOCS_LINK = re.compile(r"\]\(docs/")
 _GENERATED = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->$", re.M)
 _DOCS = Path(__file__).resolve().parent
+PACKAGE = "similarity-plugins"
 
 
 def readme_as_home(text: str) -> str:
@@ -36,18 +38,24 @@ def _range(bounds) -> str:
     return "unbounded" if bounds is None else f"[{bounds[0]:g}, {bounds[1]:g}]"
 
 
-def metric_list() -> str:
-    """The Markdown table of every registered metric: kind, range, symmetry, invariances, needed splits."""
+def builtin_metrics() -> list[str]:
+    """The names of the registered metrics that this package itself provides, sorted."""
     import similarity_plugins as sp
 
-    rows = ["| metric | kind | range | symmetric | invariances (defaults) | needs | package |",
-            "|---|---|---|---|---|---|---|"]
-    for name in sp.list_metrics():
+    return [name for name in sp.list_metrics() if sp.metric_info(name).package == PACKAGE]
+
+
+def metric_list() -> str:
+    """The Markdown table of every built-in metric: kind, range, symmetry, invariances, needed splits."""
+    import similarity_plugins as sp
+
+    rows = ["| metric | kind | range | symmetric | invariances (defaults) | needs |", "|---|---|---|---|---|---|"]
+    for name in builtin_metrics():
         info = sp.metric_info(name)
         symmetric = "yes" if info.symmetric else "no" if info.symmetric is not None else "?"
         rows.append(f"| [`{name}`](options.md#{name}) | {info.kind or '?'} | {_range(info.range)} | {symmetric} | "
                     f"{', '.join(info.invariances or ()) or 'none declared'} | "
-                    f"{', '.join(info.needs) if info.needs else 'any'} | {info.package} |")
+                    f"{', '.join(info.needs) if info.needs else 'any'} |")
     return "\n".join(rows)
 
 
@@ -56,7 +64,7 @@ def metric_options() -> str:
     import similarity_plugins as sp
 
     parts = []
-    for name in sp.list_metrics():
+    for name in builtin_metrics():
         info = sp.metric_info(name)
         parts.append(f"### `{name}` {{#{name}}}\n\n{info.description}\n")
         if not info.options:
