@@ -3,8 +3,9 @@
 A block is skipped only when the line right before its opening fence is ``<!-- not-run: REASON -->`` with a
 non-empty reason (docs/testing.md). docs/lab/ (research notes, outside the site) is not checked.
 
-- python blocks run as ``python -`` would, each in a fresh process in an empty temporary folder (forked from a
-  server that has imported torch and similarity_plugins once: tests/docs_runner.py);
+- python blocks run (in the full suite; the fast suite checks that every block parses) as ``python -`` would,
+  each in a fresh process in an empty temporary folder (forked from a server that has imported torch and
+  similarity_plugins once: tests/docs_runner.py);
 - shell blocks run with ``bash -e -o pipefail`` in an empty temporary folder, where ``python`` is this
   interpreter and ``similarity-plugins`` is ``python -m similarity_plugins``; a console block runs its
   ``$ ``-prefixed lines and ignores the output lines.
@@ -115,6 +116,7 @@ def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=TIMEOUT_S)
 
 
+@pytest.mark.slow  # every block runs in the full suite (CI runs it); the fast suite checks that each one parses
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.id for b in RUN_BLOCKS])
 def test_doc_block_runs(block, tmp_path):
     done = run_block(block, tmp_path)
@@ -122,6 +124,22 @@ def test_doc_block_runs(block, tmp_path):
         f"{block.id}: this {block.language} block failed (exit {done.returncode}). Fix the block or the code, or "
         f"mark it with <!-- not-run: REASON --> on the line before its fence.\n--- stdout\n{done.stdout[-3000:]}"
         f"\n--- stderr\n{done.stderr[-3000:]}")
+
+
+def test_every_runnable_block_parses():
+    """The fast suite's share of the docs check: each runnable block is valid Python or valid bash."""
+    bad = []
+    for block in RUN_BLOCKS:
+        if RUN_LANGUAGES[block.language] == "python":
+            try:
+                compile(block.code, block.id, "exec")
+            except SyntaxError as error:
+                bad.append(f"{block.id}: {error}")
+            continue
+        done = subprocess.run(["bash", "-n"], input=shell_script(block), capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            bad.append(f"{block.id}: {done.stderr.strip()}")
+    assert not bad, "blocks that do not parse:\n" + "\n".join(bad)
 
 
 def test_every_not_run_marker_gives_a_reason_and_sits_on_a_fence():
