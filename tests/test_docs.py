@@ -149,17 +149,27 @@ def test_every_not_run_marker_gives_a_reason_and_sits_on_a_fence():
     assert not stray, f"not-run markers not on the line right before a code fence: {stray}"
 
 
-def test_the_checker_finds_blocks_markers_and_failures(tmp_path):
+CHECKER_PAGE = ("text\n\n```python\nraise SystemExit(3)\n```\n\n<!-- not-run: needs a GPU -->\n```bash\nexit 1\n```\n"
+                "<!-- not-run:   -->\n```sh\ntrue\n```\n- item\n\n  ```console\n  $ similarity-plugins list --json\n"
+                "  [output]\n  ```\n<!-- not-run: stray -->\n\ntext\n")
+
+
+def test_the_checker_finds_blocks_and_markers(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("text\n\n```python\nraise SystemExit(3)\n```\n\n<!-- not-run: needs a GPU -->\n```bash\nexit 1\n```\n"
-                    "<!-- not-run:   -->\n```sh\ntrue\n```\n- item\n\n  ```console\n  $ similarity-plugins list --json\n"
-                    "  [output]\n  ```\n<!-- not-run: stray -->\n\ntext\n", encoding="utf-8")
+    page.write_text(CHECKER_PAGE, encoding="utf-8")
     failing, marked, empty, console = fenced_blocks(page)
     assert (failing.language, failing.marker, failing.line) == ("python", None, 3)
     assert marked.marker is not None and MARKER.match(marked.marker)["reason"].strip() == "needs a GPU"
     assert empty.marker is not None and not MARKER.match(empty.marker)["reason"].strip()
     assert console.code == "$ similarity-plugins list --json\n[output]\n"
     assert stray_markers(page) == [21]
+
+
+@pytest.mark.slow  # a forked Python block and the console entry in a fresh interpreter
+def test_the_checker_runs_blocks_and_reports_failures(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(CHECKER_PAGE, encoding="utf-8")
+    failing, _, _, console = fenced_blocks(page)
     assert run_block(failing, tmp_path).returncode == 3
     done = run_block(console, tmp_path)
     assert done.returncode == 0 and '"cka-linear"' in done.stdout
