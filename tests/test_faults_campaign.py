@@ -119,7 +119,7 @@ def test_stitch_bn_false_in_any_spelling_leaves_batchnorm_off():
         coerce_option_values({"stitch_bn": "flase"}, defaults)
 
 
-@pytest.mark.parametrize("seed", [2.5, "1", True, 2**70, -1, None])
+@pytest.mark.parametrize("seed", [2.5, "1", True, 2**70, 2**63, None])
 def test_seeds_are_integers_or_refused_naming_the_seed(seed):
     x, y = _arrays()
     with pytest.raises((TypeError, ValueError), match="seed"):
@@ -216,11 +216,11 @@ def test_a_huge_error_is_cut_in_the_table(fresh_manager):
 def test_csv_with_many_detail_keys_is_linear():
     from similarity_plugins.core.results import Report, SimilarityResult
 
-    rows = [SimilarityResult(f"m{i}", 0.5, {f"k{i}_{j}": j for j in range(40)}, layer="x->y") for i in range(500)]
+    rows = [SimilarityResult(f"m{i}", 0.5, {f"k{i}_{j}": j for j in range(20_000)}, layer="x->y") for i in range(2)]
     start = time.perf_counter()
     text = Report(rows).to_csv()
-    assert time.perf_counter() - start < 2.0
-    assert text.count("\n") == 501
+    assert time.perf_counter() - start < 2.0  # a list membership test per key took minutes here
+    assert text.count("\n") == 3 and text.splitlines()[0].count(",") == 5 + 40_000 - 1
 
 
 def test_overflowing_rbf_inputs_say_overflow_not_identical_rows():
@@ -241,8 +241,9 @@ def test_sparse_and_meta_arrays_are_clear_answers(make, word):
 
 
 def test_a_failing_layer_is_not_suggested_as_its_own_alternative():
-    from similarity_plugins.core.networks import SplitNetwork
     from models_for_tests import TwoHeaded
+
+    from similarity_plugins.core.networks import SplitNetwork
 
     model = TwoHeaded()
     net = SplitNetwork(model, "split")

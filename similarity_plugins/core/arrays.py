@@ -19,7 +19,6 @@ rows of the given arrays: ``front`` stands for ``x``, ``end`` for ``y``, and the
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Iterable, Mapping
 
@@ -28,7 +27,7 @@ import torch
 
 from ..utils.progress import check_progress, progress_bar
 from .activations import flatten
-from .compare import _short_traceback, _to_result
+from .compare import METRIC_ERRORS, _to_result, error_row, metric_options
 from .context import Context
 from .contract import missing_splits
 from .data import Data
@@ -36,7 +35,7 @@ from .manager import get_plugin_manager
 from .parallel import World
 from .registry import options_for_metrics, select_metrics
 from .results import LayerPair, Report, SimilarityResult
-from .rng import isolated_rng, seed_all
+from .rng import check_seed, isolated_rng, seed_all
 
 __all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
 
@@ -94,9 +93,10 @@ class ArrayContext(Context):
 
 
 def _take(array: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``array[rows]``; the array itself (no copy) when ``rows`` is every row in order."""
-    if len(rows) == len(array) and torch.equal(rows, torch.arange(len(array))):
-        return array
+    """A new tensor holding ``array[rows]`` (a copy also of every row, so that a metric that writes into what it
+    is given changes neither the caller's array nor what the next metric reads)."""
+    if len(rows) == len(array) and bool((rows == torch.arange(len(array))).all()):
+        return array.clone()
     return array[rows.to(array.device)]
 
 
@@ -106,7 +106,11 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
     ``ValueError`` naming ``name`` for a non-numeric or complex array, fewer than 2 dimensions, no
     features, or non-finite values."""
     if isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            raise TypeError(f"{name} is a tensor on the meta device: it has a shape but no values; pass real values")
         tensor = value.detach()
+        if tensor.layout != torch.strided:  # sparse COO/CSR: the same values, dense
+            tensor = tensor.to_dense()
     else:
         try:
             array = np.asarray(value)
@@ -209,6 +213,7 @@ def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options:
     Raises ``ValueError``/``TypeError`` for bad arrays or split, unknown metrics or options.
     """
     check_progress(progress)
+    seed = check_seed(seed)
     xs, ys = as_activations(x, "x"), as_activations(y, "y")
     if len(xs) != len(ys):
         raise ValueError(f"x and y must have the same rows (samples): x has {len(xs)}, y has {len(ys)}")
@@ -270,20 +275,19 @@ def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, opt
     if name in pm.load_errors:
         return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer)
     missing = missing_splits(name, pm.info[name].needs, ctx.data)
-    if missing:
-        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer)
+    options, problem = metric_options(options, pm.info[name].options)  # the rules compare applies
+    if missing or problem:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing or problem}", layer)
     impl = pm.hookimpl_for(name)
-    arguments = {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": dict(options),
+    arguments = {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": options,
                  "context": ctx, "seed": seed, "device": ctx.device}
     start = time.perf_counter()
     try:
         seed_all(seed, cuda=cuda_rng)
-        result = _to_result(impl.function(**{a: arguments[a] for a in impl.argnames}), name, layer)
-        if result.score is not None and not math.isfinite(result.score):
-            result.details.setdefault("warnings", []).append(f"score is {result.score}")
-    except Exception as exc:  # noqa: BLE001 - one metric's failure must not stop the others
-        result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
-                                  f"{type(exc).__name__}: {exc}", layer)
+        result = _to_result(impl.function(**{a: arguments[a] for a in impl.argnames}), name, layer,
+                            pm.info[name].range)
+    except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
+        result = error_row(exc, name, layer)
     result.seconds = time.perf_counter() - start
     return result
 

@@ -12,6 +12,10 @@ from .common import Measured, centred, compress_columns, finish, pair
 __all__ = ["procrustes"]
 
 
+#: With two samples the centred sides are one line each and every pair scores 1: three is the least that means anything.
+MIN_SAMPLES = 3
+
+
 def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measured:
     """Normalised Bures similarity ``||Xc^T Yc||_* / (||Xc||_F ||Yc||_F)`` of the centred activations.
 
@@ -29,9 +33,9 @@ def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | 
         The similarity in [0, 1] (float), or a :class:`Measured`.
 
     Raises:
-        ValueError: bad input (NaN/Inf, rows that differ, n < 2) or a constant side.
+        ValueError: bad input (NaN/Inf, rows that differ, fewer than :data:`MIN_SAMPLES` samples) or a constant side.
     """
-    x, y = pair(X, Y, "Procrustes", min_n=2)
+    x, y = pair(X, Y, "Procrustes", min_n=MIN_SAMPLES)
     xc, sx = centred(x, "X", "Procrustes")
     yc, sy = centred(y, "Y", "Procrustes")
     xc, yc = compress_columns(xc), compress_columns(yc)
