@@ -27,7 +27,7 @@ import torch
 
 from ..utils.progress import check_progress, progress_bar
 from .activations import flatten
-from .compare import METRIC_ERRORS, _to_result, error_row, metric_options
+from .compare import METRIC_ERRORS, _to_result, error_row, interrupted_row, metric_options
 from .context import Context
 from .contract import missing_splits
 from .data import Data
@@ -225,13 +225,18 @@ def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options:
     metric_options = options_for_metrics(names, options)
     sides = {_Side("x"): xs, _Side("y"): ys}
     front, end = sides
-    results = []
-    with isolated_rng(xs.device) as cuda_rng:
-        for name in progress_bar(names, progress=progress, desc="score", leave=False):
-            results.append(_score_one(pm, name, front, end, sides, given, metric_options[name], seed, cuda_rng))
+    results: list[SimilarityResult] = []
     meta = {"x": list(xs.shape), "y": list(ys.shape), "dtype": [str(xs.dtype), str(ys.dtype)], "metrics": names,
             "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "split": "given" if given else None,
             "device": str(xs.device), "torch": torch.__version__}
+    try:
+        with isolated_rng(xs.device) as cuda_rng:
+            for name in progress_bar(names, progress=progress, desc="score", leave=False):
+                results.append(_score_one(pm, name, front, end, sides, given, metric_options[name], seed, cuda_rng))
+    except KeyboardInterrupt as exc:  # the finished rows travel with the exception, as in compare
+        exc.report = Report(results + [interrupted_row(n, str(PAIR)) for n in names[len(results):]],
+                            {**meta, "interrupted": True})
+        raise
     return Report(results, meta)
 
 

@@ -225,7 +225,7 @@ def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data,
             deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
             results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=donors.ctx))
     except KeyboardInterrupt as exc:  # the finished rows travel with the exception (the CLI writes them)
-        exc.report = Report(results + [_interrupted(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
+        exc.report = Report(results + [interrupted_row(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
         raise
     return results
 
@@ -249,8 +249,10 @@ def _after_call(result: SimilarityResult, error: BaseException | None, donors: D
     return result, error
 
 
-def _interrupted(name: str, pair: LayerPair) -> SimilarityResult:
-    return SimilarityResult(name, None, {}, 0.0, "KeyboardInterrupt: interrupted before this metric finished", str(pair))
+def interrupted_row(name: str, layer: "str | LayerPair") -> SimilarityResult:
+    """The row of a metric that Ctrl-C (or SIGTERM) stopped before it finished."""
+    return SimilarityResult(name, None, {}, 0.0, "KeyboardInterrupt: interrupted before this metric finished",
+                            str(layer))
 
 
 def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, options: dict, seed: int,

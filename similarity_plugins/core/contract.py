@@ -121,8 +121,9 @@ def resolve_options(selected: list[str], declared: Mapping[str, dict[str, Any] |
     and its own dict; for an open one every global option updated with its own dict.
     """
     options = dict(options or {})
-    scoped = {k: v for k, v in options.items() if k in declared}
-    plain = {k: v for k, v in options.items() if k not in declared}
+    taken = {name for m in selected if declared[m] is not None for name in declared[m]}
+    scoped = {k: v for k, v in options.items() if k in declared and not (k in taken and not isinstance(v, Mapping))}
+    plain = {k: v for k, v in options.items() if k not in scoped}
     for metric, own in scoped.items():
         if not isinstance(own, Mapping):
             raise TypeError(f"options[{metric!r}] must be a dict of that metric's options, got {type(own).__name__}")
