@@ -248,7 +248,7 @@ def test_a_failing_layer_is_not_suggested_as_its_own_alternative():
     model = TwoHeaded()
     net = SplitNetwork(model, "split")
     with pytest.raises(TypeError) as caught:
-        net.front(torch.rand(2, 4))
+        net.front(torch.rand(2, 1, 16, 16))
     assert "'split'" not in caught.value.args[0].partition("such as")[2]
 
 

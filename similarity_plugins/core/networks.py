@@ -254,6 +254,7 @@ class SplitNetwork:
         self.layer = layer
         canonical = [n for n in layers(model) if not _nested(n, layer)]
         self._trace_error: str | None = None
+        self._calls_counted = False  # the hook fallback counts the layer's calls on its first batch
         self._front_gm = self._end_gm = self._native_gm = None
         try:
             traced = _trace(model, set(canonical) | {layer} | set(taps or ()))
@@ -262,6 +263,8 @@ class SplitNetwork:
             self.taps: tuple[str, ...] = tuple(taps or ())
             return
         calls = [n for n in traced.graph.nodes if n.op == "call_module" and n.target == layer]
+        if len(calls) > 1:
+            raise AmbiguousLayer(_called_often(model, layer, len(calls)))
         if len(calls) != 1:
             self._trace_error = f"layer {layer!r} is called {len(calls)} times in the forward pass (need exactly once)"
             self.taps = tuple(taps or ())
@@ -332,11 +335,18 @@ class SplitNetwork:
 
     # -- running -----------------------------------------------------------------------------------
 
-    def _check_tensor(self, value: object) -> torch.Tensor:
+    def _check_tensor(self, value: object, batch: int | None = None) -> torch.Tensor:
+        others = ", ".join(n for n in layers(self.model) if n != self.layer)
         if not isinstance(value, torch.Tensor):
             raise TypeError(
                 f"layer {self.layer!r} outputs a {type(value).__name__}, not a tensor; "
-                f"choose a layer whose output is a tensor, such as: {', '.join(layers(self.model))}"
+                f"choose a layer whose output is a tensor, such as: {others}"
+            )
+        if batch is not None and (value.dim() == 0 or value.shape[0] != batch):
+            raise ValueError(
+                f"layer {self.layer!r} outputs shape {tuple(value.shape)} for a batch of {batch} inputs: its first "
+                f"dimension is not the batch (a sequence-first layer?), so its rows would not be samples; choose a "
+                f"layer whose output is (batch, ...), such as: {others}"
             )
         return value
 
@@ -346,10 +356,16 @@ class SplitNetwork:
         ``x``: a batch of inputs (N, ...) on the model's device. Returns (N, C, H, W) for CNNs,
         (N, T, D) for transformers. Differentiable with respect to ``x``.
         """
+        batch = len(x) if x.dim() else None
         with frozen(self.model):
             if self._front_gm is not None:
-                return self._check_tensor(self._front_gm(x))
-            return self._check_tensor(_front_by_hook(self.model, self.layer, x))
+                return self._check_tensor(self._front_gm(x), batch)
+            if not self._calls_counted:
+                calls = _count_calls(self.model, self.layer, x)
+                if calls > 1:
+                    raise AmbiguousLayer(_called_often(self.model, self.layer, calls))
+                self._calls_counted = True
+            return self._check_tensor(_front_by_hook(self.model, self.layer, x), batch)
 
     @property
     def front_graph(self) -> torch.fx.GraphModule | None:
@@ -401,6 +417,32 @@ def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.f
         raise RuntimeError(f"internal error: value {node.name!r} from before the cut used after it")
     env[node] = graph.node_copy(node)
     return env[node]
+
+
+class AmbiguousLayer(ValueError):
+    """A layer (module) that runs more than once in one forward pass: which of its outputs is meant is ambiguous."""
+
+
+def _called_often(model: nn.Module, layer: str, calls: int) -> str:
+    return (f"layer {layer!r} of {type(model).__name__} is called {calls} times in one forward pass (a shared module), "
+            f"so its activation is ambiguous; cut at a module that runs once, such as: "
+            f"{', '.join(n for n in layers(model) if n != layer)}")
+
+
+def _count_calls(model: nn.Module, layer: str, x: torch.Tensor) -> int:
+    """How many times ``layer`` runs in ``model(x[:1])`` (one whole forward pass, under no_grad)."""
+    count = [0]
+
+    def hook(_module: nn.Module, _inputs: object, _output: object) -> None:
+        count[0] += 1
+
+    handle = dict(model.named_modules())[layer].register_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            model(x[:1])
+    finally:
+        handle.remove()
+    return count[0]
 
 
 class _Stop(Exception):
