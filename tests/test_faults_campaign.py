@@ -192,8 +192,17 @@ def test_an_option_no_selected_metric_takes_names_the_metrics_that_do_not_a_look
     assert "procrustes" not in message and "stitch-slm" in message
 
 
-def test_info_json_is_strict_json(capsys):
-    assert _cli("info", "procrustes", "--json") == 0
+def test_info_json_is_strict_json(fresh_manager, capsys):
+    class Unbounded:
+        range = (0.0, float("inf"))
+        options = (Option("cap", float("inf"), "no cap"), Option("nan", float("nan"), "odd default"))
+
+        @sp.hookimpl
+        def similarity(self):
+            return 0.0
+
+    sp.register_metric(Unbounded, "unbounded")
+    assert _cli("info", "unbounded", "--json") == 0
     json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert _cli("list", "--json") == 0
     json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
