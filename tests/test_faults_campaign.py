@@ -642,3 +642,16 @@ def test_an_empty_cache_folder_or_one_that_is_a_file_is_refused_naming_the_optio
     row = sp.compare(front, end, "block2", Data(train=TensorDataset(x, y), test=TensorDataset(x, y)), "iri-slm",
                      options={"iri_cache_dir": value})["iri-slm"]
     assert row.score is None and "iri_cache_dir" in row.error
+
+
+def test_a_list_of_batches_is_not_read_as_samples():
+    x, y = _arrays(n=24)
+    with pytest.raises(ValueError, match="batches"):
+        sp.score([x[:12].numpy(), x[12:].numpy()], [y[:12].numpy(), y[12:].numpy()], metrics=["cka-linear"])
+
+
+@pytest.mark.parametrize("make", [lambda x, y: (x, y), lambda x, y: [x, y], lambda x, y: x])
+def test_a_split_given_as_arrays_instead_of_a_dataset_is_refused(make):
+    x, y = _images(20)
+    with pytest.raises(TypeError, match="TensorDataset"):
+        Data(test=make(x, y))

@@ -62,8 +62,9 @@ class ArrayContext(Context):
 
     def __init__(self, arrays: Mapping[Any, torch.Tensor], rows: Mapping[str, torch.Tensor | None], *, seed: int,
                  device: torch.device, options: dict | None) -> None:
-        super().__init__(Data(train=rows.get("train"), test=rows.get("test")), seed=seed, device=device,
-                         options=options, world=World())
+        data = Data()  # the splits stand for row indices here, not datasets (so they skip Data's checks)
+        data.train, data.test = rows.get("train"), rows.get("test")
+        super().__init__(data, seed=seed, device=device, options=options, world=World())
         self.arrays = dict(arrays)
         self.rows = dict(rows)
 
@@ -112,6 +113,7 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
         if tensor.layout != torch.strided:  # sparse COO/CSR: the same values, dense
             tensor = tensor.to_dense()
     else:
+        _refuse_batches(value, name)
         try:
             array = np.asarray(value)
         except Exception as exc:  # noqa: BLE001 - whatever NumPy says, the user needs the name
@@ -139,6 +141,18 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
         raise ValueError(f"{name} has non-finite values (NaN or inf) in {int(bad.sum())} of its {len(tensor)} rows "
                          f"(the first: row {first}); remove or fix those rows")
     return tensor
+
+
+def _refuse_batches(value: Any, name: str) -> None:
+    """Refuse a list or tuple of arrays of 2 or more dimensions: most likely batches (K, (B, D)) that NumPy would
+    stack into K samples of B*D features; a list of per-sample arrays of that shape must be stacked explicitly."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return
+    first = value[0]
+    if isinstance(first, (np.ndarray, torch.Tensor)) and first.ndim >= 2:
+        raise ValueError(f"{name} is a {type(value).__name__} of {len(value)} arrays of shape {tuple(first.shape)}: "
+                         f"if they are batches, join their rows (np.concatenate or torch.cat) into (N, ...); if each "
+                         f"is one sample, stack them (np.stack) so that the rows are explicit")
 
 
 def check_split(split: Any, n: int) -> dict[str, torch.Tensor] | None:

@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
@@ -31,6 +32,10 @@ class Data:
     train: Dataset | DataLoader | None = None
     test: Dataset | DataLoader | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("train", "test"):
+            _check_split_container(getattr(self, name), name)
+
     def split(self, name: str) -> Dataset | DataLoader:
         """Return the split called ``name`` ("train" or "test"), or raise a clear error if it is missing."""
         if name not in ("train", "test"):
@@ -42,6 +47,18 @@ class Data:
                 f"pass Data(train=..., test=...) with a {name} dataset"
             )
         return value
+
+
+def _check_split_container(split: Any, name: str) -> None:
+    """Refuse a split given as arrays rather than as a dataset: a tensor (its rows would be read as (x, y)
+    pairs) or a tuple/list of arrays (``(x, y)``: read as a dataset of two samples)."""
+    if isinstance(split, (torch.Tensor, np.ndarray)):
+        raise TypeError(f"Data.{name} is an array of shape {tuple(split.shape)}, not a dataset of (x, y) pairs; "
+                        f"pass TensorDataset(x, y)")
+    if isinstance(split, (tuple, list)) and split and all(isinstance(v, (torch.Tensor, np.ndarray)) for v in split):
+        shapes = ", ".join(str(tuple(v.shape)) for v in split)
+        raise TypeError(f"Data.{name} is a {type(split).__name__} of {len(split)} arrays ({shapes}), which would be "
+                        f"read as {len(split)} samples; pass TensorDataset(x, y) (torch.utils.data)")
 
 
 class BadData(ValueError):
