@@ -655,3 +655,12 @@ def test_a_split_given_as_arrays_instead_of_a_dataset_is_refused(make):
     x, y = _images(20)
     with pytest.raises(TypeError, match="TensorDataset"):
         Data(test=make(x, y))
+
+
+def test_tiny_inputs_are_measured_or_refused_saying_underflow():
+    x, y = _arrays()
+    report = sp.score(x * 1e-310, y, metrics=["cka-linear", "procrustes", "cka-rbf"])
+    assert report["cka-linear"].score == pytest.approx(sp.score(x, y, metrics=["cka-linear"])["cka-linear"].score,
+                                                       rel=1e-6)
+    for name in ("procrustes", "cka-rbf"):
+        assert report[name].score is None and "underflow" in report[name].error

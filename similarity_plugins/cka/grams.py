@@ -48,9 +48,11 @@ def _rbf_inplace(gram: np.ndarray, threshold: float, name: str) -> np.ndarray:
     sq = _sq_dist_inplace(gram)
     sq_median = float(np.median(sq))
     if not np.isfinite(sq).all():
-        raise ValueError(f"the squared pairwise distances of {name} overflow float64 (max |value| = "
-                         f"{float(np.abs(gram).max()) if np.isfinite(gram).all() else float('inf'):.3g}); rescale "
-                         f"{name}: the RBF bandwidth follows its scale, so CKA is unchanged")
+        raise ValueError(f"the squared pairwise distances of {name} overflow float64; rescale {name} (divide it by "
+                         f"a large constant): the RBF bandwidth follows its scale, so CKA is unchanged")
+    if not sq.any():
+        raise ValueError(f"every squared pairwise distance of {name} is 0: its rows are identical, or so small that "
+                         f"their squares underflow float64 (then rescale {name}: RBF CKA is unchanged by it)")
     if not sq_median > 0.0:
         raise ValueError(
             f"the median squared pairwise distance of {name} is {sq_median:g} (more than half of the "
