@@ -73,19 +73,18 @@ RANGE_ROUNDING = 1e-9
 
 
 def _check_range(result: SimilarityResult, bounds: tuple[float, float]) -> None:
-    """Clamp a score that passes the declared ``(lo, hi)`` by rounding (with a warning); flag one beyond that."""
+    """Clamp a score that passes the declared ``(lo, hi)`` by a rounding error (:data:`RANGE_ROUNDING`) to the
+    bound; keep a score beyond that as it is, flagged by a warning in its row (a bug in the metric, not noise)."""
     lo, hi = bounds
     score = result.score
     if lo <= score <= hi:
         return
     edge = lo if score < lo else hi
-    warnings = result.details.setdefault("warnings", [])
     if abs(score - edge) <= RANGE_ROUNDING * max(1.0, abs(edge)):
         result.score = edge
-        warnings.append(f"score {score!r} clamped to {edge!r}, the edge of the declared range [{lo}, {hi}] "
-                        "(a rounding error)")
     else:
-        warnings.append(f"score {score!r} is outside the metric's declared range [{lo}, {hi}]")
+        result.details.setdefault("warnings", []).append(
+            f"score {score!r} is outside the metric's declared range [{lo}, {hi}]")
 
 
 def error_row(exc: BaseException, metric: str, layer: str) -> SimilarityResult:
@@ -115,7 +114,10 @@ def metric_options(options: dict, defaults: "dict | None") -> tuple[dict, str | 
     """One metric's options for its call: a private deep copy (a plugin that changes it changes nothing for the
     next metric or the caller) with every value read by :func:`~.values.coerce_option_values`; and the first
     bad value's message (then the dict is the copy as given)."""
-    options = copy.deepcopy(dict(options))
+    try:
+        options = copy.deepcopy(dict(options))
+    except Exception:  # noqa: BLE001 - a value that cannot be copied (a lock, a file) is handed as it is
+        options = dict(options)
     try:
         return coerce_option_values(options, defaults), None
     except ValueError as exc:
