@@ -31,6 +31,7 @@ import torch.fx
 from torch import nn
 
 from ..utils.text import did_you_mean
+from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
 
 __all__ = ["frozen", "preserved", "layers", "SplitNetwork", "split_network", "model_device", "LayerNotFound"]
 
@@ -264,7 +265,7 @@ class SplitNetwork:
             return
         calls = [n for n in traced.graph.nodes if n.op == "call_module" and n.target == layer]
         if len(calls) > 1:
-            raise AmbiguousLayer(_called_often(model, layer, len(calls)))
+            raise AmbiguousLayer(called_often(model, layer, len(calls), [n for n in layers(model) if n != layer]))
         if len(calls) != 1:
             self._trace_error = f"layer {layer!r} is called {len(calls)} times in the forward pass (need exactly once)"
             self.taps = tuple(taps or ())
@@ -361,11 +362,12 @@ class SplitNetwork:
             if self._front_gm is not None:
                 return self._check_tensor(self._front_gm(x), batch)
             if not self._calls_counted:
-                calls = _count_calls(self.model, self.layer, x)
+                calls = count_calls(self.model, self.layer, x)
                 if calls > 1:
-                    raise AmbiguousLayer(_called_often(self.model, self.layer, calls))
+                    raise AmbiguousLayer(called_often(self.model, self.layer, calls,
+                                                     [n for n in layers(self.model) if n != self.layer]))
                 self._calls_counted = True
-            return self._check_tensor(_front_by_hook(self.model, self.layer, x), batch)
+            return self._check_tensor(front_by_hook(self.model, self.layer, x), batch)
 
     @property
     def front_graph(self) -> torch.fx.GraphModule | None:
@@ -417,53 +419,6 @@ def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.f
         raise RuntimeError(f"internal error: value {node.name!r} from before the cut used after it")
     env[node] = graph.node_copy(node)
     return env[node]
-
-
-class AmbiguousLayer(ValueError):
-    """A layer (module) that runs more than once in one forward pass: which of its outputs is meant is ambiguous."""
-
-
-def _called_often(model: nn.Module, layer: str, calls: int) -> str:
-    return (f"layer {layer!r} of {type(model).__name__} is called {calls} times in one forward pass (a shared module), "
-            f"so its activation is ambiguous; cut at a module that runs once, such as: "
-            f"{', '.join(n for n in layers(model) if n != layer)}")
-
-
-def _count_calls(model: nn.Module, layer: str, x: torch.Tensor) -> int:
-    """How many times ``layer`` runs in ``model(x[:1])`` (one whole forward pass, under no_grad)."""
-    count = [0]
-
-    def hook(_module: nn.Module, _inputs: object, _output: object) -> None:
-        count[0] += 1
-
-    handle = dict(model.named_modules())[layer].register_forward_hook(hook)
-    try:
-        with torch.no_grad():
-            model(x[:1])
-    finally:
-        handle.remove()
-    return count[0]
-
-
-class _Stop(Exception):
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-
-def _front_by_hook(model: nn.Module, layer: str, x: torch.Tensor) -> object:
-    """Run ``model(x)`` until ``layer`` has produced its output, then stop and return it."""
-
-    def hook(_module: nn.Module, _inputs: object, output: object) -> None:
-        raise _Stop(output)
-
-    handle = dict(model.named_modules())[layer].register_forward_hook(hook)
-    try:
-        model(x)
-    except _Stop as stop:
-        return stop.value
-    finally:
-        handle.remove()
-    raise RuntimeError(f"layer {layer!r} was never called in the forward pass of {type(model).__name__}")
 
 
 def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> SplitNetwork:
