@@ -492,8 +492,9 @@ def test_a_plugin_cannot_change_the_activations_the_next_metric_or_the_caller_se
 def test_a_plugin_cannot_swap_the_data_for_the_metrics_after_it(fresh_manager):
     class Thief:
         @sp.hookimpl
-        def similarity(self, data):
+        def similarity(self, data, context):
             data.test = TensorDataset(torch.zeros(4, 1, 16, 16), torch.zeros(4, dtype=torch.long))
+            context.data.test = data.test
             return 0.0
 
     sp.register_metric(Thief, "thief")

@@ -276,7 +276,7 @@ def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, opti
     }
     start = time.perf_counter()
     error = None
-    memo_before, saved = set(ctx.memo), global_state()
+    memo_before, saved, splits = set(ctx.memo), global_state(), (data.train, data.test)
     call = lambda: impl.function(**{a: arguments[a] for a in impl.argnames})  # noqa: E731
     try:
         with isolated_rng(device):
@@ -291,6 +291,7 @@ def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, opti
         ctx.drop_changed()
         raise
     result, error = _after_call(result, error, donors, memo_before, saved)
+    donors.ctx.data, (data.train, data.test) = data, splits  # a plugin may have reassigned context.data's splits
     dropped = ctx.drop_changed()
     if dropped:
         result.details.setdefault("warnings", []).append(
