@@ -78,6 +78,18 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+#: The most characters of one error or warning the table shows (the JSON and CSV hold the whole text).
+NOTE_CHARS = 400
+
+
+def _cut(text: str) -> str:
+    """``text`` as at most :data:`NOTE_CHARS` characters on one line, saying how much was left out."""
+    line = " ".join(str(text).split())
+    if len(line) <= NOTE_CHARS:
+        return line
+    return f"{line[:NOTE_CHARS]}... ({len(line) - NOTE_CHARS} more characters: the JSON and CSV hold the whole text)"
+
+
 def _format_score(value: float | None) -> str:
     return "error" if value is None else f"{value:.4f}"
 
@@ -156,15 +168,15 @@ class Report:
 
     def to_csv(self, path: str | None = None) -> str:
         """One CSV row per result: metric, layer, score, seconds, error, then scalar details."""
-        detail_keys: list[str] = [k for k in INTERVAL_COLUMNS if any(k in _interval_cells(r) for r in self.results)]
+        cells = [{**r.details, **_interval_cells(r)} for r in self.results]  # each row's merged cells, once
+        keys: dict[str, None] = dict.fromkeys(k for k in INTERVAL_COLUMNS if any(k in c for c in cells))
         for r in self.results:
-            for k, v in r.details.items():
-                if isinstance(v, (int, float, str, bool)) or v is None:
-                    if k not in detail_keys:
-                        detail_keys.append(k)
+            keys.update((k, None) for k, v in r.details.items()
+                        if isinstance(v, (int, float, str, bool)) or v is None)
+        detail_keys = list(keys)
         rows = ([r.metric, r.layer, "" if r.score is None else repr(float(r.score)), f"{r.seconds:.3f}", r.error or ""]
-                + ["" if (v := {**r.details, **_interval_cells(r)}.get(k)) is None else v for k in detail_keys]
-                for r in self.results)
+                + ["" if (v := c.get(k)) is None else v for k in detail_keys]
+                for r, c in zip(self.results, cells))
         text = csv_text(["metric", "layer", "score", "seconds", "error"] + detail_keys, rows)
         if path is not None:
             write_text(path, text)
@@ -189,9 +201,9 @@ class Report:
         notes = []
         for r in self.results:
             if r.error:
-                notes.append(f"  {r.metric} @ {r.layer}: error: {r.error}")
+                notes.append(f"  {r.metric} @ {r.layer}: error: {_cut(r.error)}")
             for w in r.details.get("warnings", []) or []:
-                notes.append(f"  {r.metric} @ {r.layer}: * {w}")
+                notes.append(f"  {r.metric} @ {r.layer}: * {_cut(str(w))}")
         if notes:
             out += ["", "notes:"] + notes
         return "\n".join(out)
