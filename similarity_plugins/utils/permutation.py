@@ -216,39 +216,43 @@ def _label_orders(b: int) -> tuple[tuple[int, ...], ...]:
     return tuple(itertools.permutations(range(b)))
 
 
-class _Sums:
-    """Unrestricted pattern sums ``W(edges) = sum over labels of prod_e M[label(e0), label(e1)]`` of one
-    symmetric matrix, memoised up to relabelling."""
-
-    def __init__(self, m: torch.Tensor) -> None:
-        self.m = m.double().cpu().numpy()
-        self.memo: dict[tuple, float] = {}
-
-    def __call__(self, edges: tuple[tuple[int, int], ...]) -> float:
-        key = _canonical(_first_seen(edges))
-        if key not in self.memo:
-            letters = "abcdefgh"
-            spec = ",".join(letters[x] + letters[y] for x, y in key) + "->"
-            self.memo[key] = float(np.einsum(spec, *([self.m] * len(key)), optimize="greedy"))
-        return self.memo[key]
-
-
-def _raw_moment(sa: _Sums, sb: _Sums, order: int, n: int) -> float:
-    """E[T^order] = sum over coincidence patterns tau of S_A(tau) S_B(tau) / (n)_{|tau|} (S: sums over distinct
-    labels, from the unrestricted ones by Moebius inversion over the partitions coarser than tau)."""
-    total = 0.0
+@lru_cache(maxsize=None)
+def _plan(order: int) -> tuple[tuple[int, tuple[tuple[tuple, int], ...]], ...]:
+    """For E[T^order]: each coincidence pattern tau of the 2 x order indices, as its number of blocks and the
+    Moebius expansion of its distinct-label sum, ``S(tau) = sum_key weight W(key)`` over the partitions coarser
+    than tau (keys: canonical multigraphs, :func:`_canonical`)."""
+    out = []
     for tau in _growth_strings(2 * order):
         blocks = max(tau) + 1
+        terms: dict[tuple, int] = {}
+        for g, weight in _coarsenings(blocks):
+            merged = [g[t] for t in tau]
+            key = _canonical(_first_seen(tuple((merged[2 * i], merged[2 * i + 1]) for i in range(order))))
+            terms[key] = terms.get(key, 0) + weight
+        out.append((blocks, tuple((key, w) for key, w in terms.items() if w)))
+    return tuple(out)
+
+
+def _pattern_sum(m: np.ndarray, key: tuple, memo: dict) -> float:
+    """``W(key) = sum over labels of prod_(x, y) in key m[label x, label y]`` (an einsum; memoised in ``memo``)."""
+    if key not in memo:
+        letters = "abcdefgh"
+        spec = ",".join(letters[x] + letters[y] for x, y in key) + "->"
+        memo[key] = float(np.einsum(spec, *([m] * len(key)), optimize="greedy"))
+    return memo[key]
+
+
+def _raw_moment(a: np.ndarray, b: np.ndarray, order: int, memos: tuple[dict, dict]) -> float:
+    """E[T^order] = sum over coincidence patterns tau of S_A(tau) S_B(tau) / (n)_{|tau|} (S: sums over distinct
+    labels, from the unrestricted pattern sums by Moebius inversion, :func:`_plan`)."""
+    n = a.shape[0]
+    total = 0.0
+    for blocks, terms in _plan(order):
         if blocks > n:
             continue
-        s = []
-        for sums in (sa, sb):
-            acc = 0.0
-            for g, weight in _coarsenings(blocks):
-                merged = [g[t] for t in tau]
-                acc += weight * sums(tuple((merged[2 * i], merged[2 * i + 1]) for i in range(order)))
-            s.append(acc)
-        total += s[0] * s[1] / math.perm(n, blocks)
+        sa = sum(w * _pattern_sum(a, key, memos[0]) for key, w in terms)
+        sb = sum(w * _pattern_sum(b, key, memos[1]) for key, w in terms)
+        total += sa * sb / math.perm(n, blocks)
     return total
 
 
@@ -267,9 +271,9 @@ def permutation_moments(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float,
     third), each a contraction of the matrices (at most one n x n x n product per matrix); exact up to float64
     rounding, at about the cost of two n x n matrix products.
     """
-    n = int(a.shape[0])
-    sa, sb = _Sums(a), _Sums(b)
-    m1, m2, m3 = (_raw_moment(sa, sb, r, n) for r in (1, 2, 3))
+    an, bn = (np.ascontiguousarray(t.double().cpu().numpy()) for t in (a, b))
+    memos: tuple[dict, dict] = ({}, {})
+    m1, m2, m3 = (_raw_moment(an, bn, r, memos) for r in (1, 2, 3))
     var = max(0.0, m2 - m1 * m1)
     if var == 0.0:
         return m1, 0.0, 0.0
