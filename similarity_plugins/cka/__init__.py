@@ -13,7 +13,8 @@ features). :class:`StreamingLinearCKA` gives the same numbers from batches, hold
 
 Modules: ``inputs`` (conversion and validation), ``grams`` (Gram matrices and their centring), ``hsic``
 (HSIC terms in feature or Gram space), ``functional`` (:func:`cka`), ``streaming``
-(:class:`StreamingLinearCKA`), ``permutation`` (:func:`cka_permutation_test`). ``similarity_plugins.functional`` re-exports this package (and :mod:`similarity_plugins.measures`).
+(:class:`StreamingLinearCKA`), ``permutation`` (:func:`cka_permutation_test`). ``similarity_plugins.functional``
+re-exports this package (and :mod:`similarity_plugins.measures`).
 """
 
 from .functional import cka

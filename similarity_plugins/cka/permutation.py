@@ -44,7 +44,7 @@ def _compressed(xc: np.ndarray) -> np.ndarray:
     n, d = xc.shape
     if d <= n:
         return xc
-    return np.linalg.qr(xc.T, mode="r").T.copy()
+    return torch.linalg.qr(torch.from_numpy(xc.T), mode="r")[1].T.contiguous().numpy()
 
 
 def _feature_terms(xc: np.ndarray, yc: np.ndarray, debiased: bool) -> tuple[float, float, Any]:
@@ -126,7 +126,7 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     else:
         grams = _grams(xc, yc, kernel, debiased, threshold)
         kx, ky = (torch.from_numpy(g) for g in grams)
-        hxx, hyy = float(torch.dot(kx.reshape(-1), kx.reshape(-1))), float(torch.dot(ky.reshape(-1), ky.reshape(-1)))
+        hxx, hyy = float(np.vdot(grams[0], grams[0])), float(np.vdot(grams[1], grams[1]))
         cross = lambda perms: permuted_inner(kx, ky, perms)  # noqa: E731
         batch = k
     if not (hxx > 0.0 and hyy > 0.0):

@@ -19,8 +19,8 @@ and returns a float, or a :class:`Measured` (score and details) with ``details=T
 from .cca import cca, pwcca, svcca
 from .common import Measured
 from .knn import mutual_knn
-from .procrustes import procrustes
 from .permutation import permutation_test
+from .procrustes import procrustes
 from .regression import linear_regression
 from .rsa import rsa
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 __all__ = ["WORK_BOUND", "BATCH_BYTES", "PermutationCostWarning", "check_permutations", "draws", "summarise",
-           "permuted_inner", "permutation_moments", "pearson3_p_value", "check_cost", "null_keys"]
+           "permuted_inner", "dot", "permutation_moments", "pearson3_p_value", "check_cost", "null_keys"]
 
 #: operations (multiply-adds, gathered values) of all K permutations together above which a measure warns before
 #: the work: about ten minutes of one CPU core
@@ -125,8 +125,16 @@ def permuted_inner(a: torch.Tensor, b: torch.Tensor, perms: torch.Tensor) -> tor
     for i, p in enumerate(perms.to(b.device)):
         torch.index_select(b, 0, p, out=rows)
         torch.index_select(rows, 1, p, out=both)
-        out[i] = torch.dot(flat, both.reshape(-1))
+        out[i] = dot(flat, both.reshape(-1))
     return out
+
+
+def dot(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``sum(a * b)`` of two 1-D float64 tensors: NumPy's on the CPU (torch's ``dot`` there can take
+    milliseconds for a few thousand values when other processes hold the cores), torch's elsewhere."""
+    if a.device.type == "cpu":
+        return float(np.dot(a.numpy(), b.numpy()))
+    return float(torch.dot(a, b))
 
 
 def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: float = 0.0,
