@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..utils.permutation import (
+    GATHER_COST,
     batch_size,
     check_cost,
     check_permutations,
@@ -33,10 +34,6 @@ from .hsic import _debiased_term, _row_sq_norms
 from .inputs import ArrayLike, _as_samples, _available_memory_bytes, _centered_float64, _check_debiased_n, _check_same_n
 
 __all__ = ["cka_permutation_test"]
-
-#: one gathered value of the Gram route costs about this many multiply-adds of the feature route (measured:
-#: memory-bound gathers against a BLAS GEMM)
-_GATHER_FLOPS = 500.0
 
 
 def _compressed(xc: np.ndarray) -> np.ndarray:
@@ -114,10 +111,10 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     xc, yc = _centered_float64(xa, "X")[0], _centered_float64(ya, "Y")[0]
     if kernel == "linear":
         xc, yc = _compressed(xc), _compressed(yc)
-    feature = kernel == "linear" and 2.0 * xc.shape[1] * yc.shape[1] <= _GATHER_FLOPS * n
+    feature = kernel == "linear" and 2.0 * xc.shape[1] * yc.shape[1] <= GATHER_COST * n
     free = float(_available_memory_bytes())
     gram_bytes = 16.0 * n * n
-    work = 2.0 * n * xc.shape[1] * yc.shape[1] if feature else 3.0 * n * n
+    work = 2.0 * n * xc.shape[1] * yc.shape[1] if feature else 3.0 * n * n * GATHER_COST
     notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free)]
     grams = None
     if feature:

@@ -29,6 +29,7 @@ import torch
 
 from ..utils.arrays import ArrayLike
 from ..utils.permutation import (
+    GATHER_COST,
     batch_size,
     check_cost,
     check_permutations,
@@ -142,7 +143,7 @@ def _rsa(x: torch.Tensor, y: torch.Tensor, rdm: str = "correlation", compare: st
         return stat, 30.0 * a.numel() * math.log2(max(2, a.numel())), 24.0 * a.numel(), None
     scale = 2.0 * na * nb  # the full matrices count every pair twice
     stat = lambda p: (permuted_inner(sa, sb, p) / scale).clamp(-1.0, 1.0)  # noqa: E731
-    return stat, 3.0 * n * n, 0.0, (sa, sb, scale)
+    return stat, 3.0 * n * n * GATHER_COST, 0.0, (sa, sb, scale)
 
 
 def _mutual_knn(x: torch.Tensor, y: torch.Tensor, topk: int = 10) -> tuple[Statistic, float]:
@@ -165,7 +166,7 @@ def _mutual_knn(x: torch.Tensor, y: torch.Tensor, topk: int = 10) -> tuple[Stati
         at = torch.searchsorted(keys, query).clamp(max=len(keys) - 1)
         return (keys[at] == query).sum(dim=1).double() / (n * k)
 
-    return statistic, 4.0 * n * k * math.log2(max(2, n * k)), 40.0 * n * k
+    return statistic, GATHER_COST * n * k * math.log2(max(2, n * k)), 40.0 * n * k
 
 
 def _regression(x: torch.Tensor, y: torch.Tensor, alpha: float = 1e-3, *, x_test: torch.Tensor,

@@ -28,12 +28,14 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["WORK_BOUND", "BATCH_BYTES", "PermutationCostWarning", "check_permutations", "draws", "summarise",
+__all__ = ["WORK_BOUND", "GATHER_COST", "BATCH_BYTES", "PermutationCostWarning", "check_permutations", "draws", "summarise",
            "permuted_inner", "dot", "permutation_moments", "pearson3_p_value", "check_cost", "null_keys"]
 
-#: operations (multiply-adds, gathered values) of all K permutations together above which a measure warns before
-#: the work: about ten minutes of one CPU core
-WORK_BOUND = 1e12
+#: operations of all K permutations together (multiply-adds; a gathered or looked-up value counts
+#: :data:`GATHER_COST`) above which a measure warns before the work: about ten minutes of one CPU core
+WORK_BOUND = 1e13
+#: multiply-adds one gathered value costs (memory-bound gathers against a BLAS GEMM, measured on a CPU)
+GATHER_COST = 400.0
 #: bytes a batch of permuted copies may take (permutations are scored this many at a time, not all at once)
 BATCH_BYTES = 128 << 20
 #: relative tolerance under which a null value counts as equal to the observed one (rounding of the same number
@@ -144,7 +146,7 @@ def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: flo
     Parameters
     ----------
     k: the number of permutations.
-    work_per_permutation: operations one permutation costs (multiply-adds or gathered values).
+    work_per_permutation: operations one permutation costs (multiply-adds; gathers weighted by GATHER_COST).
     what: the measure, for the message.
     matrix_bytes: bytes of the derived matrices the test holds besides the score's own (n x n Grams).
     available: bytes of memory available (None: not checked).
