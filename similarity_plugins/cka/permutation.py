@@ -125,7 +125,7 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
         kx, ky = (torch.from_numpy(g) for g in grams)
         hxx, hyy = float(np.vdot(grams[0], grams[0])), float(np.vdot(grams[1], grams[1]))
         cross = lambda perms: permuted_inner(kx, ky, perms)  # noqa: E731
-        batch = k
+        batch = batch_size(8.0 * n, k)  # one at a time inside; the batch bounds the permutations' own storage
     if not (hxx > 0.0 and hyy > 0.0):
         raise ValueError("CKA permutation test: a side's self-HSIC is not positive (a constant or degenerate "
                          "representation); the test is undefined")
