@@ -13,17 +13,20 @@ features). :class:`StreamingLinearCKA` gives the same numbers from batches, hold
 
 Modules: ``inputs`` (conversion and validation), ``grams`` (Gram matrices and their centring), ``hsic``
 (HSIC terms in feature or Gram space), ``functional`` (:func:`cka`), ``streaming``
-(:class:`StreamingLinearCKA`). ``similarity_plugins.functional`` re-exports this package (and :mod:`similarity_plugins.measures`).
+(:class:`StreamingLinearCKA`), ``permutation`` (:func:`cka_permutation_test`). ``similarity_plugins.functional``
+re-exports this package (and :mod:`similarity_plugins.measures`).
 """
 
 from .functional import cka
 from .grams import center_gram, cka_from_grams, gram_linear, gram_rbf
+from .permutation import cka_permutation_test
 from .streaming import StreamingLinearCKA
 
 __all__ = [
     "StreamingLinearCKA",
     "center_gram",
     "cka",
+    "cka_permutation_test",
     "cka_from_grams",
     "gram_linear",
     "gram_rbf",

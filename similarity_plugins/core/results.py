@@ -185,19 +185,27 @@ class Report:
     def __str__(self) -> str:
         rows = []
         kinds = self.meta.get("kinds") or _declared_kinds(self.metrics)
+        tested = {str(r.layer) for r in self.results if _p_value(r) is not None}  # layers given a p column
         for m in self.metrics:
             cells, total = [m + (" (distance)" if kinds.get(m) == "distance" else "")], 0.0
             for layer in self.layers:
                 r = next((r for r in self.results if r.metric == m and str(r.layer) == layer), None)
                 cells.append("" if r is None else _format_score(r.score) + _format_interval(r)
                              + ("*" if r.details.get("warnings") else ""))
+                if layer in tested:
+                    cells.append("" if r is None or _p_value(r) is None else f"{_p_value(r):.3g}")
                 total += r.seconds if r else 0.0
             rows.append(cells + [f"{total:.1f}"])
-        out = [text_table(["metric"] + self.layers + ["time (s)"], rows)]
+        headers = [h for layer in self.layers for h in ([layer, "p"] if layer in tested else [layer])]
+        out = [text_table(["metric"] + headers + ["time (s)"], rows)]
         if "distance" in kinds.values():
             out.append("(distance): lower is more alike; the other rows are similarities (higher is more alike) "
                        "or undeclared")
         out += _interval_legend(self.results)
+        if tested:
+            ks = sorted({int(r.details.get("permutations", 0)) for r in self.results if _p_value(r) is not None})
+            out.append(f"p: permutation p-value over {'/'.join(map(str, ks))} permutations of the end's rows, "
+                       "(1 + #null at least as extreme) / (K + 1) (details: null_mean, null_std, p_value_analytic)")
         notes = []
         for r in self.results:
             if r.error:
@@ -233,6 +241,12 @@ class Report:
 
     def __repr__(self) -> str:
         return f"Report({len(self.results)} results: metrics={self.metrics}, layers={self.layers})"
+
+
+def _p_value(result: SimilarityResult) -> float | None:
+    """The row's permutation p-value (``details["p_value"]``), or None."""
+    value = result.details.get("p_value")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _declared_kinds(metrics: list[str]) -> dict[str, str | None]:

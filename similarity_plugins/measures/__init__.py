@@ -10,6 +10,7 @@ and returns a float, or a :class:`Measured` (score and details) with ``details=T
 - :func:`rsa`: correlation of the two representational dissimilarity matrices (O(n^2) memory).
 - :func:`linear_regression`: variance-weighted R^2 of a ridge map front -> end on held-out rows.
 - :func:`mutual_knn`: mutual k-nearest-neighbour alignment (Huh et al. 2024).
+- :func:`permutation_test`: the permutation null of any of them (p-value, null mean and spread).
 
 ``similarity_plugins.functional`` re-exports them; the metrics (``procrustes``, ``cca``, ``svcca``,
 ``pwcca``, ``rsa``, ``linear-regression``, ``mutual-knn``) are in :mod:`similarity_plugins.plugins.representational`.
@@ -18,8 +19,9 @@ and returns a float, or a :class:`Measured` (score and details) with ``details=T
 from .cca import cca, pwcca, svcca
 from .common import Measured
 from .knn import mutual_knn
+from .permutation import permutation_test
 from .procrustes import procrustes
 from .regression import linear_regression
 from .rsa import rsa
 
-__all__ = ["Measured", "cca", "linear_regression", "mutual_knn", "procrustes", "pwcca", "rsa", "svcca"]
+__all__ = ["Measured", "cca", "linear_regression", "mutual_knn", "permutation_test", "procrustes", "pwcca", "rsa", "svcca"]
