@@ -147,6 +147,7 @@ def test_unknown_workload(similarity_benchmark):
 """
 
 
+@pytest.mark.slow  # a pytest-benchmark session in a fresh interpreter
 def test_fixture_runs_a_metric_on_a_given_workload(tmp_path, capsys):
     """``similarity_benchmark(metric, workload=...)`` in a test file of its own, in a pytest session nested in this
     one, with the plugin loaded by its entry-point name (the fixture's module imports nothing heavy)."""

@@ -276,6 +276,7 @@ console_main(sys.argv[1:])
 """
 
 
+@pytest.mark.slow  # starts the console entry in fresh interpreters
 @pytest.mark.parametrize("under_torchrun", [True, False])
 def test_the_console_entry_skips_finalisation_only_under_torchrun(under_torchrun):
     """Under torchrun a rank ends with os._exit after atexit (no racing native threads at teardown)."""

@@ -3,8 +3,9 @@
 A block is skipped only when the line right before its opening fence is ``<!-- not-run: REASON -->`` with a
 non-empty reason (docs/testing.md). docs/lab/ (research notes, outside the site) is not checked.
 
-- python blocks run as ``python -`` would, each in a fresh process in an empty temporary folder (forked from a
-  server that has imported torch and similarity_plugins once: tests/docs_runner.py);
+- python blocks run (in the full suite; the fast suite checks that every block parses) as ``python -`` would,
+  each in a fresh process in an empty temporary folder (forked from a server that has imported torch and
+  similarity_plugins once: tests/docs_runner.py);
 - shell blocks run with ``bash -e -o pipefail`` in an empty temporary folder, where ``python`` is this
   interpreter and ``similarity-plugins`` is ``python -m similarity_plugins``; a console block runs its
   ``$ ``-prefixed lines and ignores the output lines.
@@ -115,6 +116,7 @@ def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=TIMEOUT_S)
 
 
+@pytest.mark.slow  # every block runs in the full suite (CI runs it); the fast suite checks that each one parses
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.id for b in RUN_BLOCKS])
 def test_doc_block_runs(block, tmp_path):
     done = run_block(block, tmp_path)
@@ -124,6 +126,22 @@ def test_doc_block_runs(block, tmp_path):
         f"\n--- stderr\n{done.stderr[-3000:]}")
 
 
+def test_every_runnable_block_parses():
+    """The fast suite's share of the docs check: each runnable block is valid Python or valid bash."""
+    bad = []
+    for block in RUN_BLOCKS:
+        if RUN_LANGUAGES[block.language] == "python":
+            try:
+                compile(block.code, block.id, "exec")
+            except SyntaxError as error:
+                bad.append(f"{block.id}: {error}")
+            continue
+        done = subprocess.run(["bash", "-n"], input=shell_script(block), capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            bad.append(f"{block.id}: {done.stderr.strip()}")
+    assert not bad, "blocks that do not parse:\n" + "\n".join(bad)
+
+
 def test_every_not_run_marker_gives_a_reason_and_sits_on_a_fence():
     empty = [b.id for b in ALL_BLOCKS if b.marker is not None and not MARKER.match(b.marker)["reason"].strip()]
     stray = [f"{p.relative_to(ROOT).as_posix()}:{n}" for p in doc_files() for n in stray_markers(p)]
@@ -131,17 +149,27 @@ def test_every_not_run_marker_gives_a_reason_and_sits_on_a_fence():
     assert not stray, f"not-run markers not on the line right before a code fence: {stray}"
 
 
-def test_the_checker_finds_blocks_markers_and_failures(tmp_path):
+CHECKER_PAGE = ("text\n\n```python\nraise SystemExit(3)\n```\n\n<!-- not-run: needs a GPU -->\n```bash\nexit 1\n```\n"
+                "<!-- not-run:   -->\n```sh\ntrue\n```\n- item\n\n  ```console\n  $ similarity-plugins list --json\n"
+                "  [output]\n  ```\n<!-- not-run: stray -->\n\ntext\n")
+
+
+def test_the_checker_finds_blocks_and_markers(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("text\n\n```python\nraise SystemExit(3)\n```\n\n<!-- not-run: needs a GPU -->\n```bash\nexit 1\n```\n"
-                    "<!-- not-run:   -->\n```sh\ntrue\n```\n- item\n\n  ```console\n  $ similarity-plugins list --json\n"
-                    "  [output]\n  ```\n<!-- not-run: stray -->\n\ntext\n", encoding="utf-8")
+    page.write_text(CHECKER_PAGE, encoding="utf-8")
     failing, marked, empty, console = fenced_blocks(page)
     assert (failing.language, failing.marker, failing.line) == ("python", None, 3)
     assert marked.marker is not None and MARKER.match(marked.marker)["reason"].strip() == "needs a GPU"
     assert empty.marker is not None and not MARKER.match(empty.marker)["reason"].strip()
     assert console.code == "$ similarity-plugins list --json\n[output]\n"
     assert stray_markers(page) == [21]
+
+
+@pytest.mark.slow  # a forked Python block and the console entry in a fresh interpreter
+def test_the_checker_runs_blocks_and_reports_failures(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(CHECKER_PAGE, encoding="utf-8")
+    failing, _, _, console = fenced_blocks(page)
     assert run_block(failing, tmp_path).returncode == 3
     done = run_block(console, tmp_path)
     assert done.returncode == 0 and '"cka-linear"' in done.stdout

@@ -62,6 +62,7 @@ def _run(target: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=environment)
 
 
+@pytest.mark.slow  # pip-installs the example package and starts a fresh interpreter
 def test_example_plugin_is_discovered_and_runs(installed):
     done = _run(installed)
     assert done.returncode == 0, done.stderr

@@ -570,7 +570,7 @@ def test_bad_option_values_give_that_metric_an_error_row_naming_the_option(donor
     (["--option", "max_samples=0"], "option max_samples: expected a positive whole number"),
     (["--front", "small-cnn?in_channels=3"], "in_channels=3 in the model spec 'small-cnn?in_channels=3' disagrees"),
     (["--in-channels", "3"], "--in-channels 3 disagrees with the data"),
-    (["--timeout", "0"], "timeout: expected a positive number"),
+    (["--timeout", "0"], "timeout: expected a finite positive number"),
 ])
 def test_the_cli_refuses_bad_values_before_any_work_naming_the_option(capsys, extra, message):
     args = list(CMP)

@@ -105,6 +105,7 @@ def tiny_resnet() -> tuple[nn.Module, torch.Tensor]:
     return _fit(model, x, y), x[-16:].clone()
 
 
+@pytest.mark.slow  # trains a residual donor and runs two optimizers at a deep cut
 def test_auto_picks_lbfgs_with_leak_at_a_deep_residual_cut_and_it_wins(tiny_resnet):
     model, seeds = tiny_resnet
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -109,7 +109,9 @@ def test_compile_gives_the_eager_iris_up_to_rounding_and_leaves_the_model(optimi
     assert compiled.stats["compiled"] is True and compiled.stats["compiled_graphs"] >= 1
     assert 0 < compiled.stats["compile_s"] <= compiled.stats["front_s"]
     assert len(set(eager.steps.tolist())) > 1 and int(eager.steps.min()) < 40   # samples stop at different steps
-    assert torch.equal(compiled.steps, eager.steps)
+    # compiled kernels round differently from eager ones, so a sample whose error crosses the tolerance within
+    # rounding of it may stop one step earlier or later; the errors agree to the stated tolerance
+    assert int((compiled.steps - eager.steps).abs().max()) <= 1
     torch.testing.assert_close(compiled.rel_error, eager.rel_error, rtol=1e-3, atol=1e-5)
     torch.testing.assert_close(compiled.inputs, eager.inputs, rtol=0, atol=1e-3)
 

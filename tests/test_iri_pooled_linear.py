@@ -63,6 +63,7 @@ def test_fold_needs_flatten_from_dim_1_and_a_pool_with_one_user():
     assert fold_pooled_linear(front, torch.rand(1, 3, 1, 1)) == []
 
 
+@pytest.mark.slow  # builds torchvision's VGG16-BN
 def test_vgg16_bn_head_at_32_pixels_folds_into_a_512_input_layer():
     torch.manual_seed(0)
     model = torchvision.models.vgg16_bn(num_classes=10).eval()
@@ -77,6 +78,7 @@ def test_vgg16_bn_head_at_32_pixels_folds_into_a_512_input_layer():
     assert model.classifier[0].in_features == 25088
 
 
+@pytest.mark.slow  # IRIs through a VGG16-BN front
 def test_generate_iris_reports_the_folded_head_and_true_errors():
     torch.manual_seed(0)
     model = torchvision.models.vgg11_bn(num_classes=10).eval()

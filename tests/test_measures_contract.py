@@ -151,7 +151,7 @@ def test_cca_family_refuses_degenerate_sample_counts_naming_the_fix():
     (lambda x, y: F.svcca(x, y, dims=0), "dims must be an integer >= 1"),
     (lambda x, y: F.svcca(x, y, dims=(2, 3, 4)), "dims must be an integer or a pair"),
     (lambda x, y: F.mutual_knn(x, y, topk=2.5), "topk must be an integer"),
-    (lambda x, y: F.mutual_knn(x, y, topk=80), "topk=80 needs at least 81 samples"),
+    (lambda x, y: F.mutual_knn(x, y, topk=80), "topk=80 needs at least 82 samples"),
     (lambda x, y: F.linear_regression(x, y, alpha=0), "alpha must be a positive finite number"),
     (lambda x, y: F.linear_regression(x, y, split={"train": [0, 1]}), "split must be"),
     (lambda x, y: F.rsa(x, y, max_bytes=1000), "RSA on n=80 samples needs about.*max_samples"),
@@ -189,7 +189,7 @@ def test_compare_gives_error_rows_and_loses_nothing():
     report = sp.compare(front, end, ["block2", "block3"], data, NEW + ["cka-linear"], options=options)
     errors = {(r.metric, r.layer): r.error for r in report.results if r.error}
     assert "rdm must be one of" in errors[("rsa", "block2")]
-    assert "topk=150 needs at least 151 samples" in errors[("mutual-knn", "block2")]
+    assert "topk=150 needs at least 152 samples" in errors[("mutual-knn", "block2")]
     assert "degenerate" in errors[("cca", "block2")] and "degenerate" in errors[("pwcca", "block2")]
     for metric in ["procrustes", "svcca", "linear-regression", "cka-linear"]:
         assert "constant across samples" in errors[(metric, "block3")]

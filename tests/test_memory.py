@@ -31,6 +31,7 @@ print(sum(outside[3:]), sum(inside[3:]), sum(nested_left))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter, so that glibc's heap starts from its defaults
 def test_kept_heap_keeps_freed_blocks_and_nests():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=env)

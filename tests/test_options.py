@@ -82,8 +82,8 @@ def test_builtin_declarations_match_their_settings():
         assert info.options == {**stitch, **IRI_DEFAULTS} and all(info.option_docs.values())
         assert {"iri_steps", "iri_cycle_steps", "iri_tuning", "iri_cache_dir"} <= set(info.options)
         assert len([k for k in info.options if k.startswith("iri_")]) <= 12
-    assert sp.metric_info("cka-rbf").options == {"max_samples": None, "threshold": 1.0}
-    assert sp.metric_info("cka-linear").options == {"max_samples": None}
+    assert sp.metric_info("cka-rbf").options == {"max_samples": None, "threshold": 1.0, "permutations": 0}
+    assert sp.metric_info("cka-linear").options == {"max_samples": None, "permutations": 0}
     assert sp.metric_info("cka-linear").needs == ("test",)
 
 

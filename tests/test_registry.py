@@ -79,8 +79,8 @@ def test_function_plugin_opts_in_with_attributes(fresh_manager):
 
     similarity.options = {"alpha": 0.25}
     similarity.needs = ("test",)
-    sp.register_metric(similarity, "alpha")
-    info = sp.metric_info("alpha")
+    sp.register_metric(similarity, "alpha-metric")
+    info = sp.metric_info("alpha-metric")
     assert info.options == {"alpha": 0.25} and info.needs == ("test",) and info.description == "Returns alpha."
 
 

@@ -208,6 +208,7 @@ def _self_labelled(model: nn.Module, n: int, seed: int) -> ImageTensors:
     return ImageTensors(x, y, num_classes=10)
 
 
+@pytest.mark.slow  # trains a stitch on torchvision's ResNet-18
 def test_torchvision_resnet18_end_to_end():
     import torchvision
 

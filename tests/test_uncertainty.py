@@ -9,10 +9,10 @@ import pytest
 import torch
 from models_for_tests import assert_unchanged, snapshot
 
-from similarity_plugins import Data, compare
+from similarity_plugins import Data, SimilarityResult, compare
 from similarity_plugins.apps.training import train_classifier
 from similarity_plugins.apps.zoo import SmallCNN
-from similarity_plugins.core.repeats import check_repeats, mean_interval
+from similarity_plugins.core.repeats import check_repeats, exact_mean, mean_interval, run_repeated
 from similarity_plugins.datasets import digits_data
 from similarity_plugins.stitch.bootstrap import relative_accuracy_ci
 
@@ -60,10 +60,28 @@ def test_mean_interval_and_check_repeats():
     low, high = mean_interval([0.5, 0.6, 0.7])
     assert low < 0.6 < high and high - low == pytest.approx(2 * 4.302653 * 0.1 / 3 ** 0.5, rel=1e-5)
     assert mean_interval([0.4]) == (0.4, 0.4)
+    drifting = 0.9405927870198221  # (v + v + v) / 3 != v in binary floating point
+    assert (drifting + drifting + drifting) / 3 != drifting
+    assert mean_interval([drifting] * 3) == (drifting, drifting) and exact_mean([drifting] * 3) == drifting
     assert check_repeats(3) == 3
     for bad, error in ((0, ValueError), (-2, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)):
         with pytest.raises(error, match="repeats"):
             check_repeats(bad)
+
+
+def test_deterministic_repeats_run_once_and_report_the_value_exactly():
+    drifting = 0.9405927870198221
+    calls = []
+
+    def run_once(seed):
+        calls.append(seed)
+        return SimilarityResult("m", drifting, {"accuracy": drifting, "test_ci95": [drifting, drifting]}, 0.1, None, "l")
+
+    result = run_repeated(run_once, 5, 3, deterministic=True)
+    assert calls == [5]
+    assert result.score == drifting and result.details["scores"] == [drifting] * 3
+    assert result.details["seed_ci95"] == [drifting, drifting] and result.details["accuracy"] == drifting
+    assert result.details["seeds"] == [5, 6, 7] and result.details["deterministic"] is True
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,9 @@ from torch import nn
 from ..core.context import Context
 from ..core.data import Data
 from ..core.networks import _check_layer
+from ..core.registry import metric_info
 from ..core.results import LayerPair, as_layer_pair
+from ..core.values import coerce_option_values
 from ..utils.io import text_table
 
 #: memo entries that depend only on the training data (shared between the with-cue and without-cue runs)
@@ -88,7 +90,7 @@ def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, 
     out = []
     for pair in pairs:
         for metric in metrics:
-            own = with_cue.options_for(metric)
+            own = coerce_option_values(with_cue.options_for(metric), metric_info(metric).options)  # compare's rules
             a = _result(with_cue, metric, front, end, pair, own)
             without_cue.memo.update({k: v for k, v in with_cue.memo.items() if k[0] in _TRAIN_ONLY_KEYS})
             b = _result(without_cue, metric, front, end, pair, own)

@@ -15,7 +15,7 @@ from .inputs import (
     _available_memory_bytes,
     _both,
     _centered_float64,
-    _check_debiased_n,
+    _check_min_samples,
     _check_same_n,
     _gib,
     _raise_if_constant,
@@ -64,7 +64,7 @@ def cka(
     xa = _as_samples(X, "X")
     ya = _as_samples(Y, "Y")
     n = _check_same_n(xa, ya)
-    _check_debiased_n(n, debiased)
+    _check_min_samples(n, debiased)
     budget = int(max_gram_bytes) if max_gram_bytes is not None else _available_memory_bytes()
     if kernel == "rbf":
         _check_rbf_fits(n, budget)

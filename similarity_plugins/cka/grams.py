@@ -11,6 +11,7 @@ from .inputs import (
     _as_samples,
     _centered_float64,
     _check_debiased_n,
+    _check_min_samples,
     _check_same_n,
     _raise_nonfinite,
     _to_numpy,
@@ -46,6 +47,12 @@ def _rbf_inplace(gram: np.ndarray, threshold: float, name: str) -> np.ndarray:
     """Linear Gram matrix -> RBF Gram matrix, in place, bandwidth from the median squared distance."""
     sq = _sq_dist_inplace(gram)
     sq_median = float(np.median(sq))
+    if not np.isfinite(sq).all():
+        raise ValueError(f"the squared pairwise distances of {name} overflow float64; rescale {name} (divide it by "
+                         f"a large constant): the RBF bandwidth follows its scale, so CKA is unchanged")
+    if not sq.any():
+        raise ValueError(f"every squared pairwise distance of {name} is 0: its rows are identical, or so small that "
+                         f"their squares underflow float64 (then rescale {name}: RBF CKA is unchanged by it)")
     if not sq_median > 0.0:
         raise ValueError(
             f"the median squared pairwise distance of {name} is {sq_median:g} (more than half of the "
@@ -161,7 +168,7 @@ def cka_from_grams(gram_x: ArrayLike, gram_y: ArrayLike, debiased: bool = False)
     kx = _as_gram(gram_x, "gram_x")
     ky = _as_gram(gram_y, "gram_y")
     n = _check_same_n(kx, ky, "gram_x", "gram_y")
-    _check_debiased_n(n, debiased)
+    _check_min_samples(n, debiased)
     kx = _center_inplace(kx.copy(), debiased)
     ky = _center_inplace(ky.copy(), debiased)
     hxy = float(np.vdot(kx, ky))

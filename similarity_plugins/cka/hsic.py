@@ -216,4 +216,4 @@ def _pow2_rescale(arr: np.ndarray) -> None:
     """Scale ``arr`` in place by a power of two so that max |arr| is about 1 (exact, CKA-invariant)."""
     m = float(np.max(np.abs(arr)))
     if m > 0.0 and math.isfinite(m):
-        arr *= 2.0 ** (-math.frexp(m)[1])
+        np.ldexp(arr, -math.frexp(m)[1], out=arr)  # exact, also where 2**-e itself would overflow (subnormal m)

@@ -50,12 +50,27 @@ def _check_same_n(x: np.ndarray, y: np.ndarray, xname: str = "X", yname: str = "
     return check_same_n(x, y, xname, yname, "CKA")
 
 
+#: The fewest samples CKA means anything on: with two, the centred representations are one line each and every
+#: pair scores 1; the debiased estimator divides by n - 3.
+MIN_SAMPLES = 3
+MIN_SAMPLES_DEBIASED = 4
+
+
 def _check_debiased_n(n: int, debiased: bool) -> None:
-    if debiased and n < 4:
+    """Refuse fewer samples than :data:`MIN_SAMPLES_DEBIASED` for the debiased estimator."""
+    if debiased and n < MIN_SAMPLES_DEBIASED:
         raise ValueError(
-            f"debiased CKA needs at least 4 samples (its estimator divides by n - 3) but got n={n}; "
-            "use more samples or debiased=False"
+            f"debiased CKA needs at least {MIN_SAMPLES_DEBIASED} samples (its estimator divides by n - 3) but got "
+            f"n={n}; use more samples or debiased=False"
         )
+
+
+def _check_min_samples(n: int, debiased: bool) -> None:
+    """Refuse fewer samples than CKA means anything on: :data:`MIN_SAMPLES`, or :data:`MIN_SAMPLES_DEBIASED`."""
+    _check_debiased_n(n, debiased)
+    if n < MIN_SAMPLES:
+        raise ValueError(f"CKA needs at least {MIN_SAMPLES} samples (with 2, every pair of representations scores 1) "
+                         f"but got n={n}; use more samples")
 
 
 def _raise_nonfinite(arr: np.ndarray, name: str) -> None:

@@ -13,7 +13,7 @@ from .inputs import (
     _as_samples,
     _available_memory_bytes,
     _both,
-    _check_debiased_n,
+    _check_min_samples,
     _check_same_n,
     _gib,
     _raise_nonfinite,
@@ -204,7 +204,7 @@ class StreamingLinearCKA:
         """Linear CKA of all samples seen so far, as a Python float."""
         if self.n == 0:
             raise ValueError("StreamingLinearCKA has seen no samples; call update(X_batch, Y_batch) first")
-        _check_debiased_n(self.n, self.debiased)
+        _check_min_samples(self.n, self.debiased)
         for i, name in enumerate(("X", "Y")):
             if self._const[i]:
                 raise ValueError(

@@ -4,8 +4,11 @@ and printing and writing a report."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from typing import Any, Sequence
+import signal
+import threading
+from typing import Any, Iterator, Sequence
 
 from ..utils.text import parse_assignment, parse_assignments
 
@@ -14,7 +17,7 @@ def parse_options(items: Sequence[str]) -> dict:
     """``["epochs=5", "stitch-dm.lr=0.01", "stitch_bn=yes"]`` -> ``{"epochs": 5, "stitch-dm": {"lr": 0.01},
     "stitch_bn": True}``.
 
-    Values are read by the one KEY=VALUE grammar of `similarity_plugins.utils.text.parse_value`
+    Values are read by the one KEY=VALUE grammar of :func:`similarity_plugins.utils.text.parse_value`
     (JSON, yes/no/on/off, none, else a string), the same as model-spec queries. ``METRIC.KEY`` scopes an
     option to one metric. Raises ``ValueError`` for an item without ``=``.
     """
@@ -30,13 +33,56 @@ def parse_options(items: Sequence[str]) -> dict:
 
 
 def emit_report(report: Any, out: str | None, csv: str | None, seconds: float, note: str = "") -> int:
-    """Print ``report`` (a [`Report`][similarity_plugins.core.results.Report]) and the time it took (``seconds``, with ``note``
-    after it), write it as JSON to ``out`` and as CSV to ``csv`` when given, all-or-none (`write_outputs`);
-    return the exit code: 0 when no row has an error, else 1."""
+    """Write ``report`` (a :class:`~similarity_plugins.Report`) as JSON to ``out`` and as CSV to ``csv`` when
+    given, all-or-none (:func:`write_outputs`), then print it and the time it took (``seconds``, with ``note``
+    after it): the files come first, so a closed pipe (``| head -1``) cannot lose them. Returns the exit code:
+    0 when no row has an error, else 1."""
+    files = {path: text for path, text in ((out, report.to_json() + "\n" if out is not None else None),
+                                           (csv, report.to_csv() if csv is not None else None)) if path is not None}
+    written = write_outputs(files, say=False)
     print(report)
     print(f"\n{len(report)} results in {seconds:.1f} s{note}")
-    write_outputs({out: report.to_json() + "\n" if out else None, csv: report.to_csv() if csv else None})
+    for path in written:
+        print(f"wrote {path}")
     return 0 if all(r.error is None for r in report) else 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be, so that the finished rows are written the same way (exit 143)."""
+
+
+def interrupted_code(exc: BaseException) -> int:
+    """The exit code of a run stopped by ``exc``: 143 for SIGTERM (:class:`Terminated`), 130 for Ctrl-C."""
+    return 143 if isinstance(exc, Terminated) else 130
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) in the main thread, as
+    Ctrl-C does; the previous handler comes back afterwards. Elsewhere than the main thread: nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(f"terminated by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def emit_interrupted(report: Any, out: str | None, csv: str | None, seconds: float,
+                     interrupted: BaseException | None) -> int:
+    """:func:`emit_report` of a run that may have been stopped (``interrupted``: the ``KeyboardInterrupt``, a
+    SIGTERM's included, or None): the finished rows are written and printed; returns 130/143 when stopped."""
+    if interrupted is None:
+        return emit_report(report, out, csv, seconds)
+    finished = sum(r.error is None or not r.error.startswith("KeyboardInterrupt") for r in report)
+    emit_report(report, out, csv, seconds, f" (interrupted: {finished} finished)")
+    return interrupted_code(interrupted)
 
 
 def parse_variant_options(items: Sequence[str] | None) -> dict:
@@ -140,37 +186,88 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
 
 
-def check_outputs(paths: dict[str, Any]) -> None:
+def check_outputs(paths: dict[str, Any], inputs: dict[str, Any] | None = None) -> None:
     """Refuse, before any work, the output paths that cannot be written: ``{"--out": path, "--csv": path}``
-    (None entries are skipped). Raises ``ValueError`` naming the option, the path and the reason (a folder,
-    a read-only file or folder, a path under a file, the same path twice); the CLI exits 2 on it."""
-    from ..utils.io import unwritable_reason, write_target
+    (None entries are skipped); ``inputs`` (``{"X": path}``) are files the command reads, which no output may be.
 
-    seen: dict[str, str] = {}
+    Raises ``ValueError`` naming the option, the path and the reason: an empty path (an unset shell variable),
+    ``-`` (the table already goes to stdout), a folder, a read-only file or folder, a path under a file, an
+    input file, or two outputs that reach one file (the same name, a symbolic link to it or to a folder above
+    it, or a hard link). The CLI exits 2 on it.
+    """
+    from ..utils.io import unwritable_reason
+
+    seen: dict[str, tuple[str, str]] = {}   # resolved target -> (option, path)
+    reads = {what: _resolved(path) for what, path in (inputs or {}).items() if path}
     for option, path in paths.items():
         if path is None:
             continue
-        reason = unwritable_reason(path)
+        text = os.fspath(path)
+        if not text.strip():
+            raise ValueError(f"{option} is empty ({text!r}: an unset shell variable?); give a file name, or drop "
+                             f"{option}")
+        if text.strip() == "-":
+            raise ValueError(f"{option} '-': the table already goes to stdout; give a file name")
+        reason = unwritable_reason(text)
         if reason is not None:
-            raise ValueError(f"cannot write {option} {str(path)!r}: {reason}")
-        target = os.path.abspath(write_target(path))
-        if target in seen:
-            raise ValueError(f"{option} and {seen[target]} name the same file {str(path)!r}; give each its own")
-        seen[target] = option
+            raise ValueError(f"cannot write {option} {text!r}: {reason}")
+        target = _resolved(text)
+        for what, source in reads.items():
+            if _same_file(target, source):
+                raise ValueError(f"{option} {text!r} is the input {what}; writing it would destroy what this "
+                                 "command reads: give another file name")
+        for other, (other_option, other_path) in seen.items():
+            if _same_file(target, other):
+                raise ValueError(f"{option} {text!r} and {other_option} {other_path!r} name the same file "
+                                 f"({target}); give each its own")
+        seen[target] = (option, text)
 
 
-def write_outputs(files: dict[str, Any]) -> None:
-    """Write ``{path: text or bytes}`` all-or-none (`write_all`) and print
-    ``wrote PATH`` for each; None paths are skipped."""
+def _resolved(path: Any) -> str:
+    """The absolute path ``path`` reaches, every symbolic link (of the file and of the folders above it) followed."""
+    return os.path.realpath(os.path.abspath(os.fspath(path)))
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two resolved paths are one file: the same name, or one existing file under two names (a hard link)."""
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet: only the names can agree
+        return False
+
+
+def input_files(*specs: "str | None") -> dict[str, str]:
+    """The files named by model specs (``small-cnn@a.pt``: ``a.pt``) and ARRAY specs (``x.npz:KEY``: ``x.npz``)
+    that exist, as ``{spec: path}``, for :func:`check_outputs`."""
+    found = {}
+    for spec in specs:
+        if not spec:
+            continue
+        path = spec.rpartition("@")[2] if "@" in spec else spec
+        for candidate in (path, path.rpartition(":")[0]):
+            if candidate and os.path.isfile(candidate):
+                found[spec] = candidate
+                break
+    return found
+
+
+def write_outputs(files: dict[str, Any], say: bool = True) -> list[str]:
+    """Write ``{path: text or bytes}`` all-or-none (:func:`~similarity_plugins.utils.io.write_all`) and, when
+    ``say``, print ``wrote PATH`` for each; None paths (and None contents) are skipped. Returns the paths."""
     from ..utils.io import write_all
 
-    for path in write_all({p: c for p, c in files.items() if p is not None}):
-        print(f"wrote {path}")
+    written = write_all({p: c for p, c in files.items() if p is not None and c is not None})
+    if say:
+        for path in written:
+            print(f"wrote {path}")
+    return written
 
 
 def check_metric_options(per_metric: dict[str, dict]) -> None:
     """Raise ``ValueError`` naming the option for the first bad value among ``{metric: options}`` (a number given
-    as text, a sample limit that is not positive; `values`)."""
+    as text, a sample limit that is not positive; :mod:`~similarity_plugins.core.values`)."""
     from ..core.manager import get_plugin_manager
     from ..core.values import check_option_values
 

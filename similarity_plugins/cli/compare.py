@@ -13,7 +13,9 @@ from .common import (
     apply_variant,
     check_metric_options,
     check_outputs,
-    emit_report,
+    emit_interrupted,
+    input_files,
+    interrupted_code,
     load_data,
     load_model,
     parse_layer,
@@ -30,7 +32,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..core.isolation import check_timeout
     from ..core.registry import options_for_metrics, select_metrics
 
-    check_outputs({"--out": args.out, "--csv": args.csv})   # before any work (exit 2 naming the path)
+    check_outputs({"--out": args.out, "--csv": args.csv},   # before any work (exit 2 naming the path)
+                  input_files(args.front, args.end))
     check_timeout(args.timeout)
     options = parse_options(args.option or [])
     if args.epochs is not None:
@@ -51,21 +54,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     if args.excess_agreement:
         return _excess(args, front, end, layer_list, data, options)
-    interrupted = False
+    interrupted: BaseException | None = None
     try:
         report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
                          seed=args.seed, device=args.device, options=options, timeout=args.timeout,
                          progress=progress_of(args) if _writes_files() else False)
-    except KeyboardInterrupt as exc:  # Ctrl-C: the rows that finished, the others marked interrupted
-        report, interrupted = getattr(exc, "report", None), True
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the rows that finished, the others marked interrupted
+        report, interrupted = getattr(exc, "report", None), exc
         if report is None:
             raise
     if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
-        return 130 if interrupted else 0 if all(r.error is None for r in report) else 1
-    finished = sum(r.error is None or not r.error.startswith("KeyboardInterrupt") for r in report)
-    code = emit_report(report, args.out, args.csv, time.perf_counter() - start,
-                       f" (interrupted: {finished} finished)" if interrupted else "")
-    return 130 if interrupted else code
+        return interrupted_code(interrupted) if interrupted else 0 if all(r.error is None for r in report) else 1
+    return emit_interrupted(report, args.out, args.csv, time.perf_counter() - start, interrupted)
 
 
 def _writes_files() -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from .common import add_model_args, load_model
 
@@ -15,8 +16,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     rows = [metric_info(n) for n in list_metrics()]
     if args.json:
-        print(json.dumps([{"name": r.name, "package": r.package, "description": r.description, "error": r.error,
-                           **_meaning_json(r)} for r in rows], indent=2))
+        print(_strict_json([{"name": r.name, "package": r.package, "description": r.description, "error": r.error,
+                             **_meaning_json(r)} for r in rows]))
         return 0
     cells = [(r.name, r.package, r.kind or "?", _range_text(r.range), _symmetry_text(r.symmetric),
               f"BROKEN: {r.error}" if r.error else r.description) for r in rows]
@@ -75,17 +76,31 @@ def _shown(value: object) -> str:
     return "none" if value is None else json.dumps(value) if isinstance(value, bool) else str(value)
 
 
+def _strict_json(payload: object) -> str:
+    """``payload`` as indented, standard JSON: infinite and NaN numbers as the strings "inf", "-inf", "nan"
+    (``json.dumps`` would write ``Infinity``, which JSON parsers refuse); other odd values as their text."""
+    def strict(value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        if isinstance(value, dict):
+            return {str(k): strict(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(v) for v in value]
+        return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+    return json.dumps(strict(payload), indent=2, allow_nan=False)
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from ..core.registry import metric_info
 
     info = metric_info(args.metric)
     if args.json:
-        print(json.dumps({"name": info.name, "package": info.package, "description": info.description,
-                          "error": info.error, **_meaning_json(info),
-                          "needs": None if info.needs is None else list(info.needs),
-                          "options": None if info.options is None else {
-                              k: {"default": v, "doc": info.option_docs.get(k, "")} for k, v in info.options.items()}},
-                         indent=2, default=str))
+        print(_strict_json({"name": info.name, "package": info.package, "description": info.description,
+                            "error": info.error, **_meaning_json(info),
+                            "needs": None if info.needs is None else list(info.needs),
+                            "options": None if info.options is None else {
+                                k: {"default": v, "doc": info.option_docs.get(k, "")}
+                                for k, v in info.options.items()}}))
         return 0
     print(f"{info.name}  ({info.package})")
     print(f"  {'BROKEN: ' + info.error if info.error else info.description}")

@@ -6,13 +6,23 @@ import argparse
 
 from ..iri.settings import OPTIMIZERS, TUNING
 from ..utils.text import did_you_mean, parse_assignments
-from .common import add_model_args, check_outputs, load_data, load_model, positive_int, progress_of, subset, write_outputs
+from .common import (
+    add_model_args,
+    check_outputs,
+    input_files,
+    load_data,
+    load_model,
+    positive_int,
+    progress_of,
+    subset,
+    write_outputs,
+)
 
 
 def cmd_iris(args: argparse.Namespace) -> int:
     from ..iri import generate_iris
 
-    check_outputs({"--out": args.out, "--gallery": args.gallery})   # before any work
+    check_outputs({"--out": args.out, "--gallery": args.gallery}, input_files(args.model))   # before any work
     if not args.out.endswith((".npz", ".safetensors")):
         raise ValueError(f"--out {args.out!r}: unknown IRI file type; use a .npz or .safetensors name")
     tuning = tuning_options(args.option)

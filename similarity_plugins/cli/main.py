@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import NoReturn, Sequence
 
 from . import bench, compare, demo, inspect, iris, score, study, train
-from .common import add_progress_args
+from .common import Terminated, add_progress_args, interrupted_code, terminate_as_interrupt
 
 COMMAND_MODULES = (inspect, compare, score, train, iris, demo, bench, study)
 
@@ -50,7 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.manual_seed(int(getattr(args, "seed", 0) or 0))  # the same untrained models on every rank
     try:
-        return int(args.func(args) or 0)
+        with terminate_as_interrupt():
+            return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader left (``| head -1``): the files were written before the table
+        _silence_stdout()
+        return 141
     except OSError as exc:  # unreadable or unwritable paths: one line naming the path, no traceback
         print(f"error: {os_error_line(exc)}", file=sys.stderr)
         return 2
@@ -58,12 +63,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr)
+        return interrupted_code(exc)
     finally:
         if started:
             finish()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so that Python's final flush does not fail again on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test's stand-in): nothing to flush
+        pass
 
 
 def os_error_line(exc: OSError) -> str:

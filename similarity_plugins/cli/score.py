@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from .common import check_metric_options, check_outputs, emit_report, parse_options, progress_of
+from .common import check_metric_options, check_outputs, emit_interrupted, input_files, parse_options, progress_of
 
 NUMPY_SUFFIXES = (".npy", ".npz")
 TORCH_SUFFIXES = (".pt", ".pth")
@@ -81,13 +81,20 @@ def cmd_score(args: argparse.Namespace) -> int:
     from ..core.arrays import score, select_score_metrics
     from ..core.registry import options_for_metrics
 
-    check_outputs({"--out": args.out, "--csv": args.csv})  # before any work (exit 2 naming the path)
+    check_outputs({"--out": args.out, "--csv": args.csv},  # before any work (exit 2 naming the path)
+                  input_files(*(split_array_spec(spec)[0] for spec in (args.x, args.y))))
     options = parse_options(args.option or [])
     check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))
     x, y = load_array(args.x), load_array(args.y)
     start = time.perf_counter()
-    report = score(x, y, args.metrics, options=options, seed=args.seed, progress=progress_of(args))
-    return emit_report(report, args.out, args.csv, time.perf_counter() - start)
+    interrupted = None
+    try:
+        report = score(x, y, args.metrics, options=options, seed=args.seed, progress=progress_of(args))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the rows that finished, the others marked interrupted
+        report, interrupted = getattr(exc, "report", None), exc
+        if report is None:
+            raise
+    return emit_interrupted(report, args.out, args.csv, time.perf_counter() - start, interrupted)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,6 @@ rows of the given arrays: ``front`` stands for ``x``, ``end`` for ``y``, and the
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Iterable, Mapping
 
@@ -28,7 +27,7 @@ import torch
 
 from ..utils.progress import check_progress, progress_bar
 from .activations import flatten
-from .compare import _short_traceback, _to_result
+from .compare import METRIC_ERRORS, _to_result, error_row, interrupted_row, metric_options
 from .context import Context
 from .contract import missing_splits
 from .data import Data
@@ -36,7 +35,7 @@ from .manager import get_plugin_manager
 from .parallel import World
 from .registry import options_for_metrics, select_metrics
 from .results import LayerPair, Report, SimilarityResult
-from .rng import isolated_rng, seed_all
+from .rng import check_seed, isolated_rng, seed_all
 
 __all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
 
@@ -63,8 +62,9 @@ class ArrayContext(Context):
 
     def __init__(self, arrays: Mapping[Any, torch.Tensor], rows: Mapping[str, torch.Tensor | None], *, seed: int,
                  device: torch.device, options: dict | None) -> None:
-        super().__init__(Data(train=rows.get("train"), test=rows.get("test")), seed=seed, device=device,
-                         options=options, world=World())
+        data = Data()  # the splits stand for row indices here, not datasets (so they skip Data's checks)
+        data.train, data.test = rows.get("train"), rows.get("test")
+        super().__init__(data, seed=seed, device=device, options=options, world=World())
         self.arrays = dict(arrays)
         self.rows = dict(rows)
 
@@ -94,9 +94,10 @@ class ArrayContext(Context):
 
 
 def _take(array: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``array[rows]``; the array itself (no copy) when ``rows`` is every row in order."""
-    if len(rows) == len(array) and torch.equal(rows, torch.arange(len(array))):
-        return array
+    """A new tensor holding ``array[rows]`` (a copy also of every row, so that a metric that writes into what it
+    is given changes neither the caller's array nor what the next metric reads)."""
+    if len(rows) == len(array) and bool((rows == torch.arange(len(array))).all()):
+        return array.clone()
     return array[rows.to(array.device)]
 
 
@@ -106,8 +107,13 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
     ``ValueError`` naming ``name`` for a non-numeric or complex array, fewer than 2 dimensions, no
     features, or non-finite values."""
     if isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            raise TypeError(f"{name} is a tensor on the meta device: it has a shape but no values; pass real values")
         tensor = value.detach()
+        if tensor.layout != torch.strided:  # sparse COO/CSR: the same values, dense
+            tensor = tensor.to_dense()
     else:
+        _refuse_batches(value, name)
         try:
             array = np.asarray(value)
         except Exception as exc:  # noqa: BLE001 - whatever NumPy says, the user needs the name
@@ -135,6 +141,18 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
         raise ValueError(f"{name} has non-finite values (NaN or inf) in {int(bad.sum())} of its {len(tensor)} rows "
                          f"(the first: row {first}); remove or fix those rows")
     return tensor
+
+
+def _refuse_batches(value: Any, name: str) -> None:
+    """Refuse a list or tuple of arrays of 2 or more dimensions: most likely batches (K, (B, D)) that NumPy would
+    stack into K samples of B*D features; a list of per-sample arrays of that shape must be stacked explicitly."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return
+    first = value[0]
+    if isinstance(first, (np.ndarray, torch.Tensor)) and first.ndim >= 2:
+        raise ValueError(f"{name} is a {type(value).__name__} of {len(value)} arrays of shape {tuple(first.shape)}: "
+                         f"if they are batches, join their rows (np.concatenate or torch.cat) into (N, ...); if each "
+                         f"is one sample, stack them (np.stack) so that the rows are explicit")
 
 
 def check_split(split: Any, n: int) -> dict[str, torch.Tensor] | None:
@@ -216,6 +234,7 @@ def score(x: Any, y: Any, metrics: str | Iterable[str] | None = None, options: d
         TypeError: an input that is not an array or tensor.
     """
     check_progress(progress)
+    seed = check_seed(seed)
     xs, ys = as_activations(x, "x"), as_activations(y, "y")
     if len(xs) != len(ys):
         raise ValueError(f"x and y must have the same rows (samples): x has {len(xs)}, y has {len(ys)}")
@@ -227,13 +246,18 @@ def score(x: Any, y: Any, metrics: str | Iterable[str] | None = None, options: d
     metric_options = options_for_metrics(names, options)
     sides = {_Side("x"): xs, _Side("y"): ys}
     front, end = sides
-    results = []
-    with isolated_rng(xs.device) as cuda_rng:
-        for name in progress_bar(names, progress=progress, desc="score", leave=False):
-            results.append(_score_one(pm, name, front, end, sides, given, metric_options[name], seed, cuda_rng))
+    results: list[SimilarityResult] = []
     meta = {"x": list(xs.shape), "y": list(ys.shape), "dtype": [str(xs.dtype), str(ys.dtype)], "metrics": names,
             "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "split": "given" if given else None,
             "device": str(xs.device), "torch": torch.__version__}
+    try:
+        with isolated_rng(xs.device) as cuda_rng:
+            for name in progress_bar(names, progress=progress, desc="score", leave=False):
+                results.append(_score_one(pm, name, front, end, sides, given, metric_options[name], seed, cuda_rng))
+    except KeyboardInterrupt as exc:  # the finished rows travel with the exception, as in compare
+        exc.report = Report(results + [interrupted_row(n, str(PAIR)) for n in names[len(results):]],
+                            {**meta, "interrupted": True})
+        raise
     return Report(results, meta)
 
 
@@ -277,20 +301,19 @@ def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, opt
     if name in pm.load_errors:
         return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer)
     missing = missing_splits(name, pm.info[name].needs, ctx.data)
-    if missing:
-        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer)
+    options, problem = metric_options(options, pm.info[name].options)  # the rules compare applies
+    if missing or problem:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing or problem}", layer)
     impl = pm.hookimpl_for(name)
-    arguments = {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": dict(options),
+    arguments = {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": options,
                  "context": ctx, "seed": seed, "device": ctx.device}
     start = time.perf_counter()
     try:
         seed_all(seed, cuda=cuda_rng)
-        result = _to_result(impl.function(**{a: arguments[a] for a in impl.argnames}), name, layer)
-        if result.score is not None and not math.isfinite(result.score):
-            result.details.setdefault("warnings", []).append(f"score is {result.score}")
-    except Exception as exc:  # noqa: BLE001 - one metric's failure must not stop the others
-        result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
-                                  f"{type(exc).__name__}: {exc}", layer)
+        result = _to_result(impl.function(**{a: arguments[a] for a in impl.argnames}), name, layer,
+                            pm.info[name].range)
+    except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
+        result = error_row(exc, name, layer)
     result.seconds = time.perf_counter() - start
     return result
 

@@ -24,8 +24,8 @@ from .ranks import agree_on_result, check_ranks_agree
 from .registry import options_for_metrics, select_metrics
 from .repeats import check_repeats, is_deterministic, run_repeated
 from .results import LayerPair, Report, SimilarityResult, as_layer_pair
-from .rng import isolated_rng, seed_all
-from .values import check_option_values
+from .rng import check_seed, isolated_rng, seed_all
+from .values import coerce_option_values
 
 LayerSpec = "str | tuple[str, str] | LayerPair"
 
@@ -50,14 +50,52 @@ def _place(model: nn.Module, device: torch.device | None, role: str) -> nn.Modul
     return copy.deepcopy(model).to(device)
 
 
-def _to_result(value: Any, metric: str, layer: str) -> SimilarityResult:
+def _to_result(value: Any, metric: str, layer: str, bounds: "tuple[float, float] | None" = None) -> SimilarityResult:
+    """A plugin's return value as a new row of ``metric`` at ``layer`` (always those, whatever a returned
+    :class:`SimilarityResult` says: it may be another call's row, which is left as it was), with a warning
+    for a non-finite score and the declared ``bounds`` applied (:func:`_check_range`)."""
     if isinstance(value, SimilarityResult):
-        value.metric = value.metric or metric
-        value.layer = value.layer or layer
-        return value
-    if isinstance(value, dict) and "score" in value:
-        return SimilarityResult(metric, _as_float(value["score"]), dict(value.get("details", {})), layer=layer)
-    return SimilarityResult(metric, _as_float(value), {}, layer=layer)
+        result = SimilarityResult(metric, _as_float(value.score) if value.score is not None else None,
+                                  copy.deepcopy(value.details), value.seconds, value.error, layer)
+    elif isinstance(value, dict) and "score" in value:
+        result = SimilarityResult(metric, _as_float(value["score"]), dict(value.get("details", {})), layer=layer)
+    else:
+        result = SimilarityResult(metric, _as_float(value), {}, layer=layer)
+    if result.score is not None and not math.isfinite(result.score):
+        result.details.setdefault("warnings", []).append(f"score is {result.score}")
+    elif result.score is not None and bounds is not None:
+        _check_range(result, bounds)
+    return result
+
+
+#: How far (relative to the bound's size, at least 1) a score may pass its declared range and count as rounding.
+RANGE_ROUNDING = 1e-9
+
+
+def _check_range(result: SimilarityResult, bounds: tuple[float, float]) -> None:
+    """Clamp a score that passes the declared ``(lo, hi)`` by a rounding error (:data:`RANGE_ROUNDING`) to the
+    bound; keep a score beyond that as it is, flagged by a warning in its row (a bug in the metric, not noise)."""
+    lo, hi = bounds
+    score = result.score
+    if lo <= score <= hi:
+        return
+    edge = lo if score < lo else hi
+    if abs(score - edge) <= RANGE_ROUNDING * max(1.0, abs(edge)):
+        result.score = edge
+    else:
+        result.details.setdefault("warnings", []).append(
+            f"score {score!r} is outside the metric's declared range [{lo}, {hi}]")
+
+
+def error_row(exc: BaseException, metric: str, layer: str) -> SimilarityResult:
+    """The row of a metric call that raised ``exc`` (any exception, ``SystemExit`` and ``GeneratorExit``
+    included): no score, the error as ``"Type: message"`` and a short traceback in the details."""
+    return SimilarityResult(metric, None, {"traceback": _short_traceback(exc)}, 0.0, f"{type(exc).__name__}: {exc}",
+                            layer)
+
+
+#: What a metric call may raise and still become that metric's error row (Ctrl-C stops the run instead).
+METRIC_ERRORS = (Exception, SystemExit, GeneratorExit)
 
 
 def _as_float(value: Any) -> float | None:
@@ -70,6 +108,20 @@ def _as_float(value: Any) -> float | None:
     if isinstance(value, numbers.Real) or hasattr(value, "__float__"):
         return float(value)
     raise TypeError(f"the plugin returned {type(value).__name__}; return a float, a dict with 'score', or a SimilarityResult")
+
+
+def metric_options(options: dict, defaults: "dict | None") -> tuple[dict, str | None]:
+    """One metric's options for its call: a private deep copy (a plugin that changes it changes nothing for the
+    next metric or the caller) with every value read by :func:`~.values.coerce_option_values`; and the first
+    bad value's message (then the dict is the copy as given)."""
+    try:
+        options = copy.deepcopy(dict(options))
+    except Exception:  # noqa: BLE001 - a value that cannot be copied (a lock, a file) is handed as it is
+        options = dict(options)
+    try:
+        return coerce_option_values(options, defaults), None
+    except ValueError as exc:
+        return options, str(exc)
 
 
 def _short_traceback(exc: BaseException) -> str:
@@ -135,6 +187,7 @@ def compare(
     restored and later metrics see them as they were; grad mode, the default dtype and the global torch,
     NumPy and ``random`` generators are restored after every metric (each metric runs seeded with ``seed``).
     """
+    seed = check_seed(seed)
     repeats = check_repeats(repeats)
     check_progress(progress)
     timeout = check_timeout(timeout)
@@ -153,6 +206,7 @@ def compare(
     front_run = _place(front, device, "front")
     end_run = _place(end, device, "end")
 
+    data = copy.copy(data)  # the context's own Data: a plugin that reassigns a split changes nothing for the caller
     if context is None:
         ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
     else:  # reuse the caches (keyed by model, layer and split) with this call's settings
@@ -186,7 +240,7 @@ def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data,
             deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
             results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=donors.ctx))
     except KeyboardInterrupt as exc:  # the finished rows travel with the exception (the CLI writes them)
-        exc.report = Report(results + [_interrupted(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
+        exc.report = Report(results + [interrupted_row(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
         raise
     return results
 
@@ -210,8 +264,10 @@ def _after_call(result: SimilarityResult, error: BaseException | None, donors: D
     return result, error
 
 
-def _interrupted(name: str, pair: LayerPair) -> SimilarityResult:
-    return SimilarityResult(name, None, {}, 0.0, "KeyboardInterrupt: interrupted before this metric finished", str(pair))
+def interrupted_row(name: str, layer: "str | LayerPair") -> SimilarityResult:
+    """The row of a metric that Ctrl-C (or SIGTERM) stopped before it finished."""
+    return SimilarityResult(name, None, {}, 0.0, "KeyboardInterrupt: interrupted before this metric finished",
+                            str(layer))
 
 
 def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, options: dict, seed: int,
@@ -222,34 +278,38 @@ def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, opti
     if name in pm.load_errors or donors.halted:
         return SimilarityResult(name, None, {}, 0.0, pm.load_errors.get(name) or f"MetricTimeout: {donors.halted}",
                                 layer_str)
-    missing = missing_splits(name, pm.info[name].needs, data) or check_option_values(options, pm.info[name].options)
-    if missing:
-        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing}", layer_str)
+    missing = missing_splits(name, pm.info[name].needs, data)
+    options, problem = metric_options(options, pm.info[name].options)
+    if missing or problem:
+        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing or problem}", layer_str)
     impl = pm.hookimpl_for(name)
     arguments = {
-        "front": front, "end": end, "layer": pair, "data": data, "options": dict(options),
+        "front": front, "end": end, "layer": pair, "data": copy.copy(data), "options": options,
         "context": ctx, "seed": seed, "device": device,
     }
     start = time.perf_counter()
     error = None
-    memo_before, saved = set(ctx.memo), global_state()
+    memo_before, saved, splits = set(ctx.memo), global_state(), (data.train, data.test)
     call = lambda: impl.function(**{a: arguments[a] for a in impl.argnames})  # noqa: E731
     try:
         with isolated_rng(device):
             seed_all(seed, cuda=cuda_rng)
             value = call() if donors.timeout is None else call_with_timeout(call, donors.timeout,
                                                                            f"metric {name!r} at layer {layer_str}")
-        result = _to_result(value, name, layer_str)
-        if result.score is not None and not math.isfinite(result.score):
-            result.details.setdefault("warnings", []).append(f"score is {result.score}")
-    except Exception as exc:  # noqa: BLE001 - one metric's failure must not stop the others
-        result = SimilarityResult(name, None, {"traceback": _short_traceback(exc)}, 0.0,
-                                  f"{type(exc).__name__}: {exc}", layer_str)
-        error = exc
+        result = _to_result(value, name, layer_str, pm.info[name].range)
+    except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
+        result, error = error_row(exc, name, layer_str), exc
     except KeyboardInterrupt:
         settle(SimilarityResult(name, None), donors.guard, ctx.memo, memo_before, saved)  # the donors restored first
+        ctx.drop_changed()
         raise
     result, error = _after_call(result, error, donors, memo_before, saved)
+    donors.ctx.data, (data.train, data.test) = data, splits  # a plugin may have reassigned context.data's splits
+    dropped = ctx.drop_changed()
+    if dropped:
+        result.details.setdefault("warnings", []).append(
+            f"metric {name!r} wrote into shared tensors in place ({'; '.join(dropped)}); the next metric gets them "
+            "anew (work on a copy: x = x.clone())")
     result.seconds = time.perf_counter() - start
     if ctx.world.distributed:
         result = agree_on_result(donors.world, result, error)

@@ -17,6 +17,18 @@ from .data import BadData, Data, split_size
 from .networks import SplitNetwork
 from .parallel import World, current_world, split_shard
 
+#: The memo entries whose tensors are handed to plugins (and checked for in-place writes after every metric).
+SHARED_KINDS = ("activations", "shard", "outputs", "array rows")
+
+
+def _versions(value: Any) -> tuple[int, ...]:
+    """The in-place write counters (``Tensor._version``) of the tensors in ``value`` (a tensor, or tuples of them)."""
+    if isinstance(value, torch.Tensor):
+        return (value._version,)
+    if isinstance(value, (tuple, list)):
+        return tuple(v for item in value for v in _versions(item))
+    return ()
+
 
 class Context:
     """Services shared by the metrics of one comparison (see module docstring).
@@ -37,6 +49,7 @@ class Context:
         self.progress = progress
         self.batch_size = batch_size
         self.memo: dict[Hashable, Any] = {}
+        self.versions: dict[Hashable, tuple[int, ...]] = {}  # in-place write counters of the shared tensors
         self.world = world if world is not None else current_world()
 
     def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
@@ -50,14 +63,29 @@ class Context:
         child = Context(data, seed=seed, device=device, options=options, progress=progress, batch_size=self.batch_size,
                         world=self.world)
         if self.data.train is data.train and self.data.test is data.test:
-            child.memo = self.memo
+            child.memo, child.versions = self.memo, self.versions
         return child
 
     def remember(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """Return the memoised value for ``key``, computing it with ``compute()`` the first time."""
         if key not in self.memo:
             self.memo[key] = compute()
+            if isinstance(key, tuple) and key and key[0] in SHARED_KINDS:
+                self.versions[key] = _versions(self.memo[key])
         return self.memo[key]
+
+    def drop_changed(self) -> list[str]:
+        """Forget the shared tensors (activations, labels, outputs) that were written in place since they were
+        computed, so that the next metric gets them anew; returns what was dropped, as text (empty: nothing).
+
+        A plugin that changes ``context.activations(...)`` in place (``x -= x.mean(0)``) changes them only for
+        itself. Writes through a NumPy view (``x.numpy()[:] = 0``) bypass torch's write counter and are not seen.
+        """
+        changed = [key for key, seen in self.versions.items() if key in self.memo and _versions(self.memo[key]) != seen]
+        for key in changed:
+            del self.memo[key]
+            del self.versions[key]
+        return [" ".join(str(part) for part in key if not isinstance(part, int)) for key in changed]
 
     def options_for(self, metric: str, metric_names: set[str] | None = None) -> dict:
         """Global options (entries that are not per-metric dicts) updated with ``options[metric]``."""

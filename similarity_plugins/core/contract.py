@@ -130,8 +130,9 @@ def resolve_options(selected: list[str], declared: Mapping[str, dict[str, Any] |
     and its own dict; for an open one every global option updated with its own dict.
     """
     options = dict(options or {})
-    scoped = {k: v for k, v in options.items() if k in declared}
-    plain = {k: v for k, v in options.items() if k not in declared}
+    taken = {name for m in selected if declared[m] is not None for name in declared[m]}
+    scoped = {k: v for k, v in options.items() if k in declared and not (k in taken and not isinstance(v, Mapping))}
+    plain = {k: v for k, v in options.items() if k not in scoped}
     for metric, own in scoped.items():
         if not isinstance(own, Mapping):
             raise TypeError(f"options[{metric!r}] must be a dict of that metric's options, got {type(own).__name__}")
@@ -140,7 +141,7 @@ def resolve_options(selected: list[str], declared: Mapping[str, dict[str, Any] |
             if takes is not None and name not in takes:
                 raise UnknownOption(f"unknown option {name!r} for metric {metric!r}{did_you_mean(name, takes)} "
                                     f"({metric} takes: {', '.join(sorted(takes)) or 'no options'})")
-    _check_global(plain, [declared[m] for m in selected], selected, list(declared))
+    _check_global(plain, selected, declared)
     resolved = {}
     for metric in selected:
         takes = declared[metric]
@@ -152,17 +153,23 @@ def resolve_options(selected: list[str], declared: Mapping[str, dict[str, Any] |
     return resolved
 
 
-def _check_global(plain: dict[str, Any], takes: list[dict[str, Any] | None], selected: list[str],
-                  metric_names: list[str]) -> None:
+def _check_global(plain: dict[str, Any], selected: list[str], declared: Mapping[str, dict[str, Any] | None]) -> None:
+    takes = [declared[m] for m in selected]
     if any(t is None for t in takes):
         return  # an open metric takes anything
     valid = sorted({name for t in takes for name in t if t is not None})
     for name in plain:
-        if name not in valid:
-            hint = did_you_mean(name, valid + metric_names)
-            raise UnknownOption(f"unknown option {name!r}: no selected metric ({', '.join(selected)}) takes it{hint} "
-                                f"(they take: {', '.join(valid) or 'no options'}; "
-                                f"`similarity-plugins info METRIC` lists each metric's options)")
+        if name in valid:
+            continue
+        others = sorted(m for m, t in declared.items() if t is not None and name in t)
+        if others:
+            shown = ", ".join(others[:10]) + (f" and {len(others) - 10} more" if len(others) > 10 else "")
+            hint = f"; it is an option of {shown}: select one of them, or drop it"
+        else:
+            hint = did_you_mean(name, valid) or did_you_mean(name, list(declared), cutoff=0.8)
+        raise UnknownOption(f"unknown option {name!r}: no selected metric ({', '.join(selected)}) takes it{hint} "
+                            f"(they take: {', '.join(valid) or 'no options'}; "
+                            f"`similarity-plugins info METRIC` lists each metric's options)")
 
 
 class Meaning(NamedTuple):

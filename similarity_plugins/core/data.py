@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+)
 
 
 @dataclass
@@ -22,6 +32,10 @@ class Data:
     train: Dataset | DataLoader | None = None
     test: Dataset | DataLoader | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("train", "test"):
+            _check_split_container(getattr(self, name), name)
+
     def split(self, name: str) -> Dataset | DataLoader:
         """Return the split called ``name`` ("train" or "test"), or raise a clear error if it is missing."""
         if name not in ("train", "test"):
@@ -35,13 +49,25 @@ class Data:
         return value
 
 
+def _check_split_container(split: Any, name: str) -> None:
+    """Refuse a split given as arrays rather than as a dataset: a tensor (its rows would be read as (x, y)
+    pairs) or a tuple/list of arrays (``(x, y)``: read as a dataset of two samples)."""
+    if isinstance(split, (torch.Tensor, np.ndarray)):
+        raise TypeError(f"Data.{name} is an array of shape {tuple(split.shape)}, not a dataset of (x, y) pairs; "
+                        f"pass TensorDataset(x, y)")
+    if isinstance(split, (tuple, list)) and split and all(isinstance(v, (torch.Tensor, np.ndarray)) for v in split):
+        shapes = ", ".join(str(tuple(v.shape)) for v in split)
+        raise TypeError(f"Data.{name} is a {type(split).__name__} of {len(split)} arrays ({shapes}), which would be "
+                        f"read as {len(split)} samples; pass TensorDataset(x, y) (torch.utils.data)")
+
+
 class BadData(ValueError):
     """A split whose values cannot be used: NaN/Inf inputs, labels that are not class indices (the message says
     which split and sample)."""
 
 
 def check_batch(x: torch.Tensor, y: torch.Tensor, first: int = 0, what: str = "the data split") -> None:
-    """Raise `BadData` unless the float inputs ``x`` (B, ...) are finite and the labels ``y`` (B,) are integer
+    """Raise :class:`BadData` unless the float inputs ``x`` (B, ...) are finite and the labels ``y`` (B,) are integer
     class indices >= 0. ``first``: the index of the batch's first sample (for the message)."""
     if x.is_floating_point() or x.is_complex():
         finite = torch.isfinite(x.reshape(len(x), -1)).all(1) if x.ndim else torch.isfinite(x).reshape(1)
@@ -52,37 +78,137 @@ def check_batch(x: torch.Tensor, y: torch.Tensor, first: int = 0, what: str = "t
     if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
         raise BadData(f"{what} has {y.dtype} labels (sample {first}: {y.reshape(-1)[0].item()!r}); labels must be "
                       "integer class indices: convert them with .long() if they are whole numbers")
+    if y.dim() != 1 or (x.dim() and len(y) != len(x)):
+        raise BadData(f"{what} has labels of shape {tuple(y.shape)} for {len(x)} inputs (sample {first}); give one "
+                      "integer label per sample, shape (B,)")
     if y.numel() and int(y.min()) < 0:
         raise BadData(f"{what} has a negative label ({int(y.min())}); labels must be class indices 0 .. classes-1")
 
 
+#: Every pass over a split runs with the random generators seeded with this, so that two passes (the front's and
+#: the end's) draw the same shuffled order, the same random transforms and the same worker seeds.
+PASS_SEED = 0
+
+
 def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
                     what: str = "the data split") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield ``(x, y)`` batches from a Dataset (in order, no shuffling) or from a DataLoader as it is.
+    """Yield ``(x, y)`` batches of a split, the same samples in the same order on every pass.
+
+    A Dataset is read in order; a DataLoader keeps its batch size, collate function and workers, but reads in
+    order (a shuffling sampler is replaced by the dataset's order, a ``SubsetRandomSampler`` by its indices in
+    the order given; :func:`ordered_loader`), with fresh workers. Each pass runs with the random generators
+    (torch, NumPy, ``random``) seeded with :data:`PASS_SEED` and restored afterwards, so random transforms
+    draw alike on every pass (:func:`check_repeatable` warns about them, and refuses a dataset that returns
+    other inputs for the same index even then).
 
     ``x``: (B, ...) float tensor; ``y``: (B,) int64 tensor. Raises ``ValueError`` for an empty split and
-    `BadData` (naming ``what``) for NaN/Inf inputs or labels that are not integer class indices.
+    :class:`BadData` (naming ``what``) for NaN/Inf inputs, labels that are not integer class indices, or
+    labels whose shape is not one per sample.
     """
-    loader = split if isinstance(split, DataLoader) else DataLoader(split, batch_size=batch_size, shuffle=False)
+    from .rng import isolated_rng, seed_all
+
+    check_repeatable(split, what)
+    loader = ordered_loader(split, batch_size)
     seen = 0
-    for batch in loader:
-        if not isinstance(batch, (tuple, list)) or len(batch) < 2:
-            raise TypeError("data must yield (x, y) pairs; got a batch of type " + type(batch).__name__)
-        x, y = batch[0], batch[1]
-        x = torch.as_tensor(x)
-        y = torch.as_tensor(y)
-        check_batch(x, y, seen, what)
-        y = y.long()
-        seen += len(x)
-        yield x, y
+    with isolated_rng():
+        seed_all(PASS_SEED)
+        for batch in loader:
+            if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+                raise TypeError("data must yield (x, y) pairs; got a batch of type " + type(batch).__name__)
+            x, y = torch.as_tensor(batch[0]), torch.as_tensor(batch[1])
+            check_batch(x, y, seen, what)
+            seen += len(x)
+            yield x, y.long()
     if seen == 0:
         raise ValueError(f"{what} is empty: it yielded no samples")
+
+
+def ordered_loader(split: Dataset | DataLoader, batch_size: int = 256) -> DataLoader:
+    """A new DataLoader over ``split`` that yields its samples in one fixed order (see :func:`iterate_batches`).
+
+    A sampler other than the standard ones (sequential, random, subset-random) is kept when it yields the same
+    order twice, and refused (``ValueError``) otherwise: the two models would see other rows.
+    """
+    if not isinstance(split, DataLoader):
+        return DataLoader(split, batch_size=batch_size, shuffle=False)
+    if isinstance(split.dataset, IterableDataset):
+        return split  # a stream: its order is its own (documented in docs/reliability.md)
+    kw = {"num_workers": split.num_workers, "collate_fn": split.collate_fn, "pin_memory": split.pin_memory,
+          "timeout": split.timeout, "worker_init_fn": split.worker_init_fn,
+          "multiprocessing_context": split.multiprocessing_context,
+          "generator": torch.Generator().manual_seed(PASS_SEED)}
+    if split.num_workers > 0:
+        kw["prefetch_factor"] = split.prefetch_factor
+    batch_sampler = split.batch_sampler
+    if batch_sampler is not None and type(batch_sampler) is not BatchSampler:
+        _same_order(batch_sampler, "batch sampler")
+        return DataLoader(split.dataset, batch_sampler=batch_sampler, **kw)
+    sampler = _in_order(split.sampler, split.dataset)
+    if split.batch_size is None:
+        return DataLoader(split.dataset, batch_size=None, sampler=sampler, **kw)
+    return DataLoader(split.dataset, batch_size=split.batch_size, sampler=sampler, drop_last=split.drop_last, **kw)
+
+
+def _in_order(sampler: Any, dataset: Any) -> Any:
+    if isinstance(sampler, (SequentialSampler, RandomSampler)):
+        return SequentialSampler(dataset)
+    if isinstance(sampler, SubsetRandomSampler):
+        return list(sampler.indices)
+    _same_order(sampler, "sampler")
+    return sampler
+
+
+def _same_order(sampler: Any, what: str) -> None:
+    from .rng import isolated_rng, seed_all
+
+    orders = []
+    for _ in range(2):
+        with isolated_rng():
+            seed_all(PASS_SEED)
+            orders.append([list(i) if isinstance(i, (list, tuple)) else i for i in iter(sampler)])
+    if orders[0] != orders[1]:
+        raise ValueError(f"the DataLoader's {what} ({type(sampler).__name__}) yields another order on every pass, "
+                         "so the two models would see different rows; pass a loader without it (or the dataset)")
+
+
+def check_repeatable(split: Dataset | DataLoader, what: str = "the data split") -> None:
+    """Read the first sample of ``split`` (a map-style dataset, or a DataLoader's) twice under one seed and once
+    under another. Raises :class:`BadData` when the same index gives other inputs under the same seed (the
+    inputs change between passes whatever the random generators say: the models' rows could not correspond);
+    warns (``UserWarning`` naming "random") when only the seed changes them (a random transform: every pass of
+    this package draws alike, so the rows correspond, but they are augmented inputs)."""
+    from .rng import isolated_rng, seed_all
+
+    dataset = split.dataset if isinstance(split, DataLoader) else split
+    if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or split_size(dataset) in (None, 0):
+        return
+    reads = []
+    for seed in (PASS_SEED, PASS_SEED, PASS_SEED + 1):
+        with isolated_rng():
+            seed_all(seed)
+            try:
+                sample = dataset[0]
+                reads.append(torch.as_tensor(sample[0] if isinstance(sample, (tuple, list)) else sample))
+            except Exception:  # noqa: BLE001 - an unusual dataset: the pass itself reports what is wrong
+                return
+    if not _equal(reads[0], reads[1]):
+        raise BadData(f"{what} returns other inputs for the same index on every read (sample 0 differed between "
+                      "two reads with the random generators seeded alike), so the two models would not see the "
+                      "same rows; make the dataset return the same input for the same index")
+    if not _equal(reads[0], reads[2]):
+        warnings.warn(f"{what} applies a random transform (sample 0 changes with the random seed): both models see "
+                      "the same draws, but of augmented inputs; use a deterministic transform to compare on the data "
+                      "as it is", UserWarning, stacklevel=3)
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
 
 
 def load_all(split: Dataset | DataLoader, batch_size: int = 256,
              what: str = "the data split") -> tuple[torch.Tensor, torch.Tensor]:
     """Materialise a whole split as ``(X, Y)``: X (N, ...) float, Y (N,) int64, on the CPU (checked as
-    `iterate_batches` does; ``what`` names the split in errors)."""
+    :func:`iterate_batches` does; ``what`` names the split in errors)."""
     xs, ys = [], []
     for x, y in iterate_batches(split, batch_size, what):
         xs.append(x.detach().cpu())

@@ -15,6 +15,7 @@ from torch's or NumPy's global generator can change their draws; the row says so
 from __future__ import annotations
 
 import copy
+import math
 import threading
 from typing import Any, Callable
 
@@ -32,11 +33,13 @@ class MetricTimeout(TimeoutError):
 
 
 def check_timeout(timeout: Any) -> float | None:
-    """``timeout`` as a positive number of seconds, or None; ``ValueError`` naming the option otherwise."""
+    """``timeout`` as a finite positive number of seconds, or None; ``ValueError`` naming the option otherwise
+    (``inf`` too: no limit is ``None``)."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or timeout != timeout:
-        raise ValueError(f"timeout: expected a positive number of seconds (or None for no limit), got {timeout!r}")
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+            or not math.isfinite(timeout)):
+        raise ValueError(f"timeout: expected a finite positive number of seconds (None for no limit), got {timeout!r}")
     return float(timeout)
 
 

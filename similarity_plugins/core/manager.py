@@ -56,6 +56,10 @@ __all__ = ["MetricInfo", "SimilarityPluginManager", "DEFAULT_PLUGINS", "BUILTIN_
            "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "autoload_disabled", "build_plugin_manager", "get_plugin_manager",
            "reset_plugin_manager"]
 
+#: What importing or registering a plugin may raise and still leave a BROKEN entry (a module that calls
+#: ``sys.exit`` at import, as argparse-based scripts do, included); Ctrl-C still stops.
+LOAD_ERRORS = (Exception, SystemExit, GeneratorExit)
+
 DEFAULT_PLUGINS: dict[str, str] = {
     "cka-linear": "similarity_plugins.plugins.cka:LinearCKA",
     "cka-debiased": "similarity_plugins.plugins.cka:DebiasedCKA",
@@ -76,6 +80,10 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "iri-dm": "similarity_plugins.plugins.invariance:IRIDM",
     "iri-fula": "similarity_plugins.plugins.invariance:IRIFuLA",
 }
+
+
+class OptionNameClash(ValueError):
+    """A metric whose name is already an option of a registered metric (``options={name: ...}`` would be ambiguous)."""
 
 
 @dataclass
@@ -132,6 +140,11 @@ class SimilarityPluginManager(pluggy.PluginManager):
         """
         check_metric_name(name)
         with self._loading:
+            holders = sorted(m for m, info in self.info.items() if info.options and name in info.options)
+            if holders:
+                raise OptionNameClash(f"similarity_plugins: skipped the metric {name!r} of {package}: {name!r} is an "
+                                      f"option of {', '.join(holders)}, and options[{name!r}] must keep reaching "
+                                      f"them; rename the metric")
             if name in self.claims and self.claims[name] != package:
                 self._load_package(self.claims[name])  # the name is claimed by an entry point: it comes first
             if name in self.info and not replace:
@@ -165,7 +178,9 @@ class SimilarityPluginManager(pluggy.PluginManager):
         try:
             obj = reference.load() if hasattr(reference, "load") else _import_reference(reference)
             self.register_metric(obj, name, package)
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the others
+        except OptionNameClash as exc:
+            warnings.warn(str(exc), stacklevel=2)
+        except LOAD_ERRORS as exc:  # noqa: BLE001 - a broken plugin must not stop the others
             self._keep_error(name, package, exc)
 
     # -- third-party entry points, imported when their names are needed --------------------------
@@ -220,7 +235,7 @@ class SimilarityPluginManager(pluggy.PluginManager):
             if family is not None and getattr(obj, "similarity", None) is not None:
                 raise TypeError("it defines both `similarity` and `register_metrics`; an entry point is one metric "
                                 "(`similarity`, named by the entry point) or a family (`register_metrics`)")
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the others
+        except LOAD_ERRORS as exc:  # noqa: BLE001 - a broken plugin must not stop the others
             self._keep_error(ep.name, package, exc)
             return
         if family is None:
@@ -228,7 +243,7 @@ class SimilarityPluginManager(pluggy.PluginManager):
             return
         try:
             family(register=self._family_register(package))
-        except Exception as exc:  # noqa: BLE001
+        except LOAD_ERRORS as exc:  # noqa: BLE001
             self._keep_error(ep.name, package, exc, what=f"the metric family {ep.name!r}")
 
     def _family_register(self, package: str):
@@ -244,7 +259,9 @@ class SimilarityPluginManager(pluggy.PluginManager):
                 self.pending = [(ep, p) for ep, p in self.pending if not (p == package and ep.name == name)]
             try:
                 self.register_metric(plugin, name, package, replace=replace)
-            except Exception as exc:  # noqa: BLE001 - one broken metric of a family must not stop the others
+            except OptionNameClash as exc:
+                warnings.warn(str(exc), stacklevel=2)
+            except LOAD_ERRORS as exc:  # noqa: BLE001 - one broken metric of a family must not stop the others
                 self._keep_error(name, package, exc)
         return register
 

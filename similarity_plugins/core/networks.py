@@ -31,6 +31,7 @@ import torch.fx
 from torch import nn
 
 from ..utils.text import did_you_mean
+from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
 
 __all__ = ["frozen", "preserved", "layers", "SplitNetwork", "split_network", "model_device", "LayerNotFound"]
 
@@ -254,6 +255,7 @@ class SplitNetwork:
         self.layer = layer
         canonical = [n for n in layers(model) if not _nested(n, layer)]
         self._trace_error: str | None = None
+        self._calls_counted = False  # the hook fallback counts the layer's calls on its first batch
         self._front_gm = self._end_gm = self._native_gm = None
         try:
             traced = _trace(model, set(canonical) | {layer} | set(taps or ()))
@@ -262,6 +264,8 @@ class SplitNetwork:
             self.taps: tuple[str, ...] = tuple(taps or ())
             return
         calls = [n for n in traced.graph.nodes if n.op == "call_module" and n.target == layer]
+        if len(calls) > 1:
+            raise AmbiguousLayer(called_often(model, layer, len(calls), [n for n in layers(model) if n != layer]))
         if len(calls) != 1:
             self._trace_error = f"layer {layer!r} is called {len(calls)} times in the forward pass (need exactly once)"
             self.taps = tuple(taps or ())
@@ -332,11 +336,18 @@ class SplitNetwork:
 
     # -- running -----------------------------------------------------------------------------------
 
-    def _check_tensor(self, value: object) -> torch.Tensor:
+    def _check_tensor(self, value: object, batch: int | None = None) -> torch.Tensor:
+        others = ", ".join(n for n in layers(self.model) if n != self.layer)
         if not isinstance(value, torch.Tensor):
             raise TypeError(
                 f"layer {self.layer!r} outputs a {type(value).__name__}, not a tensor; "
-                f"choose a layer whose output is a tensor, such as: {', '.join(layers(self.model))}"
+                f"choose a layer whose output is a tensor, such as: {others}"
+            )
+        if batch is not None and (value.dim() == 0 or value.shape[0] != batch):
+            raise ValueError(
+                f"layer {self.layer!r} outputs shape {tuple(value.shape)} for a batch of {batch} inputs: its first "
+                f"dimension is not the batch (a sequence-first layer?), so its rows would not be samples; choose a "
+                f"layer whose output is (batch, ...), such as: {others}"
             )
         return value
 
@@ -346,10 +357,17 @@ class SplitNetwork:
         ``x``: a batch of inputs (N, ...) on the model's device. Returns (N, C, H, W) for CNNs,
         (N, T, D) for transformers. Differentiable with respect to ``x``.
         """
+        batch = len(x) if x.dim() else None
         with frozen(self.model):
             if self._front_gm is not None:
-                return self._check_tensor(self._front_gm(x))
-            return self._check_tensor(_front_by_hook(self.model, self.layer, x))
+                return self._check_tensor(self._front_gm(x), batch)
+            if not self._calls_counted:
+                calls = count_calls(self.model, self.layer, x)
+                if calls > 1:
+                    raise AmbiguousLayer(called_often(self.model, self.layer, calls,
+                                                     [n for n in layers(self.model) if n != self.layer]))
+                self._calls_counted = True
+            return self._check_tensor(front_by_hook(self.model, self.layer, x), batch)
 
     @property
     def front_graph(self) -> torch.fx.GraphModule | None:
@@ -401,27 +419,6 @@ def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.f
         raise RuntimeError(f"internal error: value {node.name!r} from before the cut used after it")
     env[node] = graph.node_copy(node)
     return env[node]
-
-
-class _Stop(Exception):
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-
-def _front_by_hook(model: nn.Module, layer: str, x: torch.Tensor) -> object:
-    """Run ``model(x)`` until ``layer`` has produced its output, then stop and return it."""
-
-    def hook(_module: nn.Module, _inputs: object, output: object) -> None:
-        raise _Stop(output)
-
-    handle = dict(model.named_modules())[layer].register_forward_hook(hook)
-    try:
-        model(x)
-    except _Stop as stop:
-        return stop.value
-    finally:
-        handle.remove()
-    raise RuntimeError(f"layer {layer!r} was never called in the forward pass of {type(model).__name__}")
 
 
 def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> SplitNetwork:

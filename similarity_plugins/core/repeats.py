@@ -4,7 +4,8 @@ The row's ``score`` is the mean of the k scores; ``details["scores"]`` lists the
 their seeds and ``details["seed_ci95"]`` is a 95% Student-t interval of the mean over seeds (it covers the
 randomness of stitch initialisation, data order and IRI starts, not the test-sample uncertainty, which
 ``details["test_ci95"]`` gives per stitch). A metric plugin that declares ``deterministic = True`` (CKA)
-is computed once; its ``scores`` repeat the one value and ``details["deterministic"]`` is True.
+is computed once: its ``score`` is that value, ``scores`` is ``[value] * k``, ``seed_ci95`` is ``[value, value]``
+(exactly, not a float mean of equal values) and ``details["deterministic"]`` is True.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Callable
 
 from .results import SimilarityResult
 
-__all__ = ["check_repeats", "is_deterministic", "mean_interval", "run_repeated"]
+__all__ = ["check_repeats", "exact_mean", "is_deterministic", "mean_interval", "run_repeated"]
 
 
 def check_repeats(repeats: Any) -> int:
@@ -33,15 +34,24 @@ def is_deterministic(plugin: Any) -> bool:
     return bool(getattr(plugin, "deterministic", False))
 
 
+def exact_mean(values: list[float]) -> float:
+    """The mean of ``values`` (floats); exactly ``v`` when every value is ``v`` (a float sum of k equal values,
+    divided by k, is not always ``v``), so a repeated constant never drifts in its last bit."""
+    first = values[0]
+    if all(v == first for v in values):
+        return first
+    return math.fsum(values) / len(values)
+
+
 def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
-    """Student-t interval of the mean of ``values`` (floats); ``(v, v)`` for one value or zero spread."""
+    """Student-t interval of the mean of ``values`` (floats); exactly ``(v, v)`` for one value or zero spread."""
     k = len(values)
-    mean = sum(values) / k
-    if k < 2:
+    mean = exact_mean(values)
+    if k < 2 or all(v == values[0] for v in values):
         return mean, mean
     from scipy.stats import t
 
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (k - 1))
     half = float(t.ppf(0.5 + level / 2, k - 1)) * sd / math.sqrt(k)
     return mean - half, mean + half
 
@@ -85,15 +95,15 @@ def _aggregate(ok: list[SimilarityResult], scores: list[float], seeds: list[int]
     details = copy.deepcopy(first.details)
     for key, value in first.details.items():  # average the float details every run has (accuracies, errors)
         if isinstance(value, float) and all(isinstance(r.details.get(key), float) for r in ok):
-            details[key] = sum(r.details[key] for r in ok) / len(ok)
+            details[key] = exact_mean([r.details[key] for r in ok])
     intervals = [r.details.get("test_ci95") for r in ok]
     if all(isinstance(i, (list, tuple)) and len(i) == 2 for i in intervals):
         details["test_ci95_per_seed"] = [list(i) for i in intervals]
-        details["test_ci95"] = [sum(i[0] for i in intervals) / len(ok), sum(i[1] for i in intervals) / len(ok)]
+        details["test_ci95"] = [exact_mean([i[0] for i in intervals]), exact_mean([i[1] for i in intervals])]
     warnings = list(dict.fromkeys(w for r in ok for w in (r.details.get("warnings") or [])))
     warnings += [f"{f} (left out of the mean)" for f in failures]
     if warnings:
         details["warnings"] = warnings
     details.update(scores=scores, seeds=seeds, repeats=repeats, seed_ci95=list(mean_interval(scores)),
                    deterministic=deterministic)
-    return SimilarityResult(first.metric, sum(scores) / len(scores), details, seconds, None, first.layer)
+    return SimilarityResult(first.metric, exact_mean(scores), details, seconds, None, first.layer)

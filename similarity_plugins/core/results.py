@@ -78,6 +78,18 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+#: The most characters of one error or warning the table shows (the JSON and CSV hold the whole text).
+NOTE_CHARS = 400
+
+
+def _cut(text: str) -> str:
+    """``text`` as at most :data:`NOTE_CHARS` characters on one line, saying how much was left out."""
+    line = " ".join(str(text).split())
+    if len(line) <= NOTE_CHARS:
+        return line
+    return f"{line[:NOTE_CHARS]}... ({len(line) - NOTE_CHARS} more characters: the JSON and CSV hold the whole text)"
+
+
 def _format_score(value: float | None) -> str:
     return "error" if value is None else f"{value:.4f}"
 
@@ -156,15 +168,15 @@ class Report:
 
     def to_csv(self, path: str | None = None) -> str:
         """One CSV row per result: metric, layer, score, seconds, error, then scalar details."""
-        detail_keys: list[str] = [k for k in INTERVAL_COLUMNS if any(k in _interval_cells(r) for r in self.results)]
+        cells = [{**r.details, **_interval_cells(r)} for r in self.results]  # each row's merged cells, once
+        keys: dict[str, None] = dict.fromkeys(k for k in INTERVAL_COLUMNS if any(k in c for c in cells))
         for r in self.results:
-            for k, v in r.details.items():
-                if isinstance(v, (int, float, str, bool)) or v is None:
-                    if k not in detail_keys:
-                        detail_keys.append(k)
+            keys.update((k, None) for k, v in r.details.items()
+                        if isinstance(v, (int, float, str, bool)) or v is None)
+        detail_keys = list(keys)
         rows = ([r.metric, r.layer, "" if r.score is None else repr(float(r.score)), f"{r.seconds:.3f}", r.error or ""]
-                + ["" if (v := {**r.details, **_interval_cells(r)}.get(k)) is None else v for k in detail_keys]
-                for r in self.results)
+                + ["" if (v := c.get(k)) is None else v for k in detail_keys]
+                for r, c in zip(self.results, cells))
         text = csv_text(["metric", "layer", "score", "seconds", "error"] + detail_keys, rows)
         if path is not None:
             write_text(path, text)
@@ -173,25 +185,33 @@ class Report:
     def __str__(self) -> str:
         rows = []
         kinds = self.meta.get("kinds") or _declared_kinds(self.metrics)
+        tested = {str(r.layer) for r in self.results if _p_value(r) is not None}  # layers given a p column
         for m in self.metrics:
             cells, total = [m + (" (distance)" if kinds.get(m) == "distance" else "")], 0.0
             for layer in self.layers:
                 r = next((r for r in self.results if r.metric == m and str(r.layer) == layer), None)
                 cells.append("" if r is None else _format_score(r.score) + _format_interval(r)
                              + ("*" if r.details.get("warnings") else ""))
+                if layer in tested:
+                    cells.append("" if r is None or _p_value(r) is None else f"{_p_value(r):.3g}")
                 total += r.seconds if r else 0.0
             rows.append(cells + [f"{total:.1f}"])
-        out = [text_table(["metric"] + self.layers + ["time (s)"], rows)]
+        headers = [h for layer in self.layers for h in ([layer, "p"] if layer in tested else [layer])]
+        out = [text_table(["metric"] + headers + ["time (s)"], rows)]
         if "distance" in kinds.values():
             out.append("(distance): lower is more alike; the other rows are similarities (higher is more alike) "
                        "or undeclared")
         out += _interval_legend(self.results)
+        if tested:
+            ks = sorted({int(r.details.get("permutations", 0)) for r in self.results if _p_value(r) is not None})
+            out.append(f"p: permutation p-value over {'/'.join(map(str, ks))} permutations of the end's rows, "
+                       "(1 + #null at least as extreme) / (K + 1) (details: null_mean, null_std, p_value_analytic)")
         notes = []
         for r in self.results:
             if r.error:
-                notes.append(f"  {r.metric} @ {r.layer}: error: {r.error}")
+                notes.append(f"  {r.metric} @ {r.layer}: error: {_cut(r.error)}")
             for w in r.details.get("warnings", []) or []:
-                notes.append(f"  {r.metric} @ {r.layer}: * {w}")
+                notes.append(f"  {r.metric} @ {r.layer}: * {_cut(str(w))}")
         if notes:
             out += ["", "notes:"] + notes
         return "\n".join(out)
@@ -221,6 +241,12 @@ class Report:
 
     def __repr__(self) -> str:
         return f"Report({len(self.results)} results: metrics={self.metrics}, layers={self.layers})"
+
+
+def _p_value(result: SimilarityResult) -> float | None:
+    """The row's permutation p-value (``details["p_value"]``), or None."""
+    value = result.details.get("p_value")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _declared_kinds(metrics: list[str]) -> dict[str, str | None]:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 import random
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
-__all__ = ["isolated_rng", "seed_all"]
+__all__ = ["isolated_rng", "seed_all", "check_seed", "SEED_RANGE"]
+
+#: Seeds are whole numbers in [lo, hi): what every generator seeded from one (torch, NumPy, ``random``) takes.
+SEED_RANGE = (-(2**63), 2**63)
 
 
 def _cuda_devices(device: torch.device | None) -> list[int]:
@@ -34,6 +38,17 @@ def isolated_rng(device: torch.device | None = None) -> Iterator[bool]:
     finally:
         random.setstate(python_state)
         np.random.set_state(numpy_state)
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """``seed`` as an ``int``: a whole number (Python or NumPy integer, not a bool) in :data:`SEED_RANGE`;
+    ``TypeError``/``ValueError`` naming ``name`` otherwise (``2.5``, ``"1"``, ``True``, ``None``, ``2**70``)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number (an int), got {type(seed).__name__} {seed!r}")
+    lo, hi = SEED_RANGE
+    if not lo <= int(seed) < hi:
+        raise ValueError(f"{name} must lie in [-2**63, 2**63) (a 64-bit integer), got {seed}")
+    return int(seed)
 
 
 def seed_all(seed: int, cuda: bool = False) -> None:

@@ -1,21 +1,35 @@
-"""Option values checked at the boundary, naming the option: numbers that are text, limits that are not positive.
+"""Option values checked at the boundary, by one set of rules, naming the option.
 
-A metric declares its options with defaults (`contract`); `option_value_error` refuses a value
-that cannot be what the default says (``iri_tol="abc"`` where the default is a number) and a sample limit
-(``max_samples``, ``max_train``, ``max_test``, ``iri_max_seeds``: any name ending in ``max_samples``,
-``max_train``, ``max_test`` or ``max_seeds``) that is not a positive whole number or None. ``compare`` gives
-a metric with such a value an error row; the CLI refuses it before any work (exit 2).
+A metric declares its options with defaults (:mod:`~.contract`). :func:`coerce_option_values` reads every
+value a metric is given against its default, the same way for ``compare``, ``score``, grids and the CLI:
+
+- a sample limit (``max_samples``, ``max_train``, ``max_test``, ``iri_max_seeds``: any name ending in
+  ``max_samples``, ``max_train``, ``max_test`` or ``max_seeds``) must be a positive whole number or None;
+- an option whose default is a bool takes True/False, 1/0, or the words ``true``/``yes``/``on``/``1`` and
+  ``false``/``no``/``off``/``0`` (any case); anything else is an error, never silently true;
+- an option whose default is a number refuses text, booleans and NaN;
+- a path option (a name ending in ``_dir``, ``_path`` or ``_file``) must be None or a non-empty path, and a
+  ``_dir`` that exists must be a folder.
+
+``compare`` and ``score`` give a metric with such a value an error row; the CLI refuses it before any work
+(exit 2).
 """
 
 from __future__ import annotations
 
 import numbers
+import os
 import re
 from typing import Any, Mapping
 
-__all__ = ["option_value_error", "check_option_values", "is_limit"]
+__all__ = ["option_value_error", "check_option_values", "coerce_option_value", "coerce_option_values", "is_limit",
+           "TRUE_WORDS", "FALSE_WORDS"]
 
 _LIMIT = re.compile(r"(^|_)max_(samples|train|test|seeds)$")
+_PATH = re.compile(r"(^|_)(dir|path|file)$")
+
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
 
 
 def is_limit(name: str) -> bool:
@@ -27,30 +41,71 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def option_value_error(name: str, value: Any, default: Any = None) -> str | None:
-    """Why ``value`` is not acceptable for option ``name`` whose declared default is ``default``; None if it is.
+def _as_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if _is_number(value) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise ValueError(f"option {name}: expected true or false (also yes/no, on/off, 1/0), got {value!r}")
 
-    The message names the option: ``option iri_tol: expected a number, got 'abc'``.
-    """
-    if is_limit(name) and value is not None:
-        if not (_is_number(value) and float(value).is_integer() and value > 0):
-            return (f"option {name}: expected a positive whole number of samples (or none for all of them), "
-                    f"got {value!r}")
-        return None
-    if _is_number(default) and value is not None and not _is_number(value):
+
+def _as_path(name: str, value: Any) -> Any:
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"option {name}: expected a path (or none), got {type(value).__name__} {value!r}")
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"option {name}: the path is empty (an unset variable?); give a path, or none to turn it off")
+    if name.endswith("_dir") and os.path.exists(text) and not os.path.isdir(text):
+        raise ValueError(f"option {name}: {text!r} is a file, not a folder")
+    return value
+
+
+def coerce_option_value(name: str, value: Any, default: Any = None) -> Any:
+    """``value`` for option ``name`` read by the rules of the module docstring (booleans from words); raises
+    ``ValueError`` naming the option (``option iri_tol: expected a number, got 'abc'``)."""
+    if isinstance(value, Mapping):
+        return value
+    if is_limit(name):
+        if value is not None and not (_is_number(value) and float(value).is_integer() and value > 0):
+            raise ValueError(f"option {name}: expected a positive whole number of samples (or none for all of them), "
+                             f"got {value!r}")
+        return value
+    if value is None:
+        return value
+    if isinstance(default, bool):
+        return _as_bool(name, value)
+    if _PATH.search(name):
+        return _as_path(name, value)
+    if _is_number(default) and not _is_number(value):
         kind = "a whole number" if isinstance(default, numbers.Integral) else "a number"
-        return f"option {name}: expected {kind}, got {value!r}"
-    if _is_number(default) and _is_number(value) and value != value:
-        return f"option {name}: expected a number, got NaN"
+        raise ValueError(f"option {name}: expected {kind}, got {value!r}")
+    if _is_number(default) and value != value:
+        raise ValueError(f"option {name}: expected a number, got NaN")
+    return value
+
+
+def coerce_option_values(options: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every option of one metric (name -> value) read against its ``defaults`` (None: undeclared), as a new dict;
+    raises ``ValueError`` for the first bad value, naming the option."""
+    defaults = defaults or {}
+    return {name: coerce_option_value(name, value, defaults.get(name)) for name, value in options.items()}
+
+
+def option_value_error(name: str, value: Any, default: Any = None) -> str | None:
+    """Why ``value`` is not acceptable for option ``name`` whose declared default is ``default``; None if it is."""
+    try:
+        coerce_option_value(name, value, default)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
 def check_option_values(options: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> str | None:
     """The first problem among ``options`` (name -> value) given the metric's ``defaults`` (None: undeclared)."""
-    for name, value in options.items():
-        if isinstance(value, Mapping):
-            continue
-        problem = option_value_error(name, value, (defaults or {}).get(name))
-        if problem:
-            return problem
+    try:
+        coerce_option_values(options, defaults)
+    except ValueError as exc:
+        return str(exc)
     return None

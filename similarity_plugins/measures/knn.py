@@ -13,6 +13,10 @@ __all__ = ["mutual_knn"]
 _BLOCK_VALUES = 1 << 22
 
 
+#: With two samples each one's only neighbour is the other, in both representations: every pair scores 1.
+MIN_SAMPLES = 3
+
+
 def _unit_rows(x: torch.Tensor, name: str) -> torch.Tensor:
     norms = torch.linalg.vector_norm(x, dim=1)
     zero = int((norms == 0).sum())
@@ -59,14 +63,15 @@ def mutual_knn(X: ArrayLike, Y: ArrayLike, topk: int = 10, *, details: bool = Fa
         The alignment in [0, 1], or a [`Measured`][Measured].
 
     Raises:
-        ValueError: bad input, ``topk`` not an integer in [1, n - 1], an all-zero row, or a constant side.
+        ValueError: bad input, ``topk`` not an integer in [1, n - 2], an all-zero row, or a constant side.
     """
     k = positive_int(topk, "topk", "mutual-kNN")
-    x, y = pair(X, Y, "mutual-kNN", min_n=2)
+    x, y = pair(X, Y, "mutual-kNN", min_n=MIN_SAMPLES)
     n = x.shape[0]
-    if k > n - 1:
-        raise ValueError(f"mutual-kNN: topk={k} needs at least {k + 1} samples (each sample's {k} neighbours "
-                         f"are other samples) but got n={n}; pass more samples or a smaller topk")
+    if k > n - 2:
+        raise ValueError(f"mutual-kNN: topk={k} needs at least {k + 2} samples (with {k + 1}, each sample's {k} "
+                         f"neighbours are all the other samples and every pair scores 1) but got n={n}; pass more "
+                         f"samples or a smaller topk")
     centred(x, "X", "mutual-kNN")  # refuses a constant representation like every measure
     centred(y, "Y", "mutual-kNN")
     xn, yn = _unit_rows(x, "X"), _unit_rows(y, "Y")

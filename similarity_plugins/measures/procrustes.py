@@ -12,6 +12,11 @@ from .common import Measured, centred, compress_columns, finish, pair
 __all__ = ["procrustes"]
 
 
+#: With two samples the centred sides are one line each and every pair scores 1: three is the least that means anything.
+MIN_SAMPLES = 3
+TINY = float(torch.finfo(torch.float64).tiny)
+
+
 def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measured:
     """Normalised Bures similarity ``||Xc^T Yc||_* / (||Xc||_F ||Yc||_F)`` of the centred activations.
 
@@ -29,11 +34,16 @@ def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | 
         The similarity in [0, 1] (float), or a [`Measured`][Measured].
 
     Raises:
-        ValueError: bad input (NaN/Inf, rows that differ, n < 2) or a constant side.
+        ValueError: bad input (NaN/Inf, rows that differ, fewer than :data:`MIN_SAMPLES` samples) or a constant side.
     """
-    x, y = pair(X, Y, "Procrustes", min_n=2)
+    x, y = pair(X, Y, "Procrustes", min_n=MIN_SAMPLES)
     xc, sx = centred(x, "X", "Procrustes")
     yc, sy = centred(y, "Y", "Procrustes")
+    for side, sum_sq, name in ((x, sx, "X"), (y, sy, "Y")):
+        if sum_sq < TINY:  # the rows differ, but their squared spread underflows float64
+            raise ValueError(f"Procrustes: {name} is too small for float64 (max |value| = {float(side.abs().max()):.3g}):"
+                             f" its squared deviations underflow; rescale it (Procrustes is invariant to isotropic "
+                             f"scaling)")
     xc, yc = compress_columns(xc), compress_columns(yc)
     nuclear = float(torch.linalg.svdvals(xc.T @ yc).sum())
     score = min(1.0, max(0.0, nuclear / (math.sqrt(sx) * math.sqrt(sy))))

@@ -3,7 +3,8 @@
 Each compares the front's activations at ``layer.front`` with the end's at ``layer.end`` on the
 test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64. Options:
 ``max_samples`` (use the first N test samples; default all), ``threshold`` (RBF bandwidth factor,
-default 1.0). CKA measures representational geometry, not function: see the stitching metrics.
+default 1.0), ``permutations`` (K > 0: also a permutation test of the score, :func:`with_permutation_test`).
+CKA measures representational geometry, not function: see the stitching metrics.
 
 Under torch.distributed each rank extracts its share of the test split. Linear and debiased CKA then
 merge exact moments ([`merge`][similarity_plugins.cka.streaming.StreamingLinearCKA.merge], in rank order, so every
@@ -13,6 +14,8 @@ matrices, so it gathers all activations on every rank (memory: the whole (N, D) 
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ..core.context import Context
 from ..core.contract import Option
 from ..core.hookspecs import hookimpl
@@ -20,13 +23,36 @@ from ..core.results import LayerPair, SimilarityResult
 
 MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)")
 THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)")
+PERMUTATIONS = Option("permutations", 0, "K > 0: also score K seeded permutations of the end's rows and report "
+                      "p_value, null_mean, null_std (0: no test)")
+
+
+def permutation_count(options: dict) -> int:
+    """The metric's ``permutations`` option as an int >= 0 (its declared default when absent); ``ValueError``
+    naming the option for anything else (checked before any work)."""
+    from ..utils.permutation import check_permutations
+
+    return check_permutations(options.get(PERMUTATIONS.name, PERMUTATIONS.default))
+
+
+def with_permutation_test(details: dict, k: int, test: Callable[[], dict[str, Any]]) -> dict:
+    """``details`` with the permutation test's keys (``p_value``, ``null_mean``, ``null_std``, ``permutations``,
+    and ``p_value_analytic`` where the measure has one) when ``k > 0``; its cost warnings join ``warnings``."""
+    if k <= 0:
+        return details
+    found = test()
+    notes = found.pop("warnings", [])
+    details.update(found)
+    if notes:
+        details["warnings"] = [*details.get("warnings", []), *notes]
+    return details
 
 
 class _CKAPlugin:
     kernel = "linear"
     debiased = False
     needs = ("test",)
-    options = (MAX_SAMPLES,)
+    options = (MAX_SAMPLES, PERMUTATIONS)
     deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
     activations_only = True  # needs nothing but the two layers' activations: score(x, y) can run it
     kind = "similarity"
@@ -35,10 +61,12 @@ class _CKAPlugin:
     invariances: tuple[str, ...] = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
     @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context, seed: int) -> SimilarityResult:
         from ..cka import cka
+        from ..cka.permutation import cka_permutation_test
 
-        if context.world.distributed and self.kernel == "linear":
+        k = permutation_count(options)
+        if context.world.distributed and self.kernel == "linear" and not k:  # a test needs every row: gathered
             return self._sharded_linear(front, end, layer, options, context)
         x = context.activations(front, layer.front, "test")
         y = context.activations(end, layer.end, "test")
@@ -50,6 +78,7 @@ class _CKAPlugin:
             kwargs["threshold"] = float(options.get("threshold", 1.0))
         score = cka(x, y, **kwargs)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
+        with_permutation_test(details, k, lambda: cka_permutation_test(x, y, **kwargs, permutations=k, seed=seed))
         return SimilarityResult("", float(score), details)
 
     def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
@@ -100,4 +129,4 @@ class RBFCKA(_CKAPlugin):
 
     description = "RBF-kernel CKA (bandwidth: threshold x median squared distance; O(n^2) memory)"
     kernel = "rbf"
-    options = (MAX_SAMPLES, THRESHOLD)
+    options = (MAX_SAMPLES, THRESHOLD, PERMUTATIONS)

@@ -5,6 +5,7 @@ Like the CKA plugins, each compares the front's activations at ``layer.front`` w
 on the test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64, and reads them
 only through ``context.activations(model, layer, split)`` (so ``score(x, y)`` can feed arrays). Option
 ``max_samples``: use the first N test samples (default all). ``linear-regression`` also fits on the train split.
+Option ``permutations`` (K > 0): also a permutation test of the score (:mod:`similarity_plugins.measures.permutation`).
 
 Each declares what its score means: ``kind``, ``range``, ``symmetric`` and ``invariances`` (vocabulary in
 docs/metrics.md; for option-dependent invariances, those of the defaults).
@@ -20,7 +21,7 @@ from ..core.context import Context
 from ..core.contract import Option
 from ..core.hookspecs import hookimpl
 from ..core.results import LayerPair, SimilarityResult
-from .cka import MAX_SAMPLES
+from .cka import MAX_SAMPLES, PERMUTATIONS, permutation_count, with_permutation_test
 
 _ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
@@ -29,7 +30,7 @@ class _Representational:
     """One measure of `similarity_plugins.measures` on the test activations at the layer."""
 
     needs = ("test",)
-    options: tuple[Option, ...] = (MAX_SAMPLES,)
+    options: tuple[Option, ...] = (MAX_SAMPLES, PERMUTATIONS)
     deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
     activations_only = True  # needs nothing but the two layers' activations: score(x, y) can run it
     kind = "similarity"
@@ -52,12 +53,17 @@ class _Representational:
         return (x[: int(limit)], y[: int(limit)]) if limit else (x, y)
 
     @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
-        x, y = self.test_activations(front, end, layer, options, context)
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context, seed: int) -> SimilarityResult:
         from .. import measures
+        from ..measures.permutation import permutation_test
 
-        result = getattr(measures, self.measure)(x, y, **self.arguments(options), details=True)
+        k = permutation_count(options)
+        x, y = self.test_activations(front, end, layer, options, context)
+        arguments = self.arguments(options)
+        result = getattr(measures, self.measure)(x, y, **arguments, details=True)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
+        with_permutation_test(details, k, lambda: permutation_test(self.measure, x, y, permutations=k, seed=seed,
+                                                                   kind=self.kind, **arguments))
         return SimilarityResult("", result.score, details)
 
 
@@ -83,7 +89,8 @@ class SVCCA(_Representational):
 
     description = "SVCCA: each side SVD-reduced to `variance` of its variance (or `dims`), then mean CCA (Raghu 2017)"
     options = (MAX_SAMPLES, Option("variance", 0.99, "share of each side's variance its kept SVD directions reach"),
-               Option("dims", None, "SVD directions kept per side (int, or [front, end]); overrides variance"))
+               Option("dims", None, "SVD directions kept per side (int, or [front, end]); overrides variance"),
+               PERMUTATIONS)
 
     measure = "svcca"
 
@@ -106,7 +113,7 @@ class RSA(_Representational):
 
     description = "RSA: Spearman (or pearson/kendall) correlation of the two RDMs (correlation distance by default)"
     options = (MAX_SAMPLES, Option("rdm", "correlation", "dissimilarity: correlation, euclidean or cosine (scipy pdist)"),
-               Option("compare", "spearman", "RDM comparison: spearman, pearson or kendall (tau-b)"))
+               Option("compare", "spearman", "RDM comparison: spearman, pearson or kendall (tau-b)"), PERMUTATIONS)
     range = (-1.0, 1.0)
     invariances = ("isotropic-scaling", "permutation")
 
@@ -122,20 +129,27 @@ class LinearRegression(_Representational):
     description = "linear (ridge) regression front -> end: variance-weighted R^2 on test, fitted on train"
     needs = ("train", "test")
     options = (Option("max_samples", None, "use the first N test samples (None: all; fitting uses the whole train split)"),
-               Option("alpha", 1e-3, "ridge strength relative to the mean eigenvalue of the front's covariance"))
+               Option("alpha", 1e-3, "ridge strength relative to the mean eigenvalue of the front's covariance"),
+               PERMUTATIONS)
     range = None  # at most 1; unbounded below (worse than predicting the mean)
     symmetric = False
 
     @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context, seed: int) -> SimilarityResult:
         from ..measures import linear_regression
+        from ..measures.permutation import permutation_test
 
+        k = permutation_count(options)
         x, y = self.test_activations(front, end, layer, options, context)
         x_train = context.activations(front, layer.front, "train")
         y_train = context.activations(end, layer.end, "train")
-        result = linear_regression(x_train, y_train, options.get("alpha", 1e-3), X_test=x, Y_test=y, details=True)
+        alpha = options.get("alpha", 1e-3)
+        result = linear_regression(x_train, y_train, alpha, X_test=x, Y_test=y, details=True)
         details = {"front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
         details["split"] = "fitted on the train split, scored on the test split"
+        with_permutation_test(details, k, lambda: permutation_test(
+            "linear_regression", x_train, y_train, permutations=k, seed=seed, kind=self.kind, alpha=alpha,
+            X_test=x, Y_test=y))
         return SimilarityResult("", result.score, details)
 
 
@@ -143,7 +157,7 @@ class MutualKNN(_Representational):
     """Mutual k-nearest-neighbour alignment of L2-normalised rows (Huh et al. 2024)."""
 
     description = "mutual k-NN alignment: shared share of each sample's topk cosine neighbours (Huh et al. 2024)"
-    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample (other samples; needs N > topk)"))
+    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample (other samples; needs N > topk)"), PERMUTATIONS)
     invariances = ("isotropic-scaling", "orthogonal", "permutation")
 
     measure = "mutual_knn"

@@ -79,6 +79,17 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
         raise
 
 
+@contextlib.contextmanager
+def _naming(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raise an ``OSError`` that names no file (a full disk on ``write``, ``fsync``) as one naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from exc
+
+
 def write_all(files: Mapping[str, str | bytes]) -> list[str]:
     """Write every ``{path: contents}`` (text as UTF-8) so that either all of them are replaced or none.
 
@@ -91,7 +102,7 @@ def write_all(files: Mapping[str, str | bytes]) -> list[str]:
         for path, contents in files.items():
             fd, tmp, target = _new_temp(path)
             staged.append((tmp, target))
-            with os.fdopen(fd, "wb") as fh:
+            with _naming(path), os.fdopen(fd, "wb") as fh:
                 fh.write(contents.encode("utf-8") if isinstance(contents, str) else contents)
                 fh.flush()
                 os.fsync(fh.fileno())
