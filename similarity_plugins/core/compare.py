@@ -52,8 +52,8 @@ def _place(model: nn.Module, device: torch.device | None, role: str) -> nn.Modul
 
 def _to_result(value: Any, metric: str, layer: str, bounds: "tuple[float, float] | None" = None) -> SimilarityResult:
     """A plugin's return value as a new row of ``metric`` at ``layer`` (always those, whatever a returned
-    :class:`SimilarityResult` says: it may be another call's row, which is left as it was), with a warning
-    for a non-finite score and the declared ``bounds`` applied (:func:`_check_range`)."""
+    [`SimilarityResult`][SimilarityResult] says: it may be another call's row, which is left as it was), with a warning
+    for a non-finite score and the declared ``bounds`` applied (`_check_range`)."""
     if isinstance(value, SimilarityResult):
         result = SimilarityResult(metric, _as_float(value.score) if value.score is not None else None,
                                   copy.deepcopy(value.details), value.seconds, value.error, layer)
@@ -73,7 +73,7 @@ RANGE_ROUNDING = 1e-9
 
 
 def _check_range(result: SimilarityResult, bounds: tuple[float, float]) -> None:
-    """Clamp a score that passes the declared ``(lo, hi)`` by a rounding error (:data:`RANGE_ROUNDING`) to the
+    """Clamp a score that passes the declared ``(lo, hi)`` by a rounding error (`RANGE_ROUNDING`) to the
     bound; keep a score beyond that as it is, flagged by a warning in its row (a bug in the metric, not noise)."""
     lo, hi = bounds
     score = result.score
@@ -112,7 +112,7 @@ def _as_float(value: Any) -> float | None:
 
 def metric_options(options: dict, defaults: "dict | None") -> tuple[dict, str | None]:
     """One metric's options for its call: a private deep copy (a plugin that changes it changes nothing for the
-    next metric or the caller) with every value read by :func:`~.values.coerce_option_values`; and the first
+    next metric or the caller) with every value read by `coerce_option_values`; and the first
     bad value's message (then the dict is the copy as given)."""
     try:
         options = copy.deepcopy(dict(options))

@@ -83,7 +83,7 @@ NOTE_CHARS = 400
 
 
 def _cut(text: str) -> str:
-    """``text`` as at most :data:`NOTE_CHARS` characters on one line, saying how much was left out."""
+    """``text`` as at most `NOTE_CHARS` characters on one line, saying how much was left out."""
     line = " ".join(str(text).split())
     if len(line) <= NOTE_CHARS:
         return line

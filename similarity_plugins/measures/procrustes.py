@@ -34,7 +34,7 @@ def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | 
         The similarity in [0, 1] (float), or a [`Measured`][Measured].
 
     Raises:
-        ValueError: bad input (NaN/Inf, rows that differ, fewer than :data:`MIN_SAMPLES` samples) or a constant side.
+        ValueError: bad input (NaN/Inf, rows that differ, fewer than `MIN_SAMPLES` samples) or a constant side.
     """
     x, y = pair(X, Y, "Procrustes", min_n=MIN_SAMPLES)
     xc, sx = centred(x, "X", "Procrustes")
