@@ -1,9 +1,10 @@
 """The recipe page (docs/own-models.md) prints what it shows: its example is run and its output compared.
 
-The example block is marked not-run for tests/test_docs.py (so the fast suite runs it once, here); this test
-runs it as ``python -`` would, in an empty folder (it saves and loads its own weights), and compares its
-output with the ``text`` block that follows it on the page: the same lines and words, numbers within 0.03
-(float rounding differs across CPUs and libraries), the time column left out.
+The example block is marked not-run for tests/test_docs.py: it runs once, here, with the slow tests (as the
+other docs blocks do; a few seconds of training, stitching and IRIs). It runs as ``python -`` would, in an
+empty folder (it saves and loads its own weights), and its output is compared with the ``text`` block that
+follows it on the page: the same lines and words, numbers within 0.03 (float rounding differs across CPUs and
+libraries), the time column left out.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from docs_runner import run_python
 from test_docs import _env, fenced_blocks
 
@@ -62,6 +64,7 @@ def test_the_comparison_helpers_see_a_difference():
     assert not same(comparable(shown), comparable("metric  block2  time (s)\ncka-rbf  0.9040  0.3\n"))
 
 
+@pytest.mark.slow  # trains two small CNNs, fits a stitch and generates IRIs: about 10 s of CPU
 def test_the_recipe_prints_the_report_it_shows(tmp_path):
     code, shown = example_and_output()
     status, out, err = run_python(code, tmp_path, _env(), timeout=300)
