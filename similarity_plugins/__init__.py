@@ -1,9 +1,9 @@
 """similarity-plugins: does network A compute the same function as network B?
 
-The public face: :func:`compare` (one call, every metric), :func:`score` (the same report from two arrays
-of activations), :func:`list_metrics`, :func:`metric_info`,
-:func:`layers`, :class:`Data`, the result types, and :data:`hookimpl`, :class:`Option` and
-:func:`register_metric` for writing metric plugins.
+The public face: [`compare`][compare] (one call, every metric), [`score`][score] (the same report from two arrays
+of activations), [`list_metrics`][list_metrics], [`metric_info`][metric_info],
+[`layers`][layers], [`Data`][Data], the result types, and [`hookimpl`][hookimpl], [`Option`][Option] and
+[`register_metric`][register_metric] for writing metric plugins.
 """
 
 from __future__ import annotations
@@ -32,8 +32,17 @@ __all__ = [
 def register_metric(plugin: object, name: str, replace: bool = False) -> str:
     """Register a metric plugin at run time (module, class, instance, or ``@hookimpl`` function) as ``name``.
 
-    Its ``options`` and ``needs`` attributes, if any, declare what it takes (see :class:`Option`).
-    Raises ``ValueError`` naming the owner when ``name`` is taken, unless ``replace=True``. Returns ``name``.
+    Args:
+        plugin: the object that implements the ``similarity`` hook. Its ``options`` and ``needs`` attributes,
+            if any, declare what it takes (see [`Option`][Option]).
+        name: the metric's name in ``metrics=[...]``, reports and the command line.
+        replace: replace a metric already registered under ``name``.
+
+    Returns:
+        ``name``.
+
+    Raises:
+        ValueError: ``name`` is taken (naming its owner) and ``replace`` is false.
     """
     return get_plugin_manager().register_metric(plugin, name, replace=replace)
 

@@ -1,12 +1,12 @@
 """Array-level similarity measures: NumPy arrays or torch tensors in, a float out.
 
-CKA (:mod:`similarity_plugins.cka`: ``cka``, ``StreamingLinearCKA``, Gram helpers) and the representational
-measures of :mod:`similarity_plugins.measures`, named like their metrics with underscores: ``procrustes``,
+CKA (`similarity_plugins.cka`: ``cka``, ``StreamingLinearCKA``, Gram helpers) and the representational
+measures of `similarity_plugins.measures`, named like their metrics with underscores: ``procrustes``,
 ``cca``, ``svcca``, ``pwcca``, ``rsa``, ``linear_regression``, ``mutual_knn``.
 
 Convention: every function takes ``(X, Y, ...)`` of shape (n, dx), (n, dy) with the same input checks and
 returns the score as a Python float. The representational measures also take ``details=True`` and then
-return a :class:`Measured` (``.score``, the same float, and ``.details``, a dict of plain values such as
+return a [`Measured`][Measured] (``.score``, the same float, and ``.details``, a dict of plain values such as
 ``correlations`` or ``angular_distance``; ``float(result)`` is the score): the dict a metric's row shows.
 """
 

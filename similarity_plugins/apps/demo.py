@@ -85,7 +85,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
 
     ``out_dir``: where report.json, report.csv, similarity.png and iris.png go (created if needed; checked
     for writing before any training). ``quick``: the smaller configuration. ``seed``: models, shortcut
-    placement, IRIs and stitches derive from it. ``donors``: a :class:`DonorPool` to share trained donors
+    placement, IRIs and stitches derive from it. ``donors``: a `DonorPool` to share trained donors
     with other studies in this process (a new one when None).
     """
     from ..datasets import PixelShortcut, digits_data
@@ -300,7 +300,7 @@ def _interval_lines(cc: Report, cs: Report, layers: list[str]) -> list[str]:
 def write_files(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: DemoConfig, seed: int,
                 explanation: list[str], dropped: list[str], iris: tuple[dict, torch.Tensor] | None = None) -> list[str]:
     """Write ``report.json``, ``report.csv``, ``similarity.png`` and, given ``iris`` (``({layer: IRISet}, seeds)``
-    as :func:`~.gallery.iris_of_sweep` returns), ``iris.png`` into ``out_dir``, all or none; returns their paths."""
+    as `iris_of_sweep` returns), ``iris.png`` into ``out_dir``, all or none; returns their paths."""
     from .gallery import iris_figure
     from .plots import sweep_figure
 

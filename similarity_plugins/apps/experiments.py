@@ -1,7 +1,7 @@
 """The paper's experiments as functions: excess agreement from an unseen predictive cue.
 
 *Excess agreement* (PAPER.md, "Unseen predictive information"): train the stitch on data that carries a
-label-correlated cue which neither donor saw in training (:class:`~similarity_plugins.datasets.UnseenCue`),
+label-correlated cue which neither donor saw in training (`UnseenCue`),
 then measure the stitched model's agreement with the end model on test data *with* the cue minus its
 agreement on the same test data *without* it. Standard stitching can exploit the cue to align the
 donors, so its excess is positive; invariance-aware stitching, trained on IRIs of the cue-carrying
@@ -65,12 +65,12 @@ def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, 
                      metrics: Iterable[str] = ("stitch-slm", "iri-slm"), *, strength: float = 0.5,
                      seed: int = 0, options: dict | None = None, progress: bool = False,
                      cue_options: dict | None = None) -> list[ExcessAgreement]:
-    """Run the unseen-cue experiment for each metric and layer; returns one :class:`ExcessAgreement` each.
+    """Run the unseen-cue experiment for each metric and layer; returns one `ExcessAgreement` each.
 
     The stitch of every metric is trained once, on ``UnseenCue(data.train, strength=strength)`` (for
     ``iri-*``: on IRIs of those cue-carrying seeds), and evaluated on ``UnseenCue(data.test)`` and on
     ``data.test``. ``layer``: one layer, a pair, or a list of them. ``options``: as for ``compare``.
-    ``cue_options``: further keyword arguments of :class:`~similarity_plugins.datasets.UnseenCue`.
+    ``cue_options``: further keyword arguments of `UnseenCue`.
     Donors are never changed.
     """
     from ..core.compare import as_layer_list

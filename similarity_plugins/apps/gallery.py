@@ -26,7 +26,7 @@ def _image(x: torch.Tensor) -> Any:
 
 def plot_iris(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, path: str | os.PathLike, *, count: int = 8,
               title: str | None = None) -> str:
-    """Write the PNG gallery of :func:`iris_figure` to ``path`` atomically (parent folders created; a new file gets
+    """Write the PNG gallery of `iris_figure` to ``path`` atomically (parent folders created; a new file gets
     the umask's permissions); returns the path."""
     from ..utils.io import write_all
 
@@ -40,7 +40,7 @@ def iris_figure(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, *, c
     """The gallery image (``fmt``, 110 dpi): the first ``count`` seeds on the top row, their IRIs below (one row
     per layer). Returns the file contents (bytes), for writing with other files all or none.
 
-    - ``iris``: one :class:`IRISet`, or a mapping ``{layer: IRISet}`` for a layer sweep (same seeds,
+    - ``iris``: one [`IRISet`][IRISet], or a mapping ``{layer: IRISet}`` for a layer sweep (same seeds,
       same order); ``seeds``: the (N, C, H, W) inputs the IRIs started from, values in [0, 1].
     - Each IRI's caption gives its relative error and its RMS distance from its seed (pixel units),
       read from the IRISet; each row's label the layer and median error.

@@ -1,6 +1,6 @@
 """Plots of layer sweeps (score against depth, one panel per model pair, one line per metric), and the one
-way the apps turn a matplotlib figure into file contents (:func:`figure_bytes`), so that a figure can be
-written together with other files, all or none (:func:`~similarity_plugins.utils.io.write_all`)."""
+way the apps turn a matplotlib figure into file contents (`figure_bytes`), so that a figure can be
+written together with other files, all or none (`write_all`)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,12 @@ def figure_bytes(fig: Any, fmt: str = "png", dpi: int = 120) -> bytes:
     return buf.getvalue()
 
 
+PANELS_PER_ROW = 2
+
+
 def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metrics: Sequence[str] | None = None,
                title: str | None = None, ylabel: str = "score (relative accuracy / CKA)") -> str:
-    """Write a PNG (or the format of ``path``'s extension) of :func:`sweep_figure` atomically; returns the path."""
+    """Write a PNG (or the format of ``path``'s extension) of `sweep_figure` atomically; returns the path."""
     path = os.fspath(path)
     write_all({path: sweep_figure(reports, metrics=metrics, title=title, ylabel=ylabel, fmt=figure_format(path))})
     return path
@@ -50,7 +53,9 @@ def sweep_figure(reports: Mapping[str, Report], *, metrics: Sequence[str] | None
                  ylabel: str = "score (relative accuracy / CKA)", fmt: str = "png") -> bytes:
     """The image (``fmt``, 120 dpi) of score vs layer depth: one panel per entry of ``reports``, one line per metric.
 
-    ``reports`` maps a panel title (e.g. ``"clean -> clean"``) to the :class:`Report` of a layer
+    Panels fill rows of at most two, so that a figure stays readable at the width of a page.
+
+    ``reports`` maps a panel title (e.g. ``"clean -> clean"``) to the [`Report`][Report] of a layer
     sweep; the x axis follows each report's layer order (shallow to deep). Failed results are left
     out of their line; error bars show each score's 95% interval (``seed_ci95`` when repeated, else
     ``test_ci95``). Returns the file contents (bytes). Uses matplotlib's Agg backend (no display needed).
@@ -60,9 +65,14 @@ def sweep_figure(reports: Mapping[str, Report], *, metrics: Sequence[str] | None
     panels = list(reports.items())
     if not panels:
         raise ValueError("plot_sweep needs at least one report")
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), sharey=True, squeeze=False)
+    cols = min(len(panels), PANELS_PER_ROW)
+    rows = -(-len(panels) // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), sharey=True, squeeze=False)
+    axes = grid.ravel()
+    for unused in axes[len(panels):]:
+        unused.set_visible(False)
     styles = ["-o", "-s", "-^", "-D", "-v", "-P", "-X", "-*"]
-    for ax, (name, report) in zip(axes[0], panels):
+    for ax, (name, report) in zip(axes, panels):
         layers = report.layers
         chosen = [m for m in (metrics or report.metrics) if m in report.metrics]
         for i, metric in enumerate(chosen):
@@ -83,8 +93,9 @@ def sweep_figure(reports: Mapping[str, Report], *, metrics: Sequence[str] | None
         ax.set_xlabel("layer (shallow to deep)")
         ax.set_ylim(-0.05, 1.1)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(ylabel)
-    axes[0][-1].legend(loc="lower left", fontsize=8)
+    for row in grid:
+        row[0].set_ylabel(ylabel)
+    axes[len(panels) - 1].legend(loc="lower left", fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -122,7 +122,7 @@ def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, e
 
 def _check_training_options(epochs: int, batch_size: int, optimizer: str, schedule: str | None,
                             adversarial: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Validate :func:`train_classifier`'s options; returns the PGD settings (None without adversarial training)."""
+    """Validate [`train_classifier`][train_classifier]'s options; returns the PGD settings (None without adversarial training)."""
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch_size must be >= 1, got epochs={epochs}, batch_size={batch_size}")
     if optimizer not in ("adam", "sgd"):

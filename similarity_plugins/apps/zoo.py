@@ -11,7 +11,7 @@ Spec grammar (as typed on the command line)::
                                     timm:vit_tiny_patch16_224?img_size=32&patch_size=4
     python:MODULE:CALLABLE          MODULE.CALLABLE(**kwargs) must return an nn.Module
 
-Values in the query are read by the one KEY=VALUE grammar of ``--option`` (:mod:`similarity_plugins.utils.text`):
+Values in the query are read by the one KEY=VALUE grammar of ``--option`` (`similarity_plugins.utils.text`):
 JSON numbers, lists and true/false/null, yes/no/on/off, none, else strings. ``@PATH`` loads a
 state dict with ``torch.load(PATH, weights_only=True)`` (a raw state dict, or a dict holding it under
 "state_dict" or "model"; a "module." prefix from DataParallel is stripped). Nothing is ever downloaded.

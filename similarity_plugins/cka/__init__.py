@@ -9,12 +9,13 @@ float64 on the CPU; torch tensors on any device are moved to the CPU first.
 Linear CKA never builds n x n Gram matrices when the feature dimensions are small: it works in
 feature space with ``X^T Y``, ``X^T X`` and ``Y^T Y`` (column-centred, float64; one symmetric rank-k
 update of ``[X | Y]``), and switches to Gram space only when that is cheaper (few samples, many
-features). :class:`StreamingLinearCKA` gives the same numbers from batches, holding O(d^2) state.
+features). [`StreamingLinearCKA`][StreamingLinearCKA] gives the same numbers from batches, holding O(d^2) state.
 
 Modules: ``inputs`` (conversion and validation), ``grams`` (Gram matrices and their centring), ``hsic``
-(HSIC terms in feature or Gram space), ``functional`` (:func:`cka`), ``streaming``
-(:class:`StreamingLinearCKA`), ``permutation`` (:func:`cka_permutation_test`). ``similarity_plugins.functional``
-re-exports this package (and :mod:`similarity_plugins.measures`).
+(HSIC terms in feature or Gram space), ``functional`` ([`cka`][cka]), ``streaming``
+([`StreamingLinearCKA`][StreamingLinearCKA]), ``permutation`` ([`cka_permutation_test`][cka_permutation_test]).
+``similarity_plugins.functional``
+re-exports this package (and `similarity_plugins.measures`).
 """
 
 from .functional import cka

@@ -138,7 +138,7 @@ def _feature_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool) -> float:
 def _hsic_gram(
     xc: np.ndarray, yc: np.ndarray, debiased: bool, kernel: str, threshold: float
 ) -> tuple[float, ...]:
-    """The HSIC terms of :func:`_z_terms`, via n x n Gram matrices (at most three alive at once)."""
+    """The HSIC terms of `_z_terms`, via n x n Gram matrices (at most three alive at once)."""
     grams = []
     ss = []
     scale = []

@@ -57,7 +57,7 @@ MIN_SAMPLES_DEBIASED = 4
 
 
 def _check_debiased_n(n: int, debiased: bool) -> None:
-    """Refuse fewer samples than :data:`MIN_SAMPLES_DEBIASED` for the debiased estimator."""
+    """Refuse fewer samples than `MIN_SAMPLES_DEBIASED` for the debiased estimator."""
     if debiased and n < MIN_SAMPLES_DEBIASED:
         raise ValueError(
             f"debiased CKA needs at least {MIN_SAMPLES_DEBIASED} samples (its estimator divides by n - 3) but got "
@@ -66,7 +66,7 @@ def _check_debiased_n(n: int, debiased: bool) -> None:
 
 
 def _check_min_samples(n: int, debiased: bool) -> None:
-    """Refuse fewer samples than CKA means anything on: :data:`MIN_SAMPLES`, or :data:`MIN_SAMPLES_DEBIASED`."""
+    """Refuse fewer samples than CKA means anything on: `MIN_SAMPLES`, or `MIN_SAMPLES_DEBIASED`."""
     _check_debiased_n(n, debiased)
     if n < MIN_SAMPLES:
         raise ValueError(f"CKA needs at least {MIN_SAMPLES} samples (with 2, every pair of representations scores 1) "
@@ -126,12 +126,12 @@ def _both(fn: Callable[..., Any], args_x: tuple, args_y: tuple, size: int) -> tu
 
 
 def _raise_if_constant(arr: np.ndarray, name: str, sum_sq: float, mean: np.ndarray) -> None:
-    """Raise if every row of ``arr`` is identical (zero variance): :func:`..utils.arrays.raise_if_constant`."""
+    """Raise if every row of ``arr`` is identical (zero variance): `utils.arrays.raise_if_constant`."""
     raise_if_constant(arr, name, sum_sq, mean, "CKA")
 
 
 def _available_memory_bytes() -> int:
-    """Bytes of memory available now on the CPU (:func:`..utils.arrays.available_bytes`)."""
+    """Bytes of memory available now on the CPU (`utils.arrays.available_bytes`)."""
     return available_bytes()
 
 

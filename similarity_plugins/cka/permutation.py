@@ -8,7 +8,7 @@ one dot product of row norms) when that is cheaper than the O(n^2) gathers of th
 
 Linear CKA (biased) is the RV coefficient; for it and for the other two forms, whose statistic has the same
 ``sum_ij A_ij B_{p(i) p(j)}`` shape, ``p_value_analytic`` comes from the exact first three moments of the
-permutation distribution (:func:`~similarity_plugins.utils.permutation.pearson3_p_value`).
+permutation distribution (`pearson3_p_value`).
 """
 
 from __future__ import annotations
@@ -81,14 +81,14 @@ def _grams(xc: np.ndarray, yc: np.ndarray, kernel: str, debiased: bool, threshol
 def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", debiased: bool = False,
                          threshold: float = 1.0, *, permutations: int = 999, seed: int = 0,
                          analytic: bool = True) -> dict[str, Any]:
-    """The permutation test of :func:`~similarity_plugins.cka.cka` between X and row-permuted copies of Y.
+    """The permutation test of [`cka`][similarity_plugins.cka.functional.cka] between X and row-permuted copies of Y.
 
     Parameters
     ----------
     X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
-    kernel, debiased, threshold: as :func:`~similarity_plugins.cka.cka`.
+    kernel, debiased, threshold: as [`cka`][similarity_plugins.cka.functional.cka].
     permutations: K, the number of seeded permutations of Y's rows (>= 1).
-    seed: the permutations' seed (:func:`~similarity_plugins.utils.permutation.draws`).
+    seed: the permutations' seed (`draws`).
     analytic: also compute ``p_value_analytic`` (needs the two n x n matrices; left out, with a warning in
         ``warnings``, when they do not fit in a quarter of the free memory).
 
@@ -99,7 +99,7 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
 
     Raises
     ------
-    ValueError: bad input (as :func:`~similarity_plugins.cka.cka`) or ``permutations`` not a whole number >= 1.
+    ValueError: bad input (as [`cka`][similarity_plugins.cka.functional.cka]) or ``permutations`` not a whole number >= 1.
     """
     k = check_permutations(permutations)
     if k < 1:

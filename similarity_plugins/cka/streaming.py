@@ -42,7 +42,7 @@ class StreamingLinearCKA:
     keeping the samples takes ``8 n (d1 + d2)`` bytes. Batches are therefore buffered (copied) while the
     buffer is smaller than the moments would be (n small, d large); as soon as it is not, and the moments
     fit in ``max_state_bytes``, the buffer is folded into the moments and dropped. ``compute()`` on a
-    buffer calls :func:`cka`, which uses Gram space when n is small. If neither the moments nor the
+    buffer calls [`cka`][cka], which uses Gram space when n is small. If neither the moments nor the
     buffer fit in ``max_state_bytes``, ``update`` raises ValueError. A float64 scratch buffer for one
     batch is reused between updates (not counted in ``state_nbytes``).
 
@@ -228,7 +228,7 @@ class StreamingLinearCKA:
         return out
 
     def _terms(self) -> tuple[float, ...]:
-        """HSIC terms (same layout as :func:`_z_terms`) from the moments."""
+        """HSIC terms (same layout as `_z_terms`) from the moments."""
         m = self._m
         assert m is not None and self._d is not None
         d1 = self._d[0]
@@ -336,7 +336,7 @@ class StreamingLinearCKA:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a state saved by :meth:`state_dict` (replaces this object's samples)."""
+        """Restore a state saved by [`state_dict`][state_dict] (replaces this object's samples)."""
         self.debiased = bool(state["debiased"])
         self.n, self._d, self._budget = int(state["n"]), state["d"], state["budget"]
         self._buffer = None if state["buffer"] is None else list(state["buffer"])

@@ -17,7 +17,7 @@ def parse_options(items: Sequence[str]) -> dict:
     """``["epochs=5", "stitch-dm.lr=0.01", "stitch_bn=yes"]`` -> ``{"epochs": 5, "stitch-dm": {"lr": 0.01},
     "stitch_bn": True}``.
 
-    Values are read by the one KEY=VALUE grammar of :func:`similarity_plugins.utils.text.parse_value`
+    Values are read by the one KEY=VALUE grammar of `similarity_plugins.utils.text.parse_value`
     (JSON, yes/no/on/off, none, else a string), the same as model-spec queries. ``METRIC.KEY`` scopes an
     option to one metric. Raises ``ValueError`` for an item without ``=``.
     """
@@ -33,8 +33,8 @@ def parse_options(items: Sequence[str]) -> dict:
 
 
 def emit_report(report: Any, out: str | None, csv: str | None, seconds: float, note: str = "") -> int:
-    """Write ``report`` (a :class:`~similarity_plugins.Report`) as JSON to ``out`` and as CSV to ``csv`` when
-    given, all-or-none (:func:`write_outputs`), then print it and the time it took (``seconds``, with ``note``
+    """Write ``report`` (a [`Report`][similarity_plugins.core.results.Report]) as JSON to ``out`` and as CSV to ``csv`` when
+    given, all-or-none (`write_outputs`), then print it and the time it took (``seconds``, with ``note``
     after it): the files come first, so a closed pipe (``| head -1``) cannot lose them. Returns the exit code:
     0 when no row has an error, else 1."""
     files = {path: text for path, text in ((out, report.to_json() + "\n" if out is not None else None),
@@ -52,13 +52,13 @@ class Terminated(KeyboardInterrupt):
 
 
 def interrupted_code(exc: BaseException) -> int:
-    """The exit code of a run stopped by ``exc``: 143 for SIGTERM (:class:`Terminated`), 130 for Ctrl-C."""
+    """The exit code of a run stopped by ``exc``: 143 for SIGTERM (`Terminated`), 130 for Ctrl-C."""
     return 143 if isinstance(exc, Terminated) else 130
 
 
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) in the main thread, as
+    """Within the block, SIGTERM raises `Terminated` (a ``KeyboardInterrupt``) in the main thread, as
     Ctrl-C does; the previous handler comes back afterwards. Elsewhere than the main thread: nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -76,7 +76,7 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 def emit_interrupted(report: Any, out: str | None, csv: str | None, seconds: float,
                      interrupted: BaseException | None) -> int:
-    """:func:`emit_report` of a run that may have been stopped (``interrupted``: the ``KeyboardInterrupt``, a
+    """`emit_report` of a run that may have been stopped (``interrupted``: the ``KeyboardInterrupt``, a
     SIGTERM's included, or None): the finished rows are written and printed; returns 130/143 when stopped."""
     if interrupted is None:
         return emit_report(report, out, csv, seconds)
@@ -240,7 +240,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def input_files(*specs: "str | None") -> dict[str, str]:
     """The files named by model specs (``small-cnn@a.pt``: ``a.pt``) and ARRAY specs (``x.npz:KEY``: ``x.npz``)
-    that exist, as ``{spec: path}``, for :func:`check_outputs`."""
+    that exist, as ``{spec: path}``, for `check_outputs`."""
     found = {}
     for spec in specs:
         if not spec:
@@ -254,7 +254,7 @@ def input_files(*specs: "str | None") -> dict[str, str]:
 
 
 def write_outputs(files: dict[str, Any], say: bool = True) -> list[str]:
-    """Write ``{path: text or bytes}`` all-or-none (:func:`~similarity_plugins.utils.io.write_all`) and, when
+    """Write ``{path: text or bytes}`` all-or-none (`write_all`) and, when
     ``say``, print ``wrote PATH`` for each; None paths (and None contents) are skipped. Returns the paths."""
     from ..utils.io import write_all
 
@@ -267,7 +267,7 @@ def write_outputs(files: dict[str, Any], say: bool = True) -> list[str]:
 
 def check_metric_options(per_metric: dict[str, dict]) -> None:
     """Raise ``ValueError`` naming the option for the first bad value among ``{metric: options}`` (a number given
-    as text, a sample limit that is not positive; :mod:`~similarity_plugins.core.values`)."""
+    as text, a sample limit that is not positive; `values`)."""
     from ..core.manager import get_plugin_manager
     from ..core.values import check_option_values
 

@@ -54,7 +54,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
 
 def _write(args: argparse.Namespace, iris, seeds, labels) -> None:
     """Write ``--out`` (and ``--gallery``) all-or-none: the IRI file is made in a private folder and read back,
-    the gallery rendered to bytes, then both are renamed into place together (:func:`~.common.write_outputs`)."""
+    the gallery rendered to bytes, then both are renamed into place together (`write_outputs`)."""
     import os
     import tempfile
 

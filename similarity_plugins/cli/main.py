@@ -1,5 +1,5 @@
 """The ``similarity-plugins`` parser and entry point; each command lives in its own module with a
-``register(subparsers)`` function, listed in :data:`COMMAND_MODULES` in the order ``--help`` shows them."""
+``register(subparsers)`` function, listed in `COMMAND_MODULES` in the order ``--help`` shows them."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def os_error_line(exc: OSError) -> str:
 def console_main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script and of ``python -m similarity_plugins``: exit with ``main``'s code.
 
-    Under torchrun the rank ends through :func:`~similarity_plugins.distributed.world.end_rank_process`
+    Under torchrun the rank ends through `end_rank_process`
     once ``main`` has written its outputs and destroyed the process group (no Python finalisation, where
     a native thread can abort a finished rank; docs/scale_out.md). Elsewhere it raises ``SystemExit``.
     """

@@ -1,7 +1,7 @@
 """Batched activation extraction: eval mode, no gradients, on the model's device.
 
 Activations come back on the CPU as float32 tensors of the layer's own shape: ``(N, C, H, W)`` for
-CNN maps and ``(N, T, D)`` for transformer tokens. CKA flattens them with :func:`flatten`
+CNN maps and ``(N, T, D)`` for transformer tokens. CKA flattens them with `flatten`
 (``(N, C*H*W)`` and ``(N, T*D)``: every position and channel is a feature).
 """
 
@@ -28,7 +28,7 @@ def extract_activations(
     """Activations at the cut of ``split_net`` for every sample of ``data``, and the labels.
 
     Returns ``(A, y)``: A (N, ...) float32 on the CPU, y (N,) int64. Runs only the front, under
-    ``no_grad`` and :func:`frozen` (eval mode, flags restored). Raises ``ValueError`` if the
+    ``no_grad`` and [`frozen`][frozen] (eval mode, flags restored). Raises ``ValueError`` if the
     activations contain NaN or Inf (naming the layer).
     """
     device = device or model_device(split_net.model)

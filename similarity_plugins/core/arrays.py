@@ -2,8 +2,8 @@
 
 A metric plugin that declares ``activations_only = True`` reads its inputs solely through
 ``context.activations(front, layer.front, split)`` and ``context.activations(end, layer.end, split)``.
-:func:`score` runs such metrics through the same machinery as ``compare`` (selection, option checks,
-error rows, the :class:`~.results.Report`) with an :class:`ArrayContext` whose ``activations`` returns
+[`score`][score] runs such metrics through the same machinery as ``compare`` (selection, option checks,
+error rows, the [`Report`][results.Report]) with an `ArrayContext` whose ``activations`` returns
 rows of the given arrays: ``front`` stands for ``x``, ``end`` for ``y``, and the row's layer is
 ``"x->y"``. Which rows a split holds:
 
@@ -44,7 +44,7 @@ PAIR = LayerPair("x", "y")
 
 
 class _Side:
-    """What a metric receives as ``front`` (``x``) or ``end`` (``y``) in :func:`score`: a name, no model."""
+    """What a metric receives as ``front`` (``x``) or ``end`` (``y``) in [`score`][score]: a name, no model."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -54,7 +54,7 @@ class _Side:
 
 
 class ArrayContext(Context):
-    """A :class:`Context` whose :meth:`activations` are rows of given arrays, for ``score``.
+    """A [`Context`][Context] whose `activations` are rows of given arrays, for ``score``.
 
     ``arrays``: ``{side object: tensor (N, ...)}``; ``rows``: ``{"train"/"test": index tensor or None}``.
     Services that need a model (``split``, ``outputs``, ``run_sharded``) raise ``TypeError``.
@@ -83,7 +83,7 @@ class ArrayContext(Context):
         return flatten(acts) if flat else acts
 
     def local_activations(self, model: Any, layer: str, split: str = "test") -> tuple[torch.Tensor, None, None]:
-        """All of :meth:`activations` (one process holds every row), no labels."""
+        """All of `activations` (one process holds every row), no labels."""
         return self.activations(model, layer, split, flat=False), None, None
 
     def _needs_models(self, *_: Any, **__: Any) -> Any:
@@ -207,24 +207,31 @@ def select_score_metrics(metrics: "str | Iterable[str] | None") -> list[str]:
     return names
 
 
-def score(x: Any, y: Any, metrics: "str | Iterable[str] | None" = None, options: dict | None = None,
-          split: Mapping[str, Any] | None = None, seed: int = 0, progress: "bool | str" = False) -> Report:
+def score(x: Any, y: Any, metrics: str | Iterable[str] | None = None, options: dict | None = None,
+          split: Mapping[str, Any] | None = None, seed: int = 0, progress: bool | str = False) -> Report:
     """Score two arrays of activations with every selected metric that reads only activations.
 
-    - ``x``, ``y``: NumPy arrays or torch tensors (N, ...) with the same N rows (samples); each row is
-      flattened as the CKA plugins flatten (N, ...) -> (N, prod(...)). Floating dtypes are kept, on the
-      arrays' device.
-    - ``metrics``: names or wildcards as in ``compare``; ``None``: every registered metric with
-      ``activations_only`` (a selected metric that needs models gets an error row saying so).
-    - ``options``: as in ``compare`` (global options and per-metric dicts), checked the same way.
-    - ``split``: ``{"train": rows, "test": rows}`` index arrays, or ``None`` (see the module docstring:
-      metrics that need train then use a seeded 80/20 split, the others all rows).
-    - ``seed``: the metrics' seed and the seed of that split.
-    - ``progress``: as in ``compare``: ``False`` (default) no bar, ``True`` a bar over the metrics when stderr is
-      a terminal, ``"always"`` one even into a file or pipe.
+    Args:
+        x: the front's activations, a NumPy array or torch tensor (N, ...), one row per input; each row is
+            flattened as the CKA plugins flatten, (N, ...) -> (N, prod(...)). Floating dtypes are kept, on
+            the array's device.
+        y: the end's activations on the same N inputs, (N, ...).
+        metrics: names or wildcards as in ``compare``; ``None``: every registered metric with
+            ``activations_only`` (a selected metric that needs models gets an error row saying so).
+        options: as in ``compare`` (global options and per-metric dicts), checked the same way.
+        split: ``{"train": rows, "test": rows}`` index arrays, or ``None``: metrics that need train then use a
+            seeded 80/20 split of the rows, the others all rows.
+        seed: the metrics' seed and the seed of that split.
+        progress: ``False`` (default) no bar, ``True`` a bar over the metrics when stderr is a terminal,
+            ``"always"`` one even into a file or pipe.
 
-    Returns the :class:`Report` that ``compare`` returns (one row per metric, layer ``"x->y"``).
-    Raises ``ValueError``/``TypeError`` for bad arrays or split, unknown metrics or options.
+    Returns:
+        The [`Report`][similarity_plugins.Report] that ``compare`` returns (one row per metric, layer
+            ``"x->y"``).
+
+    Raises:
+        ValueError: arrays with different N or fewer than 2 rows, a bad split, unknown metrics or options.
+        TypeError: an input that is not an array or tensor.
     """
     check_progress(progress)
     seed = check_seed(seed)

@@ -31,7 +31,7 @@ LayerSpec = "str | tuple[str, str] | LayerPair"
 
 
 def as_layer_list(layer: Any) -> list[LayerPair]:
-    """Normalise one layer, one pair, or a list of them (a sweep) to a list of :class:`LayerPair`."""
+    """Normalise one layer, one pair, or a list of them (a sweep) to a list of [`LayerPair`][LayerPair]."""
     if isinstance(layer, (str, LayerPair)):
         return [as_layer_pair(layer)]
     if isinstance(layer, tuple) and len(layer) == 2 and all(isinstance(s, str) for s in layer):
@@ -52,8 +52,8 @@ def _place(model: nn.Module, device: torch.device | None, role: str) -> nn.Modul
 
 def _to_result(value: Any, metric: str, layer: str, bounds: "tuple[float, float] | None" = None) -> SimilarityResult:
     """A plugin's return value as a new row of ``metric`` at ``layer`` (always those, whatever a returned
-    :class:`SimilarityResult` says: it may be another call's row, which is left as it was), with a warning
-    for a non-finite score and the declared ``bounds`` applied (:func:`_check_range`)."""
+    [`SimilarityResult`][SimilarityResult] says: it may be another call's row, which is left as it was), with a warning
+    for a non-finite score and the declared ``bounds`` applied (`_check_range`)."""
     if isinstance(value, SimilarityResult):
         result = SimilarityResult(metric, _as_float(value.score) if value.score is not None else None,
                                   copy.deepcopy(value.details), value.seconds, value.error, layer)
@@ -73,7 +73,7 @@ RANGE_ROUNDING = 1e-9
 
 
 def _check_range(result: SimilarityResult, bounds: tuple[float, float]) -> None:
-    """Clamp a score that passes the declared ``(lo, hi)`` by a rounding error (:data:`RANGE_ROUNDING`) to the
+    """Clamp a score that passes the declared ``(lo, hi)`` by a rounding error (`RANGE_ROUNDING`) to the
     bound; keep a score beyond that as it is, flagged by a warning in its row (a bug in the metric, not noise)."""
     lo, hi = bounds
     score = result.score
@@ -112,7 +112,7 @@ def _as_float(value: Any) -> float | None:
 
 def metric_options(options: dict, defaults: "dict | None") -> tuple[dict, str | None]:
     """One metric's options for its call: a private deep copy (a plugin that changes it changes nothing for the
-    next metric or the caller) with every value read by :func:`~.values.coerce_option_values`; and the first
+    next metric or the caller) with every value read by `coerce_option_values`; and the first
     bad value's message (then the dict is the copy as given)."""
     try:
         options = copy.deepcopy(dict(options))
@@ -132,47 +132,60 @@ def _short_traceback(exc: BaseException) -> str:
 def compare(
     front: nn.Module,
     end: nn.Module,
-    layer: "str | tuple[str, str] | Sequence[str | tuple[str, str]]",
+    layer: str | tuple[str, str] | Sequence[str | tuple[str, str]],
     data: Data | None = None,
-    metrics: "str | Iterable[str] | None" = None,
+    metrics: str | Iterable[str] | None = None,
     *,
     seed: int = 0,
-    device: "str | torch.device | None" = None,
+    device: str | torch.device | None = None,
     options: dict | None = None,
-    progress: "bool | str" = False,
+    progress: bool | str = False,
     context: Context | None = None,
     repeats: int = 1,
     timeout: float | None = None,
 ) -> Report:
     """Score how similar ``front`` (network A) and ``end`` (network B) are, with every selected metric.
 
-    - ``layer``: a module name present in both models, a pair ``(front_layer, end_layer)``, or a list
-      of those (a layer sweep: one row per metric and layer).
-    - ``data``: :class:`Data` with ``train`` (fitting stitches, seeding IRIs) and ``test`` (scoring).
-    - ``metrics``: names or wildcards (``"stitch-*"``), a comma-separated string, or ``None`` for all.
-    - ``seed``: every random choice derives from it. ``device``: where the donors run (a copy is made
-      when a model lives elsewhere; the user's models are never moved). ``options``: global options,
-      plus per-metric dicts under metric names, e.g. ``{"epochs": 5, "stitch-dm": {"lr": 1e-2}}``.
-    - ``context``: reuse the caches of an earlier call (same models and data) to avoid recomputing;
-      the context itself is not changed (this call works on a child that shares its memo).
-    - ``repeats``: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI
-      starts); the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95%
-      interval over seeds (see :mod:`~.repeats`). Deterministic metrics (CKA) run once.
-    - ``progress``: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal;
-      ``"always"`` bars even into a file or pipe (:mod:`similarity_plugins.utils.progress`).
-    - ``timeout``: seconds each metric call (one metric at one layer, one seed) may take; a late call gets a
-      ``MetricTimeout`` error row and the others still run. The plugins then work on private copies of the
-      donors, and a late call's thread is abandoned with them (see :mod:`~.isolation`: what keeps running).
+    Args:
+        front: network A, a trained ``torch.nn.Module``; it is cut after ``layer`` (its front part is used).
+        end: network B; it is cut at ``layer`` (its end part is used). Neither model is ever changed.
+        layer: a module name present in both models, a pair ``(front_layer, end_layer)``, or a list of
+            those (a layer sweep: one row per metric and layer). [`layers`][similarity_plugins.layers] lists them.
+        data: [`Data`][Data] with ``train`` (fitting stitches, seeding IRIs) and ``test`` (scoring): datasets
+            or loaders of ``(x, y)`` with x shaped as the models take it, (N, C, H, W) for images.
+        metrics: names or wildcards (``"stitch-*"``), a comma-separated string, or ``None`` for all.
+        seed: every random choice derives from it.
+        device: where the donors run (a copy is made when a model lives elsewhere; the user's models are
+            never moved); ``None``: the front's device.
+        options: global options, plus per-metric dicts under metric names, e.g.
+            ``{"epochs": 5, "stitch-dm": {"lr": 1e-2}}`` ([Options](../options.md) lists every metric's).
+        progress: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal; ``"always"``
+            bars even into a file or pipe.
+        context: reuse the caches of an earlier call (same models and data) to avoid recomputing; the
+            context itself is not changed (this call works on a child that shares its memo).
+        repeats: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI starts);
+            the score is their mean, ``details["scores"]`` the values, ``details["seed_ci95"]`` a 95% interval
+            over seeds. Deterministic metrics (CKA) run once.
+        timeout: seconds each metric call (one metric at one layer, one seed) may take; a late call gets a
+            ``MetricTimeout`` error row and the others still run (the plugins then work on private copies of
+            the donors, and a late call's thread is abandoned with them). ``None``: no limit.
 
-    Returns a :class:`Report`. A metric that raises gets a row with its error; the others still run.
-    Unknown layers, metrics and options raise at once, before any work, naming the valid ones
-    (:class:`~similarity_plugins.core.contract.UnknownOption` for an option no selected metric takes).
-    A metric whose ``needs`` names a split that ``data`` lacks gets an error row without running.
-    The donors are guarded (:mod:`~.guard`): a metric that changes one gets an error row naming the change,
-    the donors are restored and later metrics see them as they were; grad mode, the default dtype and the
-    global torch, NumPy and ``random`` generators are restored after every metric (each metric runs seeded
-    with ``seed``). Ctrl-C raises ``KeyboardInterrupt`` as usual; its ``report`` attribute holds the rows that
-    had finished, the others marked interrupted.
+    Returns:
+        A [`Report`][Report]: one [`SimilarityResult`][similarity_plugins.SimilarityResult] row per metric
+            and layer (score, details, wall seconds, error). A metric that raises gets a row with its error;
+            the others still run. A metric whose ``needs`` names a split that ``data`` lacks gets an error row
+            without running.
+
+    Raises:
+        LayerNotFound: a layer is not in a model (the message lists the valid ones).
+        UnknownMetric: a name or wildcard matches no registered metric.
+        UnknownOption: an option no selected metric takes (a ``ValueError``; raised before any work).
+        KeyboardInterrupt: on Ctrl-C, as usual; its ``report`` attribute holds the rows that had finished,
+            the others marked interrupted.
+
+    The donors are guarded: a metric that changes one gets an error row naming the change, the donors are
+    restored and later metrics see them as they were; grad mode, the default dtype and the global torch,
+    NumPy and ``random`` generators are restored after every metric (each metric runs seeded with ``seed``).
     """
     seed = check_seed(seed)
     repeats = check_repeats(repeats)
@@ -235,7 +248,7 @@ def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data,
 def _after_call(result: SimilarityResult, error: BaseException | None, donors: Donors, memo_before: set,
                 saved: dict) -> tuple[SimilarityResult, BaseException | None]:
     """After one metric call: a timed-out call leaves its copies and context to its thread (later calls get new
-    ones); any other call's donors and torch settings are checked and restored (:func:`~.guard.settle`), and a
+    ones); any other call's donors and torch settings are checked and restored (`settle`), and a
     changed donor becomes the row's error (an exception, so that under torchrun every rank reports it)."""
     if isinstance(error, MetricTimeout):
         restore_global_state(saved)

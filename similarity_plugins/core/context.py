@@ -1,8 +1,8 @@
 """Shared services of one ``compare`` call: memoised splits, activations, outputs and results.
 
-Every metric of a comparison gets the same :class:`Context`, so the front's activations at a layer
+Every metric of a comparison gets the same [`Context`][Context], so the front's activations at a layer
 are computed once however many metrics read them, and expensive products (fitted stitches, IRI
-sets) are computed once per key with :meth:`Context.remember`.
+sets) are computed once per key with [`Context.remember`][Context.remember].
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ def _versions(value: Any) -> tuple[int, ...]:
 class Context:
     """Services shared by the metrics of one comparison (see module docstring).
 
-    Attributes: ``data`` (:class:`Data`), ``seed`` (int), ``device`` (``torch.device``),
+    Attributes: ``data`` ([`Data`][Data]), ``seed`` (int), ``device`` (``torch.device``),
     ``progress`` (bool: show progress bars), ``options`` (the global options dict), ``memo``
-    (the memo dict, keyed by hashable tuples), ``world`` (the :class:`~.parallel.World`: one process, or
-    the torch.distributed ranks that share the work; default: :func:`~.parallel.current_world`).
+    (the memo dict, keyed by hashable tuples), ``world`` (the [`World`][parallel.World]: one process, or
+    the torch.distributed ranks that share the work; default: [`current_world`][parallel.current_world]).
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,
@@ -97,7 +97,7 @@ class Context:
         return merged
 
     def split(self, model: nn.Module, layer: str, taps: tuple[str, ...] | None = None) -> SplitNetwork:
-        """The memoised :class:`SplitNetwork` of ``model`` at ``layer``."""
+        """The memoised `SplitNetwork` of ``model`` at ``layer``."""
         key = ("split", id(model), layer, taps)
         return self.remember(key, lambda: SplitNetwork(model, layer, taps))
 
@@ -131,7 +131,7 @@ class Context:
 
     def local_activations(self, model: nn.Module, layer: str,
                           split: str = "test") -> tuple[torch.Tensor, torch.Tensor, range | None]:
-        """This rank's share of :meth:`activations` (layer's own shape), its labels, and its rows.
+        """This rank's share of [`activations`][activations] (layer's own shape), its labels, and its rows.
 
         ``rows`` is None when the rank holds the whole split (one process, or a split without length).
         """
@@ -158,7 +158,7 @@ class Context:
 
     def outputs(self, model: nn.Module, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (N, classes) and labels (N,) of ``model`` on a split, on the CPU, memoised (sharded like
-        :meth:`activations` under torch.distributed)."""
+        [`activations`][activations] under torch.distributed)."""
         def compute() -> tuple[torch.Tensor, torch.Tensor]:
             def run(dataset):
                 return model_outputs(model, dataset, batch_size=self.batch_size, device=self.device)

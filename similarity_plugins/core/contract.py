@@ -9,10 +9,10 @@ the function itself) an ``options`` attribute, and optionally ``needs``::
 
 ``options`` may also be a dict ``{name: default}`` or a sequence of ``(name, default[, doc])`` tuples.
 A plugin without ``options`` is *open*: it takes any option, receives every global option plus its own
-``options[metric]`` dict, and counts as taking every global option when :func:`resolve_options`
+``options[metric]`` dict, and counts as taking every global option when `resolve_options`
 checks that each global option is taken by at least one selected metric.
 
-What a score means is declared with four more attributes, read by :func:`read_meaning` (each
+What a score means is declared with four more attributes, read by `read_meaning` (each
 ``None`` when undeclared: unknown)::
 
     class MyDistance:
@@ -20,9 +20,9 @@ What a score means is declared with four more attributes, read by :func:`read_me
         range = (0.0, float("inf"))    # (lo, hi), or None (unbounded or unknown)
         symmetric = True               # score(A, B) == score(B, A)
         invariances = ("orthogonal",)  # transforms of one side's (N, D) activations that leave the score
-                                       # unchanged, words of :data:`INVARIANCES`; () for none
+                                       # unchanged, words of `INVARIANCES`; () for none
 
-``activations_only = True`` (read by :func:`read_flag`) says the metric reads nothing but activations,
+``activations_only = True`` (read by `read_flag`) says the metric reads nothing but activations,
 through ``context.activations(front, layer.front, split)`` and ``context.activations(end, layer.end,
 split)``, so it also runs on arrays (``similarity_plugins.score``).
 """
@@ -54,7 +54,16 @@ INVARIANCES: dict[str, str] = {
 
 
 class Option(NamedTuple):
-    """One declared metric option: its ``name``, ``default`` value and a one-line ``doc``."""
+    """One declared metric option: its ``name``, ``default`` value and a one-line ``doc``.
+
+    A plugin declares its options as a sequence of these (or of plain names, or a ``{name: default}`` dict) in
+    its ``options`` attribute; ``compare`` then passes each metric exactly its declared options.
+
+    Attributes:
+        name: the option's key in ``options={...}`` and ``--option KEY=VALUE``.
+        default: the value the metric receives when the caller gives none.
+        doc: one line for ``similarity-plugins info`` and the [options tables](../options.md).
+    """
 
     name: str
     default: Any = None
@@ -115,7 +124,7 @@ def resolve_options(selected: list[str], declared: Mapping[str, dict[str, Any] |
 
     ``declared`` maps every registered metric name to its ``{option: default}`` (``None``: open).
     ``options`` holds global options and per-metric dicts under metric names. Raises
-    :class:`UnknownOption` for a global option that no selected metric takes, for a per-metric option
+    [`UnknownOption`][UnknownOption] for a global option that no selected metric takes, for a per-metric option
     its metric does not take, and ``TypeError`` for a per-metric entry that is not a dict. Returns
     ``{metric: options}``: for a declared metric its defaults updated with the global options it takes
     and its own dict; for an open one every global option updated with its own dict.
@@ -175,9 +184,9 @@ class Meaning(NamedTuple):
 def read_meaning(plugin: Any, metric: str) -> Meaning:
     """A plugin's ``kind``, ``range``, ``symmetric`` and ``invariances`` attributes, checked.
 
-    ``kind``: one of :data:`KINDS`; ``range``: a pair of numbers ``lo < hi`` (``float("inf")`` allowed),
+    ``kind``: one of `KINDS`; ``range``: a pair of numbers ``lo < hi`` (``float("inf")`` allowed),
     returned as floats; ``symmetric``: a bool; ``invariances``: a tuple of distinct words of
-    :data:`INVARIANCES` (one word alone is taken as a 1-tuple). A missing attribute (or None) stays None.
+    `INVARIANCES` (one word alone is taken as a 1-tuple). A missing attribute (or None) stays None.
     Raises ``TypeError`` naming the metric and the attribute for a malformed value.
     """
     kind = getattr(plugin, "kind", None)

@@ -67,7 +67,7 @@ class BadData(ValueError):
 
 
 def check_batch(x: torch.Tensor, y: torch.Tensor, first: int = 0, what: str = "the data split") -> None:
-    """Raise :class:`BadData` unless the float inputs ``x`` (B, ...) are finite and the labels ``y`` (B,) are integer
+    """Raise `BadData` unless the float inputs ``x`` (B, ...) are finite and the labels ``y`` (B,) are integer
     class indices >= 0. ``first``: the index of the batch's first sample (for the message)."""
     if x.is_floating_point() or x.is_complex():
         finite = torch.isfinite(x.reshape(len(x), -1)).all(1) if x.ndim else torch.isfinite(x).reshape(1)
@@ -96,13 +96,13 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
 
     A Dataset is read in order; a DataLoader keeps its batch size, collate function and workers, but reads in
     order (a shuffling sampler is replaced by the dataset's order, a ``SubsetRandomSampler`` by its indices in
-    the order given; :func:`ordered_loader`), with fresh workers. Each pass runs with the random generators
-    (torch, NumPy, ``random``) seeded with :data:`PASS_SEED` and restored afterwards, so random transforms
-    draw alike on every pass (:func:`check_repeatable` warns about them, and refuses a dataset that returns
+    the order given; `ordered_loader`), with fresh workers. Each pass runs with the random generators
+    (torch, NumPy, ``random``) seeded with `PASS_SEED` and restored afterwards, so random transforms
+    draw alike on every pass (`check_repeatable` warns about them, and refuses a dataset that returns
     other inputs for the same index even then).
 
     ``x``: (B, ...) float tensor; ``y``: (B,) int64 tensor. Raises ``ValueError`` for an empty split and
-    :class:`BadData` (naming ``what``) for NaN/Inf inputs, labels that are not integer class indices, or
+    `BadData` (naming ``what``) for NaN/Inf inputs, labels that are not integer class indices, or
     labels whose shape is not one per sample.
     """
     from .rng import isolated_rng, seed_all
@@ -124,7 +124,7 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
 
 
 def ordered_loader(split: Dataset | DataLoader, batch_size: int = 256) -> DataLoader:
-    """A new DataLoader over ``split`` that yields its samples in one fixed order (see :func:`iterate_batches`).
+    """A new DataLoader over ``split`` that yields its samples in one fixed order (see `iterate_batches`).
 
     A sampler other than the standard ones (sequential, random, subset-random) is kept when it yields the same
     order twice, and refused (``ValueError``) otherwise: the two models would see other rows.
@@ -173,7 +173,7 @@ def _same_order(sampler: Any, what: str) -> None:
 
 def check_repeatable(split: Dataset | DataLoader, what: str = "the data split") -> None:
     """Read the first sample of ``split`` (a map-style dataset, or a DataLoader's) twice under one seed and once
-    under another. Raises :class:`BadData` when the same index gives other inputs under the same seed (the
+    under another. Raises `BadData` when the same index gives other inputs under the same seed (the
     inputs change between passes whatever the random generators say: the models' rows could not correspond);
     warns (``UserWarning`` naming "random") when only the seed changes them (a random transform: every pass of
     this package draws alike, so the rows correspond, but they are augmented inputs)."""
@@ -208,7 +208,7 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 def load_all(split: Dataset | DataLoader, batch_size: int = 256,
              what: str = "the data split") -> tuple[torch.Tensor, torch.Tensor]:
     """Materialise a whole split as ``(X, Y)``: X (N, ...) float, Y (N,) int64, on the CPU (checked as
-    :func:`iterate_batches` does; ``what`` names the split in errors)."""
+    `iterate_batches` does; ``what`` names the split in errors)."""
     xs, ys = [], []
     for x, y in iterate_batches(split, batch_size, what):
         xs.append(x.detach().cpu())

@@ -6,7 +6,7 @@
   A listed name that no installed distribution provides gets a warning with the installed ones.
 - ``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD=1`` (1, true, yes, on): no entry point at all, as pytest does.
 
-Nothing here imports an entry point: :func:`selected_entry_points` reads only the packages' metadata.
+Nothing here imports an entry point: `selected_entry_points` reads only the packages' metadata.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a module computes besides its tensors: its class and its non-tensor configuration, as text for hashes.
 
-Every cache key and digest of a model goes through :func:`module_config` (with the tensor bytes hashed by
-:func:`~similarity_plugins.utils.digest.update_tensor_digest`), so two modules with the same weights but a
+Every cache key and digest of a model goes through `module_config` (with the tensor bytes hashed by
+`update_tensor_digest`), so two modules with the same weights but a
 different BatchNorm ``eps``, conv ``dilation``/``padding`` or pool ``padding``/``ceil_mode`` never share a key.
 """
 
@@ -46,7 +46,7 @@ def _name(obj: Any) -> str:
 
 def module_config(module: nn.Module) -> str:
     """One line describing what ``module`` itself computes besides its tensors: its class, ``extra_repr()``,
-    its plain settings (:func:`module_settings`), the functions it holds as attributes (activations), its hooks
+    its plain settings (`module_settings`), the functions it holds as attributes (activations), its hooks
     and, for a ``torch.fx.GraphModule``, its generated code. Submodules are not included (name each one)."""
     settings = sorted((k, repr(v)) for k, v in module_settings(module).items())
     functions = sorted((k, _name(v)) for k, v in vars(module).items()

@@ -1,17 +1,17 @@
 """The donor guard: whatever a metric plugin does to the donors, ``compare`` notices, undoes it and says so.
 
-:class:`DonorGuard` takes one snapshot of each donor when a ``compare`` call starts: a copy of every
+`DonorGuard` takes one snapshot of each donor when a ``compare`` call starts: a copy of every
 parameter and buffer (on its own device), the tensor objects themselves, each module's class, children,
 ``training`` flag and hooks, and each parameter's ``requires_grad``. After every metric call,
-:meth:`DonorGuard.check` compares the donors with it (values bit for bit, NaNs included), restores
+`DonorGuard.check` compares the donors with it (values bit for bit, NaNs included), restores
 everything that differs and returns a message naming what changed (which tensor, hook, submodule, dtype,
 device or flag). A copy rather than a hash: on ResNet-18 (46.8 MB) the copy takes 2.4 ms once per call and
 the comparison 5.8 ms per metric, where SHA-256 takes 24.5 ms per metric, and a hash could not restore.
 Memory: one extra copy of each donor's parameters and buffers, on the donor's device.
 
-:func:`global_state` / :func:`restore_global_state` cover what a metric can change outside the donors:
+`global_state` / `restore_global_state` cover what a metric can change outside the donors:
 grad mode, the default dtype, anomaly detection and the deterministic-algorithms flag (the random
-generators are forked around each metric by :func:`~.rng.isolated_rng`).
+generators are forked around each metric by `isolated_rng`).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def global_state() -> dict[str, Any]:
 
 
 def restore_global_state(saved: dict[str, Any]) -> list[str]:
-    """Put back what :func:`global_state` saved; returns the names of the settings that had changed."""
+    """Put back what `global_state` saved; returns the names of the settings that had changed."""
     now = global_state()
     changed = [k for k in saved if now[k] != saved[k]]
     torch.set_grad_enabled(saved["grad mode"])
@@ -213,9 +213,9 @@ class DonorModified(RuntimeError):
 def settle(result: Any, guard: DonorGuard, memo: dict, memo_before: set, saved: dict[str, Any]) -> Any:
     """After one metric call: restore the donors and the global torch settings, and judge the row.
 
-    ``result``: the metric's :class:`~.results.SimilarityResult`; ``memo``: the context's memo, of which the
+    ``result``: the metric's [`SimilarityResult`][results.SimilarityResult]; ``memo``: the context's memo, of which the
     entries added since ``memo_before`` (its keys before the call) are dropped when a donor had changed
-    (they may have been computed from the changed donor); ``saved``: :func:`global_state` before the call.
+    (they may have been computed from the changed donor); ``saved``: `global_state` before the call.
     A changed donor turns the row into an error naming the metric and the change, without a score; a
     changed global setting is restored and noted in ``details["warnings"]``.
     """

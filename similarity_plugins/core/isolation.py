@@ -1,11 +1,11 @@
 """What the metrics of one ``compare`` call run on, and the wall-clock limit of ``compare(..., timeout=S)``.
 
-:class:`Donors` holds the donors the plugins see, their :class:`~.guard.DonorGuard` and the
-:class:`~.context.Context`. Without a timeout the plugins get the donors themselves (or the copies moved to
+`Donors` holds the donors the plugins see, their `DonorGuard` and the
+[`Context`][context.Context]. Without a timeout the plugins get the donors themselves (or the copies moved to
 ``device``). With a timeout they get private deep copies, made once per call, and each metric call runs in a
-daemon thread (:func:`call_with_timeout`). A call that overruns gets a :class:`MetricTimeout` row; its thread
+daemon thread (`call_with_timeout`). A call that overruns gets a `MetricTimeout` row; its thread
 cannot be stopped (Python has no safe way to kill a thread), so it is abandoned: it keeps running, on the
-private copies and the old context, until it returns or the process ends. :meth:`Donors.renew` then gives
+private copies and the old context, until it returns or the process ends. `Donors.renew` then gives
 the later metrics fresh copies and a new context that holds only what was cached before the timed-out call,
 so nothing the abandoned thread does can reach them, except two things it shares with the whole process:
 CPU time and the global random generators (later metrics are seeded as usual, but a thread still drawing
@@ -46,7 +46,7 @@ def check_timeout(timeout: Any) -> float | None:
 def call_with_timeout(fn: Callable[[], Any], seconds: float, what: str) -> Any:
     """``fn()`` in a daemon thread, waiting at most ``seconds``; its value, or its exception re-raised here.
 
-    Raises :class:`MetricTimeout` naming ``what`` when the call is still running after ``seconds``; the
+    Raises `MetricTimeout` naming ``what`` when the call is still running after ``seconds``; the
     thread is left running. The thread runs with the caller's grad mode (grad mode is per thread).
     """
     outcome: dict[str, Any] = {}
@@ -104,7 +104,7 @@ class Donors:
     def after_agreement(self, result: Any) -> None:
         """Under torchrun: once any rank's call timed out (the agreed row says so), stop running metrics on every
         rank: the abandoned thread may still be in a collective on the services' channel, where later metrics
-        would pair up with it. The later rows get :attr:`halted` as their error."""
+        would pair up with it. The later rows get `halted` as their error."""
         if self.world.distributed and result.error and MetricTimeout.__name__ in result.error and self.halted is None:
             self.halted = (f"not run: {result.metric!r} at layer {result.layer} timed out under torchrun, and its "
                            "abandoned call may still be inside a collective; rerun without the slow metric or with a "
@@ -136,7 +136,7 @@ def _mentions(key: Any, ident: int) -> bool:
 
 def forget_changed_donors(ctx: Context, models: tuple[nn.Module, ...]) -> list[str]:
     """With a context reused across ``compare`` calls: drop the memo entries of a model whose tensors or module
-    settings (:func:`~.parallel.module_digest`) changed since the call that cached them. The in-memory caches
+    settings ([`module_digest`][parallel.module_digest]) changed since the call that cached them. The in-memory caches
     are keyed by the model's identity, so without this a model changed in place between two calls (new weights,
     a BatchNorm ``eps``) would get the results of its old self. Returns the roles of the models that changed.
     Cost: one SHA-256 of each model's tensors per call (about 25-50 ms for a ResNet-18 on one CPU thread)."""

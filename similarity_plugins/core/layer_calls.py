@@ -1,6 +1,6 @@
 """Reading a layer's output with a forward hook (for models that torch.fx cannot trace), and counting its calls.
 
-A layer that runs more than once in one forward pass has no single activation: :class:`AmbiguousLayer`.
+A layer that runs more than once in one forward pass has no single activation: `AmbiguousLayer`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ class AmbiguousLayer(ValueError):
 
 
 def called_often(model: nn.Module, layer: str, calls: int, others: list[str]) -> str:
-    """The message of :class:`AmbiguousLayer`: ``layer`` runs ``calls`` times; ``others`` are layers to offer."""
+    """The message of `AmbiguousLayer`: ``layer`` runs ``calls`` times; ``others`` are layers to offer."""
     return (f"layer {layer!r} of {type(model).__name__} is called {calls} times in one forward pass (a shared module), "
             f"so its activation is ambiguous; cut at a module that runs once, such as: {', '.join(others)}")
 

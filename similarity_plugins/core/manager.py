@@ -1,8 +1,8 @@
 """The plugin manager: built-in metrics and third-party ones, registered the same way.
 
-Built-in metrics are listed once, here, in :data:`DEFAULT_PLUGINS` as ``name -> "module:object"``
+Built-in metrics are listed once, here, in `DEFAULT_PLUGINS` as ``name -> "module:object"``
 references, and registered when the manager is built. Third-party packages add metrics through entry
-points of the group ``similarity_plugins`` in one of two forms (see :mod:`~.hookspecs`):
+points of the group ``similarity_plugins`` in one of two forms (see [`hookspecs`][hookspecs]):
 
 - a single metric: the entry point's object has a ``similarity`` hookimpl; the entry-point name is the
   metric's name;
@@ -10,16 +10,16 @@ points of the group ``similarity_plugins`` in one of two forms (see :mod:`~.hook
   ``register(name, plugin)`` once per metric (the entry-point name is then only a label: use the
   package's name, not a metric's).
 
-Entry points load lazily (:mod:`~.entrypoints`): the manager reads their names from the packages'
-metadata and imports one only when its names are needed (:meth:`SimilarityPluginManager.ensure` for a
-name it does not know yet, :meth:`SimilarityPluginManager.load_all` for ``list``, a wildcard or the
+Entry points load lazily (`entrypoints`): the manager reads their names from the packages'
+metadata and imports one only when its names are needed (`SimilarityPluginManager.ensure` for a
+name it does not know yet, `SimilarityPluginManager.load_all` for ``list``, a wildcard or the
 default selection); a single-metric entry point's name is known without importing it.
 ``SIMILARITY_PLUGINS=pkg1,pkg2`` keeps only the named distributions' entry points (empty: none);
 ``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD=1`` skips them all. The built-ins always load. A plugin that
 fails to import is not registered; its error is kept in ``load_errors`` and reported in its row when
 it is selected.
 
-A metric name belongs to whoever took it first: :meth:`SimilarityPluginManager.register_metric`
+A metric name belongs to whoever took it first: `SimilarityPluginManager.register_metric`
 raises on a taken name unless ``replace=True``; an entry point whose name is taken is skipped with a
 warning naming both packages, and so is a family's ``register(name, ...)`` of a name that another
 package holds, ``replace=True`` or not (a family may replace only its own package's metrics), so a
@@ -96,7 +96,7 @@ class MetricInfo:
     splits it reads (``("train", "test")``), or ``None`` when undeclared. What the score means (each
     ``None`` when undeclared: unknown): ``kind`` (``"similarity"``: higher is more alike, or
     ``"distance"``), ``range`` (``(lo, hi)`` floats, or ``None``), ``symmetric`` (bool) and
-    ``invariances`` (a tuple of words of :data:`~.contract.INVARIANCES`). ``activations_only``: True when
+    ``invariances`` (a tuple of words of `INVARIANCES`). ``activations_only``: True when
     the metric reads nothing but activations (it then also runs in ``similarity_plugins.score``).
     """
 
@@ -133,8 +133,8 @@ class SimilarityPluginManager(pluggy.PluginManager):
 
         Returns the name. A class is instantiated with no arguments; a bare function decorated with
         ``@hookimpl`` is wrapped. The plugin's ``options``, ``needs``, ``kind``, ``range``, ``symmetric``,
-        ``invariances`` and ``activations_only`` attributes are read into its :class:`MetricInfo` (see
-        :mod:`~similarity_plugins.core.contract`). Raises ``ValueError`` when ``name`` is taken, naming
+        ``invariances`` and ``activations_only`` attributes are read into its `MetricInfo` (see
+        `contract`). Raises ``ValueError`` when ``name`` is taken, naming
         its package, unless ``replace=True`` (then the old one is dropped), or cannot name a metric;
         ``TypeError`` when the plugin has no ``similarity`` hookimpl or a malformed declaration.
         """
@@ -332,7 +332,7 @@ def build_plugin_manager(load_entry_points: bool | None = None) -> SimilarityPlu
     """A new manager with the built-in metrics registered and the allowed entry points pending (not imported).
 
     ``load_entry_points``: False skips the entry points; None (default) follows the environment
-    (``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD``, ``SIMILARITY_PLUGINS``: see :mod:`~.entrypoints`).
+    (``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD``, ``SIMILARITY_PLUGINS``: see `entrypoints`).
     """
     pm = SimilarityPluginManager()
     for name, reference in DEFAULT_PLUGINS.items():

@@ -242,7 +242,7 @@ class SplitNetwork:
 
     ``taps`` are the stitchable layers after the cut (up to the penultimate one) whose activations
     ``end_with_taps`` and ``native`` return too; FuLA compares them. By default they are the
-    canonical ``layers(model)`` after the cut. All calls run the donor under :func:`frozen`, so the
+    canonical ``layers(model)`` after the cut. All calls run the donor under [`frozen`][frozen], so the
     model's flags are restored afterwards and BatchNorm statistics never change; gradients flow to
     the inputs (for IRIs and stitches) but never into the model's parameters.
     """
@@ -422,5 +422,5 @@ def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.f
 
 
 def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> SplitNetwork:
-    """Convenience constructor for :class:`SplitNetwork` (see there)."""
+    """Convenience constructor for `SplitNetwork` (see there)."""
     return SplitNetwork(model, layer, taps)

@@ -1,14 +1,15 @@
 """The "world" a computation runs in: one process (the default) or many ranks (torch.distributed).
 
-Core and the services (cka, stitch, iri) shard their work through a :class:`World`; they never import
-``torch.distributed`` themselves. :func:`current_world` returns the single-process world unless
+Core and the services (cka, stitch, iri) shard their work through a [`World`][World]; they never import
+``torch.distributed`` themselves. [`current_world`][current_world] returns the single-process world unless
 ``torch.distributed`` is initialised, in which case it asks the factory that
-``similarity_plugins.distributed`` registers (:func:`register_world_factory`) for the torch.distributed
+``similarity_plugins.distributed`` registers (`register_world_factory`) for the torch.distributed
 implementation. Core therefore knows no backend: the hook is generic, and the layering holds.
 
 Fault protocol (every collective in the services follows it): the local work between two collectives runs
-inside :meth:`World.exchange` or :meth:`World.reduce_sum`, which catch a local exception and send it along
-with the data. Every rank then raises the same :class:`CollectiveError`, naming the failing rank and its
+inside [`World.exchange`][World.exchange] or [`World.reduce_sum`][World.reduce_sum], which catch a local exception and send it
+along
+with the data. Every rank then raises the same [`CollectiveError`][CollectiveError], naming the failing rank and its
 message, so no rank is left waiting in a collective that the failing rank will never reach.
 """
 
@@ -42,8 +43,8 @@ def shard_range(n: int, rank: int, size: int) -> range:
 class World:
     """A single process: ``rank`` 0 of ``size`` 1. Every collective is the identity.
 
-    Subclasses (``similarity_plugins.distributed.TorchWorld``) implement :meth:`_all_gather_objects`
-    and :meth:`_all_reduce`; the fault protocol around them lives here.
+    Subclasses (``similarity_plugins.distributed.TorchWorld``) implement `_all_gather_objects`
+    and `_all_reduce`; the fault protocol around them lives here.
     """
 
     rank: int = 0
@@ -60,7 +61,7 @@ class World:
         return self.rank == 0
 
     def shard(self, n: int) -> range:
-        """This rank's contiguous share of ``range(n)`` (see :func:`shard_range`)."""
+        """This rank's contiguous share of ``range(n)`` (see `shard_range`)."""
         return shard_range(int(n), self.rank, self.size)
 
     # -- primitives a distributed world overrides -----------------------------------------------
@@ -87,7 +88,7 @@ class World:
     def exchange(self, compute: Callable[[], Any], phase: str) -> list[Any]:
         """Run ``compute()`` here and gather every rank's value, in rank order (a list of ``size``).
 
-        An exception in ``compute`` on any rank raises :class:`CollectiveError` on every rank (chained
+        An exception in ``compute`` on any rank raises [`CollectiveError`][CollectiveError] on every rank (chained
         to the original on the rank where it happened). Values travel pickled: keep them small or tensors.
         """
         error: BaseException | None = None
@@ -109,7 +110,7 @@ class World:
         """Sum of ``compute()`` over the ranks (a tensor shaped and typed like ``like``), on every rank.
 
         One all-reduce carries the values and a failure flag; when a rank failed, the messages are then
-        gathered and every rank raises the same :class:`CollectiveError`.
+        gathered and every rank raises the same [`CollectiveError`][CollectiveError].
         """
         error: BaseException | None = None
         try:
@@ -153,7 +154,7 @@ class World:
         return torch.cat(parts).to(rows.device)
 
     def check_same(self, tag: str, value: Any) -> None:
-        """Raise the same :class:`CollectiveError` on every rank unless ``value`` is equal on all ranks.
+        """Raise the same [`CollectiveError`][CollectiveError] on every rank unless ``value`` is equal on all ranks.
 
         ``tag`` names what is compared (e.g. "front/end weights"); the message lists the ranks that
         differ from rank 0. A no-op in one process.
@@ -174,7 +175,7 @@ class World:
 
 def module_digest(modules: Iterable[nn.Module]) -> str:
     """SHA-256 (hex) over every parameter and buffer of ``modules`` (names, shapes, dtypes, bytes) and each
-    submodule's class and non-tensor configuration (:func:`~.fingerprint.module_config`)."""
+    submodule's class and non-tensor configuration (`module_config`)."""
     h = hashlib.sha256()
     for i, module in enumerate(modules):
         for name, t in list(module.named_parameters()) + list(module.named_buffers()):

@@ -1,6 +1,6 @@
 """What ``compare`` does differently under torch.distributed: check that the ranks agree, agree on results.
 
-Used by :mod:`.compare` only when :attr:`~.parallel.World.distributed` is true; in one process nothing here runs.
+Used by `compare` only when [`distributed`][parallel.World.distributed] is true; in one process nothing here runs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .results import SimilarityResult
 
 
 def check_ranks_agree(world: World, front: nn.Module, end: nn.Module, data: Data, settings: object) -> None:
-    """Raise the same :class:`CollectiveError` on every rank unless all ranks have the same front and end
+    """Raise the same [`CollectiveError`][CollectiveError] on every rank unless all ranks have the same front and end
     weights (SHA-256 of every parameter and buffer), the same split sizes and the same call settings."""
     world.check_same("front/end weights", (module_digest([front]), module_digest([end])))
     world.check_same("data split sizes (train, test)", (split_size(data.train), split_size(data.test)))
@@ -23,7 +23,7 @@ def check_ranks_agree(world: World, front: nn.Module, end: nn.Module, data: Data
 def agree_on_result(world: World, result: SimilarityResult, error: BaseException | None) -> SimilarityResult:
     """Every rank returns rank 0's result for one metric; a failure on any rank becomes the same error row.
 
-    ``error``: the exception this rank's metric raised, if any. A :class:`CollectiveError` was raised on
+    ``error``: the exception this rank's metric raised, if any. A [`CollectiveError`][CollectiveError] was raised on
     every rank at once and needs no further exchange; any other outcome is exchanged once (this is also
     how a plugin that fails on one rank only, outside the services' collectives, reaches the others).
     """

@@ -1,6 +1,6 @@
 """Metric names -> plugins: list them, select them by name or wildcard, describe them.
 
-Third-party entry points are imported here, when their names are needed (see :mod:`~.manager`): an
+Third-party entry points are imported here, when their names are needed (see `manager`): an
 exact name that is not registered yet, ``list_metrics``, a wildcard and the default selection
 (``metrics=None``); a registered name imports nothing.
 """
@@ -35,7 +35,7 @@ def list_metrics(pattern: str | Iterable[str] | None = None) -> list[str]:
 
 
 def metric_info(name: str) -> MetricInfo:
-    """The :class:`MetricInfo` of a metric: package, description, load error, ``options`` (the contract:
+    """The `MetricInfo` of a metric: package, description, load error, ``options`` (the contract:
     ``{option: default}``, or ``None`` when the metric declares none and takes any), ``option_docs``
     (``{option: one-line doc}``), ``needs`` (the data splits it reads), what the score means (``kind``,
     ``range``, ``symmetric``, ``invariances``; ``None`` when undeclared) and ``activations_only``."""
@@ -55,7 +55,7 @@ def select_metrics(metrics: str | Iterable[str] | None) -> list[str]:
     """Resolve names and wildcards to registered metric names, in the order asked, without repeats.
 
     ``None`` selects every registered metric. A comma-separated string is split. A name or pattern
-    that matches nothing raises :class:`UnknownMetric` suggesting close names.
+    that matches nothing raises [`UnknownMetric`][UnknownMetric] suggesting close names.
     """
     pm = get_plugin_manager()
     if isinstance(metrics, str):
@@ -88,7 +88,7 @@ def options_for_metrics(names: list[str], options: Mapping[str, Any] | None) -> 
     """Validate ``options`` (global ones and per-metric dicts) for the selected metric ``names`` against
     their declarations and return ``{metric: the options its hook receives}``.
 
-    Raises :class:`~similarity_plugins.core.contract.UnknownOption` (a ``ValueError``) with the valid
+    Raises [`UnknownOption`][similarity_plugins.core.contract.UnknownOption] (a ``ValueError``) with the valid
     names and a did-you-mean for an option no selected metric takes, or that its metric does not take.
     """
     pm = get_plugin_manager()

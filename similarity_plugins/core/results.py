@@ -21,7 +21,7 @@ class LayerPair(NamedTuple):
 
 
 def as_layer_pair(layer: "str | Sequence[str] | LayerPair") -> LayerPair:
-    """Normalise ``"layer1"`` or ``("layer1", "layer2")`` to a :class:`LayerPair`."""
+    """Normalise ``"layer1"`` or ``("layer1", "layer2")`` to a [`LayerPair`][LayerPair]."""
     if isinstance(layer, LayerPair):
         return layer
     if isinstance(layer, str):
@@ -83,7 +83,7 @@ NOTE_CHARS = 400
 
 
 def _cut(text: str) -> str:
-    """``text`` as at most :data:`NOTE_CHARS` characters on one line, saying how much was left out."""
+    """``text`` as at most `NOTE_CHARS` characters on one line, saying how much was left out."""
     line = " ".join(str(text).split())
     if len(line) <= NOTE_CHARS:
         return line
@@ -97,7 +97,7 @@ def _format_score(value: float | None) -> str:
 class Report:
     """All results of one ``compare`` call, side by side.
 
-    ``report.results`` is the list of :class:`SimilarityResult`; ``report["cka-linear"]`` is the
+    ``report.results`` is the list of [`SimilarityResult`][SimilarityResult]; ``report["cka-linear"]`` is the
     metric's result (with several layers: ``report["cka-linear", "layer2"]``); ``to_json()`` and
     ``to_csv()`` return text and write it when given a path; ``str(report)`` is a table with one row
     per metric and one column per layer, where ``meta["kinds"]`` (``{metric: "similarity" | "distance" |

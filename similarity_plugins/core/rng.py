@@ -41,7 +41,7 @@ def isolated_rng(device: torch.device | None = None) -> Iterator[bool]:
 
 
 def check_seed(seed: Any, name: str = "seed") -> int:
-    """``seed`` as an ``int``: a whole number (Python or NumPy integer, not a bool) in :data:`SEED_RANGE`;
+    """``seed`` as an ``int``: a whole number (Python or NumPy integer, not a bool) in `SEED_RANGE`;
     ``TypeError``/``ValueError`` naming ``name`` otherwise (``2.5``, ``"1"``, ``True``, ``None``, ``2**70``)."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"{name} must be a whole number (an int), got {type(seed).__name__} {seed!r}")

@@ -1,6 +1,6 @@
 """Option values checked at the boundary, by one set of rules, naming the option.
 
-A metric declares its options with defaults (:mod:`~.contract`). :func:`coerce_option_values` reads every
+A metric declares its options with defaults (`contract`). `coerce_option_values` reads every
 value a metric is given against its default, the same way for ``compare``, ``score``, grids and the CLI:
 
 - a sample limit (``max_samples``, ``max_train``, ``max_test``, ``iri_max_seeds``: any name ending in

@@ -60,7 +60,7 @@ def digits(split: str | None = "train", size: int = 32, test_fraction: float = 0
 
 
 def digits_data(size: int = 32, test_fraction: float = 0.25, seed: int = 0) -> Data:
-    """Both splits of :func:`digits` as ``Data(train, test)`` (1,347 / 450 images at the default fraction)."""
+    """Both splits of `digits` as ``Data(train, test)`` (1,347 / 450 images at the default fraction)."""
     return Data(
         train=digits("train", size=size, test_fraction=test_fraction, seed=seed),
         test=digits("test", size=size, test_fraction=test_fraction, seed=seed),

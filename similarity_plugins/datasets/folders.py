@@ -84,7 +84,7 @@ def image_folder(root: str | os.PathLike, split: str = "train", size: int | None
 
 
 def image_folder_data(root: str | os.PathLike, size: int | None = None) -> Data:
-    """Both splits of :func:`image_folder` as ``Data(train, test)``; the two must share class folders."""
+    """Both splits of `image_folder` as ``Data(train, test)``; the two must share class folders."""
     train, test = image_folder(root, "train", size=size), image_folder(root, "test", size=size)
     if train.classes != test.classes:
         raise ValueError(

@@ -3,17 +3,17 @@
 
 Every variant wraps any dataset of ``(x, y)`` pairs with ``x`` (C, H, W) float in [0, 1], keeps its length,
 and is deterministic given its seed. When the wrapped dataset holds its tensors in memory (``.tensors`` or
-``.x``/``.y``, e.g. :func:`similarity_plugins.datasets.digits`) the variant computes all its images at once on
+``.x``/``.y``, e.g. `similarity_plugins.datasets.digits`) the variant computes all its images at once on
 first access of ``.tensors``/``.x``/``.y`` and caches them; otherwise those are ``None`` and samples are
 built one at a time in ``__getitem__``. Variants compose (a variant is itself such a dataset).
 
-- :class:`PixelShortcut`: a small square of value 1.0 whose position codes the label (a pixel shortcut,
+- `PixelShortcut`: a small square of value 1.0 whose position codes the label (a pixel shortcut,
   by default on the left/right edges, clear of a centred object);
   with ``swap_fraction`` part of the images are replaced by images of other classes while the square still
   follows the label, so the square is the only cue that is always right.
-- :class:`ShortcutRemoved`: the clean images (no square), to measure what a model reads without it.
-- :class:`ShortcutRandomised`: the clean images stamped with the square of a random wrong class.
-- :class:`UnseenCue`: a different kind of label-correlated cue (a faint border frame whose intensity /
+- `ShortcutRemoved`: the clean images (no square), to measure what a model reads without it.
+- `ShortcutRandomised`: the clean images stamped with the square of a random wrong class.
+- `UnseenCue`: a different kind of label-correlated cue (a faint border frame whose intensity /
   colour codes the label), present only where you put it (e.g. the stitch's training data).
 """
 
@@ -190,14 +190,14 @@ def _pick_other_class(labels: torch.Tensor, rows: torch.Tensor, gen: torch.Gener
 
 
 class PixelShortcut(_Variant):
-    """Stamp a label-coded square (see :class:`PatchPattern`) on a ``fraction`` of the samples.
+    """Stamp a label-coded square (see `PatchPattern`) on a ``fraction`` of the samples.
 
     ``swap_fraction`` (at most ``fraction``) of the samples get the image of a random sample of another
     class while keeping their label and the square of that label, so the square is the only cue that is
     always right. Labels never change. Which samples are stamped/swapped is fixed by ``seed``.
 
     Attributes: ``stamped`` and ``swapped`` (N,) bool, ``source_index`` (N,) the base image each sample
-    shows, ``pattern`` the :class:`PatchPattern`, ``labels`` (N,) int64.
+    shows, ``pattern`` the `PatchPattern`, ``labels`` (N,) int64.
     """
 
     def __init__(self, dataset: Dataset, num_classes: int | None = None, fraction: float = 1.0,
@@ -234,12 +234,12 @@ class PixelShortcut(_Variant):
 
 
 def _clean_base(dataset: Dataset) -> Dataset:
-    """The images under a :class:`PixelShortcut` (unstamped, unswapped); any other dataset as it is."""
+    """The images under a `PixelShortcut` (unstamped, unswapped); any other dataset as it is."""
     return dataset.base if isinstance(dataset, PixelShortcut) else dataset
 
 
 class ShortcutRemoved(_Variant):
-    """The clean images: for a :class:`PixelShortcut`, the images it wraps (no square, no swaps, true labels);
+    """The clean images: for a `PixelShortcut`, the images it wraps (no square, no swaps, true labels);
     for any other dataset, that dataset unchanged. Evaluate on it to see what a model reads without the cue."""
 
     def __init__(self, dataset: Dataset, num_classes: int | None = None) -> None:
@@ -251,8 +251,8 @@ class ShortcutRemoved(_Variant):
 class ShortcutRandomised(_Variant):
     """The clean images stamped with the square of a random *wrong* class (``stamped_labels[i] != y[i]``).
 
-    Given a :class:`PixelShortcut`, reuses its pattern geometry and its clean images; otherwise builds the
-    default :class:`PatchPattern` (same as ``PixelShortcut`` with the same ``patch``/``value``). A model that
+    Given a `PixelShortcut`, reuses its pattern geometry and its clean images; otherwise builds the
+    default `PatchPattern` (same as ``PixelShortcut`` with the same ``patch``/``value``). A model that
     relies on the square follows it to the wrong class; a shape reader is barely affected.
     """
 
@@ -313,7 +313,7 @@ class UnseenCue(_Variant):
         self.has_cue[torch.randperm(len(self), generator=gen)[:round(fraction * len(self))]] = True
 
     def cue_for(self, label: int) -> torch.Tensor:
-        """(C, H, W) image of the cue of class ``label`` (zero outside :attr:`mask`)."""
+        """(C, H, W) image of the cue of class ``label`` (zero outside `mask`)."""
         return self.colours[int(label)].view(-1, 1, 1) * self.mask
 
     def _transform(self, index: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -327,7 +327,7 @@ class RandomMark(_Variant):
 
     The mark is present but carries no information about the label, so a model trained on it learns to
     ignore it: the "clean" donor of a shortcut study that is not disturbed by marks at test time.
-    Given a :class:`PixelShortcut`, reuses its pattern geometry and clean images. ``stamped_labels`` (N,)
+    Given a `PixelShortcut`, reuses its pattern geometry and clean images. ``stamped_labels`` (N,)
     is the class whose square each sample carries; fixed by ``seed``.
     """
 
@@ -363,7 +363,7 @@ VARIANT_ALIASES: dict[str, str] = {"shortcut-randomized": "shortcut-randomised",
 
 
 def variant_class(name: str) -> type[_Variant]:
-    """The variant class called ``name`` (case, ``_``/``-`` and the aliases of :data:`VARIANT_ALIASES` allowed).
+    """The variant class called ``name`` (case, ``_``/``-`` and the aliases of `VARIANT_ALIASES` allowed).
 
     Raises ``ValueError`` naming the valid names (and a close one) for an unknown name.
     """
@@ -376,7 +376,7 @@ def variant_class(name: str) -> type[_Variant]:
 
 
 def make_variant(name: str, dataset: Dataset, **kwargs: Any) -> Dataset:
-    """Wrap ``dataset`` in the variant called ``name`` (one of :data:`VARIANTS`), passing ``kwargs`` on.
+    """Wrap ``dataset`` in the variant called ``name`` (one of `VARIANTS`), passing ``kwargs`` on.
 
     "shortcut-randomized" is accepted as a spelling of "shortcut-randomised"; "clean" is "shortcut-removed".
     """

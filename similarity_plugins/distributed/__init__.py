@@ -1,7 +1,8 @@
 """Scale out over torch.distributed: importing this package registers the torch.distributed world with core.
 
 See ``docs/scale_out.md``. Core and the services reach the world through
-:func:`similarity_plugins.core.parallel.current_world`; this package supplies the implementation.
+[`similarity_plugins.core.parallel.current_world`][similarity_plugins.core.parallel.current_world]; this package supplies the
+implementation.
 """
 
 from __future__ import annotations

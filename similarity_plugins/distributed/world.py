@@ -1,6 +1,6 @@
 """The torch.distributed world: ranks, collectives, start-up checks and process-group set-up for the CLI.
 
-:class:`TorchWorld` implements :class:`~similarity_plugins.core.parallel.World` on an initialised default
+[`TorchWorld`][TorchWorld] implements [`World`][similarity_plugins.core.parallel.World] on an initialised default
 process group (gloo on CPU, NCCL on CUDA). Collectives run on CPU tensors for gloo and on the rank's CUDA
 device for NCCL; results come back on the CPU.
 """
@@ -70,7 +70,7 @@ class TorchWorld(World):
         return add
 
     def control(self) -> "TorchWorld":
-        """A gloo group of all ranks for ``compare``'s own messages (see :meth:`World.control`), created on the
+        """A gloo group of all ranks for ``compare``'s own messages (see [`World.control`][World.control]), created on the
         first call (collectively) and kept for the default group's lifetime."""
         default = dist.distributed_c10d._get_default_group()
         if _CONTROL.get("default") is not default:
@@ -109,7 +109,7 @@ def shard(n: int) -> range:
 def check_same_everywhere(tag: str, value: Any, world: World | None = None) -> None:
     """Raise the same ``CollectiveError`` on every rank unless ``value`` (a hash, numbers...) is equal on all.
 
-    See :meth:`~similarity_plugins.core.parallel.World.check_same`. A no-op in one process.
+    See [`check_same`][similarity_plugins.core.parallel.World.check_same]. A no-op in one process.
     """
     (world or current_world()).check_same(tag, value)
 
@@ -155,7 +155,7 @@ def finish() -> None:
 def end_rank_process(code: int = 0) -> NoReturn:
     """End a finished rank's process now: run the ``atexit`` handlers, flush stdout/stderr, ``os._exit(code)``.
 
-    Call it last, after the outputs are written and :func:`finish` has destroyed the process group. It
+    Call it last, after the outputs are written and [`finish`][finish] has destroyed the process group. It
     skips Python's finalisation: there a native thread (gloo, the autograd engine) that wants the GIL is
     unwound through C++ by CPython 3.11 and the rank aborts with "terminate called without an active
     exception" although its work is done (rare; seen once in CI). Never call it in a process that has

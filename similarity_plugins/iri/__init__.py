@@ -2,7 +2,7 @@
 
 ``generate_iris(model, layer, inputs, ...)`` is the model-level entry point (cut, presets, cache, surrogate ReLU
 gradients); ``optimize_iris(front_fn, seeds, ...)`` is the batched optimiser on any differentiable callable.
-Both return an :class:`IRISet`. ``generate_iris`` runs ``optimizer="auto"``: a named preset of tuning values
+Both return an [`IRISet`][IRISet]. ``generate_iris`` runs ``optimizer="auto"``: a named preset of tuning values
 (``presets.PRESETS``) chosen from the front's structure by ``presets.choose_preset`` (per-sample L-BFGS at deep
 ResNet cuts that compress the input, Adam with a schedule for the structure elsewhere); the preset that ran is
 ``iris.settings["preset"]``. docs/iris.md has the presets, the measurements behind them and the tuning keys.

@@ -54,7 +54,7 @@ def folded_front(graph: torch.fx.GraphModule | None) -> nn.Module | None:
 
 def private_front(graph: torch.fx.GraphModule | None, example: torch.Tensor) -> tuple[nn.Module | None, dict]:
     """The copy of the traced front ``graph`` that the IRI optimiser runs when ``fold_bn`` is on: BatchNorm
-    folded (:func:`folded_front`), convolution taps that only read padding cut (:func:`crop_dead_taps`) and
+    folded (`folded_front`), convolution taps that only read padding cut (`crop_dead_taps`) and
     an average pool that spreads values folded into the linear layer after it
     (``pooled_linear.fold_pooled_linear``), the last two for inputs of ``example``'s shape (1, ...).
 
@@ -158,7 +158,7 @@ def cropped_conv(conv: nn.Module, spatial: tuple[int, ...]) -> nn.Module | None:
 
 
 def crop_dead_taps(front: nn.Module, example: torch.Tensor) -> list[str]:
-    """Replace, in place, every convolution of ``front`` (a private copy: :func:`private_front`) that reads
+    """Replace, in place, every convolution of ``front`` (a private copy: `private_front`) that reads
     padding with some taps for the input ``example`` (1, ...) by its cropped equivalent (``cropped_conv``);
     returns the names of the replaced modules. A module called on inputs of different sizes is left alone.
 
@@ -207,7 +207,7 @@ def _pool_matrix(pool: nn.Module, spatial: tuple[int, ...], like: torch.Tensor) 
 
 
 def fold_pooled_linear(front: torch.fx.GraphModule, example: torch.Tensor) -> list[str]:
-    """In the private traced front ``front`` (:func:`private_front`'s copy), replace each adaptive average
+    """In the private traced front ``front`` (`private_front`'s copy), replace each adaptive average
     pool -> flatten -> ``nn.Linear`` chain whose pool has more outputs than inputs for the input ``example``
     (1, ...) by flatten -> a linear layer on the pool's input; returns the names of the replaced linear
     layers. Afterwards ``front`` computes the same function, up to rounding, on inputs of ``example``'s

@@ -44,32 +44,42 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
                   checkpoint_every: int | None = None, compile: bool = False, **run_options: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 
-    ``model``: any ``nn.Module``; it is run in eval mode with gradients off for its parameters and is left
-    exactly as it was (flags, parameters, buffers). Only the layers up to the cut run. ``layer``: a
-    ``named_modules()`` name. ``inputs``: seeds (N, ...) float in [0, 1] (or a dataset of (x, y) pairs),
-    on any device; the IRIs come back with the same shape, dtype and device.
+    Args:
+        model: any ``nn.Module``; it is run in eval mode with gradients off for its parameters and is left
+            exactly as it was (flags, parameters, buffers). Only the layers up to the cut run.
+        layer: a ``named_modules()`` name.
+        inputs: seeds (N, ...) float in [0, 1] (or a dataset of (x, y) pairs), on any device; the IRIs come
+            back with the same shape, dtype and device.
+        steps: per-sample budget of forward+backward evaluations.
+        tol: target relative error ``||f(x') - f(x)|| / ||f(x)||``; a sample stops once below it.
+        optimizer: ``"auto"`` (default: the preset chosen from the front's structure; [IRIs](../iris.md) has
+            the table), ``"adam"`` (the Adam preset for that structure) or ``"lbfgs"``.
+        init: ``"noise"`` or ``"shuffle"``: where each sample's search starts.
+        cycle_steps: Adam's first restart cycle (None: the preset's; 0: one cosine over the budget).
+        tuning: tuning values (``lr``, ``beta1``, ``relu_leak``, ``fold_bn``, ``fake_relu``, ``history``, ...),
+            each replacing only its own value of the preset, never switching the optimiser;
+            ``{"preset": NAME}`` runs that preset instead of the structural choice.
+        batch_size: working-batch slots (engineering: no effect on the IRIs beyond float rounding).
+        backend: ``"auto"``, ``"numpy"``, ``"torch"`` or ``"cupy"``: where the update step runs.
+        seed: each sample's randomness derives from (seed, index).
+        progress: show a tqdm bar.
+        cache_dir: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
+            seeds and the settings.
+        checkpoint_every: with ``cache_dir``, save the full optimiser state every that many batch steps and
+            resume from it after an interruption.
+        compile: run the forward+backward evaluations through ``torch.compile`` (opt-in; not in the cache key).
+        **run_options: ``callback`` and ``profile`` of [`optimize_iris`][optimize_iris].
 
-    The method: ``steps`` per-sample budget of forward+backward evaluations; ``tol`` target relative error;
-    ``optimizer`` "auto" (default: the preset that ``presets.choose_preset`` names for the front's structure;
-    docs/iris.md has the table), "adam" (the Adam preset for that structure) or "lbfgs"; ``init`` "noise" or
-    "shuffle"; ``cycle_steps`` Adam's first restart cycle (None: the preset's; 0: one cosine over the budget).
-    ``tuning``: a dict of tuning values (``settings.TUNING``: ``lr``, ``beta1``, ``relu_leak``, ``fold_bn``,
-    ``fake_relu``, ``history``, ...), each replacing only its own value of the preset, never switching the
-    optimiser; ``{"preset": NAME}`` runs that preset instead of the structural choice. The preset that ran
-    and every value are in ``iris.settings`` (``settings["preset"]``).
+    Returns:
+        An [`IRISet`][IRISet]: ``inputs`` (the IRIs, shaped as the seeds), ``rel_error`` (N,), ``steps`` (N,),
+            ``seed_distance`` (N,), ``summary`` and ``settings`` (the preset that ran, ``settings["preset"]``,
+            and every value).
 
-    Engineering (no effect on the IRIs beyond float rounding): ``batch_size`` working-batch slots;
-    ``backend`` "auto" / "numpy" / "torch" / "cupy"; ``compile`` runs the forward+backward evaluations through
-    ``torch.compile`` (opt-in; not part of the cache key); ``cache_dir`` loads/saves the finished set there,
-    keyed by a hash of the front's weights, the layer, the seeds and the settings; ``checkpoint_every``: with
-    ``cache_dir``, save the full optimiser state every that many batch steps and resume from it after an
-    interruption; ``seed`` (each sample's randomness derives from (seed, index)); ``progress`` tqdm bar;
-    ``run_options``: ``callback`` and ``profile`` of :func:`optimize_iris`.
-
-    Returns an :class:`IRISet` (``inputs``, ``rel_error``, ``steps``, ``seed_distance``, ``summary``,
-    ``settings``). Raises ValueError (LayerNotFound) for an unknown layer, ValueError / TypeError naming the
-    fix for bad options or seeds outside [0, 1], FloatingPointError naming the samples for NaN/inf gradients,
-    RuntimeError naming the fix when ``compile=True`` and torch.compile fails.
+    Raises:
+        ValueError: an unknown layer (``LayerNotFound``), bad options or seeds outside [0, 1] (naming the fix).
+        TypeError: a model that is not an ``nn.Module`` or inputs that are not seeds.
+        FloatingPointError: NaN/inf gradients (naming the samples).
+        RuntimeError: ``compile=True`` and torch.compile fails (naming the fix).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -168,7 +178,7 @@ def _optimize(model: nn.Module, split: SplitNetwork, modular: torch.fx.GraphModu
     """Run the optimiser on the front (``modular``, the traced front with functional ReLUs as modules, when
     not None; with ``settings.fold_bn`` the private copy of ``front.private_front``: BatchNorm folded, dead
     convolution taps cut, a spreading pool folded into the next linear layer) with the surrogate ReLU
-    ``slopes``; ``run``: the options of :func:`optimize_iris` that ``generate_iris`` passes through."""
+    ``slopes``; ``run``: the options of [`optimize_iris`][optimize_iris] that ``generate_iris`` passes through."""
     # the caller holds frozen(model), so the traced front can run directly (split.front would re-enter it)
     graph = modular if modular is not None else split.front_graph
     folded, changes = private_front(graph if settings.fold_bn else None, seeds[:1].to(run["device"]))

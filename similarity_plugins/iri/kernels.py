@@ -35,7 +35,7 @@ _CACHE: dict[tuple, tuple[Any, Callable]] = {}
 
 def update_kernel(backend: Backend, hyper: tuple = ()) -> Callable:
     """The (possibly fused) in-place Adam update on ``backend``: ``kernel(x, g, m, v, best, improved, lr, bc1,
-    bc2)`` as in :func:`adam_step`; ``hyper`` is ``(beta1, beta2, eps)``. Kernels are cached per namespace
+    bc2)`` as in `adam_step`; ``hyper`` is ``(beta1, beta2, eps)``. Kernels are cached per namespace
     and settings, so CuPy compiles each fused kernel once per process."""
     xp = backend.xp
     key = (id(xp), tuple(hyper))
@@ -63,12 +63,12 @@ def best_copy(xp: Any, x: Any, best: Any, improved: Any) -> None:
 
 
 def trial_kernel(backend: Backend) -> Callable:
-    """The (possibly fused) :func:`trial_step` on ``backend``: ``kernel(zt, z, d, a)``."""
+    """The (possibly fused) `trial_step` on ``backend``: ``kernel(zt, z, d, a)``."""
     xp = backend.xp
     return backend.fuse(lambda zt, z, d, a: trial_step(xp, zt, z, d, a))
 
 
 def best_copy_kernel(backend: Backend) -> Callable:
-    """The (possibly fused) :func:`best_copy` on ``backend``: ``kernel(x, best, improved)``."""
+    """The (possibly fused) `best_copy` on ``backend``: ``kernel(x, best, improved)``."""
     xp = backend.xp
     return backend.fuse(lambda x, best, improved: best_copy(xp, x, best, improved))

@@ -83,7 +83,7 @@ def _rows(t: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
 
 
 def _put_rows(t: torch.Tensor, rows: np.ndarray, value: torch.Tensor) -> None:
-    """``t[rows] = value``, a no-op when ``value`` is already the view :func:`_rows` gave."""
+    """``t[rows] = value``, a no-op when ``value`` is already the view `_rows` gave."""
     if not _is_prefix(rows):
         t[torch.as_tensor(rows, device=t.device)] = value
     elif value.data_ptr() != t.data_ptr():
@@ -236,4 +236,4 @@ class LbfgsStepper:
             self.restarts += len(hopeless)
 
     def after_step(self, k: int, done: np.ndarray) -> None:
-        """Nothing to do between steps: L-BFGS restarts and sizes its steps inside :meth:`step`."""
+        """Nothing to do between steps: L-BFGS restarts and sizes its steps inside `step`."""

@@ -81,7 +81,7 @@ class IRISet:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], device: torch.device | str | None = None) -> "IRISet":
-        """Rebuild a set saved with :meth:`to_state`; ``inputs`` moved to ``device`` when given."""
+        """Rebuild a set saved with [`to_state`][to_state]; ``inputs`` moved to ``device`` when given."""
         inputs = state["inputs"]
         if device is not None:
             inputs = inputs.to(device)

@@ -326,7 +326,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     600, ... steps) or "lbfgs" (preset "lbfgs": per-sample L-BFGS on ``x = sigmoid(z)`` with a per-sample Armijo
     line search; see ``lbfgs.py``). ``tuning``: a dict of tuning values (``settings.TUNING``), each replacing
     only its own value; ``{"preset": NAME}`` runs another preset of ``presets.PRESETS`` (it must run
-    ``optimizer``). ``settings``: a ready :class:`Settings` instead of these options.
+    ``optimizer``). ``settings``: a ready `Settings` instead of these options.
     ``batch_size``: slots in the working batch. ``backend``: array library of the elementwise update
     ("auto", "numpy", "torch", "cupy"; L-BFGS's reductions run in torch on ``device``).
 
@@ -346,7 +346,7 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     the work is out; ``sharded.SeedQueue``, shared by the ranks); the set has the claimed rows, in claim order,
     and ``stats["rows"]`` their global indices.
 
-    Returns an :class:`IRISet`. Raises ValueError for bad settings or seeds outside [0, 1],
+    Returns an [`IRISet`][IRISet]. Raises ValueError for bad settings or seeds outside [0, 1],
     FloatingPointError naming the samples when the model yields NaN/inf activations or gradients, and
     RuntimeError naming the fix when ``compile=True`` and torch.compile fails.
     """

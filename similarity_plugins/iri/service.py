@@ -52,7 +52,7 @@ IRI_DOCS: dict[str, str] = {
 
 
 def iri_options() -> tuple[Option, ...]:
-    """The options of the ``iri-*`` metrics: every stitch option, then every key of :data:`IRI_DEFAULTS`."""
+    """The options of the ``iri-*`` metrics: every stitch option, then every key of `IRI_DEFAULTS`."""
     return stitch_options() + tuple(Option(k, v, IRI_DOCS[k]) for k, v in IRI_DEFAULTS.items())
 
 
@@ -81,7 +81,7 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
     """IRIs of the training split for ``front`` at ``layer``, as a stitch ``TrainingSet`` (memoised).
 
     Returns ``(training_set, iri_set)``: the IRIs ``(N, ...)`` with the seeds' labels, keyed so that
-    the stitch caches are shared by the four IRI metrics, and the :class:`~similarity_plugins.iri.IRISet`.
+    the stitch caches are shared by the four IRI metrics, and the [`IRISet`][similarity_plugins.iri.result.IRISet].
     """
 
     settings = iri_settings(options)

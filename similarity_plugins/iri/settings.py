@@ -1,6 +1,6 @@
 """The IRI optimiser's settings: a preset's values, the caller's tuning overrides, validation naming the fix.
 
-Every field of :class:`Settings` shapes the result, so the whole object is part of the cache key and is saved
+Every field of `Settings` shapes the result, so the whole object is part of the cache key and is saved
 with every IRI set (``IRISet.settings``).
 """
 

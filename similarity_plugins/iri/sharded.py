@@ -1,6 +1,6 @@
-"""IRI generation sharded over the ranks of a :class:`~similarity_plugins.core.parallel.World`.
+"""IRI generation sharded over the ranks of a [`World`][similarity_plugins.core.parallel.World].
 
-Seeds are handed out as the ranks' working batches free up (:class:`SeedQueue`: a counter in the group's
+Seeds are handed out as the ranks' working batches free up (`SeedQueue`: a counter in the group's
 store; blocks of the batch size, at most ``min(batch_size, ceil(N / ranks))`` seeds; guided self-scheduling:
 each claim takes at most ``ceil(remaining / ranks)`` blocks), so a slow rank takes fewer seeds and no rank
 waits long for another; ``optimize_iris(..., source=queue)`` runs the usual
@@ -16,7 +16,7 @@ restart with the same number of ranks, the ranks exchange which seeds their chec
 its own, and the queue hands out only the seeds that no checkpoint holds (those claimed after a rank's last
 checkpoint are simply run again).
 
-``generate_iris`` calls :func:`optimize`, :func:`agreed_hit` and :func:`save_once`; in one process they
+``generate_iris`` calls `optimize`, `agreed_hit` and `save_once`; in one process they
 reduce to a plain ``optimize_iris`` call, the local cache hit and a plain save.
 """
 
@@ -62,7 +62,7 @@ def save_once(save: Callable[..., None], *args: Any, world: World | None = None)
 
 class SeedQueue:
     """The seeds ``free`` (global indices, the same array on every rank) handed out to ``ranks`` ranks in blocks of
-    ``block`` consecutive entries, from the shared counter ``add`` (:meth:`World.counter`, counting blocks).
+    ``block`` consecutive entries, from the shared counter ``add`` ([`World.counter`][World.counter], counting blocks).
 
     ``claim(k)`` returns this rank's next seeds: the blocks that cover ``k`` seeds, but at most
     ``ceil(remaining blocks / ranks)`` (guided self-scheduling: no rank hoards the tail while another runs dry).
@@ -95,7 +95,7 @@ def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: to
              model: torch.nn.Module | None = None, checkpoint_path: str | None = None, progress: bool = True,
              world: World | None = None, **kwargs: Any) -> IRISet:
     """``optimize_iris(front_fn, seeds, settings=settings, **kwargs)`` with the seeds shared out over the ranks
-    (:class:`SeedQueue`), gathered on all.
+    (`SeedQueue`), gathered on all.
 
     ``seeds``: (N, ...) all seeds on every rank; ``model``: the model behind ``front_fn``, whose weights
     (with the seeds) must be the same on every rank (checked first: a mismatch raises on every rank).
@@ -103,7 +103,7 @@ def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: to
     adds ``ranks``, the per-rank ``rank_wall_s`` and ``rank_seeds`` (how many seeds each rank ran), this rank's
     ``wait_s`` (seconds in the gather: waiting for the slowest rank, and the transfer) and ``claims`` (its store
     round trips). A
-    failure on one rank raises the same :class:`~similarity_plugins.core.parallel.CollectiveError` on every rank.
+    failure on one rank raises the same [`CollectiveError`][similarity_plugins.core.parallel.CollectiveError] on every rank.
     """
     world = world or current_world()
     if not world.distributed:

@@ -62,7 +62,7 @@ class Work:
         return out
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state` saved (same fields; capacity at least the saved active count)."""
+        """Restore what `state` saved (same fields; capacity at least the saved active count)."""
         k = int(state["active"])
         self.active = k
         for name in self.tensor_names:

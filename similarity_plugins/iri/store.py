@@ -44,12 +44,12 @@ def fingerprint(named_tensors: Iterable[tuple[str, torch.Tensor]], layer: str, s
 
 
 def atomic_save(obj: Any, path: str | os.PathLike, kind: str = "iri-set") -> None:
-    """``torch.save(obj)`` to ``path`` atomically, with a digest of its contents (:func:`~..utils.digest.save_verified`)."""
+    """``torch.save(obj)`` to ``path`` atomically, with a digest of its contents (`save_verified`)."""
     save_verified(obj, path, kind)
 
 
 def load_file(path: str | os.PathLike, kind: str = "iri-set") -> Any | None:
-    """Load a file written by :func:`atomic_save`; None (with a "corrupt" warning) unless it verifies."""
+    """Load a file written by `atomic_save`; None (with a "corrupt" warning) unless it verifies."""
     return load_verified(path, kind)
 
 
@@ -100,7 +100,7 @@ def save_iris(iris: IRISet, path: str | os.PathLike, *, labels: torch.Tensor | N
 
 
 def load_iris(path: str | os.PathLike) -> tuple[IRISet, dict]:
-    """Read a file written by :func:`save_iris`: returns ``(IRISet, extras)`` where extras may hold
+    """Read a file written by `save_iris`: returns ``(IRISet, extras)`` where extras may hold
     ``labels``, ``seeds`` and ``summary`` (the dict saved with it)."""
     path = os.fspath(path)
     if path.endswith(".safetensors"):

@@ -1,19 +1,19 @@
 """Representational similarity measures beside CKA, on arrays or tensors, exact in float64.
 
 Each takes two (n, d) activations of the same n inputs (NumPy arrays, or torch tensors computed on their
-own device; higher rank flattens after axis 0), checks them as CKA does (:mod:`similarity_plugins.utils.arrays`)
-and returns a float, or a :class:`Measured` (score and details) with ``details=True``.
+own device; higher rank flattens after axis 0), checks them as CKA does (`similarity_plugins.utils.arrays`)
+and returns a float, or a [`Measured`][Measured] (score and details) with ``details=True``.
 
-- :func:`procrustes`: normalised Bures similarity / orthogonal Procrustes (Williams et al. 2021).
-- :func:`cca`, :func:`svcca` (Raghu et al. 2017), :func:`pwcca` (Morcos et al. 2018): the CCA family,
+- `procrustes`: normalised Bures similarity / orthogonal Procrustes (Williams et al. 2021).
+- `cca`, [`svcca`][svcca] (Raghu et al. 2017), [`pwcca`][pwcca] (Morcos et al. 2018): the CCA family,
   through QR whitening; refuses ``n - 1 <= kept front + kept end`` directions (degenerate CCA).
-- :func:`rsa`: correlation of the two representational dissimilarity matrices (O(n^2) memory).
-- :func:`linear_regression`: variance-weighted R^2 of a ridge map front -> end on held-out rows.
-- :func:`mutual_knn`: mutual k-nearest-neighbour alignment (Huh et al. 2024).
-- :func:`permutation_test`: the permutation null of any of them (p-value, null mean and spread).
+- `rsa`: correlation of the two representational dissimilarity matrices (O(n^2) memory).
+- [`linear_regression`][linear_regression]: variance-weighted R^2 of a ridge map front -> end on held-out rows.
+- [`mutual_knn`][mutual_knn]: mutual k-nearest-neighbour alignment (Huh et al. 2024).
+- [`permutation_test`][permutation_test]: the permutation null of any of them (p-value, null mean and spread).
 
 ``similarity_plugins.functional`` re-exports them; the metrics (``procrustes``, ``cca``, ``svcca``,
-``pwcca``, ``rsa``, ``linear-regression``, ``mutual-knn``) are in :mod:`similarity_plugins.plugins.representational`.
+``pwcca``, ``rsa``, ``linear-regression``, ``mutual-knn``) are in `similarity_plugins.plugins.representational`.
 """
 
 from .cca import cca, pwcca, svcca

@@ -45,7 +45,7 @@ def _whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> _Si
     """QR of the centred ``x`` (n, d) and the singular values of its R factor; ``k`` starts at the numerical rank.
 
     ``compress``: with d > n, first rewrite ``xc`` as n columns with the same row inner products
-    (:func:`~.common.compress_columns`; CCA and SVCCA do not change, and the decompositions are n x n).
+    (`compress_columns`; CCA and SVCCA do not change, and the decompositions are n x n).
     PWCCA passes False: its weights are projections on the original neurons.
     """
     xc, _ = centred(x, name, what)
@@ -63,7 +63,7 @@ def _project(u: torch.Tensor | None, m: torch.Tensor) -> torch.Tensor:
 
 def _correlations(a: _Side, b: _Side, n: int, what: str, fix: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Canonical correlations (descending, (min(ka, kb),)), the front's canonical directions in its kept
-    basis (ka, min(ka, kb)) and that basis (:meth:`_Side.kept`); refuses when ``ka + kb >= n - 1``
+    basis (ka, min(ka, kb)) and that basis (`_Side.kept`); refuses when ``ka + kb >= n - 1``
     (correlations of 1 by construction)."""
     if a.k + b.k >= n - 1:
         raise ValueError(
@@ -92,14 +92,14 @@ def cca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measure
     Args:
         X: (n, dx) array or tensor (the front; higher rank flattens after axis 0).
         Y: (n, dy) array or tensor of the same n inputs.
-        details: return a :class:`Measured` with ``correlations`` (all, descending), ``yanai_r2`` (their
+        details: return a [`Measured`][Measured] with ``correlations`` (all, descending), ``yanai_r2`` (their
             mean square: Yanai's generalised R^2), ``front_dims_kept``/``end_dims_kept`` (numerical ranks), ``n``.
 
     Returns:
-        The mean correlation, in [0, 1] (float), or a :class:`Measured`.
+        The mean correlation, in [0, 1] (float), or a [`Measured`][Measured].
 
     Raises:
-        ValueError: bad input (see :func:`~similarity_plugins.measures.common.pair`), a constant side, or
+        ValueError: bad input (see `pair`), a constant side, or
             ``n - 1 <= rank(Xc) + rank(Yc)`` (CCA is degenerate: use more samples or ``svcca`` with ``dims``).
     """
     x, y = pair(X, Y, "CCA", min_n=3)
@@ -139,11 +139,11 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple
         X: (n, dx) array or tensor (the front). Y: (n, dy) array or tensor of the same n inputs.
         variance: share of variance to keep per side, in (0, 1]. Ignored when ``dims`` is given.
         dims: directions to keep per side (int or (front, end)), or None to use ``variance``.
-        details: return a :class:`Measured` (``correlations``, ``yanai_r2``, ``front_dims_kept``,
+        details: return a [`Measured`][Measured] (``correlations``, ``yanai_r2``, ``front_dims_kept``,
             ``end_dims_kept``, ``variance`` or ``dims``, ``n``).
 
     Returns:
-        The mean canonical correlation of the reduced sides, in [0, 1], or a :class:`Measured`.
+        The mean canonical correlation of the reduced sides, in [0, 1], or a [`Measured`][Measured].
 
     Raises:
         ValueError: bad input, bad ``variance``/``dims``, or ``n - 1 <= kept front + kept end`` directions.
@@ -182,11 +182,11 @@ def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measu
 
     Args:
         X: (n, dx) array or tensor (the front, which gives the weights). Y: (n, dy), same n inputs.
-        details: return a :class:`Measured` (``correlations``, ``weights``, ``weights_from="front"``,
+        details: return a [`Measured`][Measured] (``correlations``, ``weights``, ``weights_from="front"``,
             ``yanai_r2``, ``front_dims_kept``, ``end_dims_kept``, ``n``).
 
     Returns:
-        The weighted mean correlation, in [0, 1], or a :class:`Measured`.
+        The weighted mean correlation, in [0, 1], or a [`Measured`][Measured].
 
     Raises:
         ValueError: bad input, a constant side, or ``n - 1 <= rank(Xc) + rank(Yc)`` (degenerate CCA).

@@ -1,8 +1,8 @@
 """What the representational measures share: inputs as float64 tensors, centring, choices, memory, results.
 
 Every measure takes two (n, d) arrays or tensors of the same n inputs (NumPy: computed on the CPU; torch:
-on the tensor's device), checked by :mod:`similarity_plugins.utils.arrays` exactly as CKA checks its
-inputs, and computes in float64. With ``details=True`` it returns a :class:`Measured` (score and a dict).
+on the tensor's device), checked by `similarity_plugins.utils.arrays` exactly as CKA checks its
+inputs, and computes in float64. With ``details=True`` it returns a [`Measured`][Measured] (score and a dict).
 """
 
 from __future__ import annotations

@@ -56,11 +56,11 @@ def mutual_knn(X: ArrayLike, Y: ArrayLike, topk: int = 10, *, details: bool = Fa
     Args:
         X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
         topk: neighbours per sample, 1 <= topk <= n - 1 (default 10).
-        details: return a :class:`Measured` with ``topk``, ``n`` and ``tied_rows`` (rows whose k-th
+        details: return a [`Measured`][Measured] with ``topk``, ``n`` and ``tied_rows`` (rows whose k-th
             similarity was tied in X or Y, so the tie rule chose).
 
     Returns:
-        The alignment in [0, 1], or a :class:`Measured`.
+        The alignment in [0, 1], or a [`Measured`][Measured].
 
     Raises:
         ValueError: bad input, ``topk`` not an integer in [1, n - 2], an all-zero row, or a constant side.

@@ -1,8 +1,8 @@
 """Permutation tests of the representational measures: each null value by permuting what the measure derives.
 
-:func:`permutation_test` scores K seeded permutations of the end's rows against the front's, with the
+[`permutation_test`][permutation_test] scores K seeded permutations of the end's rows against the front's, with the
 measure's own options, and returns the test's details
-(:func:`~similarity_plugins.utils.permutation.summarise`). What a permutation ``P`` of Y's rows changes:
+(`summarise`). What a permutation ``P`` of Y's rows changes:
 
 - ``procrustes``: the nuclear norm of ``Xc^T P Yc`` (norms unchanged): one GEMM and a symmetric eigenproblem.
 - ``cca``, ``svcca``, ``pwcca``: the whitened bases stay, the correlations are the singular values of
@@ -201,14 +201,14 @@ MEASURES: dict[str, Callable[..., tuple]] = {
 def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: int = 999, seed: int = 0,
                      kind: str = "similarity", X_test: ArrayLike = None, Y_test: ArrayLike = None,
                      **options: Any) -> dict[str, Any]:
-    """The permutation test of one measure of :mod:`similarity_plugins.measures` between X and row-permuted Y.
+    """The permutation test of one measure of `similarity_plugins.measures` between X and row-permuted Y.
 
     Parameters
     ----------
     measure: ``"procrustes"``, ``"cca"``, ``"svcca"``, ``"pwcca"``, ``"rsa"``, ``"mutual_knn"`` or
         ``"linear_regression"`` (then X, Y are the training rows and ``X_test``, ``Y_test`` the test rows).
     X: (n, dx) array or tensor (the front). Y: (n, dy), the same n inputs (the end; its rows are permuted).
-    permutations: K >= 1 seeded permutations (:func:`~similarity_plugins.utils.permutation.draws`).
+    permutations: K >= 1 seeded permutations (`draws`).
     seed: the permutations' seed. kind: ``"similarity"`` (extreme: high) or ``"distance"`` (extreme: low).
     options: the measure's own options (``rdm``, ``compare``, ``topk``, ``variance``, ``dims``, ``alpha``).
 

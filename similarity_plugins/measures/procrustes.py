@@ -24,17 +24,17 @@ def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | 
     after centring and scaling to unit norm), so it is invariant to translation, orthogonal maps and
     isotropic scaling of either side; ``arccos`` of it is Williams et al.'s angular shape distance
     (alpha = 1). One (dx, dy) GEMM and its singular values; with d > n a side is first reduced to n columns
-    with the same row inner products (:func:`~.common.compress_columns`).
+    with the same row inner products (`compress_columns`).
 
     Args:
         X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
-        details: return a :class:`Measured` with ``angular_distance`` (radians, in [0, pi/2]) and ``n``.
+        details: return a [`Measured`][Measured] with ``angular_distance`` (radians, in [0, pi/2]) and ``n``.
 
     Returns:
-        The similarity in [0, 1] (float), or a :class:`Measured`.
+        The similarity in [0, 1] (float), or a [`Measured`][Measured].
 
     Raises:
-        ValueError: bad input (NaN/Inf, rows that differ, fewer than :data:`MIN_SAMPLES` samples) or a constant side.
+        ValueError: bad input (NaN/Inf, rows that differ, fewer than `MIN_SAMPLES` samples) or a constant side.
     """
     x, y = pair(X, Y, "Procrustes", min_n=MIN_SAMPLES)
     xc, sx = centred(x, "X", "Procrustes")

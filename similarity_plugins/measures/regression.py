@@ -81,11 +81,11 @@ def linear_regression(X: ArrayLike, Y: ArrayLike, alpha: float = DEFAULT_ALPHA, 
 
     Args:
         X: (n, dx) front activations. Y: (n, dy) end activations of the same inputs.
-        alpha: relative ridge strength, > 0. details: return a :class:`Measured` (``alpha``,
+        alpha: relative ridge strength, > 0. details: return a [`Measured`][Measured] (``alpha``,
             ``ridge_lambda``, ``n_train``, ``n_test``, ``split``).
 
     Returns:
-        R^2 (<= 1; 1 is a perfect linear map; below 0 is worse than predicting the mean), or a :class:`Measured`.
+        R^2 (<= 1; 1 is a perfect linear map; below 0 is worse than predicting the mean), or a [`Measured`][Measured].
 
     Raises:
         ValueError: bad input, ``alpha`` not a positive finite number, fewer than 2 train or test rows, a

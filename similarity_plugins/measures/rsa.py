@@ -5,7 +5,7 @@ across features; ``cosine``: 1 - cosine, both through one n x n GEMM per side; `
 squared, distance, from per-pair differences), in float64 on the input's device.
 The two triangles are compared by Spearman's rho (ties get
 their average rank, as ``scipy.stats.rankdata``), Pearson's r, or Kendall's tau-b (``scipy.stats.kendalltau``
-on the CPU). Memory is O(n^2): about :data:`BYTES_PER_PAIR_SQUARED` x n^2 bytes at the peak.
+on the CPU). Memory is O(n^2): about `BYTES_PER_PAIR_SQUARED` x n^2 bytes at the peak.
 """
 
 from __future__ import annotations
@@ -149,10 +149,10 @@ def rsa(X: ArrayLike, Y: ArrayLike, rdm: str = "correlation", compare: str = "sp
         rdm: ``"correlation"`` (default), ``"euclidean"`` or ``"cosine"``, as ``scipy.spatial.distance.pdist``.
         compare: ``"spearman"`` (default; average ranks for ties), ``"pearson"`` or ``"kendall"`` (tau-b).
         max_bytes: memory budget for the O(n^2) work; default: free memory of the device now.
-        details: return a :class:`Measured` with ``rdm``, ``compare``, ``n`` and ``pairs`` (n(n-1)/2).
+        details: return a [`Measured`][Measured] with ``rdm``, ``compare``, ``n`` and ``pairs`` (n(n-1)/2).
 
     Returns:
-        The correlation, in [-1, 1], or a :class:`Measured`.
+        The correlation, in [-1, 1], or a [`Measured`][Measured].
 
     Raises:
         ValueError: bad input or option, n < 3, a zero-norm (cosine) or feature-constant (correlation) row,

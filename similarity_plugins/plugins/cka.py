@@ -3,11 +3,11 @@
 Each compares the front's activations at ``layer.front`` with the end's at ``layer.end`` on the
 test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64. Options:
 ``max_samples`` (use the first N test samples; default all), ``threshold`` (RBF bandwidth factor,
-default 1.0), ``permutations`` (K > 0: also a permutation test of the score, :func:`with_permutation_test`).
+default 1.0), ``permutations`` (K > 0: also a permutation test of the score, `with_permutation_test`).
 CKA measures representational geometry, not function: see the stitching metrics.
 
 Under torch.distributed each rank extracts its share of the test split. Linear and debiased CKA then
-merge exact moments (:meth:`~similarity_plugins.cka.StreamingLinearCKA.merge`, in rank order, so every
+merge exact moments ([`merge`][similarity_plugins.cka.streaming.StreamingLinearCKA.merge], in rank order, so every
 rank computes the same score, equal to one process to float64 rounding); RBF CKA needs the n x n Gram
 matrices, so it gathers all activations on every rank (memory: the whole (N, D) arrays per rank).
 """

@@ -1,11 +1,11 @@
 """Representational measures beside CKA as metric plugins: ``procrustes``, ``cca``, ``svcca``, ``pwcca``, ``rsa``,
-``linear-regression``, ``mutual-knn`` (the maths: :mod:`similarity_plugins.measures`).
+``linear-regression``, ``mutual-knn`` (the maths: `similarity_plugins.measures`).
 
 Like the CKA plugins, each compares the front's activations at ``layer.front`` with the end's at ``layer.end``
 on the test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64, and reads them
 only through ``context.activations(model, layer, split)`` (so ``score(x, y)`` can feed arrays). Option
 ``max_samples``: use the first N test samples (default all). ``linear-regression`` also fits on the train split.
-Option ``permutations`` (K > 0): also a permutation test of the score (:mod:`similarity_plugins.measures.permutation`).
+Option ``permutations`` (K > 0): also a permutation test of the score (`similarity_plugins.measures.permutation`).
 
 Each declares what its score means: ``kind``, ``range``, ``symmetric`` and ``invariances`` (vocabulary in
 docs/metrics.md; for option-dependent invariances, those of the defaults).
@@ -27,7 +27,7 @@ _ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
 
 class _Representational:
-    """One measure of :mod:`similarity_plugins.measures` on the test activations at the layer."""
+    """One measure of `similarity_plugins.measures` on the test activations at the layer."""
 
     needs = ("test",)
     options: tuple[Option, ...] = (MAX_SAMPLES, PERMUTATIONS)

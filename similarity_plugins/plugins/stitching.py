@@ -9,7 +9,7 @@ training losses and the settings used. Options (defaults from the paper; see
 ``batch_size`` (128), ``milestones`` ((1/3, 2/3)), ``gamma`` (0.1), ``init`` ("least-squares" |
 "identity" | "random"), ``ls_samples`` (2048), ``stitch_bn`` (False), ``max_train`` (all),
 ``dm_loss`` ("sum" | "normalised"), ``fula_weights``, ``temperature`` (1.0), ``cache_limit_mb`` (1024),
-``eval_batch_size`` (256); declared in ``options`` from :class:`~similarity_plugins.stitch.StitchSettings`.
+``eval_batch_size`` (256); declared in ``options`` from [`StitchSettings`][similarity_plugins.stitch.settings.StitchSettings].
 Fitted stitches are shared within one ``compare`` call, so repeating a metric never refits.
 
 What the score means: a similarity (higher: more alike), no declared range (the stitched model can beat

@@ -3,12 +3,12 @@
 Shared by the standard stitching plugins (``stitch-*``) and the invariance-aware ones (``iri-*``).
 Entry points:
 
-- :func:`fit_stitch` (trainer): train a stitch between two :class:`~similarity_plugins.SplitNetwork`
+- [`fit_stitch`][fit_stitch] (trainer): train a stitch between two `SplitNetwork`
   halves on any inputs (a tensor), targets computed from the end model on those inputs;
-- :func:`evaluate_stitch`: relative accuracy, agreement and absolute accuracies on test arrays;
-- :func:`stitch_result` / :func:`fitted_stitch` (service): the memoised fit + evaluation a plugin
-  calls with a :class:`~similarity_plugins.core.context.Context`;
-- :class:`StitchSettings`: the defaults of the paper, each overridable by an option of the same name.
+- [`evaluate_stitch`][evaluate_stitch]: relative accuracy, agreement and absolute accuracies on test arrays;
+- [`stitch_result`][stitch_result] / [`fitted_stitch`][fitted_stitch] (service): the memoised fit + evaluation a plugin
+  calls with a [`Context`][similarity_plugins.core.context.Context];
+- [`StitchSettings`][StitchSettings]: the defaults of the paper, each overridable by an option of the same name.
 """
 
 from .cache import ArrayStore, TrainingCache, subset_indices

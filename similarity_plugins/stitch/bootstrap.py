@@ -1,7 +1,7 @@
 """Bootstrap interval of a stitching score over test samples.
 
 The score of a stitch is the relative accuracy ``mean(stitched correct) / mean(end correct)`` on the
-test set. :func:`relative_accuracy_ci` resamples the test indices with replacement (the same indices for
+test set. `relative_accuracy_ci` resamples the test indices with replacement (the same indices for
 both vectors, so the pairing of a sample's two outcomes is kept), recomputes the ratio per resample and
 returns the 2.5 and 97.5 percentiles: a 95% interval for the test-sample uncertainty of that one stitch.
 It does not cover the randomness of fitting the stitch or generating IRIs (see ``compare(repeats=...)``).

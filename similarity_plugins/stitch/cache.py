@@ -1,10 +1,10 @@
 """What stitch training reads every epoch, computed once: the front's activations and B's targets.
 
-:class:`TrainingCache` runs the front (A up to cut i) over the training inputs once, batched and
+[`TrainingCache`][TrainingCache] runs the front (A up to cut i) over the training inputs once, batched and
 without gradients, and B's native path once for the targets an objective needs (B's activation at
 cut j, B's logits, B's activations at the taps after j). Each array lives in memory, or in a
 memory-mapped float32 file in a temporary directory when it is larger than ``limit_bytes``
-(:class:`ArrayStore`). One cache serves every objective trained on the same inputs.
+([`ArrayStore`][ArrayStore]). One cache serves every objective trained on the same inputs.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ class TrainingCache:
         return self.stores["front"].take(self._local(idx))
 
     def targets(self, idx: torch.Tensor, names: Iterable[str], device: torch.device | None = None) -> dict:
-        """The cached targets ``names`` (see :data:`~.objectives.NEEDS`) for samples ``idx``, on ``device``."""
+        """The cached targets ``names`` (see `NEEDS`) for samples ``idx``, on ``device``."""
         names = tuple(names)
         self.ensure(names)
         device = device or torch.device("cpu")

@@ -52,7 +52,7 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
     ``agreement`` (fraction where h and B predict the same class), ``stitched_accuracy``,
     ``end_accuracy``, ``front_accuracy`` (fractions in [0, 1]), ``test_size`` and ``test_ci95``
     (``[low, high]``: 95% bootstrap interval of the relative accuracy over test samples, 1,000
-    resamples with a fixed seed; see :mod:`~.bootstrap`). Raises
+    resamples with a fixed seed; see `bootstrap`). Raises
     ``ValueError`` for labels outside B's classes or when B's accuracy is 0 (ratio undefined).
     """
     labels = torch.as_tensor(labels).long().cpu()
@@ -89,7 +89,7 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
 
 
 def _scores(c: torch.Tensor, with_front: bool, with_dm: bool) -> dict:
-    """:func:`evaluate_stitch`'s result dict from its summed count vector ``c`` (7,) float64."""
+    """[`evaluate_stitch`][evaluate_stitch]'s result dict from its summed count vector ``c`` (7,) float64."""
     n = float(c[0])
     if n == 0:
         raise ValueError("the test set is empty: stitching is scored on Data.test")

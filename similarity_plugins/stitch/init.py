@@ -112,7 +112,7 @@ def initialise(stitch: StitchLayer, method: str, cache: TrainingCache, generator
                samples: int = 2048, batch_size: int = 256, world: World | None = None) -> dict:
     """Initialise ``stitch`` with ``method`` ("least-squares", "identity", "random"); returns a details dict.
 
-    ``world``: several ranks share least squares (see :func:`least_squares_init`)."""
+    ``world``: several ranks share least squares (see [`least_squares_init`][least_squares_init])."""
     if method == "least-squares":
         return least_squares_init(stitch, cache, samples, generator, batch_size, world=world)
     if method == "identity":

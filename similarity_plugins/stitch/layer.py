@@ -11,8 +11,8 @@ convolution with bias for map -> map, a token-wise ``nn.Linear`` otherwise. Opti
 over A's features comes before it. Between two maps of different spatial sizes, A's map is first
 resized to B's with bilinear interpolation (``align_corners=False``); the plan records it. Any
 other pairing needs the same number of positions on both sides (a ``(C, H, W)`` map pairs with
-``(H*W, D)`` tokens in row-major order); otherwise :func:`plan_stitch` raises
-:class:`StitchShapeError` saying why.
+``(H*W, D)`` tokens in row-major order); otherwise [`plan_stitch`][plan_stitch] raises
+[`StitchShapeError`][StitchShapeError] saying why.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class StitchPlan:
 def plan_stitch(front_shape: tuple[int, ...], end_shape: tuple[int, ...]) -> StitchPlan:
     """Decide how to stitch per-sample shapes ``front_shape`` (A at cut i) to ``end_shape`` (B at cut j).
 
-    Raises :class:`StitchShapeError` (a ``ValueError``) when the positions cannot be matched, e.g.
+    Raises [`StitchShapeError`][StitchShapeError] (a ``ValueError``) when the positions cannot be matched, e.g.
     a token count mismatch or a CNN map against a ViT's tokens with a class token.
     """
     front_shape, end_shape = tuple(int(s) for s in front_shape), tuple(int(s) for s in end_shape)

@@ -60,7 +60,7 @@ def dm_loss(stitched: torch.Tensor, target: torch.Tensor, reduction: str = "sum"
     """Direct matching between ``T(f(x))`` and ``g_{<=j}(x)``, both (N, ...) of B's cut shape.
 
     ``"sum"``: mean over samples of the per-sample sum of squared differences (activation units squared).
-    ``"normalised"``: mean over samples of :func:`relative_sq_error` (unitless).
+    ``"normalised"``: mean over samples of [`relative_sq_error`][relative_sq_error] (unitless).
     """
     target = target.detach()
     if reduction == "sum":
@@ -98,7 +98,7 @@ def stitched_loss(objective: str, h: torch.Tensor, end: SplitNetwork, targets: M
                   fula_weights: Sequence[float] | None = None) -> torch.Tensor:
     """The training loss of stitched activations ``h`` = ``T(f(x))`` (N, *B's cut shape) for ``objective``.
 
-    ``targets`` holds what :data:`NEEDS` lists, for the same N samples: ``labels`` (N,) int64,
+    ``targets`` holds what `NEEDS` lists, for the same N samples: ``labels`` (N,) int64,
     ``end_logits`` (N, K), ``end_cut`` (N, *cut shape), ``end_taps`` (tuple of (N, ...)). HLM, SLM and
     FuLA run the end on ``h`` (gradients reach ``h``, never B's parameters); DM does not run B at all.
     """

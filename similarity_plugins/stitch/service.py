@@ -1,16 +1,16 @@
 """The shared stitching service used by the metric plugins: fit (memoised), evaluate, report.
 
-:func:`stitch_result` is what a stitching plugin calls. Within one ``compare`` (one
-:class:`~similarity_plugins.core.context.Context`) it memoises, by key:
+[`stitch_result`][stitch_result] is what a stitching plugin calls. Within one ``compare`` (one
+[`Context`][similarity_plugins.core.context.Context]) it memoises, by key:
 
 - the training inputs loaded from ``Data.train`` (``("stitch-train", id(split))``);
-- the :class:`~.cache.TrainingCache` (A's activations and B's targets) per donor pair, layer pair and
+- the [`TrainingCache`][cache.TrainingCache] (A's activations and B's targets) per donor pair, layer pair and
   training set, shared by all four objectives;
-- each :class:`~.trainer.FittedStitch` per (donors, layers, objective, training set, settings), so a
+- each [`FittedStitch`][trainer.FittedStitch] per (donors, layers, objective, training set, settings), so a
   second report or a sweep never refits it;
 - the test-set arrays (A's activations and logits, B's logits, labels) per donor pair and layers.
 
-Other inputs than ``Data.train`` (e.g. IRIs) come in as a :class:`TrainingSet` with their own key.
+Other inputs than ``Data.train`` (e.g. IRIs) come in as a [`TrainingSet`][TrainingSet] with their own key.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class TrainingSet:
 
 
 def training_set(context: Context) -> TrainingSet:
-    """``Data.train`` materialised as a :class:`TrainingSet` (memoised); clear error when it is missing."""
+    """``Data.train`` materialised as a [`TrainingSet`][TrainingSet] (memoised); clear error when it is missing."""
     split = context.data.train
     if split is None:
         raise ValueError(
@@ -90,7 +90,7 @@ def fitted_stitch(context: Context, front: nn.Module, end: nn.Module, layer: Lay
     """The stitch from ``front`` at ``layer.front`` to ``end`` at ``layer.end`` trained with ``objective``
     on ``train_source`` (default: ``Data.train``), memoised in ``context`` (see module docstring).
 
-    ``options``: stitch settings (see :mod:`~.settings`); the seed is ``context.seed``.
+    ``options``: stitch settings (see `settings`); the seed is ``context.seed``.
     """
     layer = as_layer_pair(layer)
     objective = check_objective(objective)
@@ -169,7 +169,7 @@ def stitch_result(context: Context, front: nn.Module, end: nn.Module, layer: Lay
     ``dm_relative_error`` (DM only), ``train_size``, ``test_size``, ``train_source``, ``resized``,
     ``stitch`` (a description), ``front_shape``, ``end_shape``, ``init`` (method; least squares adds its
     relative residual), ``settings``, ``fit_seconds``; ``warnings`` notes a bilinear resize.
-    Raises ``ValueError`` with a clear message for bad input (see :func:`~.trainer.fit_stitch`).
+    Raises ``ValueError`` with a clear message for bad input (see [`fit_stitch`][trainer.fit_stitch]).
     """
     layer = as_layer_pair(layer)
     objective = check_objective(objective)

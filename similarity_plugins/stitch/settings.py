@@ -65,7 +65,7 @@ OPTION_DOCS: dict[str, str] = {
 
 
 def check_objective(objective: str) -> str:
-    """Normalise an objective name ("HLM", "stitch-slm", "fula" ...) to one of :data:`OBJECTIVES`."""
+    """Normalise an objective name ("HLM", "stitch-slm", "fula" ...) to one of `OBJECTIVES`."""
     name = str(objective).lower().removeprefix("stitch-").removeprefix("iri-")
     if name not in OBJECTIVES:
         raise ValueError(f"unknown stitching objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
@@ -171,7 +171,7 @@ def _number(name: str, value: Any, *, minimum: float, strict: bool = False) -> f
 
 
 def stitch_options() -> tuple[Option, ...]:
-    """The options of the stitching metrics, one per :class:`StitchSettings` field (but ``seed``), with the
-    field's default and its line of :data:`OPTION_DOCS`."""
+    """The options of the stitching metrics, one per [`StitchSettings`][StitchSettings] field (but ``seed``), with the
+    field's default and its line of `OPTION_DOCS`."""
     return tuple(Option(f.name, getattr(StitchSettings, f.name), OPTION_DOCS[f.name])
                  for f in fields(StitchSettings) if f.name != "seed")

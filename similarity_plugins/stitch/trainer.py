@@ -1,11 +1,11 @@
 """Train a stitch between a frozen front (A up to cut i) and a frozen end (B from cut j on).
 
-:func:`fit_stitch` is the entry point. It takes the training inputs as a tensor, so callers can
+[`fit_stitch`][fit_stitch] is the entry point. It takes the training inputs as a tensor, so callers can
 train on any inputs (the ordinary training split, or IRIs); every target is computed from B on
-those same inputs. Only the stitch learns: both donors run through :class:`SplitNetwork`, which
+those same inputs. Only the stitch learns: both donors run through `SplitNetwork`, which
 keeps them in eval mode with their parameters out of the graph and restores every flag.
 
-Work that does not change between epochs is done once (:class:`~.cache.TrainingCache`): A's
+Work that does not change between epochs is done once ([`TrainingCache`][cache.TrainingCache]): A's
 activations at the cut, and B's targets (SLM: B's logits; DM: B's activations at the cut; FuLA:
 those and B's activations at every tap). Per batch, HLM and SLM run B's end on the stitched
 activations, FuLA the end with taps, and DM runs no part of either network.
@@ -41,11 +41,11 @@ class StitchDivergedError(ValueError):
 class FittedStitch:
     """A trained stitch and how it was trained.
 
-    ``stitch``: the :class:`StitchLayer` (eval mode, on the training device); ``losses``: mean training
+    ``stitch``: the [`StitchLayer`][StitchLayer] (eval mode, on the training device); ``losses``: mean training
     loss per epoch (objective units: nats for HLM/SLM, squared activation units for DM "sum",
     unitless for DM "normalised" and FuLA); ``init``: the initialisation's details (least squares adds
     its relative residual); ``train_size``: samples trained on; ``steps``: optimiser steps;
-    ``seconds``: wall time of fitting (caching included); ``cache``: the :class:`TrainingCache` used
+    ``seconds``: wall time of fitting (caching included); ``cache``: the [`TrainingCache`][TrainingCache] used
     (or ``None`` once dropped).
     """
 
@@ -94,18 +94,18 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
     - ``train_x``: training inputs (N, ...) (e.g. images (N, C, H, W) in [0, 1], or IRIs); B's targets
       are computed on these same inputs. ``train_y``: (N,) int64 labels (needed by HLM only; may be
       ``None`` otherwise). Both may be ``None`` when ``cache`` is given (its inputs are used).
-    - ``objective``: "hlm", "slm", "dm" or "fula". ``settings``: :class:`StitchSettings` (defaults:
+    - ``objective``: "hlm", "slm", "dm" or "fula". ``settings``: [`StitchSettings`][StitchSettings] (defaults:
       the paper's; ``settings.seed`` seeds initialisation and shuffling; ``max_train`` subsets).
-    - ``cache``: a :class:`TrainingCache` over the same inputs to share across objectives.
+    - ``cache``: a [`TrainingCache`][TrainingCache] over the same inputs to share across objectives.
     - ``world``: with several ranks, training is data-parallel: each global batch (the same shuffled
       indices on every rank) is split by the ranks' cache rows (``cache.rows``), each rank backpropagates
       its part of the batch mean, and the summed gradients (one all-reduce per step) equal the
       single-process mean gradient up to float reduction order; every rank ends with the same stitch.
       (With ``stitch_bn`` each rank normalises by its own part's batch statistics.)
 
-    Returns a :class:`FittedStitch`. Raises ``ValueError`` for a training set smaller than one batch,
+    Returns a [`FittedStitch`][FittedStitch]. Raises ``ValueError`` for a training set smaller than one batch,
     labels outside B's classes, shapes that cannot be stitched, or a NaN/Inf loss
-    (:class:`StitchDivergedError`). The donors are unchanged afterwards, also on error.
+    ([`StitchDivergedError`][StitchDivergedError]). The donors are unchanged afterwards, also on error.
     """
     start_time = time.perf_counter()
     objective = check_objective(objective)
@@ -129,7 +129,7 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
 def _training_cache(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | None,
                     train_y: torch.Tensor | None, settings: StitchSettings, device: torch.device,
                     progress: bool) -> TrainingCache:
-    """A :class:`TrainingCache` over ``train_x`` (subset to ``settings.max_train``) and its labels."""
+    """A [`TrainingCache`][TrainingCache] over ``train_x`` (subset to ``settings.max_train``) and its labels."""
     if train_x is None:
         raise ValueError("fit_stitch needs training inputs train_x (N, ...) or a TrainingCache")
     idx = subset_indices(len(train_x), settings.max_train, settings.seed)
@@ -159,7 +159,7 @@ def _train_epochs(objective: str, stitch: StitchLayer, end: SplitNetwork, cache:
                   world: World | None) -> tuple[list[float], int]:
     """Adam over ``settings.epochs`` shuffled epochs; returns (mean loss per epoch, optimiser steps taken).
 
-    Leaves the stitch in eval mode. Raises :class:`StitchDivergedError` on a NaN/Inf loss.
+    Leaves the stitch in eval mode. Raises [`StitchDivergedError`][StitchDivergedError] on a NaN/Inf loss.
     """
 
     n, needs = len(cache), NEEDS[objective]

@@ -4,11 +4,11 @@ Bottom layer: imports nothing from the package (torch only when a tensor is pass
 messages for every measure: the argument is named in each error, and ``what`` names the measure
 (``"CKA"``, ``"Procrustes"``, ...). The functions accept NumPy arrays or torch tensors where it says so.
 
-- :func:`to_numpy`: array or tensor -> NumPy (CPU), float32/float64, complex refused.
-- :func:`to_tensor`: array or tensor -> float64 torch tensor on the tensor's own device (NumPy: CPU).
-- :func:`as_samples`: the (n, d) view every measure works on (1-D is one feature, higher rank flattens).
-- :func:`check_same_n`, :func:`raise_nonfinite`, :func:`raise_if_constant`: the shared refusals.
-- :func:`available_bytes`, :func:`format_bytes`: the memory budget of measures that hold n x n matrices.
+- `to_numpy`: array or tensor -> NumPy (CPU), float32/float64, complex refused.
+- `to_tensor`: array or tensor -> float64 torch tensor on the tensor's own device (NumPy: CPU).
+- `as_samples`: the (n, d) view every measure works on (1-D is one feature, higher rank flattens).
+- `check_same_n`, `raise_nonfinite`, `raise_if_constant`: the shared refusals.
+- `available_bytes`, `format_bytes`: the memory budget of measures that hold n x n matrices.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def to_numpy(x: ArrayLike, name: str, what: str = "CKA") -> np.ndarray:
 
 def to_tensor(x: ArrayLike, name: str, what: str):
     """``x`` as a float64 torch tensor: a tensor stays on its device, anything else goes through
-    :func:`to_numpy` and lives on the CPU. May share memory with ``x`` when ``x`` is already float64:
+    `to_numpy` and lives on the CPU. May share memory with ``x`` when ``x`` is already float64:
     callers must not write into it."""
     import torch
 

@@ -1,7 +1,7 @@
 """Files that verify their contents: a payload saved with a SHA-256 of its tensors and settings, checked on load.
 
-:func:`save_verified` writes ``{"format", "kind", "digest", "payload"}`` with ``torch.save`` through
-:func:`~.io.atomic_write`; :func:`load_verified` reads it with ``weights_only=True`` and returns the payload
+`save_verified` writes ``{"format", "kind", "digest", "payload"}`` with ``torch.save`` through
+`atomic_write`; `load_verified` reads it with ``weights_only=True`` and returns the payload
 only when the file is readable, of the expected ``kind`` and its digest matches. Anything else (a truncated
 file, bytes changed inside a still valid zip, a file of another format) is a miss with a warning that says
 "corrupt", and the caller recomputes. The digest detects accidents and edits of the data without the
@@ -66,7 +66,7 @@ def payload_digest(payload: Any) -> str:
 
 def save_verified(payload: Any, path: str | os.PathLike, kind: str) -> None:
     """Save ``payload`` (loadable with ``weights_only=True``) with its digest to ``path``, atomically.
-    ``kind`` names what the file holds ("iri-set", "iri-checkpoint"); :func:`load_verified` checks it."""
+    ``kind`` names what the file holds ("iri-set", "iri-checkpoint"); `load_verified` checks it."""
     from .io import atomic_write
 
     record = {"format": FORMAT, "kind": kind, "digest": payload_digest(payload), "payload": payload}
@@ -75,8 +75,8 @@ def save_verified(payload: Any, path: str | os.PathLike, kind: str) -> None:
 
 
 def load_verified(path: str | os.PathLike, kind: str) -> Any | None:
-    """The payload saved by :func:`save_verified` at ``path``; None when the file is missing, or (with a
-    :class:`CorruptFileWarning` saying "corrupt" and why) unreadable, truncated, of another kind or format,
+    """The payload saved by `save_verified` at ``path``; None when the file is missing, or (with a
+    `CorruptFileWarning` saying "corrupt" and why) unreadable, truncated, of another kind or format,
     or when its contents do not match the digest."""
     path = os.fspath(path)
     if not os.path.exists(path):

@@ -1,6 +1,6 @@
 """Writing files safely, and the table/CSV text every report shares.
 
-Bottom layer: imports nothing from the package. :func:`atomic_write` is the one way this package writes
+Bottom layer: imports nothing from the package. `atomic_write` is the one way this package writes
 a file: readers never see a half-written file, and a failed write leaves the old file (if any) in place.
 """
 
@@ -59,7 +59,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
     The temporary file lives in the same folder (so ``os.replace`` is a rename on one file system) and
     keeps ``path``'s extension; it is flushed and fsync'ed before the rename, and removed if the block
     raises. Parent folders are created. A new file gets the umask's permissions, an existing one keeps its
-    mode, and a symlink is written through (:func:`write_target`). ``mode``: "wb" (default) or "w" (text;
+    mode, and a symlink is written through (`write_target`). ``mode``: "wb" (default) or "w" (text;
     ``encoding`` defaults to UTF-8). Usage: ``with atomic_write("out/report.csv", "w", newline="") as fh: ...``.
     """
     if mode not in ("wb", "w"):
@@ -93,7 +93,7 @@ def _naming(path: str | os.PathLike) -> Iterator[None]:
 def write_all(files: Mapping[str, str | bytes]) -> list[str]:
     """Write every ``{path: contents}`` (text as UTF-8) so that either all of them are replaced or none.
 
-    All contents go to temporary files first (next to each target, as :func:`atomic_write`); only when every
+    All contents go to temporary files first (next to each target, as `atomic_write`); only when every
     one is written are they renamed into place. If a rename fails (rare: every folder took a file a moment
     before), the files already renamed are removed again and the error is raised. Returns the paths.
     """
@@ -157,7 +157,7 @@ def write_text(path: str | os.PathLike, text: str) -> str:
 
 
 def json_text(payload: Any, indent: int = 2) -> str:
-    """``payload`` as indented JSON text with a final newline (what :func:`write_json` writes)."""
+    """``payload`` as indented JSON text with a final newline (what `write_json` writes)."""
     return json.dumps(payload, indent=indent) + "\n"
 
 

@@ -2,18 +2,18 @@
 
 A permutation test of a measure between X (n, dx) and Y (n, dy) scores ``K`` copies of Y with its rows
 permuted (the pairing of the two sides broken, each side's own structure kept) against X, and reports
-where the observed score falls among them (:func:`summarise`). The measures compute those scores by
+where the observed score falls among them (`summarise`). The measures compute those scores by
 permuting what they derive from each side (a centred Gram matrix, an RDM, a whitened basis, neighbour
 sets); this module holds what they share:
 
-- :func:`check_permutations`: the ``permutations`` option's value rule (a whole number >= 0).
-- :func:`draws`: the ``K`` permutations of ``n`` rows from a seed, the same on every device and thread count.
-- :func:`summarise`: ``p_value`` = (1 + #null at least as extreme) / (K + 1), ``null_mean``, ``null_std``.
-- :func:`permuted_inner`: ``sum_ij A_ij B_{p(i) p(j)}`` for each permutation ``p``: CKA and RSA statistics.
-- :func:`permutation_moments` and :func:`pearson3_p_value`: the exact mean, variance and skewness of
+- `check_permutations`: the ``permutations`` option's value rule (a whole number >= 0).
+- `draws`: the ``K`` permutations of ``n`` rows from a seed, the same on every device and thread count.
+- `summarise`: ``p_value`` = (1 + #null at least as extreme) / (K + 1), ``null_mean``, ``null_std``.
+- `permuted_inner`: ``sum_ij A_ij B_{p(i) p(j)}`` for each permutation ``p``: CKA and RSA statistics.
+- `permutation_moments` and `pearson3_p_value`: the exact mean, variance and skewness of
   that statistic over all n! permutations and the Pearson type III p-value built from them
   (Kazi-Aoual et al. 1995; Josse, Pages and Husson 2008), without sampling.
-- :func:`check_cost`: a warning before the work when ``K`` permutations exceed :data:`WORK_BOUND`
+- `check_cost`: a warning before the work when ``K`` permutations exceed `WORK_BOUND`
   operations or a measure's matrices exceed the memory available.
 """
 
@@ -48,7 +48,7 @@ _SALT = 0x9E37  # the permutations' seed stream differs from the split draws' of
 
 
 class PermutationCostWarning(UserWarning):
-    """A permutation test whose work or memory exceeds the documented bound (:data:`WORK_BOUND`, free memory)."""
+    """A permutation test whose work or memory exceeds the documented bound (`WORK_BOUND`, free memory)."""
 
 
 def null_keys() -> tuple[str, ...]:
@@ -86,7 +86,7 @@ def draws(n: int, k: int, seed: int, batch: int) -> Iterator[torch.Tensor]:
 
 
 def batch_size(bytes_per_permutation: float, k: int) -> int:
-    """How many permutations to score at once so that their copies stay under :data:`BATCH_BYTES`."""
+    """How many permutations to score at once so that their copies stay under `BATCH_BYTES`."""
     return max(1, min(k, int(BATCH_BYTES // max(1.0, bytes_per_permutation))))
 
 
@@ -98,7 +98,7 @@ def summarise(observed: float, null: torch.Tensor, kind: str | None) -> dict[str
     observed: the statistic on the unpermuted pairing, computed the way the null values are.
     null: (K,) float64 statistics of the K permutations.
     kind: ``"distance"``: extreme means at most ``observed``; otherwise (a similarity) at least ``observed``.
-        Values within :data:`TIE_RTOL` of ``observed`` (relative to the largest magnitude) count as ties,
+        Values within `TIE_RTOL` of ``observed`` (relative to the largest magnitude) count as ties,
         which are extreme: rounding of the same number never lowers a p-value.
 
     Returns
@@ -164,7 +164,7 @@ def dot(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: float = 0.0,
                available: float | None = None) -> str | None:
-    """Warn (:class:`PermutationCostWarning`) before the work when ``k`` permutations would exceed a bound.
+    """Warn (`PermutationCostWarning`) before the work when ``k`` permutations would exceed a bound.
 
     Parameters
     ----------
@@ -253,7 +253,7 @@ def _label_orders(b: int) -> tuple[tuple[int, ...], ...]:
 def _plan(order: int) -> tuple[tuple[int, tuple[tuple[tuple, int], ...]], ...]:
     """For E[T^order]: each coincidence pattern tau of the 2 x order indices, as its number of blocks and the
     Moebius expansion of its distinct-label sum, ``S(tau) = sum_key weight W(key)`` over the partitions coarser
-    than tau (keys: canonical multigraphs, :func:`_canonical`)."""
+    than tau (keys: canonical multigraphs, `_canonical`)."""
     out = []
     for tau in _growth_strings(2 * order):
         blocks = max(tau) + 1
@@ -277,7 +277,7 @@ def _pattern_sum(m: np.ndarray, key: tuple, memo: dict) -> float:
 
 def _raw_moment(a: np.ndarray, b: np.ndarray, order: int, memos: tuple[dict, dict]) -> float:
     """E[T^order] = sum over coincidence patterns tau of S_A(tau) S_B(tau) / (n)_{|tau|} (S: sums over distinct
-    labels, from the unrestricted pattern sums by Moebius inversion, :func:`_plan`)."""
+    labels, from the unrestricted pattern sums by Moebius inversion, `_plan`)."""
     n = a.shape[0]
     total = 0.0
     for blocks, terms in _plan(order):
@@ -316,7 +316,7 @@ def permutation_moments(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float,
 
 def pearson3_p_value(observed: float, a: torch.Tensor, b: torch.Tensor, kind: str | None = "similarity") -> float:
     """P-value of ``observed = sum_ij a_ij b_ij`` against the permutation distribution of T (see
-    :func:`permutation_moments`), approximated by the Pearson type III law with its exact first three moments.
+    `permutation_moments`), approximated by the Pearson type III law with its exact first three moments.
 
     Returns the upper tail P(T >= observed) for a similarity, the lower one for a distance; NaN when T does not
     vary over permutations.

@@ -1,7 +1,7 @@
 """Text helpers used everywhere user input is read: "did you mean" hints and the one KEY=VALUE grammar.
 
 The grammar (``--option``, ``--variant-option`` and model-spec queries ``?key=value&...``) reads each
-value with :func:`parse_value`: JSON when it parses (numbers, ``true``/``false``, ``null``, lists such as
+value with `parse_value`: JSON when it parses (numbers, ``true``/``false``, ``null``, lists such as
 ``[0.5, 0.8]``, quoted strings), else ``yes``/``on`` -> True, ``no``/``off`` -> False, ``none`` -> None
 (any case), else a Python float literal (``.5``, ``1.``, ``inf``), else the text itself as a string.
 """

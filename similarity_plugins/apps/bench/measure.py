@@ -1,11 +1,11 @@
 """One metric on one workload, timed by pytest-benchmark: the body of the ``similarity_benchmark`` fixture
 and of every ``similarity-plugins bench`` benchmark.
 
-Each round scores the metric with a fresh :class:`~similarity_plugins.core.context.Context` (built in the
+Each round scores the metric with a fresh [`Context`][similarity_plugins.core.context.Context] (built in the
 untimed ``setup`` of ``benchmark.pedantic``), so activations, network splits, stitch training caches, fitted
 stitches and IRIs are recomputed every round: a round times ``compare(front, end, layer, data, [metric])``,
 i.e. the metric's real work plus the few milliseconds of ``compare``'s own checks. Not timed: building and
-training the donors and loading the data (once per process, see :mod:`.workloads`), importing and
+training the donors and loading the data (once per process, see `workloads`), importing and
 registering the plugin, and the warm-up rounds.
 """
 
@@ -27,7 +27,7 @@ class MetricFailed(RuntimeError):
 def resolve_metric(metric: str) -> str:
     """The registered name of ``metric`` (an exact name, or a wildcard matching exactly one metric).
 
-    Raises :class:`~similarity_plugins.core.registry.UnknownMetric` naming the registered metrics.
+    Raises [`UnknownMetric`][similarity_plugins.core.registry.UnknownMetric] naming the registered metrics.
     """
     names = select_metrics([metric])
     if len(names) != 1:
@@ -41,14 +41,14 @@ def benchmark_metric(benchmark: Any, metric: str, workload: "str | Workload" = D
     """Time ``metric`` on ``workload`` with pytest-benchmark's ``benchmark`` fixture; return its result.
 
     - ``rounds`` / ``warmup_rounds``: timed and untimed rounds (default: the workload's, e.g. 3 and 1 for
-      ``small``); one iteration per round, each with a fresh :class:`Context` (see the module docstring).
+      ``small``); one iteration per round, each with a fresh [`Context`][Context] (see the module docstring).
     - ``options``: metric options merged over the workload's fast defaults for the metric's family (global
       ones, and per-metric dicts under metric names); the metric gets those it declares.
     - ``seed``: the donors' seed and ``compare(seed=...)``.
 
     Sets ``benchmark.group`` to ``"workload <name>"`` unless the caller set a group, and
     ``benchmark.extra_info`` to ``metric``, ``workload``, ``layer``, ``package``, ``score`` (the last
-    round's, a float) and ``error`` (None, or the metric's error). Raises :class:`MetricFailed` (inside the
+    round's, a float) and ``error`` (None, or the metric's error). Raises `MetricFailed` (inside the
     timed call, so pytest-benchmark marks the benchmark as errored and saves no timing for it) when the
     metric returns an error row, and ``ValueError`` for an unknown metric or workload.
     """

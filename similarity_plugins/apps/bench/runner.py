@@ -117,7 +117,7 @@ class BenchPlugin:
 def validate(request: BenchRequest) -> tuple[list[str], list[Workload]]:
     """Check the request before anything runs; returns (metric names, workloads).
 
-    Raises :class:`BenchInputError` for an unknown metric or workload, an ``--option`` that no selected
+    Raises `BenchInputError` for an unknown metric or workload, an ``--option`` that no selected
     metric takes, a malformed ``--compare-fail`` or ``--save`` name, ``--compare-fail`` without ``--compare``, and
     ``--compare`` when the storage holds no saved run (or none matching the id).
     """

@@ -2,7 +2,7 @@
 
 Not collected by the project's own test runs (its name does not match ``test_*.py``); the runner passes
 it to pytest explicitly and parametrises ``bench_case`` through its plugin object
-(:class:`similarity_plugins.apps.bench.runner.BenchPlugin`).
+(`similarity_plugins.apps.bench.runner.BenchPlugin`).
 """
 
 

@@ -3,7 +3,7 @@
 A workload is everything a metric needs besides its own work, built once per process and deterministic
 (seeded initial weights, seeded training on scikit-learn digits; nothing is downloaded):
 
-- ``small`` (default): two :class:`~similarity_plugins.apps.zoo.SmallCNN` (width 16) on digits at 1x32x32,
+- ``small`` (default): two `SmallCNN` (width 16) on digits at 1x32x32,
   trained 2 epochs each (seeds 0 and 1), compared at ``block3`` (16 x 4 x 4 = 256 values; ``cca`` and
   ``pwcca`` at ``block4``, 64 values, since CCA needs more samples than both widths together); 512 training
   / 450 test images. Seconds per metric on 2 CPU cores.
@@ -47,7 +47,7 @@ class Donors:
 class Workload:
     """A named benchmark workload (see the module docstring).
 
-    ``build(seed)`` returns the :class:`Donors` (called through :meth:`donors`, which caches per process);
+    ``build(seed)`` returns the `Donors` (called through `donors`, which caches per process);
     ``family_options`` maps metric-name wildcards to option dicts merged in order for a matching metric;
     ``rounds`` and ``warmup_rounds`` are the default timed and untimed rounds of one benchmark.
     """
@@ -139,7 +139,7 @@ DEFAULT_WORKLOAD = "small"
 
 
 def get_workload(workload: "str | Workload") -> Workload:
-    """The :class:`Workload` named ``workload`` (a ``Workload`` is returned as is).
+    """The `Workload` named ``workload`` (a ``Workload`` is returned as is).
 
     Raises ``ValueError`` naming the valid workloads for an unknown name.
     """
@@ -151,7 +151,7 @@ def get_workload(workload: "str | Workload") -> Workload:
 
 
 def select_workloads(text: "str | None") -> list[Workload]:
-    """Comma-separated workload names (``"small,resnet18"``; None: the default) as :class:`Workload` objects."""
+    """Comma-separated workload names (``"small,resnet18"``; None: the default) as `Workload` objects."""
     names = [n.strip() for n in (text or DEFAULT_WORKLOAD).split(",") if n.strip()]
     if not names:
         raise ValueError(f"no workload given; valid workloads: {', '.join(WORKLOADS)}")

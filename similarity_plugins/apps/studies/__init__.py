@@ -1,8 +1,8 @@
 """The paper's three studies as functions (and as ``similarity-plugins study NAME``).
 
-- ``shortcut``: clean vs shortcut-reading donors (the demo, :mod:`similarity_plugins.apps.demo`);
-- ``robustness``: robust (PGD) vs non-robust donors (:mod:`.robustness`);
-- ``unseen-cue``: excess agreement from a label-coded cue neither donor saw (:mod:`.unseen_cue`).
+- ``shortcut``: clean vs shortcut-reading donors (the demo, `similarity_plugins.apps.demo`);
+- ``robustness``: robust (PGD) vs non-robust donors (`robustness`);
+- ``unseen-cue``: excess agreement from a label-coded cue neither donor saw (`unseen_cue`).
 
 Each trains its donors on built-in digits, sweeps layers with CKA, standard and invariance-aware stitching,
 writes ``report.json``, ``report.csv`` and a figure to ``out_dir``, and prints a reading of the measured
@@ -37,7 +37,7 @@ def run_study(name: str, out_dir: str | os.PathLike, *, quick: bool = False, see
               donors: DonorPool | None = None) -> dict:
     """Run study ``name`` (see the module docstring) writing to ``out_dir``; returns its result dict
     (``"reports"``, ``"files"``, ``"seconds"``, ...). Name and folder are checked before any training;
-    pass one :class:`DonorPool` to several calls to train shared donors once."""
+    pass one `DonorPool` to several calls to train shared donors once."""
     check_study(name)
     out = prepare_out_dir(out_dir)
     module, function = STUDIES[name]

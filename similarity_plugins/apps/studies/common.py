@@ -44,7 +44,7 @@ def json_ready_text(payload: Any) -> str:
 
 def write_study(out_dir: str | os.PathLike, files: Mapping[str, str | bytes]) -> list[str]:
     """Write a study's ``{file name: contents}`` (text or bytes) into ``out_dir`` all or none
-    (:func:`~similarity_plugins.utils.io.write_all`: every file is staged next to its target, then all are
+    (`write_all`: every file is staged next to its target, then all are
     renamed together; new files get the umask's permissions). Returns the paths written, in the given order."""
     return write_all({os.path.join(os.fspath(out_dir), name): contents for name, contents in files.items()})
 
@@ -119,7 +119,7 @@ def study_options(cfg: Any) -> dict[str, Any]:
 
 def begin_study(out_dir: str | os.PathLike, donors: "DonorPool | None") -> tuple[float, "DonorPool"]:
     """What every study does first: start its clock (``time.perf_counter()`` seconds), check ``out_dir`` for
-    writing before any training (:func:`prepare_out_dir`), and take ``donors`` or a new :class:`DonorPool`."""
+    writing before any training (`prepare_out_dir`), and take ``donors`` or a new `DonorPool`."""
     import time
 
     start = time.perf_counter()

@@ -1,9 +1,9 @@
 """``similarity-plugins study unseen-cue``: excess agreement from a label-coded cue neither donor saw.
 
 Pairs of donors are trained on plain digits (several donor seeds). The stitch is trained on digits that
-carry a faint label-coded border (:class:`~similarity_plugins.datasets.UnseenCue`); its excess agreement
+carry a faint label-coded border (`UnseenCue`); its excess agreement
 is its agreement with the end model on cue-carrying test digits minus that on the same digits without
-the cue (:func:`~similarity_plugins.apps.experiments.excess_agreement`). The paper reports that standard
+the cue (`excess_agreement`). The paper reports that standard
 stitching exploits such a cue and invariance-aware stitching nearly removes the excess. The study reports
 each metric's mean excess over donor pairs with a 95% interval over donor pairs, the paired difference
 (standard minus invariance-aware) with its interval, and CKA with and without the cue; it writes
@@ -151,8 +151,8 @@ def run_unseen_cue(out_dir: str = "study-unseen-cue", *, quick: bool = False, se
 
 def write_files(out_dir: str, cfg: UnseenCueConfig, seed: int, rows: list[dict], summary: dict,
                 explanation: list[str]) -> list[str]:
-    """Write ``report.json``, ``report.csv`` and ``excess.png`` (from :func:`measure_excess`'s ``rows`` and
-    :func:`summarise`'s ``summary``) into ``out_dir``, all or none; returns their paths."""
+    """Write ``report.json``, ``report.csv`` and ``excess.png`` (from `measure_excess`'s ``rows`` and
+    `summarise`'s ``summary``) into ``out_dir``, all or none; returns their paths."""
     payload = {"meta": {"study": "unseen-cue", "data": "sklearn digits 32x32", "seed": seed,
                         "config": {**asdict(cfg), "options": cfg.options()}, "torch": torch.__version__},
                "rows": rows, "summary": summary, "explanation": explanation}
@@ -186,7 +186,7 @@ def _csv(rows: list[dict]) -> str:
 
 
 def excess_figure(summary: dict) -> bytes:
-    """PNG bytes (120 dpi): excess agreement per layer of :func:`summarise`'s ``summary``, one dot per donor pair
+    """PNG bytes (120 dpi): excess agreement per layer of `summarise`'s ``summary``, one dot per donor pair
     and the mean with its 95% interval per metric (agreement fractions)."""
     from ..plots import figure_bytes, pyplot
 
