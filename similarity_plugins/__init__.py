@@ -26,8 +26,8 @@ from .core.results import LayerPair, Report, SimilarityResult
 __version__ = "0.1.0"
 
 __all__ = [
-    "compare", "compare_grid", "Grid", "score", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound", "SplitNetwork",
-    "frozen", "layers", "UnknownMetric", "list_metrics", "metric_info", "select_metrics", "LayerPair",
+    "compare", "compare_grid", "Grid", "score", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound",
+    "SplitNetwork", "frozen", "layers", "UnknownMetric", "list_metrics", "metric_info", "select_metrics", "LayerPair",
     "Report", "SimilarityResult", "register_metric", "Option", "UnknownOption", "__version__",
 ]
 

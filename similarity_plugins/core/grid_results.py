@@ -216,7 +216,8 @@ class Grid:
                         best.append((r, cols[k]))
         return {"title": metric, "values": values, "failed": failed, "best": best, "kind": info.get("kind"),
                 "range": info.get("range"),
-                "bounds": [k for k in range(1, len(self.nodes)) if self.nodes[k][0] != self.nodes[k - 1][0]], "labels": [f"{m}:{layer}" for m, layer in self.nodes]}
+                "bounds": [k for k in range(1, len(self.nodes)) if self.nodes[k][0] != self.nodes[k - 1][0]],
+                "labels": [f"{m}:{layer}" for m, layer in self.nodes]}
 
     def __repr__(self) -> str:
         done = sum(c.ok for c in self.cells.values())

@@ -28,8 +28,7 @@ def _limits(values: np.ndarray, declared: Sequence[float] | None) -> tuple[float
 def _draw_panel(ax, panel: dict, plt) -> None:
     values = np.asarray(panel["values"], dtype=np.float64)
     distance = panel.get("kind") == "distance"
-    cmap = plt.get_cmap("viridis_r" if distance else "viridis").copy()
-    cmap.set_bad("white")
+    cmap = plt.get_cmap("viridis_r" if distance else "viridis").with_extremes(bad="white")
     lo, hi = _limits(values, panel.get("range"))
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
     failed = np.asarray(panel["failed"], bool)
@@ -59,7 +58,8 @@ def heatmap_bytes(panels: Sequence[dict], fmt: str = "png", dpi: int = 120) -> b
     ----------
     panels: dicts with ``title`` (str), ``values`` ((n, m) floats; NaN: blank), ``failed`` ((n, m) bools: hatched
         grey), ``best`` (``(row, column)`` cells outlined in red), ``labels`` (n row labels, also the columns'),
-        ``bounds`` (indices where a new model's block starts: lines), ``kind`` (``"distance"`` reverses the colour scale) and ``range`` (the colour scale, or None: the data's).
+        ``bounds`` (indices where a new model's block starts: lines), ``kind`` (``"distance"`` reverses the colour
+        scale) and ``range`` (the colour scale, or None: the data's).
     fmt: the image format; dpi: dots per inch.
 
     Returns
