@@ -208,6 +208,8 @@ def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Modul
                 mine = block[world.rank::step]
                 done = [runner(cell, cuda_rng) for cell in mine]
                 if world.distributed:
+                    for result in done:
+                        result.details["rank"] = world.rank  # which rank computed the cell
                     shares = world.exchange(lambda: done, "grid cells")
                     done = [None] * len(block)
                     for rank, share in enumerate(shares):
