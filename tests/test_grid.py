@@ -120,8 +120,8 @@ def test_json_round_trip_keeps_every_cell(grid_and_inputs, tmp_path):
 def test_heatmap_writes_the_format_of_the_extension(grid_and_inputs, tmp_path, ext):
     grid = grid_and_inputs[0]
     path = tmp_path / f"grid.{ext}"
-    data = grid.heatmap(path, metric="cka-linear")
-    assert path.read_bytes() == data
+    assert grid.heatmap(path, metric="cka-linear") == str(path)
+    data = path.read_bytes()
     assert data.startswith(b"\x89PNG") if ext == "png" else b"<svg" in data[:1000]
     if ext == "svg":
         assert b"net0:block3" in data and b"front" in data and b"end" in data
@@ -337,3 +337,24 @@ def test_the_grid_leaves_models_and_rngs_as_they_were():
     assert torch.equal(torch.rand(3), expected)
     for k, m in models.items():
         assert_unchanged(m, before[k])
+
+
+def test_cli_grid_writes_json_csv_and_figure_all_or_none(tmp_path, capsys):
+    from similarity_plugins.cli import main
+
+    out, table, figure = tmp_path / "g.json", tmp_path / "g.csv", tmp_path / "g.png"
+    args = ["grid", "--model", "a=small-cnn?width=4", "--model", "b=small-cnn?width=4", "--in-channels", "1",
+            "--layers", "block3,pool", "--data", "digits", "--max-test", "64", "--metrics", "cka-linear,procrustes",
+            "--pairs", "across", "--no-progress"]
+    assert main(args + ["--out", str(out), "--csv", str(table), "--figure", str(figure)]) == 0
+    printed = capsys.readouterr().out
+    assert "rows: front, columns: end" in printed and "a:block3" in printed
+    grid = sp.Grid.from_json(out)
+    assert set(grid.cells) == {(m, i, j) for m in ("cka-linear", "procrustes") for i in range(4) for j in range(4)
+                               if (i < 2) != (j < 2)}
+    assert figure.read_bytes().startswith(b"\x89PNG") and "front_model" in table.read_text()
+    bad = tmp_path / "other.json"
+    assert main(args + ["--out", str(bad), "--figure", str(tmp_path / "g.gif")]) == 2  # refused before any work
+    assert "png, svg, pdf" in capsys.readouterr().err and not bad.exists()
+    assert main(args[:7] + ["--layers", "c=block3", "--data", "digits", "--metrics", "cka-linear"]) == 2
+    assert "unknown model 'c'" in capsys.readouterr().err

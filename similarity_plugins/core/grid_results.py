@@ -179,24 +179,29 @@ class Grid:
 
     # -- figures ---------------------------------------------------------------------------------
 
-    def heatmap(self, path: str | os.PathLike | None = None, metric: str | None = None) -> bytes:
-        """Draw one heatmap panel per metric (or only ``metric``) and write it to ``path`` (PNG, SVG or PDF by the
-        extension). Front nodes on the rows, end nodes on the columns, labelled ``model:layer``; the colour scale
-        is the metric's declared range where it has one, reversed for distances; failed cells are hatched grey;
-        the best end layer per row and end model is outlined. Returns the file contents."""
+    def heatmap(self, path: str | os.PathLike, metric: str | None = None) -> str:
+        """Write :meth:`heatmap_bytes` to ``path`` (whole, atomically), in the format of its extension (png, svg or
+        pdf); returns the path."""
+        from ..utils.io import write_all
+
+        fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+        write_all({os.fspath(path): self.heatmap_bytes(fmt, metric)})
+        return os.fspath(path)
+
+    def heatmap_bytes(self, fmt: str = "png", metric: str | None = None) -> bytes:
+        """One heatmap panel per metric (or only ``metric``) as the contents of a ``fmt`` file (png, svg, pdf).
+
+        Front nodes on the rows, end nodes on the columns, labelled ``model:layer`` (black lines between models);
+        the colour scale is the metric's declared range where it has one, reversed for distances; failed cells
+        are hatched grey, cells not asked for blank; the best end layer of each row within each end model is
+        outlined in red (highest similarity, lowest distance).
+        """
         from ..utils.heatmap import heatmap_bytes
 
         names = [metric] if metric is not None else self.metrics
         for name in names:
             self._check_metric(name)
-        panels = [self._panel(name) for name in names]
-        fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() if path is not None else "png"
-        data = heatmap_bytes(panels, fmt or "png")
-        if path is not None:
-            from ..utils.io import write_all
-
-            write_all({os.fspath(path): data})
-        return data
+        return heatmap_bytes([self._panel(name) for name in names], fmt)
 
     def _panel(self, metric: str) -> dict:
         info = self.info.get(metric, {})
