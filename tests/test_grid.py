@@ -358,3 +358,34 @@ def test_cli_grid_writes_json_csv_and_figure_all_or_none(tmp_path, capsys):
     assert "png, svg, pdf" in capsys.readouterr().err and not bad.exists()
     assert main(args[:7] + ["--layers", "c=block3", "--data", "digits", "--metrics", "cka-linear"]) == 2
     assert "unknown model 'c'" in capsys.readouterr().err
+
+
+def test_a_metric_that_changes_a_donor_gets_error_rows_and_the_other_cells_their_values(fresh_manager):
+    from models_for_tests import assert_unchanged, snapshot
+
+    class Scribbles:  # claims to read only activations, but writes into the front's weights at block2
+        needs = ("test",)
+        activations_only = True
+        deterministic = True
+
+        @sp.hookimpl
+        def similarity(self, front, layer):
+            if layer.front == "block2":
+                with torch.no_grad():
+                    front.block1[0].weight.add_(1.0)
+            return 0.25
+
+    sp.register_metric(Scribbles(), "scribbles")
+    models, data = _models(), _data()
+    before = {k: snapshot(m) for k, m in models.items()}
+    grid = sp.compare_grid(models, LAYERS[:2], data, "cka-linear,scribbles")
+    clean = sp.compare_grid(_models(), LAYERS[:2], data, "cka-linear")
+    for (metric, i, j), cell in grid.cells.items():
+        if metric == "cka-linear":
+            assert cell.score == clean.cells[(metric, i, j)].score
+        elif grid.nodes[i][1] == "block2":
+            assert cell.error and cell.error.startswith("DonorModified"), cell.error
+        else:
+            assert cell.score == 0.25
+    for k, m in models.items():
+        assert_unchanged(m, before[k])

@@ -26,6 +26,8 @@ from .rng import isolated_rng
 __all__ = ["Plan", "run_grid"]
 
 CELLS_FORMAT = "similarity-plugins grid cells"
+DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
+CHECK_EVERY = 64  # at most this many deterministic activation-only cells between two donor checks
 Cell = tuple  # (metric, front index, end index)
 
 
@@ -84,8 +86,25 @@ def _failed_cell(metric: str, pair: LayerPair, message: str) -> SimilarityResult
     return SimilarityResult(metric, None, {}, 0.0, message, str(pair))
 
 
+class _Unchecked:
+    """Stands in for the :class:`~.guard.DonorGuard` during a run of deterministic activation-only cells of one
+    model pair; the real guard checks once after the run (see :meth:`_Runner.run_many`)."""
+
+    @staticmethod
+    def check() -> None:
+        return None
+
+
 class _Runner:
-    """Runs cells one by one, keeping the :class:`~.isolation.Donors` of the current model pair."""
+    """Runs cells, keeping the :class:`~.isolation.Donors` of the current model pair.
+
+    The donor guard compares every parameter and buffer bit for bit (milliseconds per ResNet), which would cost
+    more than a CKA cell itself. Consecutive cells of one model pair whose metrics are deterministic and read
+    only activations therefore run with one check after the run instead of one per cell; when that check finds
+    a changed donor it restores it, drops what was cached during the run, and runs the cells again one by one
+    with a check after each, so the rows are those of checking every cell (the metric that changed the donor
+    gets the error row, every other cell its value).
+    """
 
     def __init__(self, plan: Plan, placed: dict[str, nn.Module], ctx: Context, pm, failed: dict[str, str]) -> None:
         self.plan, self.placed, self.ctx, self.pm, self.failed = plan, placed, ctx, pm, failed
@@ -97,6 +116,51 @@ class _Runner:
             self._donors = Donors(self.placed[front], self.placed[end], self.ctx)
             self._pair = (front, end)
         return self._donors
+
+    def _cheap(self, cell: Cell) -> bool:
+        info = self.pm.info.get(cell[0])
+        plugin = None if cell[0] in self.pm.load_errors else self.pm.hookimpl_for(cell[0]).plugin
+        return bool(info is not None and info.activations_only and plugin is not None and is_deterministic(plugin))
+
+    def run_many(self, cells: list[Cell], cuda_rng: bool, on_done=None) -> list[SimilarityResult]:
+        """The results of ``cells`` in order (see the class docstring for when the guard checks); ``on_done(cell,
+        result)`` is called for each as soon as it is final."""
+        out: list[SimilarityResult] = []
+        k = 0
+        while k < len(cells):
+            models = self._models(cells[k])
+            cheap = self._cheap(cells[k]) and not (self.failed.get(models[0]) or self.failed.get(models[1]))
+            group = [cells[k]]
+            while (cheap and len(group) < CHECK_EVERY and k + len(group) < len(cells)
+                   and self._models(cells[k + len(group)]) == models and self._cheap(cells[k + len(group)])):
+                group.append(cells[k + len(group)])
+            done = self._run_unchecked(group, cuda_rng) if len(group) > 1 else [self(group[0], cuda_rng)]
+            for cell, result in zip(group, done):
+                if on_done is not None:
+                    on_done(cell, result)
+            out += done
+            k += len(group)
+        return out
+
+    def _models(self, cell: Cell) -> tuple[str, str]:
+        return self.plan.nodes[cell[1]][0], self.plan.nodes[cell[2]][0]
+
+    def _run_unchecked(self, group: list[Cell], cuda_rng: bool) -> list[SimilarityResult]:
+        donors = self.donors(*self._models(group[0]))
+        real, memo_before = donors.guard, set(self.ctx.memo)
+        donors.guard = _Unchecked()
+        try:
+            results = [self(cell, cuda_rng) for cell in group]
+        except BaseException:
+            donors.guard = real
+            real.check()  # restore the donors before the interruption travels on
+            raise
+        donors.guard = real
+        if real.check() is None:
+            return results
+        for key in [k for k in self.ctx.memo if k not in memo_before]:  # possibly computed from a changed donor
+            del self.ctx.memo[key]
+        return [self(cell, cuda_rng) for cell in group]
 
     def __call__(self, cell: Cell, cuda_rng: bool) -> SimilarityResult:
         metric, i, j = cell
@@ -200,25 +264,26 @@ def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Modul
         failed = _capture(ctx, named, placed, plan, pm) if todo else {}
         run_ctx = _local_context(ctx) if world.distributed else ctx
         runner = _Runner(plan, placed, run_ctx, pm, failed)
-        step = max(1, world.size)
         bar = progress_bar(total=len(todo), progress=ctx.progress if world.is_main else False, desc="grid", unit="cell")
+
+        def record(cell: Cell, result: SimilarityResult) -> None:
+            results[cell] = result
+            if store is not None:
+                store.add(cell, result)
+            bar.update(1)
+
         try:
-            for start in range(0, len(todo), step * 4):
-                block = todo[start:start + step * 4]
-                mine = block[world.rank::step]
-                done = [runner(cell, cuda_rng) for cell in mine]
-                if world.distributed:
-                    for result in done:
-                        result.details["rank"] = world.rank  # which rank computed the cell
-                    shares = world.exchange(lambda: done, "grid cells")
-                    done = [None] * len(block)
-                    for rank, share in enumerate(shares):
-                        done[rank::step] = share
-                for cell, result in zip(block, done):
-                    results[cell] = result
-                    if store is not None:
-                        store.add(cell, result)
-                bar.update(len(block))
+            if not world.distributed:
+                runner.run_many(todo, cuda_rng, record)
+            for start in range(0, len(todo) if world.distributed else 0, world.size * DIST_BLOCK):
+                block = todo[start:start + world.size * DIST_BLOCK]
+                mine = runner.run_many(block[world.rank::world.size], cuda_rng)
+                for result in mine:
+                    result.details["rank"] = world.rank  # which rank computed the cell
+                shares = world.exchange(lambda: mine, "grid cells")
+                for rank, share in enumerate(shares):
+                    for cell, result in zip(block[rank::world.size], share):
+                        record(cell, result)
         except KeyboardInterrupt as exc:  # the finished cells travel with the exception
             exc.grid = Grid(plan.nodes, plan.metrics, _with_mirrors(results, mirrors, plan.nodes), info,
                             {**meta, "interrupted": True})
