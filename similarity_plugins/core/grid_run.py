@@ -27,7 +27,7 @@ __all__ = ["Plan", "run_grid"]
 
 CELLS_FORMAT = "similarity-plugins grid cells"
 DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
-CHECK_EVERY = 64  # at most this many deterministic activation-only cells between two donor checks
+CHECK_EVERY = 256  # at most this many deterministic activation-only cells between two donor checks
 Cell = tuple  # (metric, front index, end index)
 
 

@@ -48,7 +48,8 @@ class _CKAPlugin:
         kwargs = {"kernel": self.kernel, "debiased": self.debiased}
         if self.kernel == "rbf":
             kwargs["threshold"] = float(options.get("threshold", 1.0))
-        score = self._per_node(front, end, layer, x, y, kwargs, limit, context) if context.reuse_nodes else None
+        per_node = getattr(context, "reuse_nodes", False)  # a grid: each node's Gram matrix serves many cells
+        score = self._per_node(front, end, layer, x, y, kwargs, limit, context) if per_node else None
         if score is None:
             score = cka(x, y, **kwargs)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
