@@ -259,6 +259,8 @@ def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Modul
     compute, mirrors = plan.cells()
     store = _CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, world.is_main) if resume else None
     results: dict[Cell, SimilarityResult] = dict(store.done) if store else {}
+    if store is not None and world.distributed:  # rank 0's file decides, so every rank plans the same cells
+        results = world.exchange(lambda: results, "resume file")[0]
     todo = [c for c in compute if c not in results]
     with preserved(*named.values(), *placed.values()), isolated_rng(ctx.device) as cuda_rng:
         failed = _capture(ctx, named, placed, plan, pm) if todo else {}
