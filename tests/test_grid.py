@@ -389,3 +389,17 @@ def test_a_metric_that_changes_a_donor_gets_error_rows_and_the_other_cells_their
             assert cell.score == 0.25
     for k, m in models.items():
         assert_unchanged(m, before[k])
+
+
+@pytest.mark.slow
+def test_a_stitching_front_is_cached_per_node(monkeypatch):
+    from similarity_plugins.stitch.cache import TrainingCache
+
+    fills = []
+    original = TrainingCache._fill_front
+    monkeypatch.setattr(TrainingCache, "_fill_front", lambda self: fills.append(self.front_net.layer) or original(self))
+    options = {"epochs": 1, "batch_size": 32, "max_train": 64}
+    grid = sp.compare_grid(_models(), ["block3", "pool"], _data(), "stitch-hlm,stitch-slm", pairs="across",
+                           options=options)
+    assert all(c.ok for c in grid.cells.values()), [c.error for c in grid.cells.values() if not c.ok][:2]
+    assert sorted(fills) == ["block3", "block3", "pool", "pool"]  # 4 front nodes, each stitched to 2 ends x 2 metrics
