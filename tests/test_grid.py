@@ -183,18 +183,23 @@ class _Counting(nn.Module):
         return self.net(x)
 
 
-def test_each_model_runs_forward_once_and_each_node_builds_its_gram_once(monkeypatch):
+def test_each_model_runs_forward_once_and_each_node_builds_its_gram_and_rdm_once(monkeypatch):
+    import importlib
+
     from similarity_plugins.cka import nodes
 
-    made = []
-    original = nodes.node_gram
+    rsa = importlib.import_module("similarity_plugins.measures.rsa")  # the module (the package exports a function rsa)
+    made, rdms = [], []
+    original, original_rdm = nodes.node_gram, rsa.rsa_vector
     monkeypatch.setattr(nodes, "node_gram", lambda x, *a, **k: made.append(tuple(x.shape)) or original(x, *a, **k))
+    monkeypatch.setattr(rsa, "rsa_vector", lambda x, *a, **k: rdms.append(len(x)) or original_rdm(x, *a, **k))
     logs = [[], [], []]
     models = {f"m{i}": _Counting(tiny_cnn(seed=i, width=4), logs[i]) for i in range(3)}
     layers = ["net.block1", "net.block2", "net.block3", "net.pool"]
-    grid = sp.compare_grid(models, layers, _data(), "cka-linear,cka-debiased,procrustes")
+    grid = sp.compare_grid(models, layers, _data(), "cka-linear,cka-debiased,procrustes,rsa")
     assert all(c.ok for c in grid.cells.values())
-    assert logs == [[96], [96], [96]]  # 96 test samples: one batch, one pass per model
+    assert logs == [[96], [96], [96]]
+    assert len(rdms) == 12  # one RDM per node  # 96 test samples: one batch, one pass per model
     assert len(made) == 12  # one Gram per node, shared by both CKA estimators and all 12 cells of its row/column
 
 
