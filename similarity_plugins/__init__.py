@@ -1,6 +1,7 @@
 """similarity-plugins: does network A compute the same function as network B?
 
-The public face: [`compare`][compare] (one call, every metric), [`score`][score] (the same report from two arrays
+The public face: [`compare`][compare] (one call, every metric), [`compare_grid`][compare_grid] (many models and layers,
+a [`Grid`][Grid]), [`score`][score] (the same report from two arrays
 of activations), [`list_metrics`][list_metrics], [`metric_info`][metric_info],
 [`layers`][layers], [`Data`][Data], the result types, and [`hookimpl`][hookimpl], [`Option`][Option] and
 [`register_metric`][register_metric] for writing metric plugins.
@@ -14,6 +15,8 @@ from .core.compare import compare
 from .core.context import Context
 from .core.contract import Option, UnknownOption
 from .core.data import Data
+from .core.grid import compare_grid
+from .core.grid_results import Grid
 from .core.hookspecs import hookimpl
 from .core.manager import get_plugin_manager
 from .core.networks import LayerNotFound, SplitNetwork, frozen, layers
@@ -23,8 +26,8 @@ from .core.results import LayerPair, Report, SimilarityResult
 __version__ = "0.1.0"
 
 __all__ = [
-    "compare", "score", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound", "SplitNetwork",
-    "frozen", "layers", "UnknownMetric", "list_metrics", "metric_info", "select_metrics", "LayerPair",
+    "compare", "compare_grid", "Grid", "score", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound",
+    "SplitNetwork", "frozen", "layers", "UnknownMetric", "list_metrics", "metric_info", "select_metrics", "LayerPair",
     "Report", "SimilarityResult", "register_metric", "Option", "UnknownOption", "__version__",
 ]
 

@@ -207,7 +207,23 @@ def scenario_rank_timeout(rank: int, cache_dir: str) -> Any:
     return rows(report), time.perf_counter() - start
 
 
+GRID_METRICS = "cka-linear,cka-debiased,procrustes,rsa,stitch-hlm"
+GRID_OPTIONS = {"epochs": 1, "batch_size": 16}
+
+
+def scenario_grid(rank: int, cache_dir: str) -> Any:
+    """A 2-model x 2-layer grid (cells shared out between the ranks): each metric's matrix, and who computed what."""
+    from similarity_plugins import compare_grid
+
+    front, end, data = small_setup()
+    grid = compare_grid({"a": front, "b": end}, ["block2", "block3"], data, GRID_METRICS, options=GRID_OPTIONS)
+    return {"matrices": {m: grid.matrix(m) for m in grid.metrics},
+            "errors": [c.error for c in grid.cells.values() if c.error],
+            "ranks": sorted({c.details.get("rank") for c in grid.cells.values() if not c.details.get("mirrored")})}
+
+
 SCENARIOS: dict[str, Callable[[int, str], Any]] = {
+    "grid": scenario_grid,
     "rank_timeout": scenario_rank_timeout,
     "compare": scenario_compare, "iris": scenario_iris, "tiny": scenario_tiny, "mismatch": scenario_mismatch,
     "one_rank_fails": scenario_one_rank_fails, "rank_dies": scenario_rank_dies, "slow_rank": scenario_slow_rank,

@@ -4,38 +4,14 @@ written together with other files, all or none (`write_all`)."""
 
 from __future__ import annotations
 
-import io
 import os
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..core.results import Report
+from ..utils.figures import figure_bytes, figure_format, pyplot
 from ..utils.io import write_all
 
-
-def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def figure_format(path: str | os.PathLike) -> str:
-    """The image format a file name asks for: its extension without the dot ("png" when it has none)."""
-    return os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
-
-
-def figure_bytes(fig: Any, fmt: str = "png", dpi: int = 120) -> bytes:
-    """Render the matplotlib figure ``fig`` as ``fmt`` ("png", "pdf", "svg", ...) at ``dpi`` dots per inch and
-    close it (also when rendering fails); returns the file contents."""
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format=fmt, dpi=dpi)
-    finally:
-        pyplot().close(fig)
-    return buf.getvalue()
+__all__ = ["figure_bytes", "figure_format", "pyplot", "plot_sweep", "sweep_figure"]
 
 
 PANELS_PER_ROW = 2

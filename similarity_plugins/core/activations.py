@@ -40,13 +40,84 @@ def extract_activations(
             chunks.append(a.detach().to("cpu", torch.float32))
             labels.append(y)
     acts = torch.cat(chunks)
-    if not torch.isfinite(acts).all():
-        bad = (~torch.isfinite(acts.flatten(1))).any(1).nonzero().flatten()
-        raise ValueError(
-            f"activations at layer {split_net.layer!r} contain NaN or Inf for {len(bad)} of {len(acts)} samples "
-            f"(first: {bad[:5].tolist()}); check the model's weights and inputs"
-        )
+    _check_finite(acts, split_net.layer)
     return acts, torch.cat(labels)
+
+
+class _Captured(Exception):
+    """Raised by the last capture hook of a batch: every requested layer has produced its output."""
+
+
+def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoader, *, batch_size: int = 256,
+                   device: torch.device | None = None, progress: bool = False,
+                   desc: str = "activations") -> tuple[torch.Tensor, ...]:
+    """Activations of ``model`` at every layer of ``names`` in one forward pass per batch, and the labels.
+
+    Parameters
+    ----------
+    model: the network; forward hooks are added for the pass and removed afterwards (also on error).
+    names: module names (``named_modules()``); each layer's first output of a forward pass is kept.
+    data: a Dataset or DataLoader of ``(x, y)``.
+
+    Returns
+    -------
+    ``(A_1, ..., A_k, y)``: each ``A_i`` (N, ...) float32 on the CPU in the layer's own shape, equal bit for bit
+    to `extract_activations` at that layer (the same modules run on the same inputs); ``y`` (N,) int64.
+    The forward pass stops as soon as the last of the layers has produced its output. Raises ``ValueError``
+    for NaN/Inf activations and ``TypeError`` for a layer whose output is not a tensor (naming the layer).
+    """
+    device = device or model_device(model)
+    modules = dict(model.named_modules())
+    chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    labels, batch = [], {}
+
+    def hook_for(name: str):
+        def hook(_module: nn.Module, _inputs: object, output: object) -> None:
+            if name in batch:
+                return
+            if not isinstance(output, torch.Tensor):
+                raise TypeError(f"layer {name!r} outputs a {type(output).__name__}, not a tensor; choose a layer "
+                                "whose output is a tensor")
+            batch[name] = output.detach().to("cpu", torch.float32, copy=True)  # a later in-place op must not reach it
+            if len(batch) == len(names):
+                raise _Captured
+        return hook
+
+    handles = [modules[n].register_forward_hook(hook_for(n)) for n in names]
+    try:
+        with torch.no_grad(), frozen(model):
+            for x, y in progress_bar(iterate_batches(data, batch_size), progress=progress, desc=desc, leave=False):
+                batch.clear()
+                try:
+                    model(x.to(device, non_blocking=True))
+                except _Captured:
+                    pass
+                missing = [n for n in names if n not in batch]
+                if missing:
+                    raise RuntimeError(f"layer(s) {', '.join(map(repr, missing))} never ran in the forward pass of "
+                                       f"{type(model).__name__}")
+                for n in names:
+                    chunks[n].append(batch[n])
+                labels.append(y)
+    finally:
+        for handle in handles:
+            handle.remove()
+    out = []
+    for n in names:
+        acts = torch.cat(chunks[n])
+        _check_finite(acts, n)
+        out.append(acts)
+    return (*out, torch.cat(labels))
+
+
+def _check_finite(acts: torch.Tensor, layer: str) -> None:
+    if torch.isfinite(acts.sum()) or torch.isfinite(acts).all():  # a finite sum has no NaN/Inf terms (one pass)
+        return
+    bad = (~torch.isfinite(acts.flatten(1))).any(1).nonzero().flatten()
+    raise ValueError(
+        f"activations at layer {layer!r} contain NaN or Inf for {len(bad)} of {len(acts)} samples "
+        f"(first: {bad[:5].tolist()}); check the model's weights and inputs"
+    )
 
 
 def flatten(acts: torch.Tensor) -> torch.Tensor:

@@ -7,12 +7,14 @@ sets) are computed once per key with [`Context.remember`][Context.remember].
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
 import torch
 from torch import nn
 
-from .activations import extract_activations, flatten, model_outputs
+from ..utils.arrays import nbytes_of
+from .activations import extract_activations, extract_layers, flatten, model_outputs
 from .data import BadData, Data, split_size
 from .networks import SplitNetwork
 from .parallel import World, current_world, split_shard
@@ -36,7 +38,10 @@ class Context:
     Attributes: ``data`` ([`Data`][Data]), ``seed`` (int), ``device`` (``torch.device``),
     ``progress`` (bool: show progress bars), ``options`` (the global options dict), ``memo``
     (the memo dict, keyed by hashable tuples), ``world`` (the [`World`][parallel.World]: one process, or
-    the torch.distributed ranks that share the work; default: [`current_world`][parallel.current_world]).
+    the torch.distributed ranks that share the work; default: [`current_world`][parallel.current_world]),
+    ``reuse_nodes`` (True in a grid: a node's derived quantities serve many cells, so measures may compute
+    them once per node with [`derived`][derived]), ``derived_bytes`` (None, or the most bytes [`derived`][derived]
+    keeps; least recently used entries beyond it are dropped and recomputed when asked for again).
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,
@@ -51,6 +56,9 @@ class Context:
         self.memo: dict[Hashable, Any] = {}
         self.versions: dict[Hashable, tuple[int, ...]] = {}  # in-place write counters of the shared tensors
         self.world = world if world is not None else current_world()
+        self.reuse_nodes = False
+        self.derived_bytes: int | None = None
+        self._derived: OrderedDict[Hashable, int] = OrderedDict()  # derived keys, least recently used first
 
     def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
                  progress: bool) -> "Context":
@@ -64,6 +72,8 @@ class Context:
                         world=self.world)
         if self.data.train is data.train and self.data.test is data.test:
             child.memo, child.versions = self.memo, self.versions
+            child._derived = self._derived
+        child.reuse_nodes, child.derived_bytes = self.reuse_nodes, self.derived_bytes
         return child
 
     def remember(self, key: Hashable, compute: Callable[[], Any]) -> Any:
@@ -86,6 +96,80 @@ class Context:
             del self.memo[key]
             del self.versions[key]
         return [" ".join(str(part) for part in key if not isinstance(part, int)) for key in changed]
+
+    def derived(self, model: nn.Module, layer: str, split: str, what: Hashable, compute: Callable[[], Any]) -> Any:
+        """A quantity a measure derives from one node's activations (a centred Gram matrix, an RDM), memoised per node.
+
+        Parameters
+        ----------
+        model, layer, split: the node and split the quantity comes from.
+        what: what it is and everything else it depends on (e.g. ``("cka-gram", debiased, max_samples)``).
+        compute: ``compute()`` builds it from ``context.activations(model, layer, split)``; it must be
+            deterministic, since under [`derived_bytes`][derived_bytes] an entry may be dropped and built again.
+
+        Returns
+        -------
+        The memoised value. Entries count their NumPy arrays' and tensors' bytes against ``derived_bytes``.
+        """
+        key = ("derived", id(model), layer, split, what)
+        if key in self.memo:
+            if key in self._derived:
+                self._derived.move_to_end(key)
+            return self.memo[key]
+        value = compute()
+        self.memo[key] = value
+        self._derived[key] = nbytes_of(value)
+        self._evict(keep=key)
+        return value
+
+    def _evict(self, keep: Hashable) -> None:
+        """Drop least recently used derived entries (never ``keep``) while they hold more than ``derived_bytes``."""
+        if self.derived_bytes is None:
+            return
+        while sum(self._derived.values()) > self.derived_bytes and len(self._derived) > 1:
+            oldest = next(k for k in self._derived if k != keep)
+            del self._derived[oldest]
+            self.memo.pop(oldest, None)
+
+    def capture(self, model: nn.Module, layers: list[str], split: str = "test") -> None:
+        """Activations of ``model`` at all of ``layers`` on ``split`` from one forward pass, memoised as
+        [`activations`][activations] and [`local_activations`][local_activations] memoise them (a layer already held is not run
+        again).
+
+        Under torch.distributed each rank runs its share and the shares are gathered (every rank holds all N
+        rows); a failure on any rank raises the same [`CollectiveError`][parallel.CollectiveError] on every rank.
+        """
+        todo = [n for n in dict.fromkeys(layers) if ("activations", id(model), n, split) not in self.memo]
+        if not todo:
+            return
+        whole = self.data.split(split)
+        rows = self.split_rows(split) if self.world.distributed else None
+        part = split_shard(whole, rows) if rows is not None else None
+        rows = rows if part is not None else None
+
+        def run() -> tuple[torch.Tensor, ...]:
+            def extract(dataset):
+                return extract_layers(model, todo, dataset, batch_size=self.batch_size, device=self.device,
+                                      progress=self.progress, desc=f"activations {type(model).__name__} ({split})")
+            try:
+                if rows is not None and len(rows) == 0:  # no share: the right shapes from one sample
+                    return tuple(t[:0] for t in extract(split_shard(whole, range(1))))
+                return extract(whole if rows is None else part)
+            except BadData as exc:
+                raise BadData(str(exc).replace("the data split", f"the {split} split")) from None
+
+        if rows is None:
+            local = run()
+            full = local
+        else:
+            shares = self.world.exchange(run, f"activations of {type(model).__name__} ({split})")
+            local = shares[self.world.rank]
+            full = tuple(torch.cat(parts) for parts in zip(*shares))
+        for i, name in enumerate(todo):
+            self.memo[("shard", ("activations", id(model), name), split)] = ((local[i], local[-1]), rows)
+            key = ("activations", id(model), name, split)
+            self.memo[key] = full[i]
+            self.versions[key] = _versions(full[i])
 
     def options_for(self, metric: str, metric_names: set[str] | None = None) -> dict:
         """Global options (entries that are not per-metric dicts) updated with ``options[metric]``."""

@@ -167,11 +167,39 @@ def rsa(X: ArrayLike, Y: ArrayLike, rdm: str = "correlation", compare: str = "sp
     _check_memory(n, x.device, max_bytes)
     a = rdm_upper(x, rdm, "X")
     b = rdm_upper(y, rdm, "Y")
+    if compare == "spearman":
+        a, b = average_ranks(a), average_ranks(b)
+    score = rsa_from_vectors(a, b, compare)
+    return finish(score, {"n": n, "pairs": n * (n - 1) // 2, "rdm": rdm, "compare": compare}, details)
+
+
+def rsa_vector(X: ArrayLike, rdm: str = "correlation", compare: str = "spearman", *, name: str = "X",
+               max_bytes: int | None = None) -> torch.Tensor:
+    """One representation's RDM as [`rsa`][rsa] compares it, for reuse across many pairs (a grid's node).
+
+    Args:
+        X: (n, d) array or tensor. rdm, compare, max_bytes: as for [`rsa`][rsa]. name: the argument in errors.
+
+    Returns:
+        (n(n-1)/2,) float64 tensor: the RDM's upper triangle, as average ranks for ``compare="spearman"``.
+        ``rsa_from_vectors(rsa_vector(X), rsa_vector(Y), compare)`` equals ``rsa(X, Y)``.
+    """
+    check_choice(rdm, "rdm", RDMS, "RSA")
+    check_choice(compare, "compare", COMPARISONS, "RSA")
+    x, _ = pair(X, X, "RSA", min_n=3)
+    centred(x, name, "RSA")
+    _check_memory(x.shape[0], x.device, max_bytes)
+    a = rdm_upper(x, rdm, name)
+    return average_ranks(a) if compare == "spearman" else a
+
+
+def rsa_from_vectors(a: torch.Tensor, b: torch.Tensor, compare: str = "spearman") -> float:
+    """RSA from two vectors of `rsa_vector` (the same ``rdm`` and ``compare``): their Pearson correlation
+    (Spearman when they hold ranks), or Kendall's tau-b. Raises ``ValueError`` for a constant RDM."""
+    if a.shape != b.shape:
+        raise ValueError(f"RSA: the two RDMs differ in size ({a.shape[0]} and {b.shape[0]} pairs): the same n inputs "
+                         "are needed")
     if compare == "kendall":
         _pearson(a, b)  # the same refusal for a constant RDM as the other comparisons
-        score = _kendall(a, b)
-    elif compare == "spearman":
-        score = _pearson(average_ranks(a), average_ranks(b))
-    else:
-        score = _pearson(a, b)
-    return finish(score, {"n": n, "pairs": n * (n - 1) // 2, "rdm": rdm, "compare": compare}, details)
+        return _kendall(a, b)
+    return _pearson(a, b)

@@ -76,10 +76,36 @@ class _CKAPlugin:
         kwargs = {"kernel": self.kernel, "debiased": self.debiased}
         if self.kernel == "rbf":
             kwargs["threshold"] = float(options.get("threshold", 1.0))
-        score = cka(x, y, **kwargs)
+        per_node = getattr(context, "reuse_nodes", False)  # a grid: each node's Gram matrix serves many cells
+        score = self._per_node(front, end, layer, x, y, kwargs, limit, context) if per_node else None
+        if score is None:
+            score = cka(x, y, **kwargs)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
         with_permutation_test(details, k, lambda: cka_permutation_test(x, y, **kwargs, permutations=k, seed=seed))
         return SimilarityResult("", float(score), details)
+
+    def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: Context) -> float | None:
+        """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);
+        None when the n x n matrices would not fit in memory or a product under/overflowed (then `cka`)."""
+        from ..cka.inputs import _available_memory_bytes
+        from ..cka.nodes import cka_from_node_grams, node_gram, recentred
+
+        n = int(x.shape[0])
+        if len(y) != n or n < 4 or 8 * n * n * 3 > _available_memory_bytes():
+            return None
+        threshold = kwargs.get("threshold", 1.0)
+
+        def gram(model, name: str, acts, debiased: bool):
+            what = ("cka-gram", self.kernel, debiased, threshold, limit)
+            if self.kernel == "linear" and debiased:  # the U-centring starts from the biased one: one product per node
+                return context.derived(model, name, "test", what,
+                                       lambda: recentred(gram(model, name, acts, False), True))
+            return context.derived(model, name, "test", what,
+                                   lambda: node_gram(acts, self.kernel, debiased, threshold))
+
+        a = gram(front, layer.front, x, self.debiased)
+        b = gram(end, layer.end, y, self.debiased)
+        return cka_from_node_grams(a, b)
 
     def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
         """Linear CKA from every rank's moments of its share of the test split (exact merge, rank order)."""

@@ -122,6 +122,23 @@ class RSA(_Representational):
     def arguments(self, options: dict) -> dict:
         return {"rdm": options.get("rdm", "correlation"), "compare": options.get("compare", "spearman")}
 
+    @hookimpl
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+        if not getattr(context, "reuse_nodes", False):
+            return super().similarity(front, end, layer, options, context)
+        from ..measures.rsa import rsa_from_vectors, rsa_vector
+
+        x, y = self.test_activations(front, end, layer, options, context)  # a grid: each node's RDM built once
+        kw = self.arguments(options)
+        what = ("rsa", kw["rdm"], kw["compare"], options.get("max_samples"))
+        a = context.derived(front, layer.front, "test", what, lambda: rsa_vector(x, **kw, name="X"))
+        b = context.derived(end, layer.end, "test", what, lambda: rsa_vector(y, **kw, name="Y"))
+        if len(x) != len(y):
+            raise ValueError(f"RSA: X has {len(x)} samples but Y has {len(y)}; they must be the same inputs")
+        n = int(x.shape[0])
+        details = {"n": n, "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), "pairs": n * (n - 1) // 2, **kw}
+        return SimilarityResult("", rsa_from_vectors(a, b, kw["compare"]), details)
+
 
 class LinearRegression(_Representational):
     """Variance-weighted R^2 on the test split of a ridge map front -> end fitted on the train split."""

@@ -71,9 +71,14 @@ def _cache(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair,
         if idx is not None:
             x, y = x[idx], (None if y is None else y[idx])
         rows = context.world.shard(len(x)) if context.world.distributed else None  # this rank's share
-        return TrainingCache(context.split(front, layer.front), context.split(end, layer.end), x, y,
-                             device=context.device, batch_size=settings.eval_batch_size,
-                             limit_bytes=settings.cache_limit_bytes, progress=context.progress, rows=rows)
+        cache = TrainingCache(context.split(front, layer.front), context.split(end, layer.end), x, y,
+                              device=context.device, batch_size=settings.eval_batch_size,
+                              limit_bytes=settings.cache_limit_bytes, progress=context.progress, rows=rows)
+        # the front's activations depend on the front node alone: one pass serves every end it is stitched to
+        node = ("stitch-front", id(front), layer.front, train.key, subset, settings.cache_limit_mb,
+                settings.eval_batch_size, rows)
+        cache.stores["front"] = context.remember(node, lambda: cache.ensure(["front"]) or cache.stores["front"])
+        return cache
 
     subset = (settings.max_train, settings.seed) if settings.max_train else None
     key = ("stitch-cache", id(front), id(end), layer.front, layer.end, train.key, subset, settings.cache_limit_mb)

@@ -23,7 +23,7 @@ ArrayLike = Any  # numpy.ndarray | torch.Tensor | nested sequences of numbers
 _EPS = float(np.finfo(np.float64).eps)
 
 __all__ = ["ArrayLike", "as_samples", "available_bytes", "check_same_n", "format_bytes", "raise_if_constant", "raise_nonfinite",
-           "to_numpy", "to_tensor"]
+           "to_numpy", "to_tensor", "nbytes_of"]
 
 
 def _is_torch(x: Any) -> bool:
@@ -172,3 +172,16 @@ def format_bytes(nbytes: float) -> str:
         if nbytes >= size:
             return f"{nbytes / size:.2f} {unit}"
     return f"{int(nbytes)} bytes"
+
+
+def nbytes_of(value: Any) -> int:
+    """Bytes held by ``value``: its ``nbytes`` (NumPy arrays, torch tensors, any object with an integer ``nbytes``),
+    or the sum over the items of a tuple, list or dict's values; 0 for anything else."""
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, (int, np.integer)) and not isinstance(nbytes, bool):
+        return int(nbytes)
+    if isinstance(value, (tuple, list)):
+        return sum(nbytes_of(v) for v in value)
+    if isinstance(value, dict):
+        return sum(nbytes_of(v) for v in value.values())
+    return 0

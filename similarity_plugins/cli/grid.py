@@ -1,0 +1,132 @@
+"""The ``grid`` command: several models, their layers, every selected metric on every pair of (model, layer) nodes."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+
+from .common import (
+    add_model_args,
+    check_metric_options,
+    check_outputs,
+    load_data,
+    load_model,
+    parse_options,
+    positive_int,
+    progress_of,
+    write_outputs,
+)
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def _named(items: list[str], what: str) -> list[tuple[str, str]]:
+    """``["a=small-cnn@a.pt"]`` -> ``[("a", "small-cnn@a.pt")]``; ``ValueError`` naming the flag otherwise."""
+    out = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value:
+            raise ValueError(f"{what} expects NAME=VALUE, got {item!r}")
+        out.append((name, value))
+    return out
+
+
+def parse_layers(items: list[str], models: list[str]) -> "list[str] | dict[str, list[str]]":
+    """``--layers L1,L2`` (every model) or ``--layers NAME=L1,L2`` (one model; repeat) as ``compare_grid``'s ``layers``."""
+    plain = [i for i in items if "=" not in i]
+    named = _named([i for i in items if "=" in i], "--layers")
+    if plain and named:
+        raise ValueError("give --layers either once for every model (L1,L2,...) or as NAME=L1,L2 per model, not both")
+    if plain:
+        if len(plain) > 1:
+            raise ValueError("--layers L1,L2,... is given once for every model; use NAME=L1,L2 per model otherwise")
+        return [s for s in plain[0].split(",") if s]
+    return {name: [s for s in value.split(",") if s] for name, value in named}
+
+
+def _check_figure(path: str | None) -> None:
+    if path is not None:
+        ext = os.path.splitext(path)[1].lstrip(".").lower()
+        if ext not in FIGURE_FORMATS:
+            raise ValueError(f"--figure {path!r}: the extension must be one of {', '.join(FIGURE_FORMATS)}")
+
+
+def _matrix_text(grid, metric: str) -> str:
+    from ..utils.io import text_table
+
+    labels = [f"{m}:{layer}" for m, layer in grid.nodes]
+    values = grid.matrix(metric)
+    rows = [[label] + ["" if math.isnan(v) else f"{v:.4f}" for v in row] for label, row in zip(labels, values)]
+    return f"{metric} (rows: front, columns: end)\n" + text_table(["front \\ end"] + labels, rows)
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    from ..core.arrays import select_score_metrics
+    from ..core.grid import compare_grid
+    from ..core.parallel import current_world
+    from ..core.registry import options_for_metrics
+
+    check_outputs({"--out": args.out, "--csv": args.csv, "--figure": args.figure})  # before any work
+    _check_figure(args.figure)
+    options = parse_options(args.option or [])
+    if args.epochs is not None:
+        options["epochs"] = args.epochs
+    check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))
+    specs = _named(args.model, "--model")
+    if len({n for n, _ in specs}) != len(specs):
+        raise ValueError("--model: each NAME may be given once")
+    layers = parse_layers(args.layers, [n for n, _ in specs])
+    data = load_data(args.data, args.max_train, args.max_test)
+    models = {name: load_model(spec, args.num_classes, args.in_channels, data) for name, spec in specs}
+    start = time.perf_counter()
+    interrupted = False
+    try:
+        grid = compare_grid(models, layers, data, args.metrics, pairs=args.pairs, seed=args.seed, options=options,
+                            device=args.device, progress=progress_of(args), resume=args.resume)
+    except KeyboardInterrupt as exc:  # Ctrl-C: the cells that finished are written (and are in --resume)
+        grid, interrupted = getattr(exc, "grid", None), True
+        if grid is None:
+            raise
+    if not current_world().is_main:
+        return 130 if interrupted else 0
+    for metric in grid.metrics:
+        print(_matrix_text(grid, metric) + "\n")
+    cells = list(grid.cells.values())
+    failed = sum(not c.ok for c in cells)
+    print(f"{len(cells)} cells ({failed} failed) in {time.perf_counter() - start:.1f} s"
+          + (" (interrupted)" if interrupted else ""))
+    fmt = os.path.splitext(args.figure)[1].lstrip(".").lower() if args.figure else None
+    write_outputs({args.out: grid.to_json() + "\n" if args.out else None,
+                   args.csv: grid.report.to_csv() if args.csv else None,
+                   args.figure: grid.heatmap_bytes(fmt) if args.figure else None})
+    return 130 if interrupted else (0 if failed == 0 else 1)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``grid`` command to the ``similarity-plugins`` parser."""
+    p = sub.add_parser("grid", help="every metric on every pair of (model, layer) nodes: layer x layer and model zoos")
+    p.add_argument("--model", required=True, action="append", metavar="NAME=SPEC",
+                   help="a model and its MODEL spec; repeat for a zoo (one model: its own layer x layer grid)")
+    p.add_argument("--layers", required=True, action="append", metavar="L1,L2,...|NAME=L1,L2,...",
+                   help="layers of every model, or NAME=L1,L2 for one model (repeat per model)")
+    p.add_argument("--data", required=True, help="DATA spec: digits, cifar10:ROOT, folder:ROOT")
+    p.add_argument("--metrics", default=None,
+                   help="comma-separated names or wildcards (default: every activation-only metric)")
+    p.add_argument("--pairs", default="all", choices=["all", "across", "within"],
+                   help="all ordered node pairs, pairs across models, or pairs within one model")
+    p.add_argument("--out", default=None, help="write the grid as JSON (Grid.from_json reads it)")
+    p.add_argument("--csv", default=None, help="write the flat report (one row per metric and cell) as CSV")
+    p.add_argument("--figure", default=None, help="write the heatmaps (.png, .svg or .pdf)")
+    p.add_argument("--resume", default=None, metavar="PATH",
+                   help="finished-cells file: cells in it are read back, new ones appended as they finish")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the first model's device)")
+    p.add_argument("--epochs", type=int, default=None, help="stitch training epochs (stitching metrics)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable, as for compare")
+    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training samples")
+    p.add_argument("--max-test", type=positive_int, default=None, help="use the first N test samples")
+    add_model_args(p)
+    p.set_defaults(func=cmd_grid)

@@ -1,0 +1,177 @@
+"""``compare_grid``: every selected metric over many (model, layer) nodes, each thing computed once.
+
+A *node* is a ``(model name, layer name)`` pair and a *cell* one metric on one ordered pair of nodes. Every
+cell is the call ``compare`` makes for that pair (the same guard, rng isolation and error rows; see
+`grid_run`), on one [`Context`][context.Context] shared by the whole grid, so that
+
+- each model runs forward over the test split once, all its layers captured in the same pass
+  ([`capture`][context.Context.capture]), and over the train split once when an activation-only metric reads it;
+- what a measure derives from one node (a centred Gram matrix) is built once and serves every cell the node
+  is in ([`derived`][context.Context.derived], ``context.reuse_nodes`` is true);
+- IRIs are generated once per front node and stitching fronts cached per node (their memo keys name the
+  front model and layer, not the end), whatever the end node;
+- a metric that declares ``symmetric = True`` runs once per unordered pair and is mirrored.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from ..utils.progress import check_progress
+from ..utils.text import did_you_mean
+from .arrays import select_score_metrics
+from .compare import _place
+from .context import Context
+from .data import Data
+from .grid_results import Grid, Node
+from .grid_run import Plan, run_grid
+from .manager import get_plugin_manager
+from .networks import _check_layer, model_device
+from .registry import options_for_metrics
+
+__all__ = ["compare_grid", "PAIRS"]
+
+PAIRS = ("all", "across", "within")
+
+
+def _as_models(models: Any) -> dict[str, nn.Module]:
+    """``models`` as ``{name: module}`` (a list gets the names ``m0``, ``m1``, ...)."""
+    if isinstance(models, nn.Module):
+        models = [models]
+    if isinstance(models, Mapping):
+        named = {str(k): v for k, v in models.items()}
+    elif isinstance(models, (list, tuple)):
+        named = {f"m{i}": m for i, m in enumerate(models)}
+    else:
+        raise TypeError(f"models must be a dict name -> torch.nn.Module or a list of modules, got {type(models).__name__}")
+    if not named:
+        raise ValueError("models is empty; give at least one model (one model: its own layer x layer grid)")
+    for name, model in named.items():
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model {name!r} must be a torch.nn.Module, got {type(model).__name__}")
+    return named
+
+
+def _as_layers(layers: Any, models: dict[str, nn.Module]) -> dict[str, list[str]]:
+    """``layers`` as ``{model name: [layer, ...]}``, every name checked against its model."""
+    if isinstance(layers, str):
+        layers = [layers]
+    if isinstance(layers, Mapping):
+        unknown = [k for k in layers if k not in models]
+        if unknown:
+            raise ValueError(f"layers names unknown model {unknown[0]!r}{did_you_mean(str(unknown[0]), models)}; "
+                             f"models: {', '.join(models)}")
+        missing = [m for m in models if m not in layers]
+        if missing:
+            raise ValueError(f"layers has no entry for model(s) {', '.join(map(repr, missing))}; give a list for "
+                             "every model, or one list used for all")
+        per = {m: [layers[m]] if isinstance(layers[m], str) else list(layers[m]) for m in models}
+    elif isinstance(layers, (list, tuple)):
+        per = {m: list(layers) for m in models}
+    else:
+        raise TypeError(f"layers must be a list of layer names or a dict model -> list, got {type(layers).__name__}")
+    for name, names in per.items():
+        if not names:
+            raise ValueError(f"model {name!r} has no layers; give at least one")
+        if len(set(names)) != len(names):
+            raise ValueError(f"model {name!r} lists a layer twice: {names}")
+        for layer in names:
+            if not isinstance(layer, str):
+                raise TypeError(f"layer names must be strings, got {layer!r} for model {name!r}")
+            try:
+                _check_layer(models[name], layer)
+            except ValueError as exc:
+                raise type(exc)(f"model {name!r}: {exc}") from None
+    return per
+
+
+def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
+    """The ordered (front index, end index) pairs that ``pairs`` selects, in row-major node order."""
+    index = {node: i for i, node in enumerate(nodes)}
+    everything = [(i, j) for i in range(len(nodes)) for j in range(len(nodes))]
+    if isinstance(pairs, str):
+        if pairs == "all":
+            return everything
+        if pairs == "across":
+            return [(i, j) for i, j in everything if nodes[i][0] != nodes[j][0]]
+        if pairs == "within":
+            return [(i, j) for i, j in everything if nodes[i][0] == nodes[j][0]]
+        raise ValueError(f"pairs must be one of {', '.join(PAIRS)} or a list of ((model, layer), (model, layer)); "
+                         f"got {pairs!r}{did_you_mean(pairs, PAIRS)}")
+    if not isinstance(pairs, Iterable):
+        raise TypeError(f"pairs must be 'all', 'across', 'within' or a list of node pairs, got {type(pairs).__name__}")
+    chosen: list[tuple[int, int]] = []
+    for item in pairs:
+        try:
+            front, end = (tuple(item[0]), tuple(item[1]))
+        except (TypeError, IndexError):
+            raise TypeError(f"each explicit pair must be ((model, layer), (model, layer)), got {item!r}") from None
+        for node in (front, end):
+            if node not in index:
+                raise ValueError(f"pair {item!r}: {node!r} is not a node of the grid; nodes: "
+                                 + ", ".join(f"{m}:{layer}" for m, layer in nodes))
+        if (index[front], index[end]) not in chosen:
+            chosen.append((index[front], index[end]))
+    if not chosen:
+        raise ValueError("pairs selects no cell")
+    return chosen
+
+
+def compare_grid(models: Any, layers: Any, data: Data | None = None, metrics: "str | Iterable[str] | None" = None, *,
+                 pairs: "str | Sequence[tuple[Node, Node]]" = "all", seed: int = 0, options: dict | None = None,
+                 device: "str | torch.device | None" = None, progress: "bool | str" = False,
+                 resume: "str | os.PathLike | None" = None, cache_bytes: int | None = None) -> Grid:
+    """Score every selected metric on every selected pair of (model, layer) nodes.
+
+    Parameters
+    ----------
+    models: ``{name: nn.Module}`` or a list (named ``m0``, ``m1``, ...); one model gives its own layer x layer grid.
+    layers: layer names used for every model, or ``{model name: [layer, ...]}``.
+    data: [`Data`][Data] (test: scoring; train: fitting stitches, IRI seeds), as for ``compare``.
+    metrics: names or wildcards; None: every activation-only metric (stitching and IRI metrics only when named).
+    pairs: ``"all"`` (every ordered pair, each node with itself included), ``"across"`` (nodes of different
+        models), ``"within"`` (nodes of one model), or a list of ``((model, layer), (model, layer))``.
+    seed, options, device, progress: as for ``compare`` (``progress``: a bar over the cells).
+    resume: a finished-cells file (JSON lines): cells already in it (same models, data sizes, seed and options)
+        are read back instead of computed, and every cell computed is appended as it finishes, so an interrupted
+        grid loses nothing finished. Cells that failed are computed again.
+    cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once; beyond it
+        the least recently used are dropped and rebuilt when needed (same values, more time). None: no bound.
+
+    Returns
+    -------
+    [`Grid`][grid_results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
+    naming the valid ones. A failing cell (or a model whose forward pass fails: all its cells) gets an error
+    row; every other cell keeps its value. Ctrl-C raises ``KeyboardInterrupt`` with a ``grid`` attribute
+    holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
+    returns the same grid.
+    """
+    check_progress(progress)
+    data = data if data is not None else Data()
+    if not isinstance(data, Data):
+        raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
+    if cache_bytes is not None and (isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0):
+        raise ValueError(f"cache_bytes must be a number of bytes >= 0 or None, got {cache_bytes!r}")
+    named = _as_models(models)
+    per_model = _as_layers(layers, named)
+    nodes = [(m, layer) for m in named for layer in per_model[m]]
+    chosen = _as_pairs(pairs, nodes)
+    names = select_score_metrics(metrics)
+    metric_options = options_for_metrics(names, options)
+    pm = get_plugin_manager()
+    device = torch.device(device) if device is not None else model_device(next(iter(named.values())))
+    placed = {name: _place(model, device, f"model {name!r}") for name, model in named.items()}
+    ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
+    ctx.reuse_nodes, ctx.derived_bytes = True, cache_bytes
+    info = {n: {"kind": pm.info[n].kind, "range": pm.info[n].range, "symmetric": pm.info[n].symmetric} for n in names}
+    meta = {"models": {m: type(model).__name__ for m, model in named.items()}, "layers": per_model, "metrics": names,
+            "pairs": pairs if isinstance(pairs, str) else "explicit", "seed": seed, "device": str(device),
+            "torch": torch.__version__, "world_size": ctx.world.size}
+    plan = Plan(nodes=nodes, pairs=chosen, metrics=names, symmetric={n: bool(info[n]["symmetric"]) for n in names},
+                options=metric_options, seed=seed)
+    cells = run_grid(plan, named, placed, ctx, pm, info, meta, resume=resume)
+    return Grid(nodes, names, cells, info, meta)

@@ -1,0 +1,245 @@
+"""The result of [`compare_grid`][grid.compare_grid]: a [`Grid`][Grid] of cells over (model, layer) nodes.
+
+A *node* is a ``(model name, layer name)`` pair; a *cell* is one metric's [`SimilarityResult`][results.SimilarityResult]
+for one ordered pair of nodes (front node on the rows, end node on the columns). A cell of a symmetric metric
+that was computed once for both orders appears in both, the copy marked ``details["mirrored"] = True``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from ..utils.io import write_text
+from ..utils.pvalues import adjust_p_values
+from ..utils.text import did_you_mean
+from .results import LayerPair, Report, SimilarityResult, _jsonable
+
+__all__ = ["Grid", "Node", "GRID_FORMAT"]
+
+Node = tuple  # (model name, layer name)
+GRID_FORMAT = "similarity-plugins grid"
+
+
+class Grid:
+    """Every cell of a grid of comparisons, as matrices, best pairs, a flat report, JSON and heatmaps.
+
+    Attributes: ``nodes`` (list of ``(model, layer)`` in order: models as given, each model's layers as given),
+    ``metrics`` (names, in order), ``info`` (``{metric: {"kind", "range", "symmetric"}}`` as the metrics
+    declare), ``meta`` (the call's settings), ``cells`` (``{(metric, front index, end index): result}``).
+    """
+
+    def __init__(self, nodes: list[Node], metrics: list[str], cells: dict[tuple[str, int, int], SimilarityResult],
+                 info: dict[str, dict] | None = None, meta: dict | None = None) -> None:
+        self.nodes: list[Node] = [tuple(n) for n in nodes]
+        self.metrics = list(metrics)
+        self.cells = dict(cells)
+        self.info = {m: dict((info or {}).get(m, {})) for m in self.metrics}
+        self.meta = dict(meta or {})
+
+    # -- shape -----------------------------------------------------------------------------------
+
+    @property
+    def models(self) -> list[str]:
+        """Model names in order."""
+        return list(dict.fromkeys(m for m, _ in self.nodes))
+
+    def layers_of(self, model: str) -> list[str]:
+        """The layers of ``model`` in the grid, in order."""
+        self._check_model(model)
+        return [layer for m, layer in self.nodes if m == model]
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model not in self.models:
+            raise ValueError(f"unknown model {model!r}{did_you_mean(str(model), self.models)}; "
+                             f"the grid's models: {', '.join(self.models)}")
+
+    def _check_metric(self, metric: str) -> None:
+        if metric not in self.metrics:
+            raise ValueError(f"metric {metric!r} is not in this grid{did_you_mean(str(metric), self.metrics)}; "
+                             f"its metrics: {', '.join(self.metrics)}")
+
+    def _indices(self, model: str | None) -> list[int]:
+        self._check_model(model)
+        return [i for i, (m, _) in enumerate(self.nodes) if model is None or m == model]
+
+    # -- matrices --------------------------------------------------------------------------------
+
+    def _matrix(self, metric: str, front: str | None, end: str | None, value) -> np.ndarray:
+        self._check_metric(metric)
+        rows, cols = self._indices(front), self._indices(end)
+        out = np.full((len(rows), len(cols)), np.nan)
+        for r, i in enumerate(rows):
+            for c, j in enumerate(cols):
+                cell = self.cells.get((metric, i, j))
+                if cell is not None and cell.ok:
+                    out[r, c] = value(cell)
+        return out
+
+    def matrix(self, metric: str, front: str | None = None, end: str | None = None) -> np.ndarray:
+        """Scores of ``metric`` as a float64 array.
+
+        Parameters
+        ----------
+        metric: a metric of the grid. front, end: model names, or None for every node.
+
+        Returns
+        -------
+        (rows, columns): rows are front nodes (all nodes, or ``front``'s layers), columns end nodes (all, or
+        ``end``'s layers), in [`nodes`][nodes] order; NaN where a cell was not asked for or failed.
+        """
+        return self._matrix(metric, front, end, lambda cell: float(cell.score))
+
+    def best(self, metric: str, front: str, end: str) -> list[tuple[str, str | None, float]]:
+        """For each layer of model ``front``, the layer of model ``end`` with the best score of ``metric``.
+
+        Returns a list of ``(front_layer, end_layer, score)`` in ``front``'s layer order; best is the highest
+        score for a similarity and the lowest for a metric declared a distance. A row without any score gives
+        ``(front_layer, None, nan)``.
+        """
+        block = self.matrix(metric, front, end)
+        distance = self.info.get(metric, {}).get("kind") == "distance"
+        end_layers = self.layers_of(end)
+        out = []
+        for layer, row in zip(self.layers_of(front), block):
+            if np.isnan(row).all():
+                out.append((layer, None, math.nan))
+                continue
+            k = int(np.nanargmin(row) if distance else np.nanargmax(row))
+            out.append((layer, end_layers[k], float(row[k])))
+        return out
+
+    def p_values(self, metric: str, correction: str | None = None, front: str | None = None,
+                 end: str | None = None) -> np.ndarray:
+        """The cells' ``details["p_value"]`` of ``metric`` as a matrix shaped like [`matrix`][matrix].
+
+        NaN where a cell has none (not asked for, failed, or the metric was run without a permutation test).
+        ``correction``: None, ``"holm"`` (family-wise) or ``"bh"`` (Benjamini-Hochberg false discovery rate),
+        applied over every cell of ``metric`` in the grid that has a p-value, a mirrored cell counted once
+        (the block asked for with ``front``/``end`` is then cut from the adjusted matrix).
+        """
+        self._check_metric(metric)
+        adjust_p_values([], correction)  # refuse an unknown correction before any work
+        own = [(k, c) for k, c in self.cells.items() if k[0] == metric and c.ok and not c.details.get("mirrored")
+               and _is_p(c.details.get("p_value"))]
+        adjusted = adjust_p_values([float(c.details["p_value"]) for _, c in own], correction)
+        by_cell = {(i, j): p for ((_, i, j), _), p in zip(own, adjusted)}
+        for (m, i, j), cell in self.cells.items():  # a mirrored cell takes the value of the cell it copies
+            if m == metric and cell.details.get("mirrored") and (j, i) in by_cell:
+                by_cell[(i, j)] = by_cell[(j, i)]
+        rows, cols = self._indices(front), self._indices(end)
+        out = np.full((len(rows), len(cols)), np.nan)
+        for r, i in enumerate(rows):
+            for c, j in enumerate(cols):
+                out[r, c] = by_cell.get((i, j), np.nan)
+        return out
+
+    # -- flat forms ------------------------------------------------------------------------------
+
+    @property
+    def report(self) -> Report:
+        """The flat [`Report`][results.Report]: one row per metric and cell (metric-major, then front node, then
+        end node); each row's ``layer`` is the cut and ``details["front_model"]`` / ``["end_model"]`` name the models."""
+        rows = [self.cells[k] for k in sorted(self.cells, key=lambda k: (self.metrics.index(k[0]), k[1], k[2]))]
+        return Report(rows, {**self.meta, "kinds": {m: self.info[m].get("kind") for m in self.metrics}})
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of the whole grid (nodes, metrics, info, meta and every cell)."""
+        cells = [{"metric": m, "front": i, "end": j, "result": c.to_dict()}
+                 for (m, i, j), c in sorted(self.cells.items(), key=lambda kv: (self.metrics.index(kv[0][0]),) + kv[0][1:])]
+        return {"format": GRID_FORMAT, "version": 1, "nodes": [list(n) for n in self.nodes], "metrics": self.metrics,
+                "info": _jsonable(self.info), "meta": _jsonable(self.meta), "cells": cells}
+
+    def to_json(self, path: str | os.PathLike | None = None, indent: int = 2) -> str:
+        """The grid as JSON text; also written (whole, atomically) to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=indent)
+        if path is not None:
+            write_text(path, text + "\n")
+        return text
+
+    @classmethod
+    def from_dict(cls, payload: dict) -> "Grid":
+        """The grid of [`to_dict`][to_dict]; ``ValueError`` when ``payload`` is not one."""
+        if not isinstance(payload, dict) or payload.get("format") != GRID_FORMAT:
+            raise ValueError(f"not a similarity-plugins grid (expected format {GRID_FORMAT!r})")
+        cells = {(c["metric"], int(c["front"]), int(c["end"])): result_from_dict(c["result"]) for c in payload["cells"]}
+        info = {m: {**v, "range": tuple(v["range"]) if v.get("range") else None}
+                for m, v in payload.get("info", {}).items()}
+        return cls([tuple(n) for n in payload["nodes"]], payload["metrics"], cells, info, payload.get("meta"))
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> "Grid":
+        """Read a grid written by [`to_json`][to_json]."""
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(json.load(fh))
+
+    # -- figures ---------------------------------------------------------------------------------
+
+    def heatmap(self, path: str | os.PathLike, metric: str | None = None) -> str:
+        """Write [`heatmap_bytes`][heatmap_bytes] to ``path`` (whole, atomically), in the format of its extension (png, svg or
+        pdf); returns the path."""
+        from ..utils.io import write_all
+
+        fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+        write_all({os.fspath(path): self.heatmap_bytes(fmt, metric)})
+        return os.fspath(path)
+
+    def heatmap_bytes(self, fmt: str = "png", metric: str | None = None) -> bytes:
+        """One heatmap panel per metric (or only ``metric``) as the contents of a ``fmt`` file (png, svg, pdf).
+
+        Front nodes on the rows, end nodes on the columns, labelled ``model:layer`` (black lines between models);
+        the colour scale is the metric's declared range where it has one, reversed for distances; failed cells
+        are hatched grey, cells not asked for blank; the best end layer of each row within each end model is
+        outlined in red (highest similarity, lowest distance).
+        """
+        from ..utils.heatmap import heatmap_bytes
+
+        names = [metric] if metric is not None else self.metrics
+        for name in names:
+            self._check_metric(name)
+        return heatmap_bytes([self._panel(name) for name in names], fmt)
+
+    def _panel(self, metric: str) -> dict:
+        info = self.info.get(metric, {})
+        values = self.matrix(metric)
+        failed = np.zeros(values.shape, bool)
+        for (m, i, j), cell in self.cells.items():
+            if m == metric and not cell.ok:
+                failed[i, j] = True
+        best = []
+        for front in self.models:
+            for end in self.models:
+                rows, cols = self._indices(front), self._indices(end)
+                block = values[np.ix_(rows, cols)]
+                for r, row in zip(rows, block):
+                    if not np.isnan(row).all():
+                        k = int(np.nanargmin(row) if info.get("kind") == "distance" else np.nanargmax(row))
+                        best.append((r, cols[k]))
+        return {"title": metric, "values": values, "failed": failed, "best": best, "kind": info.get("kind"),
+                "range": info.get("range"),
+                "bounds": [k for k in range(1, len(self.nodes)) if self.nodes[k][0] != self.nodes[k - 1][0]],
+                "labels": [f"{m}:{layer}" for m, layer in self.nodes]}
+
+    def __repr__(self) -> str:
+        done = sum(c.ok for c in self.cells.values())
+        return (f"Grid({len(self.nodes)} nodes of {len(self.models)} model(s), metrics {self.metrics}, "
+                f"{done}/{len(self.cells)} cells scored)")
+
+
+def _is_p(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def result_from_dict(d: dict) -> SimilarityResult:
+    """The [`SimilarityResult`][results.SimilarityResult] of its ``to_dict()``."""
+    return SimilarityResult(d["metric"], d.get("score"), dict(d.get("details") or {}), float(d.get("seconds") or 0.0),
+                            d.get("error"), d.get("layer"))
+
+
+def cut_of(front_layer: str, end_layer: str) -> str:
+    """The row's ``layer`` text of a cell (as ``compare`` writes it)."""
+    return str(LayerPair(front_layer, end_layer))

@@ -1,0 +1,303 @@
+"""Running a grid's cells on ``compare``'s one metric-call path: activations first, then the cells in an order
+that keeps one donor guard alive at a time, under torchrun shared out between the ranks, and (optionally)
+a finished-cells file to resume from."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from ..utils.progress import progress_bar
+from .compare import _run_metric
+from .context import Context
+from .grid_results import Grid, Node, result_from_dict
+from .isolation import Donors
+from .networks import preserved
+from .parallel import World, module_digest
+from .ranks import check_ranks_agree
+from .repeats import is_deterministic, run_repeated
+from .results import LayerPair, SimilarityResult, _jsonable
+from .rng import isolated_rng
+
+__all__ = ["Plan", "run_grid"]
+
+CELLS_FORMAT = "similarity-plugins grid cells"
+DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
+CHECK_EVERY = 256  # at most this many deterministic activation-only cells between two donor checks
+Cell = tuple  # (metric, front index, end index)
+
+
+@dataclass
+class Plan:
+    """What a grid computes: ``nodes``, the ordered index ``pairs``, ``metrics`` (with ``symmetric`` flags),
+    each metric's ``options`` and the ``seed``."""
+
+    nodes: list[Node]
+    pairs: list[tuple[int, int]]
+    metrics: list[str]
+    symmetric: dict[str, bool]
+    options: dict[str, dict]
+    seed: int
+
+    def cells(self) -> tuple[list[Cell], dict[Cell, Cell]]:
+        """(the cells to compute, in model-pair-major order; ``{mirrored cell: the cell it copies}``)."""
+        asked = set(self.pairs)
+        models = list(dict.fromkeys(m for m, _ in self.nodes))
+        order = {m: k for k, m in enumerate(models)}
+        compute, mirrors = [], {}
+        for i, j in self.pairs:
+            for metric in self.metrics:
+                if self.symmetric[metric] and i > j and (j, i) in asked:
+                    mirrors[(metric, i, j)] = (metric, j, i)
+                else:
+                    compute.append((metric, i, j))
+        compute.sort(key=lambda c: (order[self.nodes[c[1]][0]], order[self.nodes[c[2]][0]], c[1], c[2],
+                                    self.metrics.index(c[0])))
+        return compute, mirrors
+
+
+def _needed_splits(plan: Plan, pm) -> dict[str, bool]:
+    """The splits whose activations the grid captures up front: test for any activation-only metric, train
+    for one that reads train activations too (e.g. linear regression)."""
+    only = [n for n in plan.metrics if n not in pm.load_errors and pm.info[n].activations_only]
+    return {"test": bool(only), "train": any("train" in (pm.info[n].needs or ()) for n in only)}
+
+
+def _capture(ctx: Context, named: dict[str, nn.Module], placed: dict[str, nn.Module], plan: Plan, pm) -> dict[str, str]:
+    """One forward pass per model and split for all its layers; ``{model name: error}`` for models that failed."""
+    failed: dict[str, str] = {}
+    splits = [s for s, need in _needed_splits(plan, pm).items() if need and ctx.data.split(s) is not None]
+    for name in named:
+        layers = [layer for m, layer in plan.nodes if m == name]
+        for split in splits:
+            try:
+                ctx.capture(placed[name], layers, split)
+            except Exception as exc:  # noqa: BLE001 - the model's cells get the error, the others still run
+                failed[name] = f"{type(exc).__name__}: the forward pass of model {name!r} failed: {exc}"
+                break
+    return failed
+
+
+def _failed_cell(metric: str, pair: LayerPair, message: str) -> SimilarityResult:
+    return SimilarityResult(metric, None, {}, 0.0, message, str(pair))
+
+
+class _Unchecked:
+    """Stands in for the `DonorGuard` during a run of deterministic activation-only cells of one
+    model pair; the real guard checks once after the run (see `_Runner.run_many`)."""
+
+    @staticmethod
+    def check() -> None:
+        return None
+
+
+class _Runner:
+    """Runs cells, keeping the `Donors` of the current model pair.
+
+    The donor guard compares every parameter and buffer bit for bit (milliseconds per ResNet), which would cost
+    more than a CKA cell itself. Consecutive cells of one model pair whose metrics are deterministic and read
+    only activations therefore run with one check after the run instead of one per cell; when that check finds
+    a changed donor it restores it, drops what was cached during the run, and runs the cells again one by one
+    with a check after each, so the rows are those of checking every cell (the metric that changed the donor
+    gets the error row, every other cell its value).
+    """
+
+    def __init__(self, plan: Plan, placed: dict[str, nn.Module], ctx: Context, pm, failed: dict[str, str]) -> None:
+        self.plan, self.placed, self.ctx, self.pm, self.failed = plan, placed, ctx, pm, failed
+        self._pair: tuple[str, str] | None = None
+        self._donors: Donors | None = None
+
+    def donors(self, front: str, end: str) -> Donors:
+        if self._pair != (front, end):
+            self._donors = Donors(self.placed[front], self.placed[end], self.ctx)
+            self._pair = (front, end)
+        return self._donors
+
+    def _cheap(self, cell: Cell) -> bool:
+        info = self.pm.info.get(cell[0])
+        plugin = None if cell[0] in self.pm.load_errors else self.pm.hookimpl_for(cell[0]).plugin
+        return bool(info is not None and info.activations_only and plugin is not None and is_deterministic(plugin))
+
+    def run_many(self, cells: list[Cell], cuda_rng: bool, on_done=None) -> list[SimilarityResult]:
+        """The results of ``cells`` in order (see the class docstring for when the guard checks); ``on_done(cell,
+        result)`` is called for each as soon as it is final."""
+        out: list[SimilarityResult] = []
+        k = 0
+        while k < len(cells):
+            models = self._models(cells[k])
+            cheap = self._cheap(cells[k]) and not (self.failed.get(models[0]) or self.failed.get(models[1]))
+            group = [cells[k]]
+            while (cheap and len(group) < CHECK_EVERY and k + len(group) < len(cells)
+                   and self._models(cells[k + len(group)]) == models and self._cheap(cells[k + len(group)])):
+                group.append(cells[k + len(group)])
+            done = self._run_unchecked(group, cuda_rng) if len(group) > 1 else [self(group[0], cuda_rng)]
+            for cell, result in zip(group, done):
+                if on_done is not None:
+                    on_done(cell, result)
+            out += done
+            k += len(group)
+        return out
+
+    def _models(self, cell: Cell) -> tuple[str, str]:
+        return self.plan.nodes[cell[1]][0], self.plan.nodes[cell[2]][0]
+
+    def _run_unchecked(self, group: list[Cell], cuda_rng: bool) -> list[SimilarityResult]:
+        donors = self.donors(*self._models(group[0]))
+        real, memo_before = donors.guard, set(self.ctx.memo)
+        donors.guard = _Unchecked()
+        try:
+            results = [self(cell, cuda_rng) for cell in group]
+        except BaseException:
+            donors.guard = real
+            real.check()  # restore the donors before the interruption travels on
+            raise
+        donors.guard = real
+        if real.check() is None:
+            return results
+        for key in [k for k in self.ctx.memo if k not in memo_before]:  # possibly computed from a changed donor
+            del self.ctx.memo[key]
+        return [self(cell, cuda_rng) for cell in group]
+
+    def __call__(self, cell: Cell, cuda_rng: bool) -> SimilarityResult:
+        metric, i, j = cell
+        (fm, fl), (em, el) = self.plan.nodes[i], self.plan.nodes[j]
+        pair = LayerPair(fl, el)
+        bad = self.failed.get(fm) or self.failed.get(em)
+        if bad:
+            result = _failed_cell(metric, pair, bad)
+        else:
+            donors = self.donors(fm, em)
+            pm = self.pm
+
+            def run(s: int) -> SimilarityResult:
+                return _run_metric(pm, metric, pair, donors, self.ctx.data, self.plan.options[metric], s,
+                                   self.ctx.device, cuda_rng)
+
+            deterministic = metric not in pm.load_errors and is_deterministic(pm.hookimpl_for(metric).plugin)
+            result = run_repeated(run, self.plan.seed, 1, deterministic=deterministic, context=self.ctx)
+        result.details["front_model"], result.details["end_model"] = fm, em
+        return result
+
+
+def _mirror(result: SimilarityResult, nodes: list[Node], cell: Cell) -> SimilarityResult:
+    """The copy of a symmetric metric's cell for the other order of its nodes."""
+    _, i, j = cell
+    details = {**result.details, "front_model": nodes[i][0], "end_model": nodes[j][0], "mirrored": True}
+    return SimilarityResult(result.metric, result.score, details, 0.0, result.error, str(LayerPair(nodes[i][1], nodes[j][1])))
+
+
+def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:
+    from .data import split_size
+
+    return _jsonable({"models": {m: module_digest([model]) for m, model in named.items()}, "seed": plan.seed,
+                      "options": repr(sorted((k, repr(v)) for k, v in plan.options.items())),
+                      "splits": [split_size(ctx.data.train), split_size(ctx.data.test)]})
+
+
+class _CellsFile:
+    """The finished-cells file of ``compare_grid(resume=path)``: a header line, then one JSON line per cell."""
+
+    def __init__(self, path: str | os.PathLike, fingerprint: dict, nodes: list[Node], write: bool) -> None:
+        self.path, self.fingerprint, self.nodes, self.write = os.fspath(path), fingerprint, nodes, write
+        self.done: dict[Cell, SimilarityResult] = {}
+        index = {tuple(n): k for k, n in enumerate(nodes)}
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+            header = json.loads(lines[0]) if lines else {}
+            if header.get("format") != CELLS_FORMAT:
+                raise ValueError(f"resume file {self.path!r} is not a grid's finished-cells file")
+            if header.get("fingerprint") != fingerprint:
+                differ = [k for k in fingerprint if header.get("fingerprint", {}).get(k) != fingerprint[k]]
+                raise ValueError(f"resume file {self.path!r} was written for other {', '.join(differ)}; use another "
+                                 "path or delete it to start again")
+            for line in lines[1:]:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line torn by an interruption: that cell runs again
+                    continue
+                front, end = tuple(row["front"]), tuple(row["end"])
+                if front in index and end in index and row["result"].get("error") is None:
+                    self.done[(row["metric"], index[front], index[end])] = result_from_dict(row["result"])
+        elif write:
+            with open(self.path, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps({"format": CELLS_FORMAT, "fingerprint": fingerprint}) + "\n")
+
+    def add(self, cell: Cell, result: SimilarityResult) -> None:
+        if not self.write:
+            return
+        metric, i, j = cell
+        line = json.dumps({"metric": metric, "front": list(self.nodes[i]), "end": list(self.nodes[j]),
+                           "result": result.to_dict()})
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _local_context(ctx: Context) -> Context:
+    """A one-process context over the activations every rank already holds, for cells a rank runs on its own."""
+    local = Context(ctx.data, seed=ctx.seed, device=ctx.device, options=ctx.options, progress=False,
+                    batch_size=ctx.batch_size, world=World())
+    local.memo = {k: v for k, v in ctx.memo.items() if isinstance(k, tuple) and k and k[0] == "activations"}
+    local.reuse_nodes, local.derived_bytes = ctx.reuse_nodes, ctx.derived_bytes
+    return local
+
+
+def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Module], ctx: Context, pm,
+             info: dict, meta: dict, resume: str | os.PathLike | None = None) -> dict[Cell, SimilarityResult]:
+    """Every cell of ``plan`` (see [`compare_grid`][grid.compare_grid]): ``{(metric, front index, end index): result}``."""
+    world = ctx.world
+    if world.distributed:
+        for model in named.values():
+            check_ranks_agree(world, model, model, ctx.data, (plan.nodes, plan.pairs, plan.metrics, plan.seed,
+                                                              sorted(plan.options.items(), key=str)))
+    compute, mirrors = plan.cells()
+    store = _CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, world.is_main) if resume else None
+    results: dict[Cell, SimilarityResult] = dict(store.done) if store else {}
+    if store is not None and world.distributed:  # rank 0's file decides, so every rank plans the same cells
+        results = world.exchange(lambda: results, "resume file")[0]
+    todo = [c for c in compute if c not in results]
+    with preserved(*named.values(), *placed.values()), isolated_rng(ctx.device) as cuda_rng:
+        failed = _capture(ctx, named, placed, plan, pm) if todo else {}
+        run_ctx = _local_context(ctx) if world.distributed else ctx
+        runner = _Runner(plan, placed, run_ctx, pm, failed)
+        bar = progress_bar(total=len(todo), progress=ctx.progress if world.is_main else False, desc="grid", unit="cell")
+
+        def record(cell: Cell, result: SimilarityResult) -> None:
+            results[cell] = result
+            if store is not None:
+                store.add(cell, result)
+            bar.update(1)
+
+        try:
+            if not world.distributed:
+                runner.run_many(todo, cuda_rng, record)
+            for start in range(0, len(todo) if world.distributed else 0, world.size * DIST_BLOCK):
+                block = todo[start:start + world.size * DIST_BLOCK]
+                mine = runner.run_many(block[world.rank::world.size], cuda_rng)
+                for result in mine:
+                    result.details["rank"] = world.rank  # which rank computed the cell
+                shares = world.exchange(lambda: mine, "grid cells")
+                for rank, share in enumerate(shares):
+                    for cell, result in zip(block[rank::world.size], share):
+                        record(cell, result)
+        except KeyboardInterrupt as exc:  # the finished cells travel with the exception
+            exc.grid = Grid(plan.nodes, plan.metrics, _with_mirrors(results, mirrors, plan.nodes), info,
+                            {**meta, "interrupted": True})
+            raise
+        finally:
+            bar.close()
+    return _with_mirrors(results, mirrors, plan.nodes)
+
+
+def _with_mirrors(results: dict[Cell, SimilarityResult], mirrors: dict[Cell, Cell], nodes: list[Node]) -> dict:
+    out: dict[Cell, Any] = dict(results)
+    for cell, source in mirrors.items():
+        if source in results:
+            out[cell] = _mirror(results[source], nodes, cell)
+    return out

@@ -1,0 +1,81 @@
+"""Multiple-comparison corrections of p-values: Holm's step-down (family-wise error) and Benjamini-Hochberg
+(false discovery rate). Pure functions on 1-D sequences; NaN entries are left out of the family and stay NaN."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["holm", "benjamini_hochberg", "adjust_p_values", "CORRECTIONS"]
+
+CORRECTIONS = (None, "holm", "bh")
+
+
+def _finite(p: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    arr = np.asarray(p, dtype=np.float64).reshape(-1)
+    keep = ~np.isnan(arr)
+    if ((arr[keep] < 0) | (arr[keep] > 1)).any():
+        raise ValueError(f"p-values must lie in [0, 1], got {arr[keep][(arr[keep] < 0) | (arr[keep] > 1)][:3].tolist()}")
+    return arr, keep
+
+
+def holm(p: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values.
+
+    Parameters
+    ----------
+    p: m p-values in [0, 1] (NaN: not in the family).
+
+    Returns
+    -------
+    (m,) float64: with the k finite values sorted ascending, ``adj_(i) = max_{j<=i} min(1, (k - j + 1) p_(j))``,
+    in the input's order; NaN where the input is NaN.
+    """
+    arr, keep = _finite(p)
+    out = np.full(arr.shape, np.nan)
+    vals = arr[keep]
+    k = len(vals)
+    if k:
+        order = np.argsort(vals, kind="stable")
+        scaled = np.minimum(1.0, (k - np.arange(k)) * vals[order])
+        adjusted = np.empty(k)
+        adjusted[order] = np.maximum.accumulate(scaled)
+        out[keep] = adjusted
+    return out
+
+
+def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (q-values of the step-up FDR procedure).
+
+    Parameters
+    ----------
+    p: m p-values in [0, 1] (NaN: not in the family).
+
+    Returns
+    -------
+    (m,) float64: with the k finite values sorted ascending, ``adj_(i) = min_{j>=i} min(1, k p_(j) / j)``,
+    in the input's order; NaN where the input is NaN.
+    """
+    arr, keep = _finite(p)
+    out = np.full(arr.shape, np.nan)
+    vals = arr[keep]
+    k = len(vals)
+    if k:
+        order = np.argsort(vals, kind="stable")
+        scaled = np.minimum(1.0, vals[order] * k / np.arange(1, k + 1))
+        adjusted = np.empty(k)
+        adjusted[order] = np.minimum.accumulate(scaled[::-1])[::-1]
+        out[keep] = adjusted
+    return out
+
+
+def adjust_p_values(p: Sequence[float], correction: str | None) -> np.ndarray:
+    """``p`` adjusted by ``correction``: None (unchanged), ``"holm"`` or ``"bh"``; ``ValueError`` naming the valid ones."""
+    if correction is None:
+        return np.asarray(p, dtype=np.float64).reshape(-1).copy()
+    if correction == "holm":
+        return holm(p)
+    if correction == "bh":
+        return benjamini_hochberg(p)
+    raise ValueError(f"correction must be one of None, 'holm', 'bh' (Benjamini-Hochberg); got {correction!r}")

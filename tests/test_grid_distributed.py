@@ -1,0 +1,36 @@
+"""compare_grid under torchrun (2 gloo ranks on this CPU, tests/dist_workers.py): the cells are shared out and
+every rank returns the matrices of one process."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import dist_workers as w  # noqa: E402
+
+from similarity_plugins import compare_grid  # noqa: E402
+
+pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not available"),
+              pytest.mark.usefixtures("one_torch_thread")]
+
+
+@pytest.mark.slow
+def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(tmp_path):
+    results = w.run_ranks(["grid"], str(tmp_path))
+    outcomes = [results[r].get("grid") for r in (0, 1)]
+    for r, outcome in enumerate(outcomes):
+        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
+    rank0, rank1 = outcomes[0][1], outcomes[1][1]
+    assert rank0["ranks"] == [0, 1]  # both ranks computed cells
+    assert not rank0["errors"] and not rank1["errors"]
+    front, end, data = w.small_setup()
+    single = compare_grid({"a": front, "b": end}, ["block2", "block3"], data, w.GRID_METRICS, options=w.GRID_OPTIONS)
+    for metric in single.metrics:
+        assert np.array_equal(rank0["matrices"][metric], rank1["matrices"][metric]), metric  # every rank the same
+        tol = 0.02 if metric.startswith(("stitch", "iri")) else 1e-10  # the distributed tests' standard
+        assert np.allclose(rank0["matrices"][metric], single.matrix(metric), rtol=0, atol=tol), metric
