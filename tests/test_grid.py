@@ -161,6 +161,15 @@ def test_bad_arguments_are_refused_before_any_work(monkeypatch):
         sp.compare_grid(models, ["block1"], data, "cka-linear", pairs=[(("net0", "block9"), ("net1", "block1"))])
 
 
+def test_seeds_and_option_values_follow_compares_rules():
+    models, data = _models(), _data()
+    for seed in (1.5, "3", True):
+        with pytest.raises((TypeError, ValueError), match="seed"):
+            sp.compare_grid(models, ["block3"], data, "cka-linear", seed=seed)
+    grid = sp.compare_grid(models, ["block3"], data, "cka-linear", options={"permutations": -1})
+    assert all("permutations" in cell.error for cell in grid.cells.values())
+
+
 def test_a_list_of_models_one_model_and_per_model_layers():
     a, b = tiny_cnn(seed=0, width=4), tiny_cnn(seed=1, width=8)
     grid = sp.compare_grid([a, b], {"m0": ["block1"], "m1": ["block2", "block3"]}, _data(), "cka-linear")
@@ -278,6 +287,20 @@ def test_p_values_come_from_the_cells_and_are_corrected_over_unique_cells(fresh_
     assert np.allclose(grid.p_values("with-p", "bh"), [[0.02, 0.04], [0.04, np.nan]], equal_nan=True)
     with pytest.raises(ValueError, match="holm"):
         grid.p_values("with-p", "bonferroni")
+
+
+@pytest.mark.parametrize("metric", ["cka-linear", "rsa", "procrustes"])
+def test_permutation_p_values_in_a_grid_equal_compare_and_fill_p_values(metric):
+    models, data = _models(), _data()
+    options = {"permutations": 19}
+    grid = sp.compare_grid(models, ["block3"], data, metric, pairs="across", options=options, seed=3)
+    ref = sp.compare(models["net0"], models["net1"], "block3", data, metric, options=options, seed=3)[metric]
+    cell = grid.cells[(metric, grid.nodes.index(("net0", "block3")), grid.nodes.index(("net1", "block3")))]
+    for key in ("p_value", "null_mean", "null_std", "permutations"):
+        assert cell.details[key] == pytest.approx(ref.details[key], rel=1e-10, abs=1e-12), key
+    p = grid.p_values(metric)
+    assert p[0, 1] == pytest.approx(ref.details["p_value"]) and np.isnan(p[0, 0]) and np.isnan(p[1, 1])
+    assert np.all(grid.p_values(metric, "holm")[0, 1] >= p[0, 1])
 
 
 def test_holm_and_bh_match_hand_values_and_scipy():

@@ -32,6 +32,7 @@ from .grid_run import Plan, run_grid
 from .manager import get_plugin_manager
 from .networks import _check_layer, model_device
 from .registry import options_for_metrics
+from .rng import check_seed
 
 __all__ = ["compare_grid", "PAIRS"]
 
@@ -151,6 +152,7 @@ def compare_grid(models: Any, layers: Any, data: Data | None = None, metrics: "s
     returns the same grid.
     """
     check_progress(progress)
+    seed = check_seed(seed)
     data = data if data is not None else Data()
     if not isinstance(data, Data):
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")

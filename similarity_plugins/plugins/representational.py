@@ -123,10 +123,13 @@ class RSA(_Representational):
         return {"rdm": options.get("rdm", "correlation"), "compare": options.get("compare", "spearman")}
 
     @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context, seed: int) -> SimilarityResult:
         if not getattr(context, "reuse_nodes", False):
-            return super().similarity(front, end, layer, options, context)
+            return super().similarity(front, end, layer, options, context, seed)
+        from ..measures.permutation import permutation_test
         from ..measures.rsa import rsa_from_vectors, rsa_vector
+
+        k = permutation_count(options)
 
         x, y = self.test_activations(front, end, layer, options, context)  # a grid: each node's RDM built once
         kw = self.arguments(options)
@@ -137,6 +140,8 @@ class RSA(_Representational):
             raise ValueError(f"RSA: X has {len(x)} samples but Y has {len(y)}; they must be the same inputs")
         n = int(x.shape[0])
         details = {"n": n, "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), "pairs": n * (n - 1) // 2, **kw}
+        with_permutation_test(details, k, lambda: permutation_test(self.measure, x, y, permutations=k, seed=seed,
+                                                                   kind=self.kind, **kw))
         return SimilarityResult("", rsa_from_vectors(a, b, kw["compare"]), details)
 
 
