@@ -76,10 +76,10 @@ def device_has_bf16(device: torch.device) -> bool:
     return device.type == "cpu" and cpu_has_bf16()
 
 
-def step_flops(front: nn.Module, example: torch.Tensor) -> int:
-    """Floating-point operations of one forward+backward of ``front`` on ``example`` (1, ...) with the gradient
-    to the input only, as the IRI optimiser runs it: twice the multiply-adds of its convolution and linear
-    modules (the gradient to the input costs what the forward does), counted from their shapes in one
+def step_flops(front: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor) -> int:
+    """Floating-point operations of one forward+backward of ``front`` (a module, or a function calling
+    modules) on ``example`` (1, ...) with the gradient to the input only, as the IRI optimiser runs it: twice
+    the multiply-adds of the convolution and linear modules it calls (the gradient to the input costs what the forward does), counted from their shapes in one
     forward pass without gradients; elementwise work is not counted. ``torch.utils.flop_counter`` gives the
     same figure for these modules (the benchmark counts with it) but takes seconds to import."""
     total = [0]
@@ -95,14 +95,13 @@ def step_flops(front: nn.Module, example: torch.Tensor) -> int:
             return
         total[0] += 2 * 2 * per_output * out.numel()
 
-    hooks = [m.register_forward_hook(count) for m in front.modules()
-             if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear))]
+    # a global hook, so that a plain function calling modules is counted too (functional calls are not)
+    hook = torch.nn.modules.module.register_module_forward_hook(count)
     try:
         with torch.no_grad():
             front(example)
     finally:
-        for hook in hooks:
-            hook.remove()
+        hook.remove()
     return total[0]
 
 
