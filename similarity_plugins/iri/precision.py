@@ -80,8 +80,9 @@ def step_flops(front: Callable[[torch.Tensor], torch.Tensor], example: torch.Ten
     """Floating-point operations of one forward+backward of ``front`` (a module, or a function calling
     modules) on ``example`` (1, ...) with the gradient to the input only, as the IRI optimiser runs it: twice
     the multiply-adds of the convolution and linear modules it calls (the gradient to the input costs what
-    the forward does), counted from their shapes in one forward pass without gradients; elementwise work is not counted. ``torch.utils.flop_counter`` gives the
-    same figure for these modules (the benchmark counts with it) but takes seconds to import."""
+    the forward does), counted from their shapes in one forward pass without gradients; elementwise work is
+    not counted. ``torch.utils.flop_counter`` gives the same figure for these modules (the benchmark counts
+    with it) but takes seconds to import."""
     total = [0]
 
     def count(module: nn.Module, args: tuple, out: Any) -> None:
