@@ -112,3 +112,17 @@ def test_optimize_iris_on_a_bare_function():
     iris = optimize_iris(front, seeds, steps=20, tol=1e-2, precision="bfloat16", progress=False)
     assert iris.settings["precision"] == "bfloat16"
     np.testing.assert_allclose(iris.rel_error.numpy(), _f32_errors(model, "5", iris, seeds), rtol=1e-4, atol=1e-6)
+
+
+def test_iris_command_takes_precision(tmp_path, capsys):
+    from similarity_plugins.cli import main
+    from similarity_plugins.iri.store import load_iris
+
+    out = tmp_path / "iris.npz"
+    assert main(["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "4",
+                 "--steps", "3", "--precision", "bfloat16", "--out", str(out), "--no-progress"]) == 0
+    assert "bfloat16" in capsys.readouterr().out
+    assert load_iris(out)[0].settings["precision"] == "bfloat16"
+    with pytest.raises(SystemExit):
+        main(["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--precision", "bf16",
+              "--out", str(out)])
