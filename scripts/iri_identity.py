@@ -135,20 +135,27 @@ def _new_api() -> bool:
     return "tuning" in inspect.signature(generate_iris).parameters
 
 
+def _float32() -> dict[str, Any]:
+    """``precision="float32"`` on a checkout whose ``generate_iris`` takes it (float32 was the only precision
+    before), so that the cases compare float32 arithmetic on both sides."""
+    return {"precision": "float32"} if "precision" in inspect.signature(generate_iris).parameters else {}
+
+
 def run_case(name: str) -> dict[str, Any]:
-    """Generate the case's IRIs on the default path; return its hash, settings and (new API) the preset check."""
+    """Generate the case's IRIs on the default path in float32; return its hash, settings and (new API) the
+    preset check."""
     build, layer, seeds_fn, steps, tol, batch, extra = CASES[name]
     model, seeds = build(), seeds_fn()
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = _float32()
     if extra.get("demo"):   # the demo's own options: first cycles of 100 steps on plain Adam
-        options = {"cycle_steps": 100, "tuning": {"preset": "adam"}} if _new_api() else {"cycle_steps": 100}
+        options.update({"cycle_steps": 100, "tuning": {"preset": "adam"}} if _new_api() else {"cycle_steps": 100})
     iris = generate_iris(model, layer, seeds, steps=steps, tol=tol, batch_size=batch, progress=False, **options)
     row = {"hash": _digest(iris), "median_error": float(iris.summary["median_error"]),
            "settings": {k: iris.settings[k] for k in SETTING_KEYS if k in iris.settings}}
     preset = iris.settings.get("preset")
     if preset is not None and not extra.get("demo"):
         again = generate_iris(model, layer, seeds, steps=steps, tol=tol, batch_size=batch, progress=False,
-                              tuning={"preset": preset})
+                              tuning={"preset": preset}, **_float32())
         row["by_name_hash"] = _digest(again)
     return row
 

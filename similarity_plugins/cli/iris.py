@@ -38,14 +38,15 @@ def cmd_iris(args: argparse.Namespace) -> int:
                          optimizer=args.optimizer, init=args.init, cycle_steps=args.cycle_steps,
                          tuning=tuning or None, batch_size=args.batch_size, backend=args.backend, seed=args.seed,
                          progress=progress_of(args), cache_dir=args.cache_dir,
-                         checkpoint_every=args.checkpoint_every, compile=args.compile)
+                         checkpoint_every=args.checkpoint_every, compile=args.compile, precision=args.precision)
     from ..core.parallel import current_world
 
     if not current_world().is_main:  # under torchrun every rank holds the set; rank 0 writes it
         return 0
     summary = dict(iris.summary)
     print(f"{len(iris)} IRIs of {args.model} at {args.layer} (preset {iris.settings['preset']}, "
-          f"optimizer {iris.settings['optimizer']}): median relative error {summary['median_error']:.4g}, "
+          f"optimizer {iris.settings['optimizer']}) in {iris.settings['precision']}: "
+          f"median relative error {summary['median_error']:.4g}, "
           f"95th percentile {summary['p95_error']:.4g}, converged {summary['converged_fraction']:.1%} "
           f"(tol {args.tol:g}), mean RMS distance from seed {summary['mean_seed_distance']:.4g}")
     _write(args, iris, seeds, labels)
@@ -87,7 +88,7 @@ def tuning_options(items: list[str] | None) -> dict:
 
 
 _FLAGS = ("--steps", "--tol", "--optimizer", "--init", "--cycle-steps", "--batch-size", "--backend", "--seed",
-          "--device", "--cache-dir", "--checkpoint-every", "--compile")
+          "--device", "--cache-dir", "--checkpoint-every", "--compile", "--precision")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -116,6 +117,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the front's forward+backward (a warm-up of seconds to a minute per run; "
                         "slower than eager on this project's CPU measurements)")
+    p.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto (default): bfloat16 steps far from --tol where the hardware has bfloat16 units and the "
+                        "front is large enough, then a float32 finish; float32; bfloat16 (docs/iris.md)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="a tuning value of generate_iris: preset=NAME, lr=0.1, fold_bn=false, relu_leak=0.05, ... "
                         "(docs/iris.md)")

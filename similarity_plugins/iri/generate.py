@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
 import os
 from typing import Any
@@ -14,6 +16,7 @@ from ..utils.text import did_you_mean
 from . import sharded, store
 from .backends import check_compile
 from .front import private_front
+from .precision import check_precision, device_has_bf16, laid_out, memory_format, resolve_precision, step_flops
 from .presets import PRESETS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
@@ -41,7 +44,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
                   optimizer: str = AUTO, init: str = "noise", cycle_steps: int | None = None,
                   tuning: dict[str, Any] | None = None, batch_size: int = 128, backend: str = "auto", seed: int = 0,
                   progress: bool = True, cache_dir: str | os.PathLike | None = None,
-                  checkpoint_every: int | None = None, compile: bool = False, **run_options: Any) -> IRISet:
+                  checkpoint_every: int | None = None, compile: bool = False, precision: str = "auto",
+                  **run_options: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 
     Args:
@@ -68,6 +72,13 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
         checkpoint_every: with ``cache_dir``, save the full optimiser state every that many batch steps and
             resume from it after an interruption.
         compile: run the forward+backward evaluations through ``torch.compile`` (opt-in; not in the cache key).
+        precision: ``"auto"`` (default), ``"float32"`` or ``"bfloat16"``. bfloat16 runs each sample's
+            evaluations under bfloat16 autocast while its error is far from ``tol`` and finishes in float32, so
+            convergence and the reported errors are float32 values of the front; ``"auto"`` does so where the
+            device has bfloat16 units and the front does enough work per sample to gain, else float32, which
+            gives the IRIs of a float32-only run bit for bit. What ran is ``settings["precision"]`` (part of the
+            cache key), with ``settings["precision_rule"]`` (why) and ``settings["memory_format"]`` (the layout
+            the front ran in).
         **run_options: ``callback`` and ``profile`` of [`optimize_iris`][optimize_iris].
 
     Returns:
@@ -84,6 +95,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _check_option_names(run_options)
+    check_precision(precision)
     run_options["compile"] = check_compile(compile)
     common = dict(steps=steps, tol=tol, optimizer=optimizer, init=init, seed=seed, cycle_steps=cycle_steps,
                   tuning=tuning)
@@ -100,7 +112,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
         if trace.functional_relu_calls:   # F.relu & co. as modules, so that the rules and the surrogates see them
             modular = relu_modules(split.front_graph)
             trace = trace_front(modular, modular, seeds[:1].to(device)) if modular is not None else trace
-        settings = _settings(trace, common, _history_bytes(seeds, batch_size))
+        used, rule = _precision(precision, split, device, seeds)
+        settings = _settings(trace, common, _history_bytes(seeds, batch_size), used)
         slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
         targets = [call for call, slope in slopes.items() if slope == 1.0]
         key_settings = dict(settings.as_dict(), fake_relu_at=[list(t) for t in targets])
@@ -117,6 +130,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
                          checkpoint_path=store.checkpoint_path(cache_dir, key) if checkpoint_every else None,
                          **run_options)
     iris.settings["layer"] = layer
+    iris.settings["precision_rule"] = rule
     iris.settings["fake_relu_at"] = [f"{name}#{call}" for name, call in targets]
     iris.key = key
     if cache_dir is not None:
@@ -153,7 +167,17 @@ def structure(trace: FrontTrace, history_bytes: float = 0.0) -> Structure:
                      batchnorm=trace.batchnorm_calls > 0, history_bytes=history_bytes)
 
 
-def _settings(trace: FrontTrace | None, common: dict, history_bytes: float) -> Settings:
+def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor) -> tuple[str, str]:
+    """The precision of the run and why (``precision.resolve_precision``); "auto" counts the front's FLOPs per
+    sample only where the device has bfloat16 units. The caller holds ``frozen(model)``."""
+    flops = None
+    if precision == "auto" and device_has_bf16(device):
+        fn = split.front_graph if split.front_graph is not None else split.front
+        flops = step_flops(fn, seeds[:1].to(device))
+    return resolve_precision(precision, device, flops)
+
+
+def _settings(trace: FrontTrace | None, common: dict, history_bytes: float, precision: str = "float32") -> Settings:
     """Validated settings: the preset for the front's structure (``trace``; without one, the base preset of the
     optimiser, so that bad options fail before any work), then the caller's values."""
     optimizer = common["optimizer"]
@@ -165,7 +189,7 @@ def _settings(trace: FrontTrace | None, common: dict, history_bytes: float) -> S
     else:
         preset = choose_preset(structure(trace, history_bytes), optimizer)
         ends_at_relu = trace.ends_at_relu
-    return make_settings(preset=preset, ends_at_relu=ends_at_relu, **common)
+    return make_settings(preset=preset, ends_at_relu=ends_at_relu, precision=precision, **common)
 
 
 def _optimizer_of_keys(tuning: dict) -> str:
@@ -185,11 +209,36 @@ def _optimize(model: nn.Module, split: SplitNetwork, modular: torch.fx.GraphModu
     # copies keep the model's module names (and add the ReLU modules of ``modular``)
     front = folded if folded is not None else modular if modular is not None else model
     call = folded if folded is not None else graph if graph is not None else split.front
-    with straight_through_relu(front, slopes) as reset:
+    low, fmt = _lowp_copy(folded if folded is not None else graph, settings.precision, run["device"])
+    with contextlib.ExitStack() as stack:
+        reset = stack.enter_context(straight_through_relu(front, slopes))
+        reset_low = stack.enter_context(straight_through_relu(low, slopes)) if low is not None else None
+
         def front_fn(x: torch.Tensor) -> torch.Tensor:
             reset()
             return call(x)
 
-        iris = sharded.optimize(optimize_iris, front_fn, seeds, model=model, settings=settings, **run)
+        def low_fn(x: torch.Tensor) -> torch.Tensor:
+            reset_low()
+            return low(x)
+
+        lowp_fn = laid_out(low_fn, fmt) if low is not None else None
+        iris = sharded.optimize(optimize_iris, front_fn, seeds, model=model, settings=settings, lowp_fn=lowp_fn,
+                                **run)
+    iris.settings["memory_format"] = "channels_last" if low is not None else "contiguous"
     iris.stats.update(changes)
     return iris
+
+
+def _lowp_copy(graph: torch.fx.GraphModule | None, precision: str, device: torch.device
+               ) -> tuple[nn.Module | None, torch.memory_format]:
+    """A private copy of the front (``graph``: the traced front or its folded copy) in the layout its
+    bfloat16 evaluations run fastest in (``precision.memory_format``), or (None, default layout) when the run
+    is float32, that layout is the default one or the front is not traced."""
+    fmt = memory_format(device, precision, graph)
+    if precision != "bfloat16" or graph is None or fmt == torch.contiguous_format:
+        return None, torch.contiguous_format
+    low = copy.deepcopy(graph).eval()
+    for p in low.parameters():
+        p.requires_grad_(False)
+    return low.to(memory_format=fmt), fmt

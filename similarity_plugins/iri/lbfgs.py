@@ -235,5 +235,13 @@ class LbfgsStepper:
             w.a[hopeless] = np.minimum(polyak, self._cap(-g))
             self.restarts += len(hopeless)
 
+    def restart_slots(self, rows: np.ndarray) -> None:
+        """Start ``rows`` afresh where they are (their next evaluation is accepted, the history cleared): used
+        when their function values change precision (``mixed.py``), since the line search compares them."""
+        w = self.run.w
+        self._forget(rows)
+        w.fresh[rows] = 1
+        w.fails[rows] = 0
+
     def after_step(self, k: int, done: np.ndarray) -> None:
         """Nothing to do between steps: L-BFGS restarts and sizes its steps inside `step`."""

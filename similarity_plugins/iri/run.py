@@ -30,6 +30,8 @@ from ..utils.progress import progress_bar
 from .adam import AdamStepper
 from .backends import Backend, check_compile, compile_failure, compile_front, compiled_graphs, resolve_backend
 from .lbfgs import LbfgsStepper
+from .mixed import MixedPrecision
+from .precision import resolve_precision, step_flops
 from .result import IRISet
 from .settings import DEFAULT_OPTIMIZER, Settings, check_basic, make_settings
 from .state import Work, check_seeds, derangement, initial_inputs, resume, save_checkpoint
@@ -50,7 +52,7 @@ class Run:
     def __init__(self, front_fn: Callable, seeds: torch.Tensor, settings: Settings, batch_size: int, backend: Backend,
                  device: torch.device, progress: bool, checkpoint_path: Any, checkpoint_every: int | None,
                  callback: Callable | None, profile: bool, sample_range: range | None = None,
-                 compile: bool = False, source: Any = None) -> None:
+                 compile: bool = False, source: Any = None, lowp_fn: Callable | None = None) -> None:
         self.front_fn, self.seeds, self.s, self.backend, self.device = front_fn, seeds, settings, backend, device
         self.compiled = compile
         self.grad_fn = compile_front(front_fn) if compile else front_fn   # the fwd+bwd evaluations
@@ -73,6 +75,8 @@ class Run:
         self.donors = derangement(int(seeds.shape[0]), settings.seed) if settings.init == "shuffle" else None
         self.np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
         self.stepper = LbfgsStepper(self) if settings.optimizer == "lbfgs" else AdamStepper(self)
+        # bfloat16 evaluations far from tol (``mixed.py``); None: every evaluation in the front's own dtype
+        self.mixed = MixedPrecision(self, lowp_fn or front_fn) if settings.precision == "bfloat16" else None
         self.out_x = torch.empty(self.n, self.dim, dtype=self.dtype, device=seeds.device)
         self.out_err = np.full(self.n, np.nan)
         self.out_steps = np.zeros(self.n, dtype=np.int64)
@@ -90,11 +94,14 @@ class Run:
         tensors, host = self.stepper.fields(self.dim)
         tensors = {"x": (self.dim,), "best": (self.dim,), "target": (act_dim,), "tnorm": (), **tensors}
         host = {"sample": (np.int64, -1), "t": (np.int64, 0), "best_err": (np.float64, np.inf), **host}
+        if self.mixed is not None:
+            host.update(self.mixed.fields())
         self.w = Work(self.capacity, tensors, host, self.device, self.dtype)
 
     # -- slots ------------------------------------------------------------------------------------
 
-    def _targets(self, idx: np.ndarray) -> torch.Tensor:
+    def _targets(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The flattened activations (B, A) of the seeds ``idx`` (local indices) and the seeds (B, ...)."""
         seeds = self.seeds[torch.as_tensor(self.rows[idx], device=self.seeds.device)].to(self.device)
         self._sync()
         t0 = time.perf_counter()
@@ -109,7 +116,7 @@ class Run:
         if bool(bad.any()):
             bad_seeds = self.rows[idx][bad.cpu().numpy()].tolist()
             raise FloatingPointError(f"the model's activation is NaN/inf for seed(s) {bad_seeds}")
-        return act
+        return act, seeds
 
     def claim(self, k: int) -> None:
         """Take up to ``k`` more seeds from ``self.source`` (the shared counter of the ranks)."""
@@ -134,7 +141,7 @@ class Run:
         self.next_pending += take
         w = self.w
         sl = torch.as_tensor(slots, device=self.device)
-        act = self._targets(idx)
+        act, seeds = self._targets(idx)
         x0 = initial_inputs(self.seeds, self.rows[idx], self.s, self.donors).reshape(take, -1).to(self.device)
         w.x[sl] = x0
         w.best[sl] = x0
@@ -144,6 +151,8 @@ class Run:
         w.t[slots] = 0
         w.best_err[slots] = np.inf
         self.stepper.init_slots(w, slots, sl)
+        if self.mixed is not None:
+            self.mixed.init_slots(slots, seeds, act)
         return take
 
     def _retire(self, rows: np.ndarray) -> None:
@@ -172,11 +181,34 @@ class Run:
     def _evaluate(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Errors (k,) and their input gradients (k, D) at the active slots' iterates (one fwd+bwd each)."""
         w = self.w
-        xk = w.x[:k].reshape(k, *self.shape).detach().requires_grad_(True)
+        if self.mixed is not None and self.mixed.any_low(k):
+            err, grad = self.mixed.evaluate(k, lambda fn, rows: self._grad_at(fn, rows, k))
+        else:
+            err, grad = self._grad_at(None, None, k)
+        finite = (torch.isfinite(grad.sum(dim=1)) & torch.isfinite(err)).cpu().numpy()
+        if not finite.all():
+            bad = sorted(self.rows[w.sample[:k][~finite]].tolist())
+            raise FloatingPointError(
+                f"the model produced NaN/inf errors or gradients for seed(s) {bad} "
+                f"at their step(s) {sorted(set(w.t[:k][~finite].tolist()))}; check the model for operations without "
+                "a gradient at these inputs (e.g. sqrt(0), log(0)) or lower lr")
+        return err.detach(), grad
+
+    def _grad_at(self, fn: Callable | None, rows: np.ndarray | None, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Errors and input gradients of ``fn`` (None: the run's front) at the slots ``rows`` (None: the first
+        ``k``, read in place): ((B,), (B, D)) for B rows."""
+        w = self.w
+        if rows is None:
+            x, target, tnorm = w.x[:k], w.target[:k], w.tnorm[:k]
+        else:
+            r = torch.as_tensor(rows, device=self.device)
+            x, target, tnorm = w.x[r], w.target[r], w.tnorm[r]
+        n = x.shape[0]
+        xk = x.reshape(n, *self.shape).detach().requires_grad_(True)
         graphs, t0 = (compiled_graphs(), time.perf_counter()) if self.compiled else (0, 0.0)
         try:
             with torch.enable_grad():
-                err = evaluate(self.grad_fn, xk, w.target[:k], w.tnorm[:k])
+                err = evaluate(fn or self.grad_fn, xk, target, tnorm)
                 (grad,) = torch.autograd.grad(err.sum(), xk)
         except Exception as exc:
             failure = compile_failure(exc) if self.compiled else None
@@ -187,17 +219,10 @@ class Run:
         if new_graphs:   # this evaluation compiled: warm-up
             self.graphs += new_graphs
             self.t_compile += time.perf_counter() - t0
-        grad = grad.reshape(k, -1)
+        grad = grad.reshape(n, -1)
         if not grad.is_contiguous():
             grad = grad.contiguous()
-        finite = (torch.isfinite(grad.sum(dim=1)) & torch.isfinite(err)).cpu().numpy()
-        if not finite.all():
-            bad = sorted(self.rows[w.sample[:k][~finite]].tolist())
-            raise FloatingPointError(
-                f"the model produced NaN/inf errors or gradients for seed(s) {bad} "
-                f"at their step(s) {sorted(set(w.t[:k][~finite].tolist()))}; check the model for operations without "
-                "a gradient at these inputs (e.g. sqrt(0), log(0)) or lower lr")
-        return err.detach(), grad
+        return err, grad
 
     def batch_step(self) -> None:
         """Evaluate every active slot once, update it, retire finished samples."""
@@ -212,9 +237,14 @@ class Run:
         self.evals += k
         improved = err_h < w.best_err[:k]
         w.best_err[:k] = np.where(improved, err_h, w.best_err[:k])
-        done = (w.best_err[:k] <= s.tol) | (w.t[:k] >= s.steps)
+        converged = w.best_err[:k] <= s.tol
+        if self.mixed is not None:   # bfloat16 errors steer, but only float32 ones may stop a sample
+            converged &= self.mixed.counts_as_converged(k)
+        done = converged | (w.t[:k] >= s.steps)
         self.stepper.step(k, err, err_h, grad, improved, done)
         w.t[:k] += ~done      # finished samples keep the count of steps they used
+        if self.mixed is not None:
+            self.mixed.after_step(k, err_h, done)
         self._sync()
         t2 = time.perf_counter()
         target_before = self.t_target
@@ -291,7 +321,8 @@ class Run:
                  "backend": self.backend.name, "batch_size": self.capacity, "resumed": resumed,
                  "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0),
                  "compiled": self.compiled,
-                 "compiled_graphs": self.graphs, "compile_s": self.t_compile}
+                 "compiled_graphs": self.graphs, "compile_s": self.t_compile, "precision": self.s.precision,
+                 **(self.mixed.stats() if self.mixed is not None else {})}
         if self.source is not None:   # which seeds this rank took (the sharded caller places them)
             stats["rows"] = self.rows.copy()
         return IRISet(x, torch.from_numpy(self.out_err.copy()), torch.from_numpy(self.out_steps.copy()), dist,
@@ -313,7 +344,8 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
                   checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int | None = None,
                   callback: Callable[[dict], None] | None = None, profile: bool = False,
                   settings: Settings | None = None, sample_range: range | None = None,
-                  compile: bool = False, source: Any = None) -> IRISet:
+                  compile: bool = False, source: Any = None, precision: str = "auto",
+                  lowp_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> IRISet:
     """Find IRIs for ``seeds`` under ``front_fn``: inputs ``x'`` in [0, 1] with ``front_fn(x') ~= front_fn(x)``.
 
     ``front_fn``: maps a batch (B, ...) on ``device`` to activations (B, ...); it must treat samples
@@ -344,23 +376,30 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     key; ``stats`` gains ``compiled_graphs`` and ``compile_s``; see ``backends.py``). ``source``: instead of a
     fixed share, take seeds as slots free up from ``source.claim(k)`` (up to ``k`` global indices, none when
     the work is out; ``sharded.SeedQueue``, shared by the ranks); the set has the claimed rows, in claim order,
-    and ``stats["rows"]`` their global indices.
+    and ``stats["rows"]`` their global indices. ``precision``: "auto" (default), "float32" or "bfloat16"
+    (``precision.py``: bfloat16 evaluations far from ``tol``, a float32 finish; "auto" where the device has
+    bfloat16 units and the front is large enough to gain); with ``settings``, ``settings.precision`` rules.
+    ``lowp_fn``: the front to run under bfloat16 autocast (e.g. a channels_last copy; default ``front_fn``).
 
     Returns an [`IRISet`][IRISet]. Raises ValueError for bad settings or seeds outside [0, 1],
     FloatingPointError naming the samples when the model yields NaN/inf activations or gradients, and
     RuntimeError naming the fix when ``compile=True`` and torch.compile fails.
     """
+    device = torch.device(device) if device is not None else seeds.device
     if settings is None:
         check_basic(steps, tol, optimizer, init)
+        check_seeds(seeds)
+        used = resolve_precision(precision, device, step_flops(front_fn, seeds[:1].to(device)) if precision == "auto"
+                                 else None)[0]
         settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, init=init, seed=seed, cycle_steps=cycle_steps,
-                                 tuning=tuning, preset=optimizer if optimizer in ("adam", "lbfgs") else "adam")
+                                 tuning=tuning, preset=optimizer if optimizer in ("adam", "lbfgs") else "adam",
+                                 precision=used)
     elif tuning or cycle_steps is not None:
         raise TypeError("pass either settings= or tuning / cycle_steps, not both")
     check_seeds(seeds)
     _check_run_options(batch_size, checkpoint_path, checkpoint_every)
-    device = torch.device(device) if device is not None else seeds.device
     be = resolve_backend(backend, device)
     run = Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path, checkpoint_every,
-              callback, profile, sample_range, compile=check_compile(compile), source=source)
+              callback, profile, sample_range, compile=check_compile(compile), source=source, lowp_fn=lowp_fn)
     with kept_heap():   # every batch step frees and reallocates the same activations: keep the pages
         return run.run()

@@ -18,6 +18,7 @@ from ..stitch.service import TrainingSet, stitch_result, training_set
 from ..stitch.settings import stitch_options
 from ..utils.text import did_you_mean
 from .generate import generate_iris
+from .precision import PRECISIONS
 from .settings import TUNING, check_tuning
 
 IRI_DEFAULTS: dict[str, Any] = {
@@ -32,6 +33,7 @@ IRI_DEFAULTS: dict[str, Any] = {
     "iri_backend": "auto",
     "iri_cache_dir": None,
     "iri_compile": False,
+    "iri_precision": "auto",
 }
 
 
@@ -48,6 +50,8 @@ IRI_DOCS: dict[str, str] = {
     "iri_backend": "numpy, torch, cupy or auto (CuPy on CUDA when installed)",
     "iri_cache_dir": "folder where finished IRI sets are saved and found again",
     "iri_compile": "torch.compile the front's forward+backward (opt-in; a warm-up of seconds to a minute per run)",
+    "iri_precision": "auto (bfloat16 steps far from tol where the hardware has bfloat16 units and the front is large "
+                     "enough, then a float32 finish), float32 or bfloat16",
 }
 
 
@@ -62,7 +66,11 @@ def iri_settings(options: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown IRI option(s) {', '.join(unknown)}{did_you_mean(unknown[0], IRI_DEFAULTS)}; "
                          f"valid: {', '.join(IRI_DEFAULTS)}")
-    return {k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}
+    settings = {k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}
+    if settings["iri_precision"] not in PRECISIONS:
+        raise ValueError(f"iri_precision must be one of {', '.join(PRECISIONS)}, got {settings['iri_precision']!r}"
+                         f"{did_you_mean(str(settings['iri_precision']), PRECISIONS)}")
+    return settings
 
 
 def _seeds(context: Context, max_seeds: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,6 +105,7 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
             init=settings["iri_init"], cycle_steps=settings["iri_cycle_steps"], tuning=tuning or None,
             batch_size=int(settings["iri_batch_size"]), backend=settings["iri_backend"], seed=context.seed,
             progress=context.progress, cache_dir=settings["iri_cache_dir"], compile=settings["iri_compile"],
+            precision=settings["iri_precision"],
         )
         train = TrainingSet(iris.inputs.detach().cpu(), labels, key=key, name="IRIs")
         return train, iris
@@ -114,6 +123,8 @@ def iri_result(context: Context, front, end, layer: LayerPair, objective: str, o
     tol = float(iri_settings(options)["iri_tol"])
     result.details.update(
         iri_preset=iris.settings.get("preset"),
+        iri_precision=iris.settings.get("precision", "float32"),
+        iri_memory_format=iris.settings.get("memory_format", "contiguous"),
         iri_median_error=summary["median_error"],
         iri_p95_error=summary["p95_error"],
         iri_converged_fraction=summary["converged_fraction"],

@@ -65,6 +65,7 @@ class Settings:
     fake_relu: str = "none"
     relu_leak: float = 0.0
     fold_bn: bool = False
+    precision: str = "float32"   # the precision that ran: "float32" or "bfloat16" (precision.py), never "auto"
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (JSON-able; saved with every IRI set)."""
@@ -106,12 +107,13 @@ def check_tuning(tuning: Any) -> dict[str, Any]:
 
 def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, optimizer: str = AUTO,
                   cycle_steps: int | None = None, tuning: dict[str, Any] | None = None,
-                  ends_at_relu: bool = False) -> Settings:
+                  ends_at_relu: bool = False, precision: str = "float32") -> Settings:
     """The settings of one run: ``preset``'s values (``presets.PRESETS``; a ``tuning["preset"]`` replaces it),
     then each of ``tuning``'s values and ``cycle_steps`` (None: the preset's) in place of its own.
 
     ``optimizer``: "auto" or the optimiser the caller asked for (an error when the preset runs another);
     ``ends_at_relu``: the representation is the last ReLU call's output, so ``fake_relu="auto"`` means "last".
+    ``precision``: the resolved precision of the run ("float32" or "bfloat16"; ``precision.resolve_precision``).
     A tuning value that only the other optimiser takes is an error naming the fix (it never switches the
     optimiser). Raises ValueError / TypeError naming the option, its value and what it must be.
     """
@@ -133,7 +135,10 @@ def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, 
     values.update(tuning)
     fake = values.pop("fake_relu")
     fake = ("last" if ends_at_relu else "none") if fake == AUTO else fake
-    return Settings(steps=int(steps), tol=float(tol), init=init, seed=int(seed), preset=name, fake_relu=fake, **values)
+    if precision not in ("float32", "bfloat16"):
+        raise ValueError(f"precision must be resolved to 'float32' or 'bfloat16' here, got {precision!r}")
+    return Settings(steps=int(steps), tol=float(tol), init=init, seed=int(seed), preset=name, fake_relu=fake,
+                    precision=precision, **values)
 
 
 # name -> (kind, test, what the value must be); checked before a run starts, so a typo fails at once

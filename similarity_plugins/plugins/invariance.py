@@ -27,9 +27,13 @@ option                      default      meaning
 ``iri_cache_dir``           None         folder where finished IRI sets are saved and found again
 ``iri_compile``             False        torch.compile the front's forward+backward (opt-in; a warm-up of
                                          seconds to a minute per run; not part of the cache key)
+``iri_precision``           "auto"       "auto" (bfloat16 steps far from ``iri_tol`` where the device has bfloat16
+                                         units and the front is large enough to gain, then a float32 finish),
+                                         "float32" (every step in float32) or "bfloat16"
 ==========================  ===========  ================================================================
 
-Details add the IRI quality: ``iri_preset`` (the preset that ran), ``iri_median_error``, ``iri_p95_error``,
+Details add the IRI quality: ``iri_preset`` (the preset that ran), ``iri_precision`` and ``iri_memory_format``
+(the precision and layout its steps ran in), ``iri_median_error``, ``iri_p95_error``,
 ``iri_converged_fraction``, ``iri_mean_seed_distance`` and the full ``iri`` summary. When the median error is
 above ``iri_tol`` the row carries a warning (the report marks it with ``*``), ``details["unconverged"]`` is
 True and ``compare`` warns once per layer: unconverged IRIs make the score meaningless.

@@ -1,0 +1,165 @@
+"""Which precision and memory layout the IRI optimiser's evaluations run in, and the rule ``"auto"`` follows.
+
+``precision="float32"`` runs every evaluation of the front in its own dtype, as always. ``"bfloat16"`` runs a
+sample's evaluations under bfloat16 autocast (float32 weights, bfloat16 matrix units) while its error is far
+from the tolerance and finishes it in float32: the convergence test, the best iterate that is returned and the
+reported errors are always values of the front in its own dtype (``run.py`` switches each sample on its own).
+``"auto"`` is ``"bfloat16"`` where it pays and ``"float32"`` elsewhere:
+
+- the device has bfloat16 arithmetic units: CUDA devices that report native bfloat16 support; CPUs with the
+  ``avx512_bf16`` or ``amx_bf16`` flag (x86) or ``bf16`` (Arm), read from ``/proc/cpuinfo``; and
+- the front does enough work per sample for the faster matrix units to outweigh the casts that autocast
+  adds: at least `AUTO_MIN_FLOPS` floating-point operations per sample for one forward+backward (counted
+  from the convolution and linear layers' shapes on one seed, `step_flops`). The demo's width-16 CNN
+  (0.6-3.7 MFLOP per sample) is far below it and stays in float32, where bfloat16 gained little or nothing
+  under the measurement's noise; ResNet-18's CIFAR-stem cuts (1.1-1.9 GFLOP) are far above it.
+
+Layout: convolutions on the CPU run bfloat16 fastest in channels_last (docs/results/speed.md), and cuDNN
+prefers channels_last for both precisions, so
+`memory_format` picks per device and precision for fronts with 2-d convolutions. The optimiser runs a
+private copy of the front in that layout; the user's model is never converted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import platform
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from ..utils.text import did_you_mean
+
+PRECISIONS = ("auto", "float32", "bfloat16")
+AUTO_MIN_FLOPS = 5e7          # forward+backward FLOPs per sample from which "auto" runs bfloat16 (measured)
+SWITCH_TOL_FACTOR = 2.0       # a sample leaves bfloat16 when its bfloat16 error is <= this many times tol ...
+SWITCH_FLOOR_FACTOR = 2.0     # ... or this many times its seed's own bfloat16 error, whichever is larger
+LOWP_BUDGET_FRACTION = 0.9    # and at the latest when it has used this fraction of its step budget
+_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def check_precision(precision: Any) -> str:
+    """``precision`` if it is one of `PRECISIONS`; else ValueError naming the valid values."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}{did_you_mean(str(precision), PRECISIONS)}; choose "
+                         f"{', '.join(PRECISIONS)} (auto: bfloat16 where the hardware has it and it pays, then a "
+                         "float32 finish)")
+    return precision
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_bf16() -> bool:
+    """True when this CPU has bfloat16 arithmetic units (flags ``avx512_bf16``, ``amx_bf16`` or Arm's ``bf16``
+    in ``/proc/cpuinfo``); False elsewhere or when the file cannot be read."""
+    if platform.system() != "Linux":
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return any(flag in line.split(":", 1)[1].split() for flag in _CPU_FLAGS)
+    except OSError:
+        return False
+    return False
+
+
+def device_has_bf16(device: torch.device) -> bool:
+    """True when ``device`` (CPU or CUDA) computes bfloat16 in hardware (see the module docstring)."""
+    if device.type == "cuda":
+        try:
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+        except TypeError:   # older torch without the keyword
+            return bool(torch.cuda.is_bf16_supported())
+    return device.type == "cpu" and cpu_has_bf16()
+
+
+def step_flops(front: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor) -> int:
+    """Floating-point operations of one forward+backward of ``front`` (a module, or a function calling
+    modules) on ``example`` (1, ...) with the gradient to the input only, as the IRI optimiser runs it: twice
+    the multiply-adds of the convolution and linear modules it calls (the gradient to the input costs what
+    the forward does), counted from their shapes in one forward pass without gradients; elementwise work is
+    not counted. ``torch.utils.flop_counter`` gives the same figure for these modules (the benchmark counts
+    with it) but takes seconds to import."""
+    total = [0]
+
+    def count(module: nn.Module, args: tuple, out: Any) -> None:
+        if not isinstance(out, torch.Tensor):
+            return
+        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            per_output = module.in_channels // module.groups * math.prod(module.kernel_size)
+        elif isinstance(module, nn.Linear):
+            per_output = module.in_features
+        else:
+            return
+        total[0] += 2 * 2 * per_output * out.numel()
+
+    # a global hook, so that a plain function calling modules is counted too (functional calls are not)
+    hook = torch.nn.modules.module.register_module_forward_hook(count)
+    try:
+        with torch.no_grad():
+            front(example)
+    finally:
+        hook.remove()
+    return total[0]
+
+
+def resolve_precision(precision: str, device: torch.device, flops: float | None) -> tuple[str, str]:
+    """The precision a run uses, ``"float32"`` or ``"bfloat16"``, and why (a short text for the settings).
+
+    ``precision``: the caller's choice (`PRECISIONS`); ``flops``: `step_flops` of the front per
+    sample (None: unknown, which "auto" treats as large enough)."""
+    check_precision(precision)
+    if precision != "auto":
+        return precision, "asked for"
+    if not device_has_bf16(device):
+        return "float32", f"auto: {device.type} has no bfloat16 units"
+    if flops is not None and flops < AUTO_MIN_FLOPS:
+        return "float32", f"auto: {flops / 1e6:.3g} MFLOP per sample step < {AUTO_MIN_FLOPS / 1e6:g} (bfloat16 does not pay)"
+    return "bfloat16", f"auto: {device.type} has bfloat16 units" + (
+        f", {flops / 1e6:.3g} MFLOP per sample step" if flops is not None else "")
+
+
+def memory_format(device: torch.device, precision: str, front: nn.Module | None) -> torch.memory_format:
+    """The layout to run ``front`` in for ``precision`` on ``device``: channels_last for a front with 2-d
+    convolutions in bfloat16 (CPU and CUDA) and in float32 on CUDA; the default layout otherwise."""
+    has_conv = front is not None and any(isinstance(m, nn.Conv2d) for m in front.modules())
+    if has_conv and (precision == "bfloat16" or device.type == "cuda"):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def laid_out(fn: Callable[[torch.Tensor], torch.Tensor], fmt: torch.memory_format) -> Callable:
+    """``fn`` taking its 4-d input in layout ``fmt`` (the identity for the default layout)."""
+    if fmt == torch.contiguous_format:
+        return fn
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return fn(x.contiguous(memory_format=fmt) if x.dim() == 4 else x)
+
+    return call
+
+
+@contextlib.contextmanager
+def lowp(device: torch.device) -> Iterator[None]:
+    """bfloat16 autocast on ``device``; on CUDA also TF32 for the float32 matrix products that autocast leaves
+    in float32, unless the caller chose a lower matmul precision already (restored on exit)."""
+    before = torch.get_float32_matmul_precision()
+    try:
+        if device.type == "cuda" and before == "highest":
+            torch.set_float32_matmul_precision("high")
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def switch_at(tol: float, floor: Any) -> Any:
+    """The bfloat16 error at or below which a sample goes on in float32: the larger of
+    ``SWITCH_TOL_FACTOR * tol`` and ``SWITCH_FLOOR_FACTOR * floor`` (``floor``: the relative error of the
+    seed's own activation in bfloat16 against float32, per sample)."""
+    import numpy as np
+
+    return np.maximum(SWITCH_TOL_FACTOR * tol, SWITCH_FLOOR_FACTOR * np.asarray(floor, dtype=np.float64))
