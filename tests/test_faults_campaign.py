@@ -576,6 +576,31 @@ def test_two_outputs_that_reach_one_file_through_a_link_are_refused(arrays_on_di
                 str(tmp_path / "alias" / "a.json")) == 2
 
 
+@pytest.mark.parametrize("command", [["demo", "--quick"], ["study", "shortcut", "--quick"]])
+@pytest.mark.parametrize("path", ["", "-", "  "])
+def test_folder_commands_refuse_an_empty_or_dash_out_before_any_work(command, path, monkeypatch, capsys):
+    import similarity_plugins.apps.studies as studies
+
+    monkeypatch.setattr(studies, "run_study", lambda *a, **k: pytest.fail("the study ran"))
+    monkeypatch.setattr("similarity_plugins.apps.demo.run_demo", lambda *a, **k: pytest.fail("the demo ran"))
+    assert _cli(*command, "--out", path) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_train_and_grid_refuse_to_write_over_their_own_inputs(tmp_path, capsys):
+    weights = tmp_path / "a.pt"
+    torch.save(tiny_cnn(seed=0).state_dict(), weights)
+    before = weights.read_bytes()
+    assert _cli("train", "--model", f"small-cnn@{weights}", "--data", "digits", "--out", str(weights)) == 2
+    assert "input" in capsys.readouterr().err and weights.read_bytes() == before
+    grid = ["grid", "--model", f"a=small-cnn@{weights}", "--model", "b=small-cnn", "--layers", "block1",
+            "--data", "digits", "--in-channels", "1"]
+    assert _cli(*grid, "--out", str(weights)) == 2
+    assert "input" in capsys.readouterr().err and weights.read_bytes() == before
+    assert _cli(*grid, "--out", str(tmp_path / "g.json"), "--resume", str(tmp_path / "g.json")) == 2
+    assert "same file" in capsys.readouterr().err and not (tmp_path / "g.json").exists()
+
+
 class _BrokenPipe:
     def write(self, text):
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")

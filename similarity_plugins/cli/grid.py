@@ -11,6 +11,7 @@ from .common import (
     add_model_args,
     check_metric_options,
     check_outputs,
+    input_files,
     load_data,
     load_model,
     parse_options,
@@ -68,7 +69,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from ..core.parallel import current_world
     from ..core.registry import options_for_metrics
 
-    check_outputs({"--out": args.out, "--csv": args.csv, "--figure": args.figure})  # before any work
+    check_outputs({"--out": args.out, "--csv": args.csv, "--figure": args.figure, "--resume": args.resume},
+                  input_files(*(spec.partition("=")[2] for spec in args.model)))  # before any work
     _check_figure(args.figure)
     options = parse_options(args.option or [])
     if args.epochs is not None:

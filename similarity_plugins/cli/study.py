@@ -14,7 +14,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     from ..apps.studies import check_study, prepare_out_dir, run_study
 
     check_study(args.name)
-    out = prepare_out_dir(args.out or f"study-{args.name}")
+    out = prepare_out_dir(args.out if args.out is not None else f"study-{args.name}")
     run_study(args.name, out, quick=args.quick, seed=args.seed, progress=progress_of(args))
     return 0
 

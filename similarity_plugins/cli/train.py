@@ -9,6 +9,7 @@ from .common import (
     add_variant_args,
     apply_variant,
     check_outputs,
+    input_files,
     load_data,
     load_model,
     parse_variant_options,
@@ -22,7 +23,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..apps.zoo import split_model_spec
     from ..datasets.variants import PixelShortcut, variant_class
 
-    check_outputs({"--out": args.out})   # before any training
+    check_outputs({"--out": args.out}, input_files(args.model))   # before any training
     data = load_data(args.data, args.max_train)
     model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
     variant_options = parse_variant_options(args.variant_option)

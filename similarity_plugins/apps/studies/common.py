@@ -24,9 +24,14 @@ def say(text: str = "") -> None:
 def prepare_out_dir(out_dir: str | os.PathLike) -> str:
     """Create ``out_dir`` if needed and check that files can be written there, before any training.
 
-    Raises ``ValueError`` naming the folder and the reason when it cannot be written.
+    Raises ``ValueError`` naming the folder and the reason when it cannot be written, when it is empty (an
+    unset shell variable) or ``-`` (these commands write files, never to stdout).
     """
     path = os.fspath(out_dir)
+    if not path.strip():
+        raise ValueError(f"--out is empty ({path!r}: an unset shell variable?); give a folder name, or drop --out")
+    if path.strip() == "-":
+        raise ValueError("--out '-': this command writes a folder of files, not to stdout; give a folder name")
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
