@@ -105,7 +105,7 @@ class Context:
         model, layer, split: the node and split the quantity comes from.
         what: what it is and everything else it depends on (e.g. ``("cka-gram", debiased, max_samples)``).
         compute: ``compute()`` builds it from ``context.activations(model, layer, split)``; it must be
-            deterministic, since under [`derived_bytes`][derived_bytes] an entry may be dropped and built again.
+            deterministic, since under ``derived_bytes`` an entry may be dropped and built again.
 
         Returns
         -------

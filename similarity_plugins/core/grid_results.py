@@ -90,7 +90,7 @@ class Grid:
         Returns
         -------
         (rows, columns): rows are front nodes (all nodes, or ``front``'s layers), columns end nodes (all, or
-        ``end``'s layers), in [`nodes`][nodes] order; NaN where a cell was not asked for or failed.
+        ``end``'s layers), in ``nodes`` order; NaN where a cell was not asked for or failed.
         """
         return self._matrix(metric, front, end, lambda cell: float(cell.score))
 
