@@ -326,7 +326,7 @@ def _peak_memory(n: int) -> dict:
     dims = [64 * 8 * 8] * 2 + [128 * 4 * 4] * 2 + [256 * 2 * 2] * 2 + [512] * 2
     dims += [64 * 8 * 8] * 3 + [128 * 4 * 4] * 4 + [256 * 2 * 2] * 6 + [512] * 3
     activations = 4 * n * sum(dims)
-    grams = 2 * 8 * n * n * len(dims)  # one biased and one U-centred matrix per node
+    grams = 8 * n * n * len(dims)  # one centred matrix per node serves both estimators
     return {"peak_rss_mib": round(got["peak_kib"] / 1024, 1), "before_grid_rss_mib": round(got["base_kib"] / 1024, 1),
             "grid_peak_increase_mib": round((got["peak_kib"] - got["base_kib"]) / 1024, 1),
             "formula_activations_mib": round(activations / 2**20, 1), "formula_grams_mib": round(grams / 2**20, 1)}

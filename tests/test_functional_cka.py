@@ -431,3 +431,32 @@ def test_error_bad_arguments():
     s.update(x, y)
     with pytest.raises(ValueError, match="features but earlier batches"):
         s.update(x[:, :2], y)
+
+
+# --------------------------------------------------------------------------- per-node Gram matrices (grids)
+@pytest.mark.parametrize("shape", SHAPES + [(4, 2, 3), (300, 600, 5)])
+@pytest.mark.parametrize("kernel", ["linear", "rbf"])
+def test_node_grams_give_both_estimators_from_one_matrix(shape, kernel):
+    from similarity_plugins.cka.nodes import cka_from_node_grams, node_gram
+
+    x, y = pair(*shape, seed=sum(shape), offset=3.0)
+    a, b = node_gram(x, kernel), node_gram(y, kernel)
+    for debiased in (False, True):
+        expected = ref(x, y, kernel, debiased)
+        assert cka_from_node_grams(a, b, debiased) == pytest.approx(expected, rel=1e-10, abs=1e-12)
+        assert cka_from_node_grams(b, a, debiased) == pytest.approx(cka_from_node_grams(a, b, debiased), rel=1e-13)
+    n = shape[0]
+    assert a.nbytes == 8 * n * n + 4 * 8 * n  # one n x n matrix serves both estimators
+
+
+def test_node_grams_refuse_a_degenerate_debiased_node_like_cka():
+    from similarity_plugins.cka.nodes import cka_from_node_grams, node_gram
+
+    x = np.array([[3.0]] + [[1.0]] * 9)
+    y = np.random.default_rng(0).standard_normal((10, 2))
+    a, b = node_gram(x), node_gram(y)
+    assert cka_from_node_grams(a, b) == pytest.approx(cka(x, y), rel=1e-12)
+    with pytest.raises(ValueError, match="degenerate"):
+        cka_from_node_grams(a, b, debiased=True)
+    with pytest.raises(ValueError, match="at least 4 samples"):
+        cka_from_node_grams(node_gram(x[:3]), node_gram(y[:3]), debiased=True)

@@ -88,24 +88,20 @@ class _CKAPlugin:
         """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);
         None when the n x n matrices would not fit in memory or a product under/overflowed (then `cka`)."""
         from ..cka.inputs import _available_memory_bytes
-        from ..cka.nodes import cka_from_node_grams, node_gram, recentred
+        from ..cka.nodes import cka_from_node_grams, node_gram
 
         n = int(x.shape[0])
         if len(y) != n or n < 4 or 8 * n * n * 3 > _available_memory_bytes():
             return None
         threshold = kwargs.get("threshold", 1.0)
 
-        def gram(model, name: str, acts, debiased: bool):
-            what = ("cka-gram", self.kernel, debiased, threshold, limit)
-            if self.kernel == "linear" and debiased:  # the U-centring starts from the biased one: one product per node
-                return context.derived(model, name, "test", what,
-                                       lambda: recentred(gram(model, name, acts, False), True))
-            return context.derived(model, name, "test", what,
-                                   lambda: node_gram(acts, self.kernel, debiased, threshold))
+        def gram(model, name: str, acts):  # one matrix per node, for both estimators
+            return context.derived(model, name, "test", ("cka-gram", self.kernel, threshold, limit),
+                                   lambda: node_gram(acts, self.kernel, threshold))
 
-        a = gram(front, layer.front, x, self.debiased)
-        b = gram(end, layer.end, y, self.debiased)
-        return cka_from_node_grams(a, b)
+        a = gram(front, layer.front, x)
+        b = gram(end, layer.end, y)
+        return cka_from_node_grams(a, b, self.debiased)
 
     def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
         """Linear CKA from every rank's moments of its share of the test split (exact merge, rank order)."""

@@ -126,10 +126,11 @@ def permuted_inner(a: torch.Tensor, b: torch.Tensor, perms: torch.Tensor) -> tor
     -------
     (K,) float64 tensor on the CPU, exact up to float64 rounding of the sum.
 
-    O(n^2) per permutation. On the CPU, by symmetry, only the pairs ``i <= j`` are visited (twice the strict
-    upper part plus the diagonal blocks): the rows ``p(i)`` of ``b`` are gathered in blocks of about
-    ``GATHER_BLOCK_BYTES`` (a contiguous copy), then their columns ``p(j)`` inside the block, which stays in
-    cache, and each block meets the same part of ``a`` in one dot product. Elsewhere two whole-matrix gathers.
+    O(n^2) per permutation. On the CPU, by symmetry, only the pairs ``i <= j`` are visited (`_upper_blocks`):
+    for each row block of about ``GATHER_BLOCK_BYTES``, every permutation's rows ``p(i)`` of ``b`` are gathered
+    (a contiguous copy), then their columns ``p(j)`` inside the block, which stays in cache, and the block meets
+    the same weighted part of ``a``, read once for all the permutations, in one dot product. Elsewhere two
+    whole-matrix gathers.
     """
     out = torch.empty(len(perms), dtype=torch.float64)
     if b.device.type != "cpu":
@@ -140,18 +141,28 @@ def permuted_inner(a: torch.Tensor, b: torch.Tensor, perms: torch.Tensor) -> tor
             torch.index_select(rows, 1, p, out=both)
             out[i] = dot(flat, both.reshape(-1))
         return out
-    an, bn = a.numpy(), b.numpy()
-    n = bn.shape[0]
-    step = max(1, GATHER_BLOCK_BYTES // (8 * n))
-    for i, p in enumerate(perms.numpy()):
-        parts = []
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            block = bn[p[s:e]].take(p[s:], axis=1)     # rows p(s..e), columns p(s..n)
-            parts.append(float(np.vdot(an[s:e, s:e], block[:, :e - s])))
-            parts.append(2.0 * float(np.vdot(an[s:e, e:], block[:, e - s:])))
-        out[i] = math.fsum(parts)
+    bn = b.numpy()
+    totals = np.zeros(len(perms))
+    for start, stop, weights in _upper_blocks(a.numpy()):
+        for i, p in enumerate(perms.numpy()):
+            totals[i] += np.vdot(weights, bn[p[start:stop]].take(p[start:], axis=1))
+    out[:] = torch.from_numpy(totals)
     return out
+
+
+def _upper_blocks(a: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """``a``'s rows in blocks of about ``GATHER_BLOCK_BYTES``, each from its diagonal on, with the entries right
+    of the diagonal block doubled: ``sum_ij a_ij c_ij = sum over blocks of <weights, c[start:stop, start:]>`` for
+    every symmetric ``c``, which visits each pair ``i <= j`` once."""
+    n = a.shape[0]
+    step = max(1, GATHER_BLOCK_BYTES // (8 * n))
+    blocks = []
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        weights = a[start:stop, start:] * 2.0
+        weights[:, : stop - start] = a[start:stop, start:stop]
+        blocks.append((start, stop, weights))
+    return blocks
 
 
 def dot(a: torch.Tensor, b: torch.Tensor) -> float:
