@@ -192,24 +192,44 @@ class _Counting(nn.Module):
         return self.net(x)
 
 
-def test_each_model_runs_forward_once_and_each_node_builds_its_gram_and_rdm_once(monkeypatch):
-    import importlib
+def test_each_model_runs_forward_once_and_each_node_builds_its_parts_once(monkeypatch):
+    import dataclasses
 
     from similarity_plugins.cka import nodes
+    from similarity_plugins.measures import nodes as measure_nodes
 
-    rsa = importlib.import_module("similarity_plugins.measures.rsa")  # the module (the package exports a function rsa)
-    made, rdms = [], []
-    original, original_rdm = nodes.node_gram, rsa.rsa_vector
+    made, built = [], {}
+    original = nodes.node_gram
     monkeypatch.setattr(nodes, "node_gram", lambda x, *a, **k: made.append(tuple(x.shape)) or original(x, *a, **k))
-    monkeypatch.setattr(rsa, "rsa_vector", lambda x, *a, **k: rdms.append(len(x)) or original_rdm(x, *a, **k))
+    for measure, form in list(measure_nodes.NODE_FORMS.items()):
+        def counted(x, role, kw, form=form, measure=measure):
+            built[measure] = built.get(measure, 0) + 1
+            return form.build(x, role, kw)
+        monkeypatch.setitem(measure_nodes.NODE_FORMS, measure, dataclasses.replace(form, build=counted))
     logs = [[], [], []]
     models = {f"m{i}": _Counting(tiny_cnn(seed=i, width=4), logs[i]) for i in range(3)}
     layers = ["net.block1", "net.block2", "net.block3", "net.pool"]
-    grid = sp.compare_grid(models, layers, _data(), "cka-linear,cka-debiased,procrustes,rsa")
-    assert all(c.ok for c in grid.cells.values())
-    assert logs == [[96], [96], [96]]
-    assert len(rdms) == 12  # one RDM per node  # 96 test samples: one batch, one pass per model
+    metrics = "cka-linear,cka-debiased,procrustes,rsa,cca,svcca,pwcca,mutual-knn"
+    grid = sp.compare_grid(models, layers, _data(), metrics, options={"svcca": {"dims": 3}})
+    failed = {c.metric for c in grid.cells.values() if not c.ok}
+    assert failed <= {"cca", "pwcca"}, failed  # wide layers: CCA is degenerate at n = 96 (as in compare, below)
+    assert logs == [[96], [96], [96]]  # 96 test samples: one batch, one pass per model
     assert len(made) == 12  # one Gram per node, shared by both CKA estimators and all 12 cells of its row/column
+    # one part per node (12), shared by every cell it is in; cca and svcca share one whitened basis per node;
+    # pwcca's front keeps its neurons (a second basis per node), its end shares the compressed one
+    assert built == {"procrustes": 12, "rsa": 12, "cca": 12, "pwcca": 12, "mutual_knn": 12}
+    for metric in ("procrustes", "rsa", "cca", "svcca", "pwcca", "mutual-knn"):
+        for (f, e) in [(0, 5), (7, 2), (11, 11)]:
+            front, end = grid.nodes[f], grid.nodes[e]
+            options = {"dims": 3} if metric == "svcca" else None
+            plain = (models[front[0]].net, models[end[0]].net)  # the counting wrapper's log would count as a change
+            layer = (front[1].removeprefix("net."), end[1].removeprefix("net."))
+            ref = sp.compare(*plain, layer, _data(), metric, options=options)[0]
+            cell = grid.cells[(metric, f, e)]
+            assert cell.error == ref.error, (metric, f, e)
+            if ref.ok:
+                assert cell.score == pytest.approx(ref.score, abs=1e-10), (metric, f, e)
+    assert any(grid.cells[("cca", f, e)].ok for f in range(12) for e in range(12))
 
 
 @pytest.mark.slow

@@ -243,3 +243,34 @@ def test_cuda_tensors_are_measured_on_the_gpu_with_the_cpu_result():
 def test_higher_rank_inputs_are_flattened_after_the_sample_axis():
     x, y = _data(n=60, dx=6, dy=4)
     assert F.procrustes(x.reshape(60, 2, 3), y.reshape(60, 2, 2)) == pytest.approx(F.procrustes(x, y), rel=1e-12)
+
+
+# --------------------------------------------------------------------------- per-node parts (grids)
+@pytest.mark.parametrize("measure", ["procrustes", "cca", "svcca", "pwcca", "rsa", "mutual_knn"])
+def test_node_forms_equal_the_measure(measure):
+    from similarity_plugins import measures
+    from similarity_plugins.measures.nodes import NODE_FORMS
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((60, 7))
+    y = np.tanh(x @ rng.standard_normal((7, 30))) + 0.1 * rng.standard_normal((60, 30))
+    kw = {"svcca": {"variance": 0.9, "dims": None}, "rsa": {"rdm": "correlation", "compare": "spearman"},
+          "mutual_knn": {"topk": 5}}.get(measure, {})
+    form = NODE_FORMS[measure]
+    got = form.combine(form.build(torch.from_numpy(x), "front", kw), form.build(torch.from_numpy(y), "end", kw), kw)
+    want = getattr(measures, measure)(x, y, **kw, details=True)
+    assert got.score == pytest.approx(want.score, abs=1e-12)
+    assert got.details.keys() == want.details.keys()
+
+
+@pytest.mark.parametrize("measure", ["procrustes", "cca", "svcca", "pwcca", "rsa", "mutual_knn"])
+def test_node_forms_refuse_parts_of_different_inputs(measure):
+    from similarity_plugins.measures.nodes import NODE_FORMS
+
+    rng = np.random.default_rng(4)
+    kw = {"svcca": {"variance": 0.9, "dims": None}, "rsa": {"rdm": "correlation", "compare": "spearman"},
+          "mutual_knn": {"topk": 5}}.get(measure, {})
+    form = NODE_FORMS[measure]
+    a, b = form.build(rng.standard_normal((60, 7)), "front", kw), form.build(rng.standard_normal((50, 9)), "end", kw)
+    with pytest.raises(ValueError, match="samples|same n inputs|differ in size"):
+        form.combine(a, b, kw)

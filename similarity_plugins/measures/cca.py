@@ -12,7 +12,7 @@ rank; ``svcca`` keeps the leading singular directions that explain ``variance`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -20,7 +20,7 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, compress_columns, finish, numerical_rank, pair, positive_int
 
-__all__ = ["cca", "pwcca", "svcca"]
+__all__ = ["cca", "pwcca", "svcca", "cca_node", "cca_from_nodes", "svcca_from_nodes", "pwcca_from_nodes"]
 
 
 @dataclass
@@ -32,13 +32,16 @@ class _Side:
     s: torch.Tensor  # (m,) singular values of Xc, descending
     rank: int
     k: int = 0
+    _left: torch.Tensor | None = field(default=None, repr=False)  # the left singular vectors of r, once computed
 
     def kept(self) -> torch.Tensor | None:
         """The first ``k`` left singular vectors of ``r`` (m, k); None when every direction is kept (then the
         basis is ``q`` itself and no SVD with vectors is needed)."""
         if self.k == self.r.shape[0]:
             return None
-        return torch.linalg.svd(self.r, full_matrices=False)[0][:, : self.k]
+        if self._left is None:
+            self._left = torch.linalg.svd(self.r, full_matrices=False)[0]
+        return self._left[:, : self.k]
 
 
 def _whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> _Side:
@@ -103,9 +106,29 @@ def cca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measure
             ``n - 1 <= rank(Xc) + rank(Yc)`` (CCA is degenerate: use more samples or ``svcca`` with ``dims``).
     """
     x, y = pair(X, Y, "CCA", min_n=3)
-    a, b = _whiten(x, "X", "CCA"), _whiten(y, "Y", "CCA")
-    rho, _, _ = _correlations(a, b, x.shape[0], "CCA", _CCA_FIX)
-    return finish(float(rho.mean()), _details(rho, a, b, x.shape[0]), details)
+    return cca_from_nodes(_whiten(x, "X", "CCA"), _whiten(y, "Y", "CCA"), details=details)
+
+
+def cca_node(X: ArrayLike, name: str = "X", what: str = "CCA", compress: bool = True) -> _Side:
+    """One side whitened (thin QR of the centred rows, the singular values of R), for reuse across many pairs
+    (a grid's node) by [`cca`][cca], [`svcca`][svcca] and, with ``compress=False`` for the front,
+    [`pwcca`][pwcca]. ``what`` names the measure in errors."""
+    x, _ = pair(X, X, what, min_n=3)
+    return _whiten(x, name, what, compress)
+
+
+def _same_n(a: _Side, b: _Side, what: str) -> int:
+    if a.q.shape[0] != b.q.shape[0]:
+        raise ValueError(f"{what}: X has {a.q.shape[0]} samples but Y has {b.q.shape[0]}; they must be the same "
+                         "inputs")
+    return int(a.q.shape[0])
+
+
+def cca_from_nodes(a: _Side, b: _Side, *, details: bool = False) -> float | Measured:
+    """[`cca`][cca] from two sides' `cca_node`."""
+    n = _same_n(a, b, "CCA")
+    rho, _, _ = _correlations(a, b, n, "CCA", _CCA_FIX)
+    return finish(float(rho.mean()), _details(rho, a, b, n), details)
 
 
 def _dims_pair(dims: "int | tuple[int, int] | list[int] | None") -> tuple[int, int] | None:
@@ -117,6 +140,13 @@ def _dims_pair(dims: "int | tuple[int, int] | list[int] | None") -> tuple[int, i
         return positive_int(dims[0], "dims", "SVCCA"), positive_int(dims[1], "dims", "SVCCA")
     d = positive_int(dims, "dims", "SVCCA")
     return d, d
+
+
+def _check_variance(variance: float) -> float:
+    variance = float(variance)
+    if not 0.0 < variance <= 1.0:
+        raise ValueError(f"SVCCA: variance must be in (0, 1] (got {variance!r})")
+    return variance
 
 
 def _by_variance(variance: float) -> Callable[[_Side], int]:
@@ -148,12 +178,18 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple
     Raises:
         ValueError: bad input, bad ``variance``/``dims``, or ``n - 1 <= kept front + kept end`` directions.
     """
-    variance = float(variance)
-    if not 0.0 < variance <= 1.0:
-        raise ValueError(f"SVCCA: variance must be in (0, 1] (got {variance!r})")
-    wanted = _dims_pair(dims)
+    variance, _ = _check_variance(variance), _dims_pair(dims)
     x, y = pair(X, Y, "SVCCA", min_n=3)
-    a, b = _whiten(x, "X", "SVCCA"), _whiten(y, "Y", "SVCCA")
+    return svcca_from_nodes(_whiten(x, "X", "SVCCA"), _whiten(y, "Y", "SVCCA"), variance, dims, details=details)
+
+
+def svcca_from_nodes(a: _Side, b: _Side, variance: float = 0.99, dims: "int | tuple[int, int] | None" = None, *,
+                     details: bool = False) -> float | Measured:
+    """[`svcca`][svcca] from two sides' `cca_node` (the nodes are not changed)."""
+    variance = _check_variance(variance)
+    wanted = _dims_pair(dims)
+    n = _same_n(a, b, "SVCCA")
+    a, b = replace(a), replace(b)  # the kept counts are this call's
     warnings = []
     for side, label, i in ((a, "front", 0), (b, "end", 1)):
         if wanted is None:
@@ -163,8 +199,8 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple
             if wanted[i] > side.rank:
                 warnings.append(f"dims={wanted[i]} for the {label} exceeds its rank {side.rank}; kept {side.rank}")
     fix = "use more samples, or keep fewer directions (a lower variance, or dims)"
-    rho, _, _ = _correlations(a, b, x.shape[0], "SVCCA", fix)
-    info = _details(rho, a, b, x.shape[0])
+    rho, _, _ = _correlations(a, b, n, "SVCCA", fix)
+    info = _details(rho, a, b, n)
     info.update({"dims": list(wanted)} if wanted else {"variance": variance})
     if warnings:
         info["warnings"] = warnings
@@ -192,11 +228,16 @@ def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measu
         ValueError: bad input, a constant side, or ``n - 1 <= rank(Xc) + rank(Yc)`` (degenerate CCA).
     """
     x, y = pair(X, Y, "PWCCA", min_n=3)
-    a, b = _whiten(x, "X", "PWCCA", compress=False), _whiten(y, "Y", "PWCCA")
+    return pwcca_from_nodes(_whiten(x, "X", "PWCCA", compress=False), _whiten(y, "Y", "PWCCA"), details=details)
+
+
+def pwcca_from_nodes(a: _Side, b: _Side, *, details: bool = False) -> float | Measured:
+    """[`pwcca`][pwcca] from the front's `cca_node` with ``compress=False`` and the end's `cca_node`."""
+    n = _same_n(a, b, "PWCCA")
     fix = "use more samples (n > rank(front) + rank(end) + 1), or 'svcca' with dims"
-    rho, left, ua = _correlations(a, b, x.shape[0], "PWCCA", fix)
+    rho, left, ua = _correlations(a, b, n, "PWCCA", fix)
     alpha = (left.T @ _project(ua, a.r)).abs().sum(dim=1)  # (m,): sum_j |<h_i, x_j>| = rows of A^T U^T R
     weights = alpha / alpha.sum()
-    info = _details(rho, a, b, x.shape[0])
+    info = _details(rho, a, b, n)
     info.update(weights=weights.tolist(), weights_from="front")
     return finish(float((weights * rho).sum()), info, details)

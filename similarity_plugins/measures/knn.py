@@ -7,7 +7,7 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, finish, pair, positive_int
 
-__all__ = ["mutual_knn"]
+__all__ = ["mutual_knn", "knn_node", "mutual_knn_from_nodes"]
 
 # rows of the n x n similarity matrix computed at once: about this many float64 values per block
 _BLOCK_VALUES = 1 << 22
@@ -65,22 +65,47 @@ def mutual_knn(X: ArrayLike, Y: ArrayLike, topk: int = 10, *, details: bool = Fa
     Raises:
         ValueError: bad input, ``topk`` not an integer in [1, n - 2], an all-zero row, or a constant side.
     """
-    k = positive_int(topk, "topk", "mutual-kNN")
     x, y = pair(X, Y, "mutual-kNN", min_n=MIN_SAMPLES)
+    return mutual_knn_from_nodes(knn_node(x, topk, "X"), knn_node(y, topk, "Y"), details=details)
+
+
+def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> tuple[torch.Tensor, int]:
+    """Each sample's ``topk`` nearest other samples by cosine similarity, for reuse across many pairs.
+
+    Args:
+        X: (n, d) array or tensor. topk: as for [`mutual_knn`][mutual_knn]. name: the argument in errors.
+
+    Returns:
+        ``(neighbours, tied)``: (n, topk) int64 sample indices (ascending within a row) and the number of rows
+        whose k-th similarity was tied (the tie rule chose). Memory O(n d + block + n topk).
+    """
+    k = positive_int(topk, "topk", "mutual-kNN")
+    x, _ = pair(X, X, "mutual-kNN", min_n=MIN_SAMPLES)
     n = x.shape[0]
     if k > n - 2:
         raise ValueError(f"mutual-kNN: topk={k} needs at least {k + 2} samples (with {k + 1}, each sample's {k} "
                          f"neighbours are all the other samples and every pair scores 1) but got n={n}; pass more "
                          f"samples or a smaller topk")
-    centred(x, "X", "mutual-kNN")  # refuses a constant representation like every measure
-    centred(y, "Y", "mutual-kNN")
-    xn, yn = _unit_rows(x, "X"), _unit_rows(y, "Y")
+    centred(x, name, "mutual-kNN")  # refuses a constant representation like every measure
+    xn = _unit_rows(x, name)
     block = max(1, min(n, _BLOCK_VALUES // n))
-    shared, tied = 0, 0
+    parts, tied = [], 0
     for start in range(0, n, block):
-        stop = min(n, start + block)
-        nx, tx = _neighbours(xn[start:stop] @ xn.T, start, k)
-        ny, ty = _neighbours(yn[start:stop] @ yn.T, start, k)
-        shared += int((nx & ny).sum())
-        tied += tx + ty
-    return finish(shared / (n * k), {"n": n, "topk": k, "tied_rows": tied}, details)
+        chosen, t = _neighbours(xn[start:start + block] @ xn.T, start, k)
+        parts.append(chosen.nonzero()[:, 1].reshape(-1, k))  # exactly k per row, in column order
+        tied += t
+    return torch.cat(parts), tied
+
+
+def mutual_knn_from_nodes(a: tuple[torch.Tensor, int], b: tuple[torch.Tensor, int], *,
+                          details: bool = False) -> float | Measured:
+    """[`mutual_knn`][mutual_knn] from two sides' `knn_node` (the same n inputs and ``topk``)."""
+    (na, ta), (nb, tb) = a, b
+    if na.shape != nb.shape:
+        raise ValueError(f"mutual-kNN: X has {na.shape[0]} samples but Y has {nb.shape[0]} (or another topk); they "
+                         "must be the same inputs")
+    n, k = na.shape
+    nb = nb.to(na.device)
+    rows = max(1, _BLOCK_VALUES // (k * k))
+    shared = sum(int((na[s:s + rows, :, None] == nb[s:s + rows, None, :]).sum()) for s in range(0, n, rows))
+    return finish(shared / (n * k), {"n": n, "topk": k, "tied_rows": ta + tb}, details)

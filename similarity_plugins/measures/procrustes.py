@@ -9,7 +9,7 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, compress_columns, finish, pair
 
-__all__ = ["procrustes"]
+__all__ = ["procrustes", "procrustes_node", "procrustes_from_nodes"]
 
 
 #: With two samples the centred sides are one line each and every pair scores 1: three is the least that means anything.
@@ -37,14 +37,35 @@ def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | 
         ValueError: bad input (NaN/Inf, rows that differ, fewer than `MIN_SAMPLES` samples) or a constant side.
     """
     x, y = pair(X, Y, "Procrustes", min_n=MIN_SAMPLES)
-    xc, sx = centred(x, "X", "Procrustes")
-    yc, sy = centred(y, "Y", "Procrustes")
-    for side, sum_sq, name in ((x, sx, "X"), (y, sy, "Y")):
-        if sum_sq < TINY:  # the rows differ, but their squared spread underflows float64
-            raise ValueError(f"Procrustes: {name} is too small for float64 (max |value| = {float(side.abs().max()):.3g}):"
-                             f" its squared deviations underflow; rescale it (Procrustes is invariant to isotropic "
-                             f"scaling)")
-    xc, yc = compress_columns(xc), compress_columns(yc)
+    return procrustes_from_nodes(procrustes_node(x, "X"), procrustes_node(y, "Y"), details=details)
+
+
+def procrustes_node(X: ArrayLike, name: str = "X") -> tuple[torch.Tensor, float]:
+    """What Procrustes derives from one side, for reuse across many pairs (a grid's node).
+
+    Args:
+        X: (n, d) array or tensor. name: the argument in errors.
+
+    Returns:
+        ``(xc, sum_sq)``: the centred rows with at most n columns (`compress_columns`: the same row inner
+        products), float64 (n, min(n, d)), and their squared Frobenius norm.
+    """
+    x, _ = pair(X, X, "Procrustes", min_n=MIN_SAMPLES)
+    xc, sum_sq = centred(x, name, "Procrustes")
+    if sum_sq < TINY:  # the rows differ, but their squared spread underflows float64
+        raise ValueError(f"Procrustes: {name} is too small for float64 (max |value| = {float(x.abs().max()):.3g}):"
+                         f" its squared deviations underflow; rescale it (Procrustes is invariant to isotropic "
+                         f"scaling)")
+    return compress_columns(xc), sum_sq
+
+
+def procrustes_from_nodes(a: tuple[torch.Tensor, float], b: tuple[torch.Tensor, float], *,
+                          details: bool = False) -> float | Measured:
+    """[`procrustes`][procrustes] from two sides' `procrustes_node` (the same n inputs)."""
+    (xc, sx), (yc, sy) = a, b
+    if xc.shape[0] != yc.shape[0]:
+        raise ValueError(f"Procrustes: X has {xc.shape[0]} samples but Y has {yc.shape[0]}; they must be the same "
+                         "inputs")
     nuclear = float(torch.linalg.svdvals(xc.T @ yc).sum())
     score = min(1.0, max(0.0, nuclear / (math.sqrt(sx) * math.sqrt(sy))))
-    return finish(score, {"n": int(x.shape[0]), "angular_distance": math.acos(score)}, details)
+    return finish(score, {"n": int(xc.shape[0]), "angular_distance": math.acos(score)}, details)

@@ -60,11 +60,28 @@ class _Representational:
         k = permutation_count(options)
         x, y = self.test_activations(front, end, layer, options, context)
         arguments = self.arguments(options)
-        result = getattr(measures, self.measure)(x, y, **arguments, details=True)
+        if getattr(context, "reuse_nodes", False):  # a grid: each node's part is built once, for all its cells
+            result = self._from_nodes(front, end, layer, x, y, arguments, options, context)
+        else:
+            result = getattr(measures, self.measure)(x, y, **arguments, details=True)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
         with_permutation_test(details, k, lambda: permutation_test(self.measure, x, y, permutations=k, seed=seed,
                                                                    kind=self.kind, **arguments))
         return SimilarityResult("", result.score, details)
+
+
+    def _from_nodes(self, front, end, layer: LayerPair, x, y, arguments: dict, options: dict, context: Context):
+        """The measure from each node's part (`similarity_plugins.measures.nodes`), memoised per node."""
+        from ..measures.nodes import NODE_FORMS
+
+        form = NODE_FORMS[self.measure]
+        limit = options.get("max_samples")
+
+        def part(model, name: str, acts, role: str):
+            return context.derived(model, name, "test", (*form.key(role, arguments), limit),
+                                   lambda: form.build(acts, role, arguments))
+
+        return form.combine(part(front, layer.front, x, "front"), part(end, layer.end, y, "end"), arguments)
 
 
 class Procrustes(_Representational):
@@ -121,28 +138,6 @@ class RSA(_Representational):
 
     def arguments(self, options: dict) -> dict:
         return {"rdm": options.get("rdm", "correlation"), "compare": options.get("compare", "spearman")}
-
-    @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context, seed: int) -> SimilarityResult:
-        if not getattr(context, "reuse_nodes", False):
-            return super().similarity(front, end, layer, options, context, seed)
-        from ..measures.permutation import permutation_test
-        from ..measures.rsa import rsa_from_vectors, rsa_vector
-
-        k = permutation_count(options)
-
-        x, y = self.test_activations(front, end, layer, options, context)  # a grid: each node's RDM built once
-        kw = self.arguments(options)
-        what = ("rsa", kw["rdm"], kw["compare"], options.get("max_samples"))
-        a = context.derived(front, layer.front, "test", what, lambda: rsa_vector(x, **kw, name="X"))
-        b = context.derived(end, layer.end, "test", what, lambda: rsa_vector(y, **kw, name="Y"))
-        if len(x) != len(y):
-            raise ValueError(f"RSA: X has {len(x)} samples but Y has {len(y)}; they must be the same inputs")
-        n = int(x.shape[0])
-        details = {"n": n, "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), "pairs": n * (n - 1) // 2, **kw}
-        with_permutation_test(details, k, lambda: permutation_test(self.measure, x, y, permutations=k, seed=seed,
-                                                                   kind=self.kind, **kw))
-        return SimilarityResult("", rsa_from_vectors(a, b, kw["compare"]), details)
 
 
 class LinearRegression(_Representational):
