@@ -352,3 +352,66 @@ def test_zoo_six_small_cnns_all_activation_metrics(benchmark):
     failed = [c.error for c in grid.cells.values() if not c.ok]
     benchmark.extra_info.update(metrics=grid.metrics, cells=len(grid.cells), failed=len(failed))
     assert len(grid.metrics) >= 8
+
+
+# --------------------------------------------------------------------------- per-node parts of the other measures
+_NODE_VALUES: dict[str, dict] = {}  # the grid's matrices, for the loop's agreement
+NODE_METRICS = ["procrustes", "svcca", "pwcca", "mutual-knn", "rsa"]
+MLP_LAYERS = ["1", "3", "5", "7"]
+
+
+def _mlp(seed: int) -> torch.nn.Sequential:
+    g = torch.Generator().manual_seed(seed)
+    layers: list[torch.nn.Module] = []
+    for i in range(4):
+        linear = torch.nn.Linear(64 if i == 0 else 512, 512)
+        with torch.no_grad():
+            linear.weight.normal_(0.0, 0.05, generator=g)
+        layers += [linear, torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers).eval()
+
+
+@pytest.fixture(scope="module")
+def mlp_pair():
+    x = torch.randn(1500, 64, generator=torch.Generator().manual_seed(0))
+    return {"a": _mlp(0), "b": _mlp(1)}, sp.Data(test=TensorDataset(x, torch.zeros(1500, dtype=torch.long)))
+
+
+def test_node_parts_grid(benchmark, mlp_pair):
+    """Two 4-layer ReLU MLPs (width 512), N = 1500, every layer of one against every layer of the other (16
+    cells) for the measures whose per-node part a grid reuses (``options: svcca dims=50``)."""
+    models, data = mlp_pair
+    benchmark.group = "grid-node-parts"
+    grid = benchmark.pedantic(sp.compare_grid, args=(models, MLP_LAYERS, data, NODE_METRICS),
+                              kwargs={"pairs": "across", "options": {"svcca": {"dims": 50}}}, rounds=2, iterations=1)
+    assert all(c.ok for c in grid.cells.values())
+    _NODE_VALUES["node-parts"] = {m: grid.matrix(m, "a", "b") for m in NODE_METRICS}
+    ratios.record("node-parts:grid", benchmark)
+    ratios.share_ratio("score_loop_over_grid", "node-parts:loop", "node-parts:grid")
+
+
+def test_node_parts_score_loop(benchmark, mlp_pair):
+    """The same 16 x 5 cells as a loop of ``score`` over the layers' activations (captured before the timing)."""
+    models, data = mlp_pair
+    benchmark.group = "grid-node-parts"
+    x = data.test.tensors[0]
+    acts = {}
+    for name, model in models.items():
+        with torch.no_grad():
+            for layer in MLP_LAYERS:
+                acts[name, layer] = model[: int(layer) + 1](x).numpy()
+
+    def loop() -> dict:
+        out = {m: np.empty((4, 4)) for m in NODE_METRICS}
+        for i, a in enumerate(MLP_LAYERS):
+            for j, b in enumerate(MLP_LAYERS):
+                for r in sp.score(acts["a", a], acts["b", b], NODE_METRICS, options={"svcca": {"dims": 50}}):
+                    out[r.metric][i, j] = r.score
+        return out
+
+    values = benchmark.pedantic(loop, rounds=2, iterations=1)
+    if "node-parts" in _NODE_VALUES:
+        benchmark.extra_info["max_abs_vs_grid"] = max(float(np.abs(values[m] - _NODE_VALUES["node-parts"][m]).max())
+                                                      for m in NODE_METRICS)
+    ratios.record("node-parts:loop", benchmark)
+    ratios.share_ratio("score_loop_over_grid", "node-parts:loop", "node-parts:grid")
