@@ -222,8 +222,46 @@ def scenario_grid(rank: int, cache_dir: str) -> Any:
             "ranks": sorted({c.details.get("rank") for c in grid.cells.values() if not c.details.get("mirrored")})}
 
 
+def scenario_grid_resume(rank: int, cache_dir: str) -> Any:
+    """A grid with a finished-cells file, run three times on both ranks: fresh, resumed whole, and resumed after
+    rank 0 cut the file to its first three cells; the cells each rank computed each time, and the matrices."""
+    from similarity_plugins import compare_grid, hookimpl, register_metric
+
+    calls: list[int] = []
+
+    class CountedCKA:
+        deterministic = True
+        activations_only = True
+
+        @hookimpl
+        def similarity(self, front, end, layer, context):
+            from similarity_plugins.cka import cka
+
+            calls.append(1)
+            return cka(context.activations(front, layer.front, "test"), context.activations(end, layer.end, "test"))
+
+    register_metric(CountedCKA(), "counted-cka", replace=True)
+    front, end, data = small_setup()
+    path = os.path.join(cache_dir, "cells.jsonl")
+    counts, matrices = [], []
+    for step in range(3):
+        if step == 2 and rank == 0:
+            with open(path, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write("\n".join(lines[:4]) + "\n")  # the header and three cells
+        dist.barrier()
+        calls.clear()
+        grid = compare_grid({"a": front, "b": end}, ["block2", "block3"], data, "counted-cka", resume=path)
+        counts.append(len(calls))
+        matrices.append(grid.matrix("counted-cka"))
+        dist.barrier()
+    return {"counts": counts, "matrices": matrices}
+
+
 SCENARIOS: dict[str, Callable[[int, str], Any]] = {
     "grid": scenario_grid,
+    "grid_resume": scenario_grid_resume,
     "rank_timeout": scenario_rank_timeout,
     "compare": scenario_compare, "iris": scenario_iris, "tiny": scenario_tiny, "mismatch": scenario_mismatch,
     "one_rank_fails": scenario_one_rank_fails, "rank_dies": scenario_rank_dies, "slow_rank": scenario_slow_rank,

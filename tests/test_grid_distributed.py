@@ -34,3 +34,21 @@ def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(tmp_path):
         assert np.array_equal(rank0["matrices"][metric], rank1["matrices"][metric]), metric  # every rank the same
         tol = 0.02 if metric.startswith(("stitch", "iri")) else 1e-10  # the distributed tests' standard
         assert np.allclose(rank0["matrices"][metric], single.matrix(metric), rtol=0, atol=tol), metric
+
+
+@pytest.mark.slow
+def test_a_grid_resumes_under_torchrun_from_rank_zeros_file(tmp_path):
+    results = w.run_ranks(["grid_resume"], str(tmp_path))
+    outcomes = [results[r].get("grid_resume") for r in (0, 1)]
+    for r, outcome in enumerate(outcomes):
+        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
+    (_, first), (_, second) = outcomes
+    cells = 4 * 4  # 2 models x 2 layers, every ordered pair; no symmetry declared, so none mirrored
+    assert first["counts"][0] + second["counts"][0] == cells  # fresh: the cells shared out
+    assert first["counts"][0] and second["counts"][0]
+    assert first["counts"][1] == second["counts"][1] == 0  # resumed whole: nothing computed again
+    assert first["counts"][2] + second["counts"][2] == cells - 3  # the file kept three cells
+    for outcome in (first, second):
+        for matrix in outcome["matrices"]:
+            assert np.array_equal(matrix, first["matrices"][0])
+    assert np.isfinite(first["matrices"][0]).all()
