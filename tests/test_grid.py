@@ -201,6 +201,10 @@ def test_each_model_runs_forward_once_and_each_node_builds_its_parts_once(monkey
     made, built = [], {}
     original = nodes.node_gram
     monkeypatch.setattr(nodes, "node_gram", lambda x, *a, **k: made.append(tuple(x.shape)) or original(x, *a, **k))
+    from similarity_plugins.measures import regression
+
+    fits, ridge = [], regression.ridge_front
+    monkeypatch.setattr(regression, "ridge_front", lambda x, *a: fits.append(len(x)) or ridge(x, *a))
     for measure, form in list(measure_nodes.NODE_FORMS.items()):
         def counted(x, role, kw, form=form, measure=measure):
             built[measure] = built.get(measure, 0) + 1
@@ -209,16 +213,17 @@ def test_each_model_runs_forward_once_and_each_node_builds_its_parts_once(monkey
     logs = [[], [], []]
     models = {f"m{i}": _Counting(tiny_cnn(seed=i, width=4), logs[i]) for i in range(3)}
     layers = ["net.block1", "net.block2", "net.block3", "net.pool"]
-    metrics = "cka-linear,cka-debiased,procrustes,rsa,cca,svcca,pwcca,mutual-knn"
+    metrics = "cka-linear,cka-debiased,procrustes,rsa,cca,svcca,pwcca,mutual-knn,linear-regression"
     grid = sp.compare_grid(models, layers, _data(), metrics, options={"svcca": {"dims": 3}})
     failed = {c.metric for c in grid.cells.values() if not c.ok}
     assert failed <= {"cca", "pwcca"}, failed  # wide layers: CCA is degenerate at n = 96 (as in compare, below)
-    assert logs == [[96], [96], [96]]  # 96 test samples: one batch, one pass per model
+    assert logs == [[96, 128]] * 3  # one pass per model and split: 96 test samples, 128 train (linear-regression)
     assert len(made) == 12  # one Gram per node, shared by both CKA estimators and all 12 cells of its row/column
     # one part per node (12), shared by every cell it is in; cca and svcca share one whitened basis per node;
     # pwcca's front keeps its neurons (a second basis per node), its end shares the compressed one
     assert built == {"procrustes": 12, "rsa": 12, "cca": 12, "pwcca": 12, "mutual_knn": 12}
-    for metric in ("procrustes", "rsa", "cca", "svcca", "pwcca", "mutual-knn"):
+    assert len(fits) == 12  # linear-regression: one ridge factorisation per front node, for its 12 ends
+    for metric in ("procrustes", "rsa", "cca", "svcca", "pwcca", "mutual-knn", "linear-regression"):
         for (f, e) in [(0, 5), (7, 2), (11, 11)]:
             front, end = grid.nodes[f], grid.nodes[e]
             options = {"dims": 3} if metric == "svcca" else None

@@ -186,6 +186,15 @@ def test_linear_regression_matches_sklearn_ridge(n_train, dx):
     assert out.details["ridge_lambda"] == pytest.approx(lam, rel=1e-12)
     rows = {"train": np.arange(n_train), "test": np.arange(n_train, len(x))}
     assert F.linear_regression(x, y, alpha, split=rows) == pytest.approx(expected, rel=1e-8)
+    # a grid's node form: the front's factorisation, fitted to any end, is the same map
+    from similarity_plugins.measures.regression import linear_regression_from_front, ridge_front
+
+    front = ridge_front(xtr, alpha)
+    assert linear_regression_from_front(front, ytr, xte, yte) == pytest.approx(expected, rel=1e-10)
+    with pytest.raises(ValueError, match="train rows"):
+        linear_regression_from_front(front, ytr[:-1], xte, yte)
+    with pytest.raises(ValueError, match="alpha must be a positive"):
+        ridge_front(xtr, -1.0)
 
 
 def test_linear_regression_default_split_is_seeded():

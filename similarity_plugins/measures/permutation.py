@@ -41,7 +41,7 @@ from ..utils.permutation import (
 from .cca import _by_variance, _dims_pair, _whiten
 from .common import centred, compress_columns, pair
 from .knn import _BLOCK_VALUES, _neighbours, _unit_rows
-from .regression import _ridge_predict
+from .regression import ridge_front
 from .rsa import _kendall, average_ranks, rdm_upper
 
 __all__ = ["MEASURES", "permutation_test"]
@@ -172,12 +172,10 @@ def _mutual_knn(x: torch.Tensor, y: torch.Tensor, topk: int = 10) -> tuple[Stati
 def _regression(x: torch.Tensor, y: torch.Tensor, alpha: float = 1e-3, *, x_test: torch.Tensor,
                 y_test: torch.Tensor) -> tuple[Statistic, float]:
     """R^2 on the test rows of the ridge map refitted on permuted training rows of Y (the hat matrix fixed)."""
-    xc, sx = centred(x, "X (train rows)", "linear-regression")
+    front = ridge_front(x, alpha)
     yc, _ = centred(y, "Y (train rows)", "linear-regression")
-    lam = float(alpha) * sx / x.shape[1]
-    xq = x_test - x.mean(dim=0)
-    eye = torch.eye(x.shape[0], dtype=xc.dtype, device=xc.device)
-    hat = _ridge_predict(xc, eye, xq, lam)  # (n_test, n_train): predictions are hat @ (P Yc)
+    eye = torch.eye(x.shape[0], dtype=front.xc.dtype, device=front.xc.device)
+    hat = front.predict(eye, x_test - front.mean)  # (n_test, n_train): predictions are hat @ (P Yc)
     target = y_test - y.mean(dim=0)
     total = float(torch.linalg.vector_norm(y_test - y_test.mean(dim=0)) ** 2)
     if not total > 0.0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -10,7 +11,8 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, finish, pair
 
-__all__ = ["DEFAULT_ALPHA", "TRAIN_FRACTION", "linear_regression"]
+__all__ = ["DEFAULT_ALPHA", "TRAIN_FRACTION", "RidgeFront", "linear_regression", "linear_regression_from_front",
+           "ridge_front"]
 
 #: ridge strength relative to the mean eigenvalue of the front's training covariance (see the docstring)
 DEFAULT_ALPHA = 1e-3
@@ -18,36 +20,90 @@ DEFAULT_ALPHA = 1e-3
 TRAIN_FRACTION = 0.8
 
 
-def _ridge_predict(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor, lam: float) -> torch.Tensor:
-    """Ridge prediction ``xq W`` with ``W = (xc^T xc + lam I)^{-1} xc^T yc`` by a Cholesky solve: in feature
-    space when d <= n, else in sample space (``xq xc^T (xc xc^T + lam I)^{-1} yc``, the same map)."""
+@dataclass(frozen=True)
+class RidgeFront:
+    """The front's part of the ridge fit, shared by every end it is fitted to (a grid's node).
+
+    ``xc``: the centred training rows (n, d) float64; ``mean``: their column means (d,); ``lam``: the ridge
+    strength; ``factor``: the Cholesky factor of ``xc^T xc + lam I`` (d <= n, feature space) or of
+    ``xc xc^T + lam I`` (sample space); ``alpha``: the relative strength asked for.
+    """
+
+    xc: torch.Tensor
+    mean: torch.Tensor
+    lam: float
+    factor: torch.Tensor
+    alpha: float
+
+    @property
+    def feature_space(self) -> bool:
+        return self.xc.shape[1] <= self.xc.shape[0]
+
+    def predict(self, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+        """Ridge prediction ``xq W`` with ``W = (xc^T xc + lam I)^{-1} xc^T yc`` (in sample space when d > n:
+        ``xq xc^T (xc xc^T + lam I)^{-1} yc``, the same map). ``yc``: centred training targets; ``xq``: (m, d)."""
+        if self.feature_space:
+            return xq @ torch.cholesky_solve(self.xc.T @ yc, self.factor)
+        return (xq @ self.xc.T) @ torch.cholesky_solve(yc, self.factor)
+
+
+def _check_alpha(alpha: float) -> float:
+    alpha = float(alpha)
+    if not (math.isfinite(alpha) and alpha > 0.0):
+        raise ValueError(f"linear-regression: alpha must be a positive finite number (got {alpha!r})")
+    return alpha
+
+
+def ridge_front(X: ArrayLike, alpha: float = DEFAULT_ALPHA) -> RidgeFront:
+    """The front's part of [`linear_regression`][linear_regression] from its training rows ``X`` (n, d): centring,
+    ``lambda = alpha x tr(Xc^T Xc) / d`` and one Cholesky factorisation. Raises ``ValueError`` for bad input, a
+    constant ``X`` or a system that is not positive definite."""
+    alpha = _check_alpha(alpha)
+    xtr, _ = pair(X, X, "linear-regression", min_n=2)
+    xc, sx = centred(xtr, "X (train rows)", "linear-regression")
+    lam = alpha * sx / xtr.shape[1]  # alpha x mean eigenvalue of xc^T xc (scale-free)
     n, d = xc.shape
+    gram = xc.T @ xc if d <= n else xc @ xc.T
+    gram.diagonal().add_(lam)
     try:
-        if d <= n:
-            gram = xc.T @ xc
-            gram.diagonal().add_(lam)
-            return xq @ torch.cholesky_solve(xc.T @ yc, torch.linalg.cholesky(gram))
-        gram = xc @ xc.T
-        gram.diagonal().add_(lam)
-        return (xq @ xc.T) @ torch.cholesky_solve(yc, torch.linalg.cholesky(gram))
+        factor = torch.linalg.cholesky(gram)
     except torch.linalg.LinAlgError as exc:
         raise ValueError(f"linear-regression: the ridge system is not positive definite in float64 (lambda={lam:g}); "
                          "use a larger alpha") from exc
+    return RidgeFront(xc, xtr.mean(dim=0), lam, factor, alpha)
 
 
-def _fit_score(xtr, ytr, xte, yte, alpha: float) -> tuple[float, dict]:
-    """Fit the ridge map on (xtr, ytr), return the variance-weighted R^2 on (xte, yte) and details."""
-    xc, sx = centred(xtr, "X (train rows)", "linear-regression")
+def _fit_score(front: RidgeFront, ytr, xte, yte) -> tuple[float, dict]:
+    """The variance-weighted R^2 on (xte, yte) of the ridge map from ``front`` to ``ytr``, and details."""
+    if ytr.shape[0] != front.xc.shape[0]:
+        raise ValueError(f"linear-regression: X has {front.xc.shape[0]} train rows but Y has {ytr.shape[0]}; they "
+                         "must be the same inputs")
+    if xte.shape[1] != front.xc.shape[1]:
+        raise ValueError(f"linear-regression: train rows have {front.xc.shape[1]}/{ytr.shape[1]} features but test "
+                         f"rows {xte.shape[1]}/{yte.shape[1]}; both must come from the same layers")
     yc, _ = centred(ytr, "Y (train rows)", "linear-regression")
-    mx, my = xtr.mean(dim=0), ytr.mean(dim=0)
-    lam = alpha * sx / xtr.shape[1]  # alpha x mean eigenvalue of xc^T xc (scale-free)
-    residual = (yte - my) - _ridge_predict(xc, yc, xte - mx, lam)
+    residual = (yte - ytr.mean(dim=0)) - front.predict(yc, xte - front.mean)
     total = float(torch.linalg.vector_norm(yte - yte.mean(dim=0)) ** 2)
     if not total > 0.0:
         raise ValueError("linear-regression: Y is constant over the test rows (zero total variance), so R^2 is "
                          "undefined (0/0); check that the layer is not dead or that the inputs differ")
     r2 = 1.0 - float(torch.linalg.vector_norm(residual) ** 2) / total
-    return r2, {"alpha": alpha, "ridge_lambda": lam, "n_train": int(xtr.shape[0]), "n_test": int(xte.shape[0])}
+    return r2, {"alpha": front.alpha, "ridge_lambda": front.lam, "n_train": int(ytr.shape[0]),
+                "n_test": int(xte.shape[0])}
+
+
+def linear_regression_from_front(front: RidgeFront, Y: ArrayLike, X_test: ArrayLike, Y_test: ArrayLike, *,
+                                 details: bool = False) -> float | Measured:
+    """[`linear_regression`][linear_regression] with given test rows, from the front's `ridge_front`: ``Y`` (n, dy)
+    the end's training rows (the inputs of the front's), ``X_test`` / ``Y_test`` the test rows of both."""
+    ytr, _ = pair(Y, Y, "linear-regression", min_n=2)
+    xte, yte = pair(X_test, Y_test, "linear-regression", min_n=2)
+    if yte.shape[1] != ytr.shape[1]:
+        raise ValueError(f"linear-regression: train rows have {front.xc.shape[1]}/{ytr.shape[1]} features but test "
+                         f"rows {xte.shape[1]}/{yte.shape[1]}; both must come from the same layers")
+    r2, info = _fit_score(front, ytr, xte, yte)
+    info["split"] = "given test rows"
+    return finish(r2, info, details)
 
 
 def _rows(split: dict, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -91,9 +147,7 @@ def linear_regression(X: ArrayLike, Y: ArrayLike, alpha: float = DEFAULT_ALPHA, 
         ValueError: bad input, ``alpha`` not a positive finite number, fewer than 2 train or test rows, a
             constant side, or a bad ``split``.
     """
-    alpha = float(alpha)
-    if not (math.isfinite(alpha) and alpha > 0.0):
-        raise ValueError(f"linear-regression: alpha must be a positive finite number (got {alpha!r})")
+    alpha = _check_alpha(alpha)
     if (X_test is None) != (Y_test is None):
         raise ValueError("linear-regression: pass both X_test and Y_test, or neither")
     if X_test is not None:
@@ -110,6 +164,6 @@ def linear_regression(X: ArrayLike, Y: ArrayLike, alpha: float = DEFAULT_ALPHA, 
     if xte.shape[1] != xtr.shape[1] or yte.shape[1] != ytr.shape[1]:
         raise ValueError(f"linear-regression: train rows have {xtr.shape[1]}/{ytr.shape[1]} features but test rows "
                          f"{xte.shape[1]}/{yte.shape[1]}; both must come from the same layers")
-    r2, info = _fit_score(xtr, ytr, xte, yte, alpha)
+    r2, info = _fit_score(ridge_front(xtr, alpha), ytr, xte, yte)
     info["split"] = how
     return finish(r2, info, details)

@@ -161,7 +161,13 @@ class LinearRegression(_Representational):
         x_train = context.activations(front, layer.front, "train")
         y_train = context.activations(end, layer.end, "train")
         alpha = options.get("alpha", 1e-3)
-        result = linear_regression(x_train, y_train, alpha, X_test=x, Y_test=y, details=True)
+        if getattr(context, "reuse_nodes", False):  # a grid: the front's factorisation serves every end
+            from ..measures.regression import linear_regression_from_front, ridge_front
+
+            fit = context.derived(front, layer.front, "train", ("ridge", alpha), lambda: ridge_front(x_train, alpha))
+            result = linear_regression_from_front(fit, y_train, x, y, details=True)
+        else:
+            result = linear_regression(x_train, y_train, alpha, X_test=x, Y_test=y, details=True)
         details = {"front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
         details["split"] = "fitted on the train split, scored on the test split"
         with_permutation_test(details, k, lambda: permutation_test(
