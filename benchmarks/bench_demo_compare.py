@@ -24,8 +24,8 @@ import torch
 from similarity_plugins import compare
 from similarity_plugins.apps.demo import DemoConfig, _compare_options
 from similarity_plugins.apps.zoo import SmallCNN
-from similarity_plugins.core.data import Data
 from similarity_plugins.datasets import PixelShortcut, digits_data
+from similarity_plugins.networks.data import Data
 
 METRICS = ["stitch-slm", "stitch-dm", "iri-slm"]
 

@@ -45,8 +45,8 @@ def _setup(n_seeds: int = SEEDS):
 
     from similarity_plugins import Data
     from similarity_plugins.apps.zoo import SmallCNN
-    from similarity_plugins.core.data import load_all
     from similarity_plugins.datasets import digits_data
+    from similarity_plugins.networks.data import load_all
 
     torch.manual_seed(0)
     front = SmallCNN(in_channels=1, num_classes=10, width=32)
@@ -56,7 +56,7 @@ def _setup(n_seeds: int = SEEDS):
     data = Data(train=Subset(data.train, range(min(TRAIN, len(data.train)))), test=data.test)
     seeds = load_all(Subset(data.train, range(n_seeds)))[0]
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # warm-up: the first Adam imports torch._dynamo (s)
-    from similarity_plugins.core.registry import select_metrics
+    from similarity_plugins.host.registry import select_metrics
 
     select_metrics("stitch-hlm")   # imports the plugin (0.05 s, once per process): start-up, not the call
     return front, end, data, seeds

@@ -44,10 +44,10 @@ import pytest
 import torch
 from torch import nn
 
-from similarity_plugins.core.networks import SplitNetwork, frozen
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri.settings import Settings
 from similarity_plugins.iri.state import initial_inputs
+from similarity_plugins.networks.split import SplitNetwork, frozen
 
 SEEDS = int(os.environ.get("IRI_BENCH_SEEDS", "16"))
 STEPS = int(os.environ.get("IRI_BENCH_STEPS", "1000"))
@@ -63,8 +63,8 @@ _PLAIN: dict[str, dict[str, Any]] = {}
 
 @lru_cache(maxsize=1)
 def _digits_rgb32() -> tuple[torch.Tensor, torch.Tensor]:
-    from similarity_plugins.core.data import load_all
     from similarity_plugins.datasets import digits
+    from similarity_plugins.networks.data import load_all
 
     x, y = load_all(digits(None, size=32))
     return x.repeat(1, 3, 1, 1).contiguous(), y
@@ -163,8 +163,8 @@ def small_cnn_digits() -> nn.Module:
 def case_inputs(arch: str, n: int = SEEDS) -> tuple[nn.Module, torch.Tensor]:
     """(model, seeds (n, C, 32, 32) in [0, 1]) for an architecture name."""
     if arch == "small_cnn":
-        from similarity_plugins.core.data import load_all
         from similarity_plugins.datasets import digits
+        from similarity_plugins.networks.data import load_all
 
         return small_cnn_digits(), load_all(digits("train"))[0][:n].contiguous()
     return torchvision_digits(arch), donor_data()[0][-n:].clone()

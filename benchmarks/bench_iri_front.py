@@ -28,8 +28,8 @@ import torch
 import torchvision
 from ratios import record, share_ratio
 
-from similarity_plugins.core.networks import SplitNetwork, frozen
 from similarity_plugins.iri.front import folded_front, private_front
+from similarity_plugins.networks.split import SplitNetwork, frozen
 
 CASES = [("resnet18", "layer4"), ("resnet34", "layer4"), ("vgg16_bn", "classifier.1"), ("resnet18", "layer3"),
          ("vgg16_bn", "features.43")]

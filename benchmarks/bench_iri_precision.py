@@ -33,8 +33,8 @@ import torch
 import torchvision
 from ratios import RUNS, record, share_ratio
 
-from similarity_plugins.core.networks import SplitNetwork, frozen
 from similarity_plugins.iri import generate_iris
+from similarity_plugins.networks.split import SplitNetwork, frozen
 
 GEMM = 2048
 STEP_BATCH = int(os.environ.get("SP_BENCH_STEP_BATCH", "32"))

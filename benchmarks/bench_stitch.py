@@ -26,7 +26,7 @@ import ratios
 import torch
 import torchvision
 
-from similarity_plugins.core.networks import SplitNetwork
+from similarity_plugins.networks.split import SplitNetwork
 from similarity_plugins.stitch import (
     NEEDS,
     StitchLayer,

@@ -53,9 +53,9 @@ def _wrap(module, name: str, phase: str) -> None:
 
 def _instrument() -> dict:
     """Wrap the phases' functions; returns the gather stamps (enter time per call) for the waiting split."""
-    from similarity_plugins.core import parallel
     from similarity_plugins.distributed import world as dworld
     from similarity_plugins.iri import generate, sharded, store
+    from similarity_plugins.networks import parallel
 
     _wrap(generate, "trace_front", "trace+front copy")
     _wrap(generate, "private_front", "trace+front copy")

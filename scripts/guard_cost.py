@@ -11,7 +11,7 @@ import time
 import torch
 import torchvision
 
-from similarity_plugins.core.guard import DonorGuard
+from similarity_plugins.runner.guard import DonorGuard
 
 
 def best(f, k: int = 5) -> float:

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the options, run the cases, print one line per run and optionally write JSON."""
     import bench_iri as bench
 
-    from similarity_plugins.core.networks import SplitNetwork, frozen
+    from similarity_plugins.networks.split import SplitNetwork, frozen
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="resnet18:layer4,vgg16_bn:features.43")

@@ -50,7 +50,7 @@ def _digits(n: int) -> torch.Tensor:
     from similarity_plugins.datasets import digits_data
 
     x = digits_data(size=32, seed=0).train
-    from similarity_plugins.core.data import load_all
+    from similarity_plugins.networks.data import load_all
 
     return load_all(x)[0][:n].float()
 

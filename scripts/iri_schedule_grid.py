@@ -37,8 +37,8 @@ def _case(name: str, n: int):
     """(model, layer, seeds (n, C, 32, 32) in [0, 1]) for a case name."""
     import bench_iri as bench
 
-    from similarity_plugins.core.data import load_all
     from similarity_plugins.datasets import digits
+    from similarity_plugins.networks.data import load_all
 
     if name == "small3":
         return bench.small_cnn_digits(), "block3", load_all(digits("train"))[0][:n].contiguous()

@@ -23,8 +23,8 @@ def donors(cfg, seed: int = 0):
     """(clean A, shortcut S, data) as the shortcut study trains and compares them (every image marked)."""
     from similarity_plugins.apps.demo import _train_donors
     from similarity_plugins.apps.studies.common import DonorPool
-    from similarity_plugins.core.data import Data
     from similarity_plugins.datasets import PixelShortcut, digits_data
+    from similarity_plugins.networks.data import Data
 
     clean = digits_data(size=32, seed=seed)
     models = _train_donors(cfg, clean.train, seed, False, DonorPool())
@@ -37,8 +37,8 @@ def resnets(epochs: int = 2):
     import torchvision
     from torch import nn
 
-    from similarity_plugins.core.data import Data, load_all
     from similarity_plugins.datasets import ImageTensors, digits_data
+    from similarity_plugins.networks.data import Data, load_all
 
     clean = digits_data(size=32, seed=0)
     (xtr, ytr), (xte, yte) = load_all(clean.train), load_all(clean.test)
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     """Print one line per (layer, setting): score [interval], IRI median error, converged fraction, seconds."""
     from similarity_plugins.apps.demo import DemoConfig
     from similarity_plugins.apps.studies.common import ci_text, study_options
-    from similarity_plugins.core.compare import compare
+    from similarity_plugins.runner.compare import compare
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", default="block3,block4")

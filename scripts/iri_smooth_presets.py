@@ -45,8 +45,8 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 3) -
 
 def cases(seeds: int) -> list[tuple[str, nn.Module, list[str], torch.Tensor]]:
     """(name, model, cuts, seeds) for every net of the study."""
-    from similarity_plugins.core.data import load_all
     from similarity_plugins.datasets import digits_data
+    from similarity_plugins.networks.data import load_all
 
     data = digits_data(size=32, seed=0)
     x, y = load_all(data.train)

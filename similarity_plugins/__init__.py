@@ -9,26 +9,24 @@ of activations), [`list_metrics`][list_metrics], [`metric_info`][metric_info],
 
 from __future__ import annotations
 
-from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with core
-from .core.arrays import score
-from .core.compare import compare
-from .core.context import Context
-from .core.contract import Option, UnknownOption
-from .core.data import Data
-from .core.grid import compare_grid
-from .core.grid_results import Grid
-from .core.hookspecs import hookimpl
-from .core.manager import get_plugin_manager
-from .core.networks import LayerNotFound, SplitNetwork, frozen, layers
-from .core.registry import UnknownMetric, list_metrics, metric_info, select_metrics
-from .core.results import LayerPair, Report, SimilarityResult
+from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with the networks services
+from .host.contract import Option, UnknownOption
+from .host.hookspecs import hookimpl
+from .host.registry import UnknownMetric, list_metrics, metric_info
+from .host.results import LayerPair, Report, SimilarityResult
+from .networks.data import Data
+from .networks.split import LayerNotFound, layers
+from .runner.compare import compare
+from .runner.grid import compare_grid
+from .runner.grid_results import Grid
+from .runner.score import score
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "compare", "compare_grid", "Grid", "score", "Context", "Data", "hookimpl", "get_plugin_manager", "LayerNotFound",
-    "SplitNetwork", "frozen", "layers", "UnknownMetric", "list_metrics", "metric_info", "select_metrics", "LayerPair",
-    "Report", "SimilarityResult", "register_metric", "Option", "UnknownOption", "__version__",
+    "compare", "score", "compare_grid", "Grid", "Data", "Report", "SimilarityResult", "LayerPair", "layers",
+    "list_metrics", "metric_info", "hookimpl", "Option", "register_metric", "UnknownMetric", "UnknownOption",
+    "LayerNotFound", "__version__",
 ]
 
 
@@ -47,16 +45,15 @@ def register_metric(plugin: object, name: str, replace: bool = False) -> str:
     Raises:
         ValueError: ``name`` is taken (naming its owner) and ``replace`` is false.
     """
+    from .host.manager import get_plugin_manager
+
     return get_plugin_manager().register_metric(plugin, name, replace=replace)
 
 
-# Lazy submodules under their public names. ``models``, ``training``, ``demo``, ``experiments`` and ``plots``
-# are the applications in ``apps/`` (their old top-level names keep working as attributes).
-_LAZY = {
-    "functional": ".functional", "cka": ".cka", "iri": ".iri", "datasets": ".datasets", "stitch": ".stitch",
-    "plugins": ".plugins", "cli": ".cli", "apps": ".apps", "models": ".apps.zoo", "zoo": ".apps.zoo",
-    "training": ".apps.training", "demo": ".apps.demo", "experiments": ".apps.experiments", "plots": ".apps.plots",
-}
+# Sub-packages reachable as attributes without an import of their own (``sp.functional.cka``, ``sp.iri``).
+_LAZY = {name: f".{name}" for name in (
+    "functional", "cka", "measures", "iri", "datasets", "stitch", "plugins", "apps", "cli", "host", "runner",
+    "networks", "utils", "distributed")}
 
 
 def __getattr__(name: str):

@@ -153,8 +153,8 @@ def data():
 @pytest.fixture
 def fresh_manager(monkeypatch):
     """A private plugin manager, so tests can register metrics without leaking them."""
-    from similarity_plugins.core import manager as manager_module
-    from similarity_plugins.core.manager import build_plugin_manager
+    from similarity_plugins.host import manager as manager_module
+    from similarity_plugins.host.manager import build_plugin_manager
 
     pm = build_plugin_manager(load_entry_points=False)
     monkeypatch.setattr(manager_module, "_pm", pm)

@@ -45,7 +45,7 @@ def small_setup(n_train: int = 96, n_test: int = 64):
 
 
 def seeds_tensor(n: int = 10) -> torch.Tensor:
-    from similarity_plugins.core.data import load_all
+    from similarity_plugins.networks.data import load_all
 
     _, _, data = small_setup()
     return load_all(Subset(data.train, range(n)))[0]
@@ -135,8 +135,9 @@ def scenario_tiny(rank: int, cache_dir: str) -> Any:
 
 
 def tiny_results() -> dict:
-    from similarity_plugins import Context, Data
-    from similarity_plugins.core.results import LayerPair
+    from similarity_plugins import Data
+    from similarity_plugins.host.results import LayerPair
+    from similarity_plugins.networks.context import Context
     from similarity_plugins.stitch.service import fitted_stitch
 
     front, end, data = small_setup()

@@ -12,8 +12,11 @@ from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.core import manager as manager_module
-from similarity_plugins.core.manager import build_plugin_manager
+from similarity_plugins.host import manager as manager_module
+from similarity_plugins.host.manager import build_plugin_manager
+from similarity_plugins.host.registry import select_metrics
+from similarity_plugins.networks.context import Context
+from similarity_plugins.networks.split import SplitNetwork
 
 
 def test_builtins_are_registered():
@@ -27,12 +30,12 @@ def test_builtins_are_registered():
 
 def test_wildcards_and_unknown_names():
     assert sp.list_metrics("cka-*") == ["cka-debiased", "cka-linear", "cka-rbf"]
-    assert sp.select_metrics("cka-linear,cka-rbf") == ["cka-linear", "cka-rbf"]
-    assert sp.select_metrics(["cka-r*", "cka-*"])[0] == "cka-rbf"
+    assert select_metrics("cka-linear,cka-rbf") == ["cka-linear", "cka-rbf"]
+    assert select_metrics(["cka-r*", "cka-*"])[0] == "cka-rbf"
     with pytest.raises(sp.UnknownMetric, match="did you mean 'cka-linear'"):
-        sp.select_metrics("cka-linaer")
+        select_metrics("cka-linaer")
     with pytest.raises(sp.UnknownMetric, match="matches no metric"):
-        sp.select_metrics("nothing-*")
+        select_metrics("nothing-*")
 
 
 def test_builtins_load_like_entry_points(monkeypatch):
@@ -65,8 +68,8 @@ def test_compare_cka_and_report(data):
         assert 0.0 < r.score <= 1.0 and r.seconds >= 0 and r.layer == "block2"
         assert r.details["n"] == 48
     assert report["cka-linear"].score == pytest.approx(sp.functional.cka(
-        sp.SplitNetwork(a, "block2").front(data.test.tensors[0]).detach(),
-        sp.SplitNetwork(b, "block2").front(data.test.tensors[0]).detach()), abs=1e-6)
+        SplitNetwork(a, "block2").front(data.test.tensors[0]).detach(),
+        SplitNetwork(b, "block2").front(data.test.tensors[0]).detach()), abs=1e-6)
     self_report = sp.compare(a, a, "block3", data, metrics=["cka-linear"])
     assert self_report["cka-linear"].score == pytest.approx(1.0, abs=1e-9)
     parsed = json.loads(report.to_json())
@@ -214,7 +217,7 @@ def test_device_argument_runs_metrics_on_a_copy(data, fresh_manager):
 
 def test_reused_context_takes_this_calls_options_and_data(data):
     a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
-    ctx = sp.Context(data)
+    ctx = Context(data)
     first = sp.compare(a, b, "block2", data, metrics="cka-linear", context=ctx)
     other = sp.Data(test=TensorDataset(torch.rand(40, 1, 16, 16), torch.zeros(40, dtype=torch.long)))
     second = sp.compare(a, b, "block2", other, metrics="cka-linear", context=ctx, options={"max_samples": 30})
@@ -277,7 +280,7 @@ def test_compare_leaves_the_global_rngs_as_they_were(data, fresh_manager):
 
 def test_compare_does_not_change_a_context_passed_in(data):
     a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
-    ctx = sp.Context(data, seed=5, options={"max_samples": 20})
+    ctx = Context(data, seed=5, options={"max_samples": 20})
     sp.compare(a, b, "block2", data, metrics="cka-linear", context=ctx, seed=1, options={"max_samples": 30}, progress=True)
     assert (ctx.data, ctx.seed, ctx.options, ctx.progress) == (data, 5, {"max_samples": 20}, False)
     shared = dict(ctx.memo)

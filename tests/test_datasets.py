@@ -7,7 +7,6 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from similarity_plugins.core.data import Data, load_all
 from similarity_plugins.datasets import (
     ImageTensors,
     PatchPattern,
@@ -23,6 +22,7 @@ from similarity_plugins.datasets import (
     parse_data_spec,
     tensors_of,
 )
+from similarity_plugins.networks.data import Data, load_all
 
 
 @pytest.fixture(scope="module")

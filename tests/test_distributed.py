@@ -19,8 +19,8 @@ import dist_workers as w  # noqa: E402
 
 from similarity_plugins import compare  # noqa: E402
 from similarity_plugins.cka.streaming import StreamingLinearCKA  # noqa: E402
-from similarity_plugins.core.parallel import World, shard_range  # noqa: E402
 from similarity_plugins.iri import generate_iris  # noqa: E402
+from similarity_plugins.networks.parallel import World, shard_range  # noqa: E402
 
 # the ranks run on one intra-op thread (dist_workers._worker); the single-process references must too, or
 # bit-identity checks compare different float reduction orders
@@ -103,9 +103,10 @@ def _package_imports(folder: str) -> set[str]:
     return found
 
 
-def test_layering_core_knows_no_distributed_and_distributed_only_core():
-    assert "distributed" not in _package_imports("core")
-    assert _package_imports("distributed") <= {"core"}
+def test_layering_services_know_no_distributed_and_distributed_only_networks():
+    for package in ("host", "runner", "networks"):
+        assert "distributed" not in _package_imports(package)
+    assert _package_imports("distributed") <= {"networks"}
 
 
 # --------------------------------------------------------------------------- two gloo ranks vs one process

@@ -7,7 +7,7 @@ import torch
 from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 
 import similarity_plugins as sp
-from similarity_plugins.core.data import Data
+from similarity_plugins.networks.data import Data
 
 FAST = {"epochs": 1, "batch_size": 32, "iri_max_seeds": 32, "iri_steps": 30, "iri_batch_size": 16}
 

@@ -1,4 +1,4 @@
-"""The fault campaign of issue 31: plugins that change the donors, lying caches, bad values, unwritable outputs,
+"""Faults made on purpose: plugins that change the donors, lying caches, bad values, unwritable outputs,
 hanging metrics. Each case asserts the behaviour that makes the fault visible instead of silently wrong."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.core.data import Data
+from similarity_plugins.networks.context import Context
+from similarity_plugins.networks.data import Data
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -185,7 +186,7 @@ def test_a_metric_that_raises_after_changing_a_donor_reports_both(fresh_manager,
 
 
 def test_the_guard_costs_little_and_nan_weights_count_as_unchanged(donors):
-    from similarity_plugins.core.guard import DonorGuard, same_bits
+    from similarity_plugins.runner.guard import DonorGuard, same_bits
 
     front, end = donors
     with torch.no_grad():
@@ -200,7 +201,7 @@ def test_the_guard_costs_little_and_nan_weights_count_as_unchanged(donors):
 
 
 def _variants():
-    """The three changes of issue 31 that keep every tensor: BatchNorm eps, conv dilation+padding, pool padding."""
+    """Three changes that keep every tensor: BatchNorm eps, conv dilation+padding, pool padding."""
     def bn(m):
         m.block1[1].eps = 10.0
 
@@ -220,8 +221,8 @@ def _iri_kw(tmp_path, **kw):
 def test_module_settings_enter_every_cache_key(tmp_path):
     import copy
 
-    from similarity_plugins.core.parallel import module_digest
     from similarity_plugins.iri import generate_iris
+    from similarity_plugins.networks.parallel import module_digest
 
     model = tiny_cnn().eval()
     seeds = torch.rand(8, 1, 16, 16, generator=torch.Generator().manual_seed(0))
@@ -623,7 +624,7 @@ def test_a_timeout_on_one_rank_is_an_error_on_every_rank_at_once(tmp_path):
 def test_a_reused_context_forgets_a_model_changed_in_place_between_calls(donors):
     front, end = donors
     data = _data()
-    ctx = sp.Context(data)
+    ctx = Context(data)
     first = sp.compare(front, end, "block2", data, "cka-linear", context=ctx)["cka-linear"].score
     assert sp.compare(front, end, "block2", data, "cka-linear", context=ctx)["cka-linear"].score == first
     front.block1[1].eps = 10.0      # the user changes a setting between the calls
@@ -646,7 +647,7 @@ def _study_writers(tmp_path):
     """Each study's (and the demo's) writer with small synthetic results: ``{study: (write, file names)}``."""
     from similarity_plugins.apps import demo
     from similarity_plugins.apps.studies import robustness, unseen_cue
-    from similarity_plugins.core.results import Report, SimilarityResult
+    from similarity_plugins.host.results import Report, SimilarityResult
     from similarity_plugins.iri.result import IRISet
 
     def report(metrics):

@@ -22,8 +22,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.core.contract import Option
-from similarity_plugins.core.data import Data
+from similarity_plugins.host.contract import Option
+from similarity_plugins.networks.data import Data
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -108,7 +108,7 @@ def test_the_cli_refuses_a_boolean_typo_before_any_work_and_reads_false_as_false
 
 
 def test_stitch_bn_false_in_any_spelling_leaves_batchnorm_off():
-    from similarity_plugins.core.values import coerce_option_values
+    from similarity_plugins.host.values import coerce_option_values
     from similarity_plugins.stitch.settings import StitchSettings, stitch_options
 
     defaults = {o.name: o.default for o in stitch_options()}
@@ -223,7 +223,7 @@ def test_a_huge_error_is_cut_in_the_table(fresh_manager):
 
 
 def test_csv_with_many_detail_keys_is_linear():
-    from similarity_plugins.core.results import Report, SimilarityResult
+    from similarity_plugins.host.results import Report, SimilarityResult
 
     rows = [SimilarityResult(f"m{i}", 0.5, {f"k{i}_{j}": j for j in range(20_000)}, layer="x->y") for i in range(2)]
     start = time.perf_counter()
@@ -252,7 +252,7 @@ def test_sparse_and_meta_arrays_are_clear_answers(make, word):
 def test_a_failing_layer_is_not_suggested_as_its_own_alternative():
     from models_for_tests import TwoHeaded
 
-    from similarity_plugins.core.networks import SplitNetwork
+    from similarity_plugins.networks.split import SplitNetwork
 
     model = TwoHeaded()
     net = SplitNetwork(model, "split")

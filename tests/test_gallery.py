@@ -9,9 +9,9 @@ from models_for_tests import tiny_cnn
 from similarity_plugins import Data, compare
 from similarity_plugins.apps.gallery import gallery_captions, iris_of_sweep, plot_iris
 from similarity_plugins.cli import main
-from similarity_plugins.core.context import Context
 from similarity_plugins.datasets import digits_data
 from similarity_plugins.iri import generate_iris
+from similarity_plugins.networks.context import Context
 
 
 def _png_size(path) -> tuple[int, int]:

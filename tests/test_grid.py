@@ -143,7 +143,7 @@ def test_pairs_select_exactly_what_they_say():
 
 
 def test_bad_arguments_are_refused_before_any_work(monkeypatch):
-    from similarity_plugins.core import context
+    from similarity_plugins.networks import context
 
     monkeypatch.setattr(context.Context, "capture", lambda *a, **k: pytest.fail("work started"))
     models, data = _models(), _data()

@@ -184,7 +184,7 @@ def test_fake_relu_auto_is_last_outside_the_wide_pooled_cuts_and_checked_once():
     with pytest.raises(ValueError, match="fake_relu must be one of auto, last, none"):
         make_settings(**common, tuning={"fake_relu": "lst"})
     with pytest.raises(ValueError, match="fake_relu must be"):
-        make_settings(**common, tuning={"fake_relu": "all"})    # measured as losing: gone
+        make_settings(**common, tuning={"fake_relu": "all"})
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.ReLU()).eval()
     seeds = torch.rand(2, 1, 8, 8)
@@ -198,8 +198,8 @@ def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu(
     points the wrong way (ResNet-18 layer3.1.bn2: no sample converged with it, all in 117 steps without)."""
     from torchvision.models import resnet18
 
-    from similarity_plugins.core.networks import SplitNetwork
     from similarity_plugins.iri.relu import trace_front
+    from similarity_plugins.networks.split import SplitNetwork
 
     torch.manual_seed(0)
     seeds = torch.rand(2, 1, 8, 8)
@@ -243,8 +243,8 @@ def test_no_straight_through_gradient_after_a_batchnorm_converges_where_it_would
 
 
 def test_the_trace_rounds_the_stride_and_knows_where_the_front_ends():
-    from similarity_plugins.core.networks import SplitNetwork
     from similarity_plugins.iri.relu import trace_front
+    from similarity_plugins.networks.split import SplitNetwork
 
     model = nn.Sequential(nn.Conv2d(1, 4, 3, stride=2, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Sequential(nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.MaxPool2d(1)),

@@ -9,9 +9,9 @@ import torch
 import torchvision
 from torch import nn
 
-from similarity_plugins.core.networks import SplitNetwork
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri.front import crop_dead_taps, cropped_conv, folded_front, live_taps
+from similarity_plugins.networks.split import SplitNetwork
 
 
 @pytest.mark.parametrize("size,kernel,stride,padding,dilation,expected", [

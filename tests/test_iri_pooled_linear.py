@@ -8,9 +8,9 @@ import torch
 import torchvision
 from torch import nn
 
-from similarity_plugins.core.networks import SplitNetwork
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri.front import fold_pooled_linear, folded_front
+from similarity_plugins.networks.split import SplitNetwork
 
 
 class _Head(nn.Module):

@@ -41,4 +41,4 @@ def test_every_subpackage_has_a_layer():
     subpackages = {m.name for m in pkgutil.iter_modules(similarity_plugins.__path__) if m.ispkg}
     missing = subpackages - layered
     assert not missing, f"sub-packages {sorted(missing)} are in no layer: add them to [tool.importlinter] in pyproject.toml"
-    assert {"core", "cka", "stitch", "iri", "plugins", "apps", "cli"} <= subpackages & layered
+    assert {"host", "runner", "networks", "cka", "stitch", "iri", "plugins", "apps", "cli"} <= subpackages & layered

@@ -11,6 +11,9 @@ from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 from similarity_plugins import functional as F
+from similarity_plugins.host.manager import get_plugin_manager
+from similarity_plugins.host.registry import select_metrics
+from similarity_plugins.networks.context import Context
 from similarity_plugins.plugins import cka as cka_plugins
 from similarity_plugins.plugins import representational as rep
 
@@ -171,8 +174,8 @@ def _images(n: int, seed: int) -> TensorDataset:
 
 
 def test_new_measures_are_registered_and_in_the_default_selection():
-    assert set(NEW) <= set(sp.select_metrics(None))
-    pm = sp.get_plugin_manager()
+    assert set(NEW) <= set(select_metrics(None))
+    pm = get_plugin_manager()
     for name in ACTIVATION_METRICS:
         assert type(pm.get_plugin(name)) is PLUGINS[name]
 
@@ -202,7 +205,7 @@ def test_compare_scores_equal_the_functional_ones_on_the_same_activations():
     front, end = tiny_cnn(seed=0), tiny_cnn(seed=1)
     data = sp.Data(train=_images(90, 0), test=_images(70, 1))
     report = sp.compare(front, end, "pool", data, NEW, options={"max_samples": 60})  # 16 features
-    ctx = sp.Context(data)
+    ctx = Context(data)
     x = ctx.activations(front, "pool", "test")[:60]
     y = ctx.activations(end, "pool", "test")[:60]
     for name in ["procrustes", "cca", "svcca", "pwcca", "rsa", "mutual-knn"]:

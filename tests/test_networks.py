@@ -9,7 +9,8 @@ import torchvision
 from models_for_tests import TwoHeaded, assert_unchanged, snapshot, tiny_cnn
 from torch import nn
 
-from similarity_plugins import LayerNotFound, SplitNetwork, frozen, layers
+from similarity_plugins import LayerNotFound, layers
+from similarity_plugins.networks.split import SplitNetwork, frozen
 
 
 def _check_split(model: nn.Module, x: torch.Tensor, names: list[str]) -> None:
@@ -100,7 +101,7 @@ def test_not_a_clean_cut_is_explained():
 def test_cuts_inside_a_residual_block_still_trace_their_front(layer):
     """IRIs need only the front: at a cut the skip connection goes around, it is still a traced graph (no
     hook per call, BatchNorm foldable), equal to the model's own value there."""
-    from similarity_plugins.core.layer_calls import front_by_hook as _front_by_hook
+    from similarity_plugins.networks.layer_calls import front_by_hook as _front_by_hook
 
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10).eval()
@@ -140,7 +141,7 @@ class _InPlaceStatements(nn.Module):
 def test_front_keeps_in_place_statements_that_dead_code_elimination_would_drop():
     """The traced front removes unused nodes (dead skip branches), but not in-place calls whose result is
     unused: before, ``x.relu_()`` on a line of its own vanished and the front differed from the model."""
-    from similarity_plugins.core.layer_calls import front_by_hook as _front_by_hook
+    from similarity_plugins.networks.layer_calls import front_by_hook as _front_by_hook
 
     torch.manual_seed(0)
     model = _InPlaceStatements().eval()

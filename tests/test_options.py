@@ -174,7 +174,7 @@ def test_stitch_options_reach_the_settings(data):
 
 
 def test_every_iri_option_name_is_accepted():
-    from similarity_plugins.core.registry import options_for_metrics
+    from similarity_plugins.host.registry import options_for_metrics
 
     resolved = options_for_metrics(["iri-slm"], {k: v for k, v in IRI_DEFAULTS.items()})
     assert set(IRI_DEFAULTS) <= set(resolved["iri-slm"])

@@ -14,6 +14,7 @@ import torch
 import similarity_plugins as sp
 from similarity_plugins import functional as F
 from similarity_plugins.cli import main
+from similarity_plugins.networks.context import Context
 from similarity_plugins.utils import permutation as perm
 
 METRICS = ["cka-linear", "cka-debiased", "cka-rbf", "procrustes", "cca", "svcca", "pwcca", "rsa",
@@ -158,7 +159,7 @@ def test_compare_and_the_cli_carry_the_test(tmp_path, capsys):
                    test=TensorDataset(torch.rand(40, 1, 16, 16, generator=g), torch.zeros(40, dtype=torch.long)))
     front, end = tiny_cnn(seed=0), tiny_cnn(seed=1)
     report = sp.compare(front, end, "pool", data, ["cka-linear", "rsa"], options={"permutations": 19})
-    ctx = sp.Context(data)
+    ctx = Context(data)
     x, y = ctx.activations(front, "pool", "test"), ctx.activations(end, "pool", "test")
     for name in ("cka-linear", "rsa"):
         assert report[name].details["p_value"] == sp.score(x, y, [name], {"permutations": 19})[0].details["p_value"]

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from similarity_plugins.core.results import Report, SimilarityResult
+from similarity_plugins.host.results import Report, SimilarityResult
 
 PIL = pytest.importorskip("PIL.Image")
 

@@ -19,8 +19,9 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.core import manager as manager_module
-from similarity_plugins.core.manager import build_plugin_manager
+from similarity_plugins.host import manager as manager_module
+from similarity_plugins.host.manager import build_plugin_manager
+from similarity_plugins.host.registry import select_metrics
 
 SINGLE = '''
 """Mean of the front's activations minus the end's (a single-metric entry point)."""
@@ -170,7 +171,7 @@ def test_a_known_name_imports_no_entry_point(plugins_on_path):
     report = sp.compare(model, model, "1", data, metrics="cka-linear")
     assert report["cka-linear"].ok
     sp.metric_info("cka-rbf")
-    sp.select_metrics(["cka-linear", "stitch-slm"])
+    select_metrics(["cka-linear", "stitch-slm"])
     assert _imported() == set()
 
 
@@ -187,15 +188,15 @@ def test_the_compare_command_with_a_builtin_imports_no_entry_point(plugins_on_pa
 
 def test_a_single_metric_entry_point_is_imported_alone_when_named(plugins_on_path):
     plugins_on_path("fake-single", "fake-family")
-    assert sp.select_metrics("fake-one") == ["fake-one"]
+    assert select_metrics("fake-one") == ["fake-one"]
     assert _imported() == {"fake_single_mod"}
     assert sp.metric_info("fake-one").package == "fake-single"
 
 
 @pytest.mark.parametrize("ask", [
-    lambda: sp.select_metrics("fam-sim"),  # a name not known yet: a family may have it
-    lambda: sp.select_metrics("fam-*"),  # a wildcard
-    lambda: sp.select_metrics(None),  # the default selection
+    lambda: select_metrics("fam-sim"),  # a name not known yet: a family may have it
+    lambda: select_metrics("fam-*"),  # a wildcard
+    lambda: select_metrics(None),  # the default selection
     lambda: sp.list_metrics(),
     lambda: sp.metric_info("fam-dist"),
 ], ids=["unknown-name", "wildcard", "default", "list", "info"])
@@ -210,7 +211,7 @@ def test_families_are_imported_when_their_names_are_needed(plugins_on_path, ask)
 def test_an_unknown_name_still_fails_after_importing_everything(plugins_on_path):
     plugins_on_path("fake-single", "fake-family")
     with pytest.raises(sp.UnknownMetric, match="did you mean 'fam-sim'"):
-        sp.select_metrics("fam-sin")
+        select_metrics("fam-sin")
     assert _imported() == {"fake_single_mod", "fake_family_mod"}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import types
 import warnings
 from pathlib import Path
@@ -9,10 +10,13 @@ from pathlib import Path
 import pytest
 
 import similarity_plugins as sp
-from similarity_plugins.core import manager as manager_module
-from similarity_plugins.core.manager import BUILTIN_PACKAGE, DEFAULT_PLUGINS, build_plugin_manager
+from similarity_plugins.host import manager as manager_module
+from similarity_plugins.host.manager import BUILTIN_PACKAGE, DEFAULT_PLUGINS, build_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILTINS = ["cka-linear", "cka-debiased", "cka-rbf", "procrustes", "cca", "svcca", "pwcca", "rsa", "linear-regression",
+            "mutual-knn", "stitch-hlm", "stitch-slm", "stitch-dm", "stitch-fula", "iri-hlm", "iri-slm", "iri-dm",
+            "iri-fula"]
 
 
 class _Two:
@@ -31,8 +35,10 @@ def test_builtins_are_listed_once_in_code():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert "[project.entry-points.similarity_plugins]" not in pyproject and "plugins.cka:" not in pyproject
     pm = build_plugin_manager(load_entry_points=False)
-    assert sorted(pm.info) == sorted(DEFAULT_PLUGINS)
+    assert list(pm.info) == BUILTINS  # in the families' order
     assert {info.package for info in pm.info.values()} == {BUILTIN_PACKAGE}
+    for module in DEFAULT_PLUGINS:  # each family registers itself through the hook third parties implement
+        assert hasattr(importlib.import_module(module).register_metrics, "similarity_plugins_impl")
 
 
 def test_a_taken_name_raises_unless_replace(fresh_manager):
@@ -68,7 +74,7 @@ def test_disable_autoload_keeps_the_builtins(monkeypatch):
     monkeypatch.setattr(manager_module, "_entry_points", lambda: [_entry_point("two", "good-dist", _Two)])
     monkeypatch.setenv("SIMILARITY_PLUGINS_DISABLE_AUTOLOAD", "1")
     pm = build_plugin_manager()
-    assert "two" not in pm.info and sorted(pm.info) == sorted(DEFAULT_PLUGINS)
+    assert "two" not in pm.info and sorted(pm.info) == sorted(BUILTINS)
 
 
 def test_function_plugin_opts_in_with_attributes(fresh_manager):
@@ -89,6 +95,6 @@ def test_cli_list_shows_the_package_of_each_metric(capsys):
 
     assert main(["list"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert len(rows) >= len(DEFAULT_PLUGINS)
-    for name in DEFAULT_PLUGINS:
+    assert len(rows) >= len(BUILTINS)
+    for name in BUILTINS:
         assert any(r.startswith(name + " ") and BUILTIN_PACKAGE in r for r in rows), name

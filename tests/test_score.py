@@ -10,7 +10,7 @@ import torch
 
 import similarity_plugins as sp
 from similarity_plugins.cli import main
-from similarity_plugins.core.arrays import drawn_split
+from similarity_plugins.runner.score import drawn_split
 
 
 class _Rows:
@@ -367,7 +367,7 @@ def test_score_on_cuda_tensors_keeps_the_device_and_the_cuda_rng(registered):
 
 
 def test_all_rows_are_read_as_a_private_copy(registered):
-    from similarity_plugins.core.arrays import ArrayContext
+    from similarity_plugins.runner.score import ArrayContext
 
     x = torch.randn(8, 3)
     side = object()

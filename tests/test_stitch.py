@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from models_for_tests import assert_unchanged, snapshot, tiny_cnn
 from torch import nn
 
-from similarity_plugins.core.networks import SplitNetwork
+from similarity_plugins.networks.split import SplitNetwork
 from similarity_plugins.stitch import (
     NEEDS,
     StitchDivergedError,

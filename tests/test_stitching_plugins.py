@@ -12,8 +12,9 @@ from models_for_tests import assert_unchanged, snapshot
 from torch import nn
 
 import similarity_plugins
-from similarity_plugins import Context, Data, compare
+from similarity_plugins import Data, compare
 from similarity_plugins.datasets.tensors import ImageTensors
+from similarity_plugins.networks.context import Context
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -12,8 +12,8 @@ from models_for_tests import assert_unchanged, snapshot
 from similarity_plugins import Data, SimilarityResult, compare
 from similarity_plugins.apps.training import train_classifier
 from similarity_plugins.apps.zoo import SmallCNN
-from similarity_plugins.core.repeats import check_repeats, exact_mean, mean_interval, run_repeated
 from similarity_plugins.datasets import digits_data
+from similarity_plugins.runner.repeats import check_repeats, exact_mean, mean_interval, run_repeated
 from similarity_plugins.stitch.bootstrap import relative_accuracy_ci
 
 FAST = {"epochs": 3, "batch_size": 64, "max_train": 256}
@@ -145,7 +145,7 @@ def test_repeats_aggregate_and_reproduce(donors):
 
 def test_bad_repeats_refused_before_any_work(donors, monkeypatch):
     data, (a, b) = donors
-    import similarity_plugins.core.compare as compare_module
+    import similarity_plugins.runner.compare as compare_module
 
     monkeypatch.setattr(compare_module, "get_plugin_manager", lambda: pytest.fail("work started"))
     for bad in (0, 2.5, "3"):

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.compare import compare
-from ..core.context import Context
-from ..core.data import Data
-from ..core.results import Report
+from ..host.results import Report
+from ..networks.context import Context
+from ..networks.data import Data
+from ..runner.compare import compare
 from .studies.common import (
     DonorPool,
     DonorSpec,
@@ -58,9 +58,8 @@ class DemoConfig:
     iri_steps: int = 1000
     iri_tol: float = 2e-2  # the demo's honest target: reached at these layers within the budget (see README)
     iri_init: str = "noise"
-    # per-sample cosine cycles of 100, 200, 400, ... steps: measured on these width-16 CNNs (64 seeds, tol 1e-2)
-    # to reach the median in 448/160/66 steps per sample at block2/3/4, against 565/185/171 with the library's
-    # default first cycle of 300 steps (tuned for ResNet-18 as well)
+    # per-sample cosine cycles of 100, 200, 400, ... steps: these width-16 CNNs converge in fewer steps with a
+    # shorter first cycle than the library's default of 300 (tuned for ResNet-18 as well; docs/lab/iri_results.md)
     iri_cycle_steps: int = 100
     swap_fraction: float = 0.5
     stitch_batch: int = 128

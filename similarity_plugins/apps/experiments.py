@@ -15,12 +15,12 @@ from typing import Iterable
 
 from torch import nn
 
-from ..core.context import Context
-from ..core.data import Data
-from ..core.networks import _check_layer
-from ..core.registry import metric_info
-from ..core.results import LayerPair, as_layer_pair
-from ..core.values import coerce_option_values
+from ..host.registry import metric_info
+from ..host.results import LayerPair, as_layer_pair
+from ..host.values import coerce_option_values
+from ..networks.context import Context
+from ..networks.data import Data
+from ..networks.split import _check_layer
 from ..utils.io import text_table
 
 #: memo entries that depend only on the training data (shared between the with-cue and without-cue runs)
@@ -73,8 +73,8 @@ def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, 
     ``cue_options``: further keyword arguments of `UnseenCue`.
     Donors are never changed.
     """
-    from ..core.compare import as_layer_list
     from ..datasets import UnseenCue
+    from ..runner.compare import as_layer_list
 
     if data.train is None or data.test is None:
         raise ValueError("excess agreement needs Data(train=..., test=...): the cue is added to both splits")

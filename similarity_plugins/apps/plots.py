@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
-from ..core.results import Report
+from ..host.results import Report
 from ..utils.figures import figure_bytes, figure_format, pyplot
 from ..utils.io import write_all
 

@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..core.activations import model_outputs
-from ..core.networks import frozen, model_device, preserved
 from ..datasets.tensors import tensors_of
+from ..networks.activations import model_outputs
+from ..networks.split import frozen, model_device, preserved
 from ..utils.io import atomic_write
 
 

@@ -210,7 +210,7 @@ def _extract_state_dict(obj: Any, path: str) -> dict[str, torch.Tensor]:
         kind = type(obj).__name__
         raise ValueError(
             f"{path} is not a state dict (got {kind}); save one with torch.save(model.state_dict(), path) "
-            "or similarity_plugins.training.save_weights(model, path)"
+            "or similarity_plugins.apps.training.save_weights(model, path)"
         )
     state = dict(obj)
     if all(k.startswith("module.") for k in state):

@@ -33,7 +33,7 @@ def parse_options(items: Sequence[str]) -> dict:
 
 
 def emit_report(report: Any, out: str | None, csv: str | None, seconds: float, note: str = "") -> int:
-    """Write ``report`` (a [`Report`][similarity_plugins.core.results.Report]) as JSON to ``out`` and as CSV to ``csv`` when
+    """Write ``report`` (a [`Report`][similarity_plugins.host.results.Report]) as JSON to ``out`` and as CSV to ``csv`` when
     given, all-or-none (`write_outputs`), then print it and the time it took (``seconds``, with ``note``
     after it): the files come first, so a closed pipe (``| head -1``) cannot lose them. Returns the exit code:
     0 when no row has an error, else 1."""
@@ -112,8 +112,8 @@ def subset(dataset: Any, limit: int | None) -> Any:
 
 def load_data(spec: str, max_train: int | None = None, max_test: int | None = None):
     """A DATA spec (``digits``, ``cifar10:ROOT``, ``folder:ROOT``) as ``Data``, each split cut to its limit."""
-    from ..core.data import Data
     from ..datasets import parse_data_spec
+    from ..networks.data import Data
 
     data = parse_data_spec(spec)
     return Data(train=subset(data.train, max_train), test=subset(data.test, max_test))
@@ -268,8 +268,8 @@ def write_outputs(files: dict[str, Any], say: bool = True) -> list[str]:
 def check_metric_options(per_metric: dict[str, dict]) -> None:
     """Raise ``ValueError`` naming the option for the first bad value among ``{metric: options}`` (a number given
     as text, a sample limit that is not positive; `values`)."""
-    from ..core.manager import get_plugin_manager
-    from ..core.values import check_option_values
+    from ..host.manager import get_plugin_manager
+    from ..host.values import check_option_values
 
     info = get_plugin_manager().info
     for metric, options in per_metric.items():

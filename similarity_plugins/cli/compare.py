@@ -28,9 +28,9 @@ from .common import (
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..core.compare import compare
-    from ..core.isolation import check_timeout
-    from ..core.registry import options_for_metrics, select_metrics
+    from ..host.registry import options_for_metrics, select_metrics
+    from ..runner.compare import compare
+    from ..runner.isolation import check_timeout
 
     check_outputs({"--out": args.out, "--csv": args.csv},   # before any work (exit 2 naming the path)
                   input_files(args.front, args.end))
@@ -42,7 +42,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_metric_options(options_for_metrics(select_metrics(args.metrics or default), options))  # before any work
     data = load_data(args.data, args.max_train, args.max_test)
     if args.variant:
-        from ..core.data import Data
+        from ..networks.data import Data
 
         variant_options = parse_variant_options(args.variant_option)
         train, test = data.train, data.test
@@ -69,14 +69,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _writes_files() -> bool:
-    from ..core.parallel import current_world
+    from ..networks.parallel import current_world
 
     return current_world().is_main
 
 
 def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, data: Any, options: dict) -> int:
     from ..apps.experiments import excess_agreement, format_excess
-    from ..core.registry import select_metrics
+    from ..host.registry import select_metrics
     from ..utils.io import csv_text
 
     metrics = select_metrics(args.metrics or "stitch-slm,iri-slm")

@@ -64,10 +64,10 @@ def _matrix_text(grid, metric: str) -> str:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from ..core.arrays import select_score_metrics
-    from ..core.grid import compare_grid
-    from ..core.parallel import current_world
-    from ..core.registry import options_for_metrics
+    from ..host.registry import options_for_metrics
+    from ..networks.parallel import current_world
+    from ..runner.grid import compare_grid
+    from ..runner.score import select_score_metrics
 
     check_outputs({"--out": args.out, "--csv": args.csv, "--figure": args.figure, "--resume": args.resume},
                   input_files(*(spec.partition("=")[2] for spec in args.model)))  # before any work

@@ -31,7 +31,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.num_classes, args.in_channels, data)
     if args.device:
         model = model.to(args.device)
-    from ..core.data import load_all
+    from ..networks.data import load_all
 
     seeds, labels = load_all(subset(split, args.max_seeds))
     iris = generate_iris(model, args.layer, seeds.to(args.device or "cpu"), steps=args.steps, tol=args.tol,
@@ -39,7 +39,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
                          tuning=tuning or None, batch_size=args.batch_size, backend=args.backend, seed=args.seed,
                          progress=progress_of(args), cache_dir=args.cache_dir,
                          checkpoint_every=args.checkpoint_every, compile=args.compile, precision=args.precision)
-    from ..core.parallel import current_world
+    from ..networks.parallel import current_world
 
     if not current_world().is_main:  # under torchrun every rank holds the set; rank 0 writes it
         return 0

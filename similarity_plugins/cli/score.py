@@ -78,8 +78,8 @@ def _pick(value: Any, path: str, key: str | None) -> Any:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from ..core.arrays import score, select_score_metrics
-    from ..core.registry import options_for_metrics
+    from ..host.registry import options_for_metrics
+    from ..runner.score import score, select_score_metrics
 
     check_outputs({"--out": args.out, "--csv": args.csv},  # before any work (exit 2 naming the path)
                   input_files(*(split_array_spec(spec)[0] for spec in (args.x, args.y))))

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..core.data import Data
+from ..networks.data import Data
 from .tensors import ImageTensors
 
 NUM_DIGITS = 1797

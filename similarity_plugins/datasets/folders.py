@@ -10,7 +10,7 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
-from ..core.data import Data
+from ..networks.data import Data
 
 _SPLITS = ("train", "test")
 

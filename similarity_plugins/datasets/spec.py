@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.data import Data
+from ..networks.data import Data
 
 DATA_SPEC_FORMS = (
     "digits            scikit-learn's digits at 32x32 (shipped with scikit-learn, no download)",

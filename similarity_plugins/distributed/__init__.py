@@ -1,13 +1,12 @@
-"""Scale out over torch.distributed: importing this package registers the torch.distributed world with core.
+"""Scale out over torch.distributed: importing this package registers the torch.distributed world.
 
-See ``docs/scale_out.md``. Core and the services reach the world through
-[`similarity_plugins.core.parallel.current_world`][similarity_plugins.core.parallel.current_world]; this package supplies the
-implementation.
+See ``docs/scale_out.md``. The runner and the services reach the world through
+[`current_world`][similarity_plugins.networks.parallel.current_world]; this package supplies the implementation.
 """
 
 from __future__ import annotations
 
-from ..core.parallel import CollectiveError, World, current_world, module_digest, register_world_factory
+from ..networks.parallel import CollectiveError, World, current_world, module_digest, register_world_factory
 from .world import (
                     TorchWorld,
                     check_same_everywhere,

@@ -1,6 +1,6 @@
 """The torch.distributed world: ranks, collectives, start-up checks and process-group set-up for the CLI.
 
-[`TorchWorld`][TorchWorld] implements [`World`][similarity_plugins.core.parallel.World] on an initialised default
+[`TorchWorld`][TorchWorld] implements [`World`][similarity_plugins.networks.parallel.World] on an initialised default
 process group (gloo on CPU, NCCL on CUDA). Collectives run on CPU tensors for gloo and on the rank's CUDA
 device for NCCL; results come back on the CPU.
 """
@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from ..core.parallel import CollectiveError, World, current_world, module_digest
+from ..networks.parallel import CollectiveError, World, current_world, module_digest
 
 __all__ = ["TorchWorld", "is_distributed", "rank", "world_size", "shard", "init_from_env", "finish",
            "check_same_everywhere", "module_digest", "launched_by_torchrun", "end_rank_process"]
@@ -109,7 +109,7 @@ def shard(n: int) -> range:
 def check_same_everywhere(tag: str, value: Any, world: World | None = None) -> None:
     """Raise the same ``CollectiveError`` on every rank unless ``value`` (a hash, numbers...) is equal on all.
 
-    See [`check_same`][similarity_plugins.core.parallel.World.check_same]. A no-op in one process.
+    See [`check_same`][similarity_plugins.networks.parallel.World.check_same]. A no-op in one process.
     """
     (world or current_world()).check_same(tag, value)
 

@@ -181,7 +181,7 @@ def resolve_backend(name: str, device: torch.device) -> Backend:
 # therefore compiles its own copies of the calling code objects: the wrapper here and, when it is a plain
 # Python function, ``front_fn`` itself, which Dynamo compiles as a frame of its own when the model has a
 # graph break. Code deeper down is shared between runs: the model's own methods (per class), and, for a
-# model that torch.fx cannot trace, the hook-based front of ``core.networks.SplitNetwork``; past 8 model
+# model that torch.fx cannot trace, the hook-based front of ``networks.split.SplitNetwork``; past 8 model
 # classes with graph breaks in one process, Dynamo runs those frames eagerly again, with its logged warning.
 #
 # The batch size varies at the end of a run (continuous batching retires samples), so Dynamo compiles once

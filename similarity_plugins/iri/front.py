@@ -4,10 +4,9 @@
 module names, so ReLU calls traced on it match those traced on the model) and rewrites it for the seeds' size:
 
 - BatchNorm after a convolution is, in eval mode, an affine map per channel, folded into the convolution's
-  weights and bias (``torch.fx.experimental.optimization.fuse``): one elementwise pass less per folded layer
-  (11-15% less time per forward+backward of ResNet-18 and VGG-16-BN at 32x32 on a CPU);
+  weights and bias (``torch.fx.experimental.optimization.fuse``): one elementwise pass less per folded layer;
 - convolution taps that only ever read padding are cut (at 32x32 ResNet ``layer4`` sees 1x1 maps, so eight
-  of nine taps of its 3x3 convolutions multiply zeros): 1.26-1.33x less time at ResNet-18 / -34 ``layer4``;
+  of nine taps of its 3x3 convolutions multiply zeros);
 - an adaptive average pool that spreads few values over many, followed by a linear layer, is folded into one
   linear layer (VGG's head at 32x32 copies each of 512 values 49 times into ``Linear(25088, 4096)``).
 
@@ -24,7 +23,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..core.networks import eliminate_dead_code
+from ..networks.split import eliminate_dead_code
 
 
 def folded_front(graph: torch.fx.GraphModule | None) -> nn.Module | None:

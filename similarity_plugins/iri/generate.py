@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.networks import SplitNetwork, frozen, model_device
+from ..networks.split import SplitNetwork, frozen, model_device
 from ..utils.text import did_you_mean
 from . import sharded, store
 from .backends import check_compile
@@ -30,7 +30,7 @@ RUN_OPTIONS = ("callback", "profile")
 def _as_tensor(inputs: Any) -> torch.Tensor:
     if isinstance(inputs, torch.Tensor):
         return inputs
-    from ..core.data import load_all
+    from ..networks.data import load_all
 
     try:
         x, _ = load_all(inputs)

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ..core.context import Context
-from ..core.contract import Option
-from ..core.results import LayerPair, SimilarityResult
+from ..host.contract import Option
+from ..host.results import LayerPair, SimilarityResult
+from ..networks.context import Context
 from ..stitch.service import TrainingSet, stitch_result, training_set
 from ..stitch.settings import stitch_options
 from ..utils.text import did_you_mean

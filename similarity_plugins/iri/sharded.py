@@ -1,4 +1,4 @@
-"""IRI generation sharded over the ranks of a [`World`][similarity_plugins.core.parallel.World].
+"""IRI generation sharded over the ranks of a [`World`][similarity_plugins.networks.parallel.World].
 
 Seeds are handed out as the ranks' working batches free up (`SeedQueue`: a counter in the group's
 store; blocks of the batch size, at most ``min(batch_size, ceil(N / ranks))`` seeds; guided self-scheduling:
@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..core.parallel import World, current_world, module_digest
+from ..networks.parallel import World, current_world, module_digest
 from .result import IRISet
 from .settings import Settings
 from .state import checkpoint_rows
@@ -103,7 +103,7 @@ def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: to
     adds ``ranks``, the per-rank ``rank_wall_s`` and ``rank_seeds`` (how many seeds each rank ran), this rank's
     ``wait_s`` (seconds in the gather: waiting for the slowest rank, and the transfer) and ``claims`` (its store
     round trips). A
-    failure on one rank raises the same [`CollectiveError`][similarity_plugins.core.parallel.CollectiveError] on every rank.
+    failure on one rank raises the same [`CollectiveError`][similarity_plugins.networks.parallel.CollectiveError] on every rank.
     """
     world = world or current_world()
     if not world.distributed:

@@ -3,7 +3,7 @@ files that ``similarity-plugins iris`` writes.
 
 A cache key is the SHA-256 of everything that determines a set: the front's weights (the bytes of every
 parameter and buffer of the modules that run before the cut), those modules' classes and non-tensor settings
-(``core.fingerprint.module_config``: BatchNorm ``eps``, conv ``dilation``, pool ``padding``, ... and the traced
+(``networks.fingerprint.module_config``: BatchNorm ``eps``, conv ``dilation``, pool ``padding``, ... and the traced
 front's code), the layer name, the seeds' bytes, shape and dtype, and the settings. Each cache file carries a
 digest of its contents, checked on load (``utils.digest``): a damaged file is a miss, warned "corrupt". Files
 are written to a temporary file in the same directory, then moved into place with ``os.replace``, so a reader
@@ -21,9 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.fingerprint import update_module_configs
-from ..core.parallel import update_digest
-from ..utils.digest import load_verified, save_verified
+from ..networks.fingerprint import update_module_configs
+from ..utils.digest import load_verified, save_verified, update_tensor_digest
 from .result import IRISet
 
 FORMAT_VERSION = "iri-cache-2"   # 2: settings name the preset; module configurations in the key; verified contents
@@ -35,10 +34,10 @@ def fingerprint(named_tensors: Iterable[tuple[str, torch.Tensor]], layer: str, s
     of the ``modules`` (name, module) that run, layer, seeds and settings."""
     h = hashlib.sha256(FORMAT_VERSION.encode())
     for name, t in sorted(named_tensors, key=lambda item: item[0]):
-        update_digest(h, "w:" + name, t)
+        update_tensor_digest(h, "w:" + name, t)
     update_module_configs(h, modules)
     h.update(f"layer|{layer}|".encode())
-    update_digest(h, "seeds", seeds)
+    update_tensor_digest(h, "seeds", seeds)
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return h.hexdigest()
 

@@ -1,1 +1,1 @@
-"""Built-in metric plugins. Each is registered like a third-party plugin (see core/manager.py)."""
+"""Built-in metric plugins. Each is registered like a third-party plugin (see host/manager.py)."""

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..core.context import Context
-from ..core.contract import Option
-from ..core.hookspecs import hookimpl
-from ..core.results import LayerPair, SimilarityResult
+from ..host.contract import Option, declared_value
+from ..host.hookspecs import hookimpl
+from ..host.results import LayerPair, SimilarityResult
+from ..networks.context import Context
 
 MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)")
 THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)")
@@ -75,7 +75,7 @@ class _CKAPlugin:
             x, y = x[: int(limit)], y[: int(limit)]
         kwargs = {"kernel": self.kernel, "debiased": self.debiased}
         if self.kernel == "rbf":
-            kwargs["threshold"] = float(options.get("threshold", 1.0))
+            kwargs["threshold"] = float(declared_value(self, options, THRESHOLD.name))
         per_node = getattr(context, "reuse_nodes", False)  # a grid: each node's Gram matrix serves many cells
         score = self._per_node(front, end, layer, x, y, kwargs, limit, context) if per_node else None
         if score is None:
@@ -93,7 +93,7 @@ class _CKAPlugin:
         n = int(x.shape[0])
         if len(y) != n or n < 4 or 8 * n * n * 3 > _available_memory_bytes():
             return None
-        threshold = kwargs.get("threshold", 1.0)
+        threshold = kwargs.get("threshold", THRESHOLD.default)  # linear kernels ignore it
 
         def gram(model, name: str, acts):  # one matrix per node, for both estimators
             return context.derived(model, name, "test", ("cka-gram", self.kernel, threshold, limit),
@@ -106,7 +106,7 @@ class _CKAPlugin:
     def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
         """Linear CKA from every rank's moments of its share of the test split (exact merge, rank order)."""
         from ..cka.streaming import StreamingLinearCKA
-        from ..core.activations import flatten
+        from ..networks.activations import flatten
 
         dims: list[int] = []
 
@@ -152,3 +152,11 @@ class RBFCKA(_CKAPlugin):
     description = "RBF-kernel CKA (bandwidth: threshold x median squared distance; O(n^2) memory)"
     kernel = "rbf"
     options = (MAX_SAMPLES, THRESHOLD, PERMUTATIONS)
+
+
+@hookimpl
+def register_metrics(register) -> None:
+    """This family's metrics, registered as a third-party family registers its own."""
+    register("cka-linear", LinearCKA)
+    register("cka-debiased", DebiasedCKA)
+    register("cka-rbf", RBFCKA)

@@ -41,10 +41,10 @@ True and ``compare`` warns once per layer: unconverged IRIs make the score meani
 
 from __future__ import annotations
 
-from ..core.context import Context
-from ..core.hookspecs import hookimpl
-from ..core.results import LayerPair, SimilarityResult
+from ..host.hookspecs import hookimpl
+from ..host.results import LayerPair, SimilarityResult
 from ..iri.service import IRI_DEFAULTS, iri_options, iri_result, iri_settings, iri_training_set
+from ..networks.context import Context
 
 __all__ = ["IRI_DEFAULTS", "IRIDM", "IRIFuLA", "IRIHLM", "IRISLM", "iri_result", "iri_settings", "iri_training_set"]
 
@@ -93,3 +93,12 @@ class IRIFuLA(_IRIPlugin):
 
     description = "invariance-aware stitching: trained on IRIs with FuLA (the end's later activations); relative accuracy"
     objective = "fula"
+
+
+@hookimpl
+def register_metrics(register) -> None:
+    """This family's metrics, registered as a third-party family registers its own."""
+    register("iri-hlm", IRIHLM)
+    register("iri-slm", IRISLM)
+    register("iri-dm", IRIDM)
+    register("iri-fula", IRIFuLA)

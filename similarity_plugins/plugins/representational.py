@@ -17,10 +17,10 @@ measures' own memory comes on top (RSA: about 40 N^2 bytes).
 
 from __future__ import annotations
 
-from ..core.context import Context
-from ..core.contract import Option
-from ..core.hookspecs import hookimpl
-from ..core.results import LayerPair, SimilarityResult
+from ..host.contract import Option, declared_value
+from ..host.hookspecs import hookimpl
+from ..host.results import LayerPair, SimilarityResult
+from ..networks.context import Context
 from .cka import MAX_SAMPLES, PERMUTATIONS, permutation_count, with_permutation_test
 
 _ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
@@ -41,15 +41,17 @@ class _Representational:
     measure: str  # the name of the function of similarity_plugins.measures that computes the score
 
     def arguments(self, options: dict) -> dict:
-        """The measure's keyword arguments from the metric's options (besides ``max_samples``)."""
-        return {}
+        """The measure's keyword arguments: every declared option but ``max_samples`` and ``permutations``, at the
+        value given or its declared default."""
+        return {o.name: declared_value(self, options, o.name) for o in self.options
+                if o.name not in (MAX_SAMPLES.name, PERMUTATIONS.name)}
 
     @staticmethod
     def test_activations(front, end, layer: LayerPair, options: dict, context: Context) -> tuple:
         """The front's and the end's test activations at the layer, (N, Dx) and (N, Dy), cut to ``max_samples``."""
         x = context.activations(front, layer.front, "test")
         y = context.activations(end, layer.end, "test")
-        limit = options.get("max_samples")
+        limit = options.get(MAX_SAMPLES.name)
         return (x[: int(limit)], y[: int(limit)]) if limit else (x, y)
 
     @hookimpl
@@ -111,9 +113,6 @@ class SVCCA(_Representational):
 
     measure = "svcca"
 
-    def arguments(self, options: dict) -> dict:
-        return {"variance": options.get("variance", 0.99), "dims": options.get("dims")}
-
 
 class PWCCA(_Representational):
     """PWCCA (Morcos et al. 2018): canonical correlations weighted by the front's projections."""
@@ -136,9 +135,6 @@ class RSA(_Representational):
 
     measure = "rsa"
 
-    def arguments(self, options: dict) -> dict:
-        return {"rdm": options.get("rdm", "correlation"), "compare": options.get("compare", "spearman")}
-
 
 class LinearRegression(_Representational):
     """Variance-weighted R^2 on the test split of a ridge map front -> end fitted on the train split."""
@@ -160,7 +156,7 @@ class LinearRegression(_Representational):
         x, y = self.test_activations(front, end, layer, options, context)
         x_train = context.activations(front, layer.front, "train")
         y_train = context.activations(end, layer.end, "train")
-        alpha = options.get("alpha", 1e-3)
+        alpha = declared_value(self, options, "alpha")
         if getattr(context, "reuse_nodes", False):  # a grid: the front's factorisation serves every end
             from ..measures.regression import linear_regression_from_front, ridge_front
 
@@ -185,5 +181,14 @@ class MutualKNN(_Representational):
 
     measure = "mutual_knn"
 
-    def arguments(self, options: dict) -> dict:
-        return {"topk": options.get("topk", 10)}
+
+@hookimpl
+def register_metrics(register) -> None:
+    """This family's metrics, registered as a third-party family registers its own."""
+    register("procrustes", Procrustes)
+    register("cca", CCA)
+    register("svcca", SVCCA)
+    register("pwcca", PWCCA)
+    register("rsa", RSA)
+    register("linear-regression", LinearRegression)
+    register("mutual-knn", MutualKNN)

@@ -21,9 +21,9 @@ so no transform of the flattened activations leaves the score exactly unchanged.
 
 from __future__ import annotations
 
-from ..core.context import Context
-from ..core.hookspecs import hookimpl
-from ..core.results import LayerPair, SimilarityResult
+from ..host.hookspecs import hookimpl
+from ..host.results import LayerPair, SimilarityResult
+from ..networks.context import Context
 from ..stitch.settings import stitch_options
 
 
@@ -70,3 +70,12 @@ class StitchFuLA(_StitchPlugin):
 
     description = "model stitching, functional latent alignment (FuLA: relative L2 at every later layer); relative accuracy"
     objective = "fula"
+
+
+@hookimpl
+def register_metrics(register) -> None:
+    """This family's metrics, registered as a third-party family registers its own."""
+    register("stitch-hlm", StitchHLM)
+    register("stitch-slm", StitchSLM)
+    register("stitch-dm", StitchDM)
+    register("stitch-fula", StitchFuLA)

@@ -7,7 +7,7 @@ Entry points:
   halves on any inputs (a tensor), targets computed from the end model on those inputs;
 - [`evaluate_stitch`][evaluate_stitch]: relative accuracy, agreement and absolute accuracies on test arrays;
 - [`stitch_result`][stitch_result] / [`fitted_stitch`][fitted_stitch] (service): the memoised fit + evaluation a plugin
-  calls with a [`Context`][similarity_plugins.core.context.Context];
+  calls with a [`Context`][similarity_plugins.networks.context.Context];
 - [`StitchSettings`][StitchSettings]: the defaults of the paper, each overridable by an option of the same name.
 """
 

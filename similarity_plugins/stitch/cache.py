@@ -17,7 +17,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from ..core.networks import SplitNetwork, model_device
+from ..networks.split import SplitNetwork, model_device
 from ..utils.progress import progress_bar
 
 __all__ = ["ArrayStore", "TrainingCache", "subset_indices"]

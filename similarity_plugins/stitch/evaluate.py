@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from ..core.networks import SplitNetwork
+from ..networks.split import SplitNetwork
 from .bootstrap import relative_accuracy_ci
 from .objectives import relative_sq_error
 from .trainer import FittedStitch, check_labels

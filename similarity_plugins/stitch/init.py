@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.parallel import World
+from ..networks.parallel import World
 from .cache import TrainingCache
 from .layer import StitchLayer, fan_in_bound, to_rows
 

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..core.networks import SplitNetwork
+from ..networks.split import SplitNetwork
 
 __all__ = ["hlm_loss", "slm_loss", "dm_loss", "fula_loss", "relative_sq_error", "stitched_loss", "NEEDS"]
 

@@ -1,7 +1,7 @@
 """The shared stitching service used by the metric plugins: fit (memoised), evaluate, report.
 
 [`stitch_result`][stitch_result] is what a stitching plugin calls. Within one ``compare`` (one
-[`Context`][similarity_plugins.core.context.Context]) it memoises, by key:
+[`Context`][similarity_plugins.networks.context.Context]) it memoises, by key:
 
 - the training inputs loaded from ``Data.train`` (``("stitch-train", id(split))``);
 - the [`TrainingCache`][cache.TrainingCache] (A's activations and B's targets) per donor pair, layer pair and
@@ -21,10 +21,10 @@ from typing import Hashable
 import torch
 from torch import nn
 
-from ..core.context import Context
-from ..core.data import iterate_batches, load_all
-from ..core.networks import frozen
-from ..core.results import LayerPair, SimilarityResult, as_layer_pair
+from ..host.results import LayerPair, SimilarityResult, as_layer_pair
+from ..networks.context import Context
+from ..networks.data import iterate_batches, load_all
+from ..networks.split import frozen
 from .cache import TrainingCache, subset_indices
 from .evaluate import evaluate_stitch
 from .settings import StitchSettings, check_objective

@@ -34,7 +34,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
-from ..core.contract import Option
+from ..host.contract import Option
 
 __all__ = ["StitchSettings", "OBJECTIVES", "INITS", "OPTION_DOCS", "check_objective", "stitch_options"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..core.networks import SplitNetwork, model_device
-from ..core.parallel import World
+from ..networks.parallel import World
+from ..networks.split import SplitNetwork, model_device
 from ..utils.memory import kept_heap
 from ..utils.progress import progress_bar
 from .cache import TrainingCache, subset_indices

@@ -3,8 +3,8 @@
 glibc's ``malloc`` serves PyTorch's CPU tensors; by default it gives freed memory at the top of the heap
 back to the kernel as soon as 128 KiB are free (``M_TRIM_THRESHOLD``) and serves large blocks with fresh
 ``mmap`` calls, so a loop whose steps allocate and free megabytes of activations and gradients takes the
-same pages back every step, each a page fault that the kernel zeroes (measured: 400 000 faults and a third
-of the time of an IRI run on a toy CNN, more when two ranks fault at once). `kept_heap` serves blocks
+same pages back every step, each a page fault that the kernel zeroes: on small models a large share of the
+loop's time, more when two ranks fault at once. `kept_heap` serves blocks
 up to 1 GiB from the heap (``M_MMAP_THRESHOLD``) and keeps up to 256 MiB free at its top
 (``M_TRIM_THRESHOLD``) while the loop runs; on leaving it returns the free memory with ``malloc_trim`` and
 lowers the thresholds to the values that glibc's own adaptive rule reaches for large blocks (mmap threshold

@@ -45,7 +45,7 @@ def mismatch(front, x: torch.Tensor, d: torch.Tensor, eps: list[float]) -> list[
 def plain_front(model: torch.nn.Module, layer: str) -> torch.fx.GraphModule:
     """A float64 copy of the layers of ``model`` up to ``layer``, as a plain callable that functorch can
     transform (``SplitNetwork.front`` toggles ``requires_grad``, which functorch refuses)."""
-    from similarity_plugins.core.networks import SplitNetwork
+    from similarity_plugins.networks.split import SplitNetwork
 
     twin = copy.deepcopy(model).double().eval()
     for p in twin.parameters():

@@ -1,7 +1,7 @@
 """One metric on one workload, timed by pytest-benchmark: the body of the ``similarity_benchmark`` fixture
 and of every ``similarity-plugins bench`` benchmark.
 
-Each round scores the metric with a fresh [`Context`][similarity_plugins.core.context.Context] (built in the
+Each round scores the metric with a fresh [`Context`][similarity_plugins.networks.context.Context] (built in the
 untimed ``setup`` of ``benchmark.pedantic``), so activations, network splits, stitch training caches, fitted
 stitches and IRIs are recomputed every round: a round times ``compare(front, end, layer, data, [metric])``,
 i.e. the metric's real work plus the few milliseconds of ``compare``'s own checks. Not timed: building and
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core.compare import compare
-from ...core.context import Context
-from ...core.registry import UnknownMetric, select_metrics
-from ...core.results import SimilarityResult
+from ...host.registry import UnknownMetric, select_metrics
+from ...host.results import SimilarityResult
+from ...networks.context import Context
+from ...runner.compare import compare
 from .workloads import DEFAULT_WORKLOAD, Workload, get_workload
 
 
@@ -27,7 +27,7 @@ class MetricFailed(RuntimeError):
 def resolve_metric(metric: str) -> str:
     """The registered name of ``metric`` (an exact name, or a wildcard matching exactly one metric).
 
-    Raises [`UnknownMetric`][similarity_plugins.core.registry.UnknownMetric] naming the registered metrics.
+    Raises [`UnknownMetric`][similarity_plugins.host.registry.UnknownMetric] naming the registered metrics.
     """
     names = select_metrics([metric])
     if len(names) != 1:
@@ -52,7 +52,7 @@ def benchmark_metric(benchmark: Any, metric: str, workload: "str | Workload" = D
     timed call, so pytest-benchmark marks the benchmark as errored and saves no timing for it) when the
     metric returns an error row, and ``ValueError`` for an unknown metric or workload.
     """
-    from ...core.registry import metric_info
+    from ...host.registry import metric_info
 
     name = resolve_metric(metric)
     chosen = get_workload(workload)

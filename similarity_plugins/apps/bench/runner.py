@@ -121,7 +121,7 @@ def validate(request: BenchRequest) -> tuple[list[str], list[Workload]]:
     metric takes, a malformed ``--compare-fail`` or ``--save`` name, ``--compare-fail`` without ``--compare``, and
     ``--compare`` when the storage holds no saved run (or none matching the id).
     """
-    from ...core.registry import options_for_metrics, select_metrics
+    from ...host.registry import options_for_metrics, select_metrics
 
     try:
         metrics = select_metrics(request.metrics)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ...core.data import Data
+from ...networks.data import Data
 
 STITCH_FAST = {"epochs": 2, "batch_size": 128, "ls_samples": 512}
 IRI_FAST = {**STITCH_FAST, "batch_size": 32, "ls_samples": 64, "iri_max_seeds": 64, "iri_steps": 100, "iri_batch_size": 64}

@@ -10,7 +10,7 @@ from typing import Any, Hashable, Mapping
 
 import torch
 
-from ...core.results import Report, SimilarityResult, _jsonable
+from ...host.results import Report, SimilarityResult, _jsonable
 from ...utils.io import csv_text, json_text, write_all
 
 __all__ = ["DonorPool", "DonorSpec", "ci_text", "prepare_out_dir", "say", "study_csv", "write_study"]

@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from ...core.compare import compare
-from ...core.context import Context
-from ...core.data import Data
-from ...core.results import Report
+from ...host.results import Report
+from ...networks.context import Context
+from ...networks.data import Data
+from ...runner.compare import compare
 from .common import (
     DonorPool,
     DonorSpec,

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ...core.compare import compare
-from ...core.data import Data
-from ...core.repeats import mean_interval
+from ...networks.data import Data
+from ...runner.compare import compare
+from ...runner.repeats import mean_interval
 from .common import DonorPool, DonorSpec, begin_study, json_ready_text, say, study_options, write_study
 
 METRICS = ("stitch-slm", "iri-slm")

@@ -179,12 +179,11 @@ def module_digest(modules: Iterable[nn.Module]) -> str:
     h = hashlib.sha256()
     for i, module in enumerate(modules):
         for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-            update_digest(h, f"{i}|{name}", t)
+            update_tensor_digest(h, f"{i}|{name}", t)
         update_module_configs(h, ((f"{i}|{name}", m) for name, m in module.named_modules()))
     return h.hexdigest()
 
 
-update_digest = update_tensor_digest  # the one tensor hash (utils.digest); this name is kept for callers
 
 
 _SINGLE = World()

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from .data import Data, split_size
-from .parallel import CollectiveError, World, module_digest
-from .results import SimilarityResult
+from ..host.results import SimilarityResult
+from ..networks.data import Data, split_size
+from ..networks.parallel import CollectiveError, World, module_digest
 
 
 def check_ranks_agree(world: World, front: nn.Module, end: nn.Module, data: Data, settings: object) -> None:
@@ -39,7 +39,7 @@ def agree_on_result(world: World, result: SimilarityResult, error: BaseException
     try:
         results = world.exchange(outcome, f"metric {result.metric}")
     except CollectiveError as exc:
-        return SimilarityResult(result.metric, None, {}, result.seconds, f"CollectiveError: {exc}", result.layer)
+        return SimilarityResult.failed(result.metric, f"CollectiveError: {exc}", result.layer, seconds=result.seconds)
     chosen = results[0]
     scores = [r.score for r in results]
     if any(s != scores[0] for s in scores):

@@ -12,7 +12,7 @@ from .common import add_model_args, load_model
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..core.registry import list_metrics, metric_info
+    from ..host.registry import list_metrics, metric_info
 
     rows = [metric_info(n) for n in list_metrics()]
     if args.json:
@@ -91,7 +91,7 @@ def _strict_json(payload: object) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ..core.registry import metric_info
+    from ..host.registry import metric_info
 
     info = metric_info(args.metric)
     if args.json:
@@ -125,7 +125,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
-    from ..core.networks import layers
+    from ..networks.split import layers
 
     model = load_model(args.model, args.num_classes, args.in_channels)
     for name in layers(model):

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ..host.results import LayerPair, Report, SimilarityResult, _jsonable
 from ..utils.io import write_text
 from ..utils.pvalues import adjust_p_values
 from ..utils.text import did_you_mean
-from .results import LayerPair, Report, SimilarityResult, _jsonable
 
 __all__ = ["Grid", "Node", "GRID_FORMAT"]
 

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..utils.text import did_you_mean
 
-__all__ = ["Option", "UnknownOption", "read_declaration", "read_needs", "resolve_options", "missing_splits",
+__all__ = ["Option", "UnknownOption", "declared_value", "read_declaration", "read_needs", "resolve_options", "missing_splits",
            "Meaning", "read_meaning", "read_flag", "INVARIANCES", "KINDS"]
 
 SPLIT_NAMES = {"train": "training split", "test": "test split"}
@@ -96,6 +96,21 @@ def read_declaration(declared: Any, metric: str) -> tuple[dict[str, Any], dict[s
                         f"Option(name, default, doc); {exc}") from None
     return defaults, docs
 
+
+
+def declared_value(plugin: Any, options: Mapping[str, Any], name: str) -> Any:
+    """The value of option ``name`` for a call of ``plugin``: ``options[name]`` when given, else the default the
+    plugin declares (its ``options`` attribute is the one place a default is written).
+
+    Raises ``KeyError`` when the plugin declares no option ``name`` (a programming error in the plugin).
+    """
+    if name in options:
+        return options[name]
+    label = getattr(plugin, "name", None) or type(plugin).__name__
+    defaults = (read_declaration(getattr(plugin, "options", None), label) or ({}, {}))[0]
+    if name not in defaults:
+        raise KeyError(f"{label} declares no option {name!r} (declared: {', '.join(defaults) or 'none'})")
+    return defaults[name]
 
 def read_needs(declared: Any, metric: str) -> tuple[str, ...] | None:
     """A plugin's ``needs`` attribute as a tuple of split names ("train", "test"); ``None`` when undeclared."""

@@ -105,7 +105,7 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
     `BadData` (naming ``what``) for NaN/Inf inputs, labels that are not integer class indices, or
     labels whose shape is not one per sample.
     """
-    from .rng import isolated_rng, seed_all
+    from ..utils.rng import isolated_rng, seed_all
 
     check_repeatable(split, what)
     loader = ordered_loader(split, batch_size)
@@ -159,7 +159,7 @@ def _in_order(sampler: Any, dataset: Any) -> Any:
 
 
 def _same_order(sampler: Any, what: str) -> None:
-    from .rng import isolated_rng, seed_all
+    from ..utils.rng import isolated_rng, seed_all
 
     orders = []
     for _ in range(2):
@@ -177,7 +177,7 @@ def check_repeatable(split: Dataset | DataLoader, what: str = "the data split") 
     inputs change between passes whatever the random generators say: the models' rows could not correspond);
     warns (``UserWarning`` naming "random") when only the seed changes them (a random transform: every pass of
     this package draws alike, so the rows correspond, but they are augmented inputs)."""
-    from .rng import isolated_rng, seed_all
+    from ..utils.rng import isolated_rng, seed_all
 
     dataset = split.dataset if isinstance(split, DataLoader) else split
     if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or split_size(dataset) in (None, 0):

@@ -21,18 +21,18 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
+from ..host.manager import get_plugin_manager
+from ..host.registry import options_for_metrics
+from ..networks.context import Context
+from ..networks.data import Data
+from ..networks.split import _check_layer, model_device
 from ..utils.progress import check_progress
+from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
-from .arrays import select_score_metrics
 from .compare import _place
-from .context import Context
-from .data import Data
 from .grid_results import Grid, Node
 from .grid_run import Plan, run_grid
-from .manager import get_plugin_manager
-from .networks import _check_layer, model_device
-from .registry import options_for_metrics
-from .rng import check_seed
+from .score import select_score_metrics
 
 __all__ = ["compare_grid", "PAIRS"]
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .context import Context
+from ..networks.context import Context
 from .guard import DonorGuard
 
 __all__ = ["Donors", "MetricTimeout", "call_with_timeout", "check_timeout"]
@@ -139,8 +139,8 @@ def forget_changed_donors(ctx: Context, models: tuple[nn.Module, ...]) -> list[s
     settings ([`module_digest`][parallel.module_digest]) changed since the call that cached them. The in-memory caches
     are keyed by the model's identity, so without this a model changed in place between two calls (new weights,
     a BatchNorm ``eps``) would get the results of its old self. Returns the roles of the models that changed.
-    Cost: one SHA-256 of each model's tensors per call (about 25-50 ms for a ResNet-18 on one CPU thread)."""
-    from .parallel import module_digest
+    Cost: one SHA-256 of each model's tensors per call."""
+    from ..networks.parallel import module_digest
 
     changed = []
     for i, model in enumerate(dict.fromkeys(models)):

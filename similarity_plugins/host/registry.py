@@ -88,7 +88,7 @@ def options_for_metrics(names: list[str], options: Mapping[str, Any] | None) -> 
     """Validate ``options`` (global ones and per-metric dicts) for the selected metric ``names`` against
     their declarations and return ``{metric: the options its hook receives}``.
 
-    Raises [`UnknownOption`][similarity_plugins.core.contract.UnknownOption] (a ``ValueError``) with the valid
+    Raises [`UnknownOption`][similarity_plugins.host.contract.UnknownOption] (a ``ValueError``) with the valid
     names and a did-you-mean for an option no selected metric takes, or that its metric does not take.
     """
     pm = get_plugin_manager()

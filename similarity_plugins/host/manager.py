@@ -1,8 +1,9 @@
 """The plugin manager: built-in metrics and third-party ones, registered the same way.
 
-Built-in metrics are listed once, here, in `DEFAULT_PLUGINS` as ``name -> "module:object"``
-references, and registered when the manager is built. Third-party packages add metrics through entry
-points of the group ``similarity_plugins`` in one of two forms (see [`hookspecs`][hookspecs]):
+The built-in metrics come from the family modules named in `DEFAULT_PLUGINS`, each with a
+``register_metrics(register)`` hookimpl, loaded when the manager is built through the same code as a
+third-party family. Third-party packages add metrics through entry points of the group
+``similarity_plugins`` in one of two forms (see [`hookspecs`][hookspecs]):
 
 - a single metric: the entry point's object has a ``similarity`` hookimpl; the entry-point name is the
   metric's name;
@@ -60,26 +61,14 @@ __all__ = ["MetricInfo", "SimilarityPluginManager", "DEFAULT_PLUGINS", "BUILTIN_
 #: ``sys.exit`` at import, as argparse-based scripts do, included); Ctrl-C still stops.
 LOAD_ERRORS = (Exception, SystemExit, GeneratorExit)
 
-DEFAULT_PLUGINS: dict[str, str] = {
-    "cka-linear": "similarity_plugins.plugins.cka:LinearCKA",
-    "cka-debiased": "similarity_plugins.plugins.cka:DebiasedCKA",
-    "cka-rbf": "similarity_plugins.plugins.cka:RBFCKA",
-    "procrustes": "similarity_plugins.plugins.representational:Procrustes",
-    "cca": "similarity_plugins.plugins.representational:CCA",
-    "svcca": "similarity_plugins.plugins.representational:SVCCA",
-    "pwcca": "similarity_plugins.plugins.representational:PWCCA",
-    "rsa": "similarity_plugins.plugins.representational:RSA",
-    "linear-regression": "similarity_plugins.plugins.representational:LinearRegression",
-    "mutual-knn": "similarity_plugins.plugins.representational:MutualKNN",
-    "stitch-hlm": "similarity_plugins.plugins.stitching:StitchHLM",
-    "stitch-slm": "similarity_plugins.plugins.stitching:StitchSLM",
-    "stitch-dm": "similarity_plugins.plugins.stitching:StitchDM",
-    "stitch-fula": "similarity_plugins.plugins.stitching:StitchFuLA",
-    "iri-hlm": "similarity_plugins.plugins.invariance:IRIHLM",
-    "iri-slm": "similarity_plugins.plugins.invariance:IRISLM",
-    "iri-dm": "similarity_plugins.plugins.invariance:IRIDM",
-    "iri-fula": "similarity_plugins.plugins.invariance:IRIFuLA",
-}
+#: The built-in metric families: modules whose ``register_metrics(register)`` hookimpl registers their metrics,
+#: in this order, exactly as a third-party family's entry point does.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "similarity_plugins.plugins.cka",
+    "similarity_plugins.plugins.representational",
+    "similarity_plugins.plugins.stitching",
+    "similarity_plugins.plugins.invariance",
+)
 
 
 class OptionNameClash(ValueError):
@@ -229,6 +218,11 @@ class SimilarityPluginManager(pluggy.PluginManager):
         self.pending.remove((ep, package))
         if self.claims.get(ep.name) == package:
             del self.claims[ep.name]
+        self.load_family(ep.name, ep, package)
+
+    def load_family(self, label: str, ep: Any, package: str) -> None:
+        """Import ``ep`` (anything with ``load()``) and register what it holds: one metric named ``label``
+        (a ``similarity`` hookimpl) or a family (``register_metrics``). Errors are kept, not raised."""
         try:
             obj = _as_plugin_object(ep.load())
             family = getattr(obj, "register_metrics", None)
@@ -236,15 +230,15 @@ class SimilarityPluginManager(pluggy.PluginManager):
                 raise TypeError("it defines both `similarity` and `register_metrics`; an entry point is one metric "
                                 "(`similarity`, named by the entry point) or a family (`register_metrics`)")
         except LOAD_ERRORS as exc:  # noqa: BLE001 - a broken plugin must not stop the others
-            self._keep_error(ep.name, package, exc)
+            self._keep_error(label, package, exc)
             return
         if family is None:
-            self.load_reference(ep.name, SimpleNamespace(load=lambda: obj), package)
+            self.load_reference(label, SimpleNamespace(load=lambda: obj), package)
             return
         try:
             family(register=self._family_register(package))
         except LOAD_ERRORS as exc:  # noqa: BLE001
-            self._keep_error(ep.name, package, exc, what=f"the metric family {ep.name!r}")
+            self._keep_error(label, package, exc, what=f"the metric family {label!r}")
 
     def _family_register(self, package: str):
         """The ``register(name, plugin, *, replace=False)`` callable handed to one package's ``register_metrics``."""
@@ -335,8 +329,9 @@ def build_plugin_manager(load_entry_points: bool | None = None) -> SimilarityPlu
     (``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD``, ``SIMILARITY_PLUGINS``: see `entrypoints`).
     """
     pm = SimilarityPluginManager()
-    for name, reference in DEFAULT_PLUGINS.items():
-        pm.load_reference(name, reference, BUILTIN_PACKAGE)
+    for module in DEFAULT_PLUGINS:
+        pm.load_family(module, SimpleNamespace(load=lambda module=module: importlib.import_module(module)),
+                       BUILTIN_PACKAGE)
     if load_entry_points is None:
         load_entry_points = not autoload_disabled()
     if load_entry_points:

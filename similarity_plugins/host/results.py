@@ -58,6 +58,14 @@ class SimilarityResult:
         """True when the metric produced a score without error."""
         return self.error is None and self.score is not None
 
+    @classmethod
+    def failed(cls, metric: str, error: str, layer: Any = None, *, details: dict | None = None,
+               seconds: float = 0.0) -> SimilarityResult:
+        """The row of a metric that produced no score: ``error`` says what went wrong and how to fix it
+        (``"ExceptionType: message"``); ``layer`` the cut (a `LayerPair` or its string)."""
+        return cls(metric, None, dict(details or {}), float(seconds), str(error),
+                   None if layer is None else str(layer))
+
     def to_dict(self) -> dict:
         """A JSON-ready dict of all fields."""
         return _jsonable(asdict(self))

@@ -16,8 +16,8 @@ from torch import nn
 from ..utils.arrays import nbytes_of
 from .activations import extract_activations, extract_layers, flatten, model_outputs
 from .data import BadData, Data, split_size
-from .networks import SplitNetwork
 from .parallel import World, current_world, split_shard
+from .split import SplitNetwork
 
 #: The memo entries whose tensors are handed to plugins (and checked for in-place writes after every metric).
 SHARED_KINDS = ("activations", "shard", "outputs", "array rows")

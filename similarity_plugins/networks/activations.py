@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..utils.progress import progress_bar
 from .data import BadData, iterate_batches
-from .networks import SplitNetwork, frozen, model_device
+from .split import SplitNetwork, frozen, model_device
 
 
 def extract_activations(

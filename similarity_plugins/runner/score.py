@@ -25,17 +25,17 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
+from ..host.contract import missing_splits
+from ..host.manager import get_plugin_manager
+from ..host.registry import options_for_metrics, select_metrics
+from ..host.results import LayerPair, Report, SimilarityResult
+from ..networks.activations import flatten
+from ..networks.context import Context
+from ..networks.data import Data
+from ..networks.parallel import World
 from ..utils.progress import check_progress, progress_bar
-from .activations import flatten
+from ..utils.rng import check_seed, isolated_rng, seed_all
 from .compare import METRIC_ERRORS, _to_result, error_row, interrupted_row, metric_options
-from .context import Context
-from .contract import missing_splits
-from .data import Data
-from .manager import get_plugin_manager
-from .parallel import World
-from .registry import options_for_metrics, select_metrics
-from .results import LayerPair, Report, SimilarityResult
-from .rng import check_seed, isolated_rng, seed_all
 
 __all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
 
@@ -265,14 +265,14 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
                cuda_rng: bool) -> SimilarityResult:
     info = pm.info[name]
     if name not in pm.load_errors and not info.activations_only:
-        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {name} needs the models, not only their activations "
-                                f"(it does not declare activations_only); use similarity_plugins.compare(front, end, "
-                                f"layer, data) or `similarity-plugins compare`", str(PAIR))
+        return SimilarityResult.failed(name, f"ValueError: {name} needs the models, not only their activations (it does "
+                                       f"not declare activations_only); use similarity_plugins.compare(front, end, "
+                                       f"layer, data) or `similarity-plugins compare`", PAIR)
     n = len(sides[front])
     if given is not None and "train" in (info.needs or ()) and "train" not in given:
-        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {name} fits on train rows and scores on test rows, "
-                                f"but split has no 'train'; pass split={{'train': rows, 'test': rows}}, or split=None "
-                                f"for a seeded 80/20 split", str(PAIR))
+        return SimilarityResult.failed(name, f"ValueError: {name} fits on train rows and scores on test rows, but "
+                                       f"split has no 'train'; pass split={{'train': rows, 'test': rows}}, or "
+                                       f"split=None for a seeded 80/20 split", PAIR)
     if given is not None:
         rows = given if info.needs is None or "train" in info.needs else {"test": given["test"]}
         note = "given: " + " / ".join(f"{len(r)} {k}" for k, r in rows.items()) + " rows"
@@ -299,11 +299,11 @@ def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, opt
     the donor guards: there are no models to guard."""
     layer = str(PAIR)
     if name in pm.load_errors:
-        return SimilarityResult(name, None, {}, 0.0, pm.load_errors[name], layer)
+        return SimilarityResult.failed(name, pm.load_errors[name], layer)
     missing = missing_splits(name, pm.info[name].needs, ctx.data)
     options, problem = metric_options(options, pm.info[name].options)  # the rules compare applies
     if missing or problem:
-        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing or problem}", layer)
+        return SimilarityResult.failed(name, f"ValueError: {missing or problem}", layer)
     impl = pm.hookimpl_for(name)
     arguments = {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": options,
                  "context": ctx, "seed": seed, "device": ctx.device}

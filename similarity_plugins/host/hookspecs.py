@@ -3,8 +3,8 @@
 A metric is a plugin object (a module, a class or an instance) with one ``similarity`` hookimpl.
 Its name is the name it was registered under: the entry-point name for a third-party package's
 single-metric entry point (group ``similarity_plugins``), the name given to ``register(name, plugin)``
-for a family (see [`register_metrics`][register_metrics]), the key of ``core.manager.DEFAULT_PLUGINS`` for the
-built-in ones (the first to take a name keeps it). Example, a complete plugin::
+for a family (see [`register_metrics`][register_metrics]), the name its family module (``host.manager.DEFAULT_PLUGINS``) registers
+it under for the built-in ones (the first to take a name keeps it). Example, a complete plugin::
 
     import similarity_plugins
 
@@ -45,19 +45,19 @@ def similarity(front, end, layer, data, options, context, seed, device) -> Any: 
 
     - ``front``, ``end``: the two ``torch.nn.Module`` donors (never change them: parameters,
       buffers, ``training`` and ``requires_grad`` flags must be as before when you return;
-      ``similarity_plugins.core.networks.frozen`` does that for you);
-    - ``layer``: a [`LayerPair`][similarity_plugins.core.results.LayerPair] with ``.front`` (the cut in A)
+      ``similarity_plugins.networks.split.frozen`` does that for you);
+    - ``layer``: a [`LayerPair`][similarity_plugins.host.results.LayerPair] with ``.front`` (the cut in A)
       and ``.end`` (the cut in B), both ``named_modules()`` names;
-    - ``data``: a [`Data`][similarity_plugins.core.data.Data] with ``train`` and ``test`` splits yielding ``(x, y)``;
+    - ``data``: a [`Data`][similarity_plugins.networks.data.Data] with ``train`` and ``test`` splits yielding ``(x, y)``;
     - ``options``: a dict of this metric's options: for a metric that declares ``options``, every
       declared option (its default unless given, globally or in ``options[name]``); for one that
       declares none, the global options merged with ``options[name]``;
     - ``context``: the shared services of one ``compare`` call (cached activations, network splits,
-      memoisation, progress), see [`Context`][similarity_plugins.core.context.Context];
+      memoisation, progress), see [`Context`][similarity_plugins.networks.context.Context];
     - ``seed``: an int; every random choice must derive from it;
     - ``device``: the ``torch.device`` the donors run on.
 
-    Return a float score, or a [`SimilarityResult`][similarity_plugins.core.results.SimilarityResult] (its ``metric`` and
+    Return a float score, or a [`SimilarityResult`][similarity_plugins.host.results.SimilarityResult] (its ``metric`` and
     ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to
     report an error: the error goes into this metric's row and the other metrics still run.
     """

@@ -11,17 +11,17 @@ from typing import Any
 
 from torch import nn
 
+from ..host.results import LayerPair, SimilarityResult, _jsonable
+from ..networks.context import Context
+from ..networks.parallel import World, module_digest
+from ..networks.split import preserved
 from ..utils.progress import progress_bar
+from ..utils.rng import isolated_rng
 from .compare import _run_metric
-from .context import Context
 from .grid_results import Grid, Node, result_from_dict
 from .isolation import Donors
-from .networks import preserved
-from .parallel import World, module_digest
 from .ranks import check_ranks_agree
 from .repeats import is_deterministic, run_repeated
-from .results import LayerPair, SimilarityResult, _jsonable
-from .rng import isolated_rng
 
 __all__ = ["Plan", "run_grid"]
 
@@ -83,7 +83,7 @@ def _capture(ctx: Context, named: dict[str, nn.Module], placed: dict[str, nn.Mod
 
 
 def _failed_cell(metric: str, pair: LayerPair, message: str) -> SimilarityResult:
-    return SimilarityResult(metric, None, {}, 0.0, message, str(pair))
+    return SimilarityResult.failed(metric, message, pair)
 
 
 class _Unchecked:
@@ -191,7 +191,7 @@ def _mirror(result: SimilarityResult, nodes: list[Node], cell: Cell) -> Similari
 
 
 def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:
-    from .data import split_size
+    from ..networks.data import split_size
 
     return _jsonable({"models": {m: module_digest([model]) for m, model in named.items()}, "seed": plan.seed,
                       "options": repr(sorted((k, repr(v)) for k, v in plan.options.items())),

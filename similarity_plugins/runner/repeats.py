@@ -15,7 +15,7 @@ import math
 import numbers
 from typing import Any, Callable
 
-from .results import SimilarityResult
+from ..host.results import SimilarityResult
 
 __all__ = ["check_repeats", "exact_mean", "is_deterministic", "mean_interval", "run_repeated"]
 

@@ -12,22 +12,20 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
+from ..host.contract import missing_splits
+from ..host.manager import get_plugin_manager
+from ..host.registry import options_for_metrics, select_metrics
+from ..host.results import LayerPair, Report, SimilarityResult, as_layer_pair
+from ..host.values import coerce_option_values
+from ..networks.context import Context
+from ..networks.data import Data
+from ..networks.split import _check_layer, model_device, preserved
 from ..utils.progress import check_progress, progress_bar
-from .context import Context
-from .contract import missing_splits
-from .data import Data
+from ..utils.rng import check_seed, isolated_rng, seed_all
 from .guard import DonorModified, global_state, restore_global_state, settle
 from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
-from .manager import get_plugin_manager
-from .networks import _check_layer, model_device, preserved
 from .ranks import agree_on_result, check_ranks_agree
-from .registry import options_for_metrics, select_metrics
 from .repeats import check_repeats, is_deterministic, run_repeated
-from .results import LayerPair, Report, SimilarityResult, as_layer_pair
-from .rng import check_seed, isolated_rng, seed_all
-from .values import coerce_option_values
-
-LayerSpec = "str | tuple[str, str] | LayerPair"
 
 
 def as_layer_list(layer: Any) -> list[LayerPair]:
@@ -90,8 +88,8 @@ def _check_range(result: SimilarityResult, bounds: tuple[float, float]) -> None:
 def error_row(exc: BaseException, metric: str, layer: str) -> SimilarityResult:
     """The row of a metric call that raised ``exc`` (any exception, ``SystemExit`` and ``GeneratorExit``
     included): no score, the error as ``"Type: message"`` and a short traceback in the details."""
-    return SimilarityResult(metric, None, {"traceback": _short_traceback(exc)}, 0.0, f"{type(exc).__name__}: {exc}",
-                            layer)
+    return SimilarityResult.failed(metric, f"{type(exc).__name__}: {exc}", layer,
+                                   details={"traceback": _short_traceback(exc)})
 
 
 #: What a metric call may raise and still become that metric's error row (Ctrl-C stops the run instead).
@@ -266,8 +264,7 @@ def _after_call(result: SimilarityResult, error: BaseException | None, donors: D
 
 def interrupted_row(name: str, layer: "str | LayerPair") -> SimilarityResult:
     """The row of a metric that Ctrl-C (or SIGTERM) stopped before it finished."""
-    return SimilarityResult(name, None, {}, 0.0, "KeyboardInterrupt: interrupted before this metric finished",
-                            str(layer))
+    return SimilarityResult.failed(name, "KeyboardInterrupt: interrupted before this metric finished", layer)
 
 
 def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, options: dict, seed: int,
@@ -276,12 +273,11 @@ def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, opti
     ctx, front, end = donors.ctx, donors.front, donors.end
     ctx.seed = seed
     if name in pm.load_errors or donors.halted:
-        return SimilarityResult(name, None, {}, 0.0, pm.load_errors.get(name) or f"MetricTimeout: {donors.halted}",
-                                layer_str)
+        return SimilarityResult.failed(name, pm.load_errors.get(name) or f"MetricTimeout: {donors.halted}", layer_str)
     missing = missing_splits(name, pm.info[name].needs, data)
     options, problem = metric_options(options, pm.info[name].options)
     if missing or problem:
-        return SimilarityResult(name, None, {}, 0.0, f"ValueError: {missing or problem}", layer_str)
+        return SimilarityResult.failed(name, f"ValueError: {missing or problem}", layer_str)
     impl = pm.hookimpl_for(name)
     arguments = {
         "front": front, "end": end, "layer": pair, "data": copy.copy(data), "options": options,

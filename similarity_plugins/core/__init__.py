@@ -1,1 +1,0 @@
-"""The plugin host and the shared services every metric draws on."""
