@@ -22,6 +22,7 @@ hook that stops the forward pass at the cut); their end is then unavailable and 
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -424,3 +425,12 @@ def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.f
 def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> SplitNetwork:
     """Convenience constructor for `SplitNetwork` (see there)."""
     return SplitNetwork(model, layer, taps)
+
+
+def on_device(model: nn.Module, device: torch.device | None, role: str) -> nn.Module:
+    """The model itself when it is on ``device``; otherwise a copy moved there (the user's is never moved)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{role} must be a torch.nn.Module, got {type(model).__name__}")
+    if device is None or model_device(model) == device:
+        return model
+    return copy.deepcopy(model).to(device)

@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import copy
-import math
-import numbers
 import time
-import traceback
 from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
 
-from ..host.contract import missing_splits
 from ..host.manager import get_plugin_manager
 from ..host.registry import options_for_metrics, select_metrics
 from ..host.results import LayerPair, Report, SimilarityResult, as_layer_pair
-from ..host.values import coerce_option_values
 from ..networks.context import Context
 from ..networks.data import Data
-from ..networks.split import _check_layer, model_device, preserved
+from ..networks.split import _check_layer, model_device, on_device, preserved
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
+from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
 from .guard import DonorModified, global_state, restore_global_state, settle
 from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
 from .ranks import agree_on_result, check_ranks_agree
@@ -37,94 +33,6 @@ def as_layer_list(layer: Any) -> list[LayerPair]:
     if isinstance(layer, (list, tuple)) and layer:
         return [as_layer_pair(item) for item in layer]
     raise TypeError(f"layer must be a module name, a (front_layer, end_layer) pair or a list of them; got {layer!r}")
-
-
-def _place(model: nn.Module, device: torch.device | None, role: str) -> nn.Module:
-    """The model itself when it is on ``device``; otherwise a copy moved there (the user's is never moved)."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"{role} must be a torch.nn.Module, got {type(model).__name__}")
-    if device is None or model_device(model) == device:
-        return model
-    return copy.deepcopy(model).to(device)
-
-
-def _to_result(value: Any, metric: str, layer: str, bounds: "tuple[float, float] | None" = None) -> SimilarityResult:
-    """A plugin's return value as a new row of ``metric`` at ``layer`` (always those, whatever a returned
-    [`SimilarityResult`][SimilarityResult] says: it may be another call's row, which is left as it was), with a warning
-    for a non-finite score and the declared ``bounds`` applied (`_check_range`)."""
-    if isinstance(value, SimilarityResult):
-        result = SimilarityResult(metric, _as_float(value.score) if value.score is not None else None,
-                                  copy.deepcopy(value.details), value.seconds, value.error, layer)
-    elif isinstance(value, dict) and "score" in value:
-        result = SimilarityResult(metric, _as_float(value["score"]), dict(value.get("details", {})), layer=layer)
-    else:
-        result = SimilarityResult(metric, _as_float(value), {}, layer=layer)
-    if result.score is not None and not math.isfinite(result.score):
-        result.details.setdefault("warnings", []).append(f"score is {result.score}")
-    elif result.score is not None and bounds is not None:
-        _check_range(result, bounds)
-    return result
-
-
-#: How far (relative to the bound's size, at least 1) a score may pass its declared range and count as rounding.
-RANGE_ROUNDING = 1e-9
-
-
-def _check_range(result: SimilarityResult, bounds: tuple[float, float]) -> None:
-    """Clamp a score that passes the declared ``(lo, hi)`` by a rounding error (`RANGE_ROUNDING`) to the
-    bound; keep a score beyond that as it is, flagged by a warning in its row (a bug in the metric, not noise)."""
-    lo, hi = bounds
-    score = result.score
-    if lo <= score <= hi:
-        return
-    edge = lo if score < lo else hi
-    if abs(score - edge) <= RANGE_ROUNDING * max(1.0, abs(edge)):
-        result.score = edge
-    else:
-        result.details.setdefault("warnings", []).append(
-            f"score {score!r} is outside the metric's declared range [{lo}, {hi}]")
-
-
-def error_row(exc: BaseException, metric: str, layer: str) -> SimilarityResult:
-    """The row of a metric call that raised ``exc`` (any exception, ``SystemExit`` and ``GeneratorExit``
-    included): no score, the error as ``"Type: message"`` and a short traceback in the details."""
-    return SimilarityResult.failed(metric, f"{type(exc).__name__}: {exc}", layer,
-                                   details={"traceback": _short_traceback(exc)})
-
-
-#: What a metric call may raise and still become that metric's error row (Ctrl-C stops the run instead).
-METRIC_ERRORS = (Exception, SystemExit, GeneratorExit)
-
-
-def _as_float(value: Any) -> float | None:
-    if value is None:
-        raise TypeError("the plugin returned None; a metric must return a float, a dict with 'score', or a SimilarityResult")
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise TypeError(f"the plugin returned a tensor of shape {tuple(value.shape)}; return one number")
-        return float(value.item())
-    if isinstance(value, numbers.Real) or hasattr(value, "__float__"):
-        return float(value)
-    raise TypeError(f"the plugin returned {type(value).__name__}; return a float, a dict with 'score', or a SimilarityResult")
-
-
-def metric_options(options: dict, defaults: "dict | None") -> tuple[dict, str | None]:
-    """One metric's options for its call: a private deep copy (a plugin that changes it changes nothing for the
-    next metric or the caller) with every value read by `coerce_option_values`; and the first
-    bad value's message (then the dict is the copy as given)."""
-    try:
-        options = copy.deepcopy(dict(options))
-    except Exception:  # noqa: BLE001 - a value that cannot be copied (a lock, a file) is handed as it is
-        options = dict(options)
-    try:
-        return coerce_option_values(options, defaults), None
-    except ValueError as exc:
-        return options, str(exc)
-
-
-def _short_traceback(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
-    return " <- ".join(f"{f.name} ({f.filename.rsplit('/', 1)[-1]}:{f.lineno})" for f in reversed(frames))
 
 
 def compare(
@@ -201,8 +109,8 @@ def compare(
     metric_options = options_for_metrics(names, options)
 
     device = torch.device(device) if device is not None else model_device(front)
-    front_run = _place(front, device, "front")
-    end_run = _place(end, device, "end")
+    front_run = on_device(front, device, "front")
+    end_run = on_device(end, device, "end")
 
     data = copy.copy(data)  # the context's own Data: a plugin that reassigns a split changes nothing for the caller
     if context is None:
@@ -233,8 +141,8 @@ def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data,
     try:
         for pair, name in bar:
             bar.set_postfix_str(f"{name} @ {pair}")
-            run = lambda s: _run_metric(pm, name, pair, donors, data, metric_options[name], s,  # noqa: E731
-                                        device, cuda_rng)
+            run = lambda s: run_metric(pm, name, pair, donors, data, metric_options[name], s,  # noqa: E731
+                                       device, cuda_rng)
             deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
             results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=donors.ctx))
     except KeyboardInterrupt as exc:  # the finished rows travel with the exception (the CLI writes them)
@@ -262,37 +170,29 @@ def _after_call(result: SimilarityResult, error: BaseException | None, donors: D
     return result, error
 
 
-def interrupted_row(name: str, layer: "str | LayerPair") -> SimilarityResult:
-    """The row of a metric that Ctrl-C (or SIGTERM) stopped before it finished."""
-    return SimilarityResult.failed(name, "KeyboardInterrupt: interrupted before this metric finished", layer)
-
-
-def _run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, options: dict, seed: int,
-                device: torch.device, cuda_rng: bool = False) -> SimilarityResult:
+def run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, options: dict, seed: int,
+               device: torch.device, cuda_rng: bool = False) -> SimilarityResult:
+    """One metric's row at ``pair`` in `compare` and grids: the shared checks and call (`call`), inside the
+    donors' guard, the forked RNGs, the timeout and, under torchrun, the ranks' agreement."""
     layer_str = str(pair)
     ctx, front, end = donors.ctx, donors.front, donors.end
     ctx.seed = seed
-    if name in pm.load_errors or donors.halted:
-        return SimilarityResult.failed(name, pm.load_errors.get(name) or f"MetricTimeout: {donors.halted}", layer_str)
-    missing = missing_splits(name, pm.info[name].needs, data)
-    options, problem = metric_options(options, pm.info[name].options)
-    if missing or problem:
-        return SimilarityResult.failed(name, f"ValueError: {missing or problem}", layer_str)
-    impl = pm.hookimpl_for(name)
-    arguments = {
-        "front": front, "end": end, "layer": pair, "data": copy.copy(data), "options": options,
-        "context": ctx, "seed": seed, "device": device,
-    }
+    if donors.halted and name not in pm.load_errors:
+        return SimilarityResult.failed(name, f"MetricTimeout: {donors.halted}", layer_str)
+    refused, options = refusal(pm, name, data, options, layer_str)
+    if refused is not None:
+        return refused
+    call = hook_call(pm, name, {"front": front, "end": end, "layer": pair, "data": copy.copy(data),
+                                "options": options, "context": ctx, "seed": seed, "device": device})
     start = time.perf_counter()
     error = None
     memo_before, saved, splits = set(ctx.memo), global_state(), (data.train, data.test)
-    call = lambda: impl.function(**{a: arguments[a] for a in impl.argnames})  # noqa: E731
     try:
         with isolated_rng(device):
             seed_all(seed, cuda=cuda_rng)
             value = call() if donors.timeout is None else call_with_timeout(call, donors.timeout,
                                                                            f"metric {name!r} at layer {layer_str}")
-        result = _to_result(value, name, layer_str, pm.info[name].range)
+        result = to_row(value, name, layer_str, pm.info[name].range)
     except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
         result, error = error_row(exc, name, layer_str), exc
     except KeyboardInterrupt:

@@ -25,11 +25,10 @@ from ..host.manager import get_plugin_manager
 from ..host.registry import options_for_metrics
 from ..networks.context import Context
 from ..networks.data import Data
-from ..networks.split import _check_layer, model_device
+from ..networks.split import _check_layer, model_device, on_device
 from ..utils.progress import check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
-from .compare import _place
 from .grid_results import Grid, Node
 from .grid_run import Plan, run_grid
 from .score import select_score_metrics
@@ -166,7 +165,7 @@ def compare_grid(models: Any, layers: Any, data: Data | None = None, metrics: "s
     metric_options = options_for_metrics(names, options)
     pm = get_plugin_manager()
     device = torch.device(device) if device is not None else model_device(next(iter(named.values())))
-    placed = {name: _place(model, device, f"model {name!r}") for name, model in named.items()}
+    placed = {name: on_device(model, device, f"model {name!r}") for name, model in named.items()}
     ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
     ctx.reuse_nodes, ctx.derived_bytes = True, cache_bytes
     info = {n: {"kind": pm.info[n].kind, "range": pm.info[n].range, "symmetric": pm.info[n].symmetric} for n in names}

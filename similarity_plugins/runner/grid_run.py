@@ -17,7 +17,7 @@ from ..networks.parallel import World, module_digest
 from ..networks.split import preserved
 from ..utils.progress import progress_bar
 from ..utils.rng import isolated_rng
-from .compare import _run_metric
+from .compare import run_metric
 from .grid_results import Grid, Node, result_from_dict
 from .isolation import Donors
 from .ranks import check_ranks_agree
@@ -174,7 +174,7 @@ class _Runner:
             pm = self.pm
 
             def run(s: int) -> SimilarityResult:
-                return _run_metric(pm, metric, pair, donors, self.ctx.data, self.plan.options[metric], s,
+                return run_metric(pm, metric, pair, donors, self.ctx.data, self.plan.options[metric], s,
                                    self.ctx.device, cuda_rng)
 
             deterministic = metric not in pm.load_errors and is_deterministic(pm.hookimpl_for(metric).plugin)

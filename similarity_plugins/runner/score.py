@@ -25,7 +25,6 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
-from ..host.contract import missing_splits
 from ..host.manager import get_plugin_manager
 from ..host.registry import options_for_metrics, select_metrics
 from ..host.results import LayerPair, Report, SimilarityResult
@@ -35,7 +34,7 @@ from ..networks.data import Data
 from ..networks.parallel import World
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
-from .compare import METRIC_ERRORS, _to_result, error_row, interrupted_row, metric_options
+from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
 
 __all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
 
@@ -298,20 +297,15 @@ def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, opt
     """One metric's row, as ``compare`` makes it (load error, missing split, return forms, error rows), without
     the donor guards: there are no models to guard."""
     layer = str(PAIR)
-    if name in pm.load_errors:
-        return SimilarityResult.failed(name, pm.load_errors[name], layer)
-    missing = missing_splits(name, pm.info[name].needs, ctx.data)
-    options, problem = metric_options(options, pm.info[name].options)  # the rules compare applies
-    if missing or problem:
-        return SimilarityResult.failed(name, f"ValueError: {missing or problem}", layer)
-    impl = pm.hookimpl_for(name)
-    arguments = {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": options,
-                 "context": ctx, "seed": seed, "device": ctx.device}
+    refused, options = refusal(pm, name, ctx.data, options, layer)
+    if refused is not None:
+        return refused
+    call = hook_call(pm, name, {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": options,
+                                "context": ctx, "seed": seed, "device": ctx.device})
     start = time.perf_counter()
     try:
         seed_all(seed, cuda=cuda_rng)
-        result = _to_result(impl.function(**{a: arguments[a] for a in impl.argnames}), name, layer,
-                            pm.info[name].range)
+        result = to_row(call(), name, layer, pm.info[name].range)
     except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
         result = error_row(exc, name, layer)
     result.seconds = time.perf_counter() - start
