@@ -11,9 +11,9 @@ reduced setting). Three groups:
   achieved GFLOP/s, ``of_peak`` (that rate over the peak of the same precision) and ``over_float32`` (the
   float32 default-layout time over this one);
 - ``iri-run-<cut>``: ``generate_iris`` at a cut with ``precision="float32"`` (the IRIs of the float32-only
-  optimiser, bit for bit) and ``"auto"``: ``extra_info`` has the time per converged IRI, the converged
-  fraction, the median float32 error and the precision that ran; ``float32_over_auto`` is the ratio of the
-  times per converged IRI.
+  optimiser, bit for bit), ``"auto"`` (what this device gets by default) and ``"bfloat16"``: ``extra_info`` has
+  the time per converged IRI, the converged fraction, the median float32 error and the precision that ran;
+  ``per_converged_float32_over_auto`` / ``_bfloat16`` are the ratios of the times per converged IRI.
 
 The paper's setting is 256 seeds, 1000 steps, tolerance 1e-2, at ``layer3.1`` (and ``layer2.1``,
 ``layer4.0``): ``SP_BENCH_IRI_SEEDS=256 SP_BENCH_IRI_STEPS=1000 SP_BENCH_IRI_CUTS=layer2.1,layer3.1,layer4.0``
@@ -120,7 +120,7 @@ def test_iri_step(benchmark, cut, precision, layout):
 
 
 @pytest.mark.parametrize("cut", IRI_CUTS)
-@pytest.mark.parametrize("precision", ["float32", "auto"])
+@pytest.mark.parametrize("precision", ["float32", "auto", "bfloat16"])
 def test_iri_run(benchmark, cut, precision):
     benchmark.group = f"iri-run-{cut}"
     model, seeds = resnet18_cifar(), _images(IRI_SEEDS)
@@ -142,15 +142,16 @@ def test_iri_run(benchmark, cut, precision):
         median_error=round(float(iris.rel_error.median()), 5),
         s_per_converged=round(seconds / converged, 3) if converged else None,
         s_per_sample_step=round(seconds / max(int(iris.steps.sum()), 1), 4))
-    share_ratio("float32_over_auto", f"run/{cut}/float32", f"run/{cut}/auto")
-    _share_per_converged(cut)
+    for other in ("auto", "bfloat16"):
+        share_ratio(f"float32_over_{other}", f"run/{cut}/float32", f"run/{cut}/{other}")
+        _share_per_converged(cut, other)
 
 
-def _share_per_converged(cut: str) -> None:
-    """``per_converged_float32_over_auto`` on both runs of ``cut`` once both ran and both converged some."""
-    runs = [RUNS.get(f"run/{cut}/{p}") for p in ("float32", "auto")]
+def _share_per_converged(cut: str, other: str) -> None:
+    """``per_converged_float32_over_<other>`` on both runs of ``cut`` once both ran and both converged some."""
+    runs = [RUNS.get(f"run/{cut}/{p}") for p in ("float32", other)]
     if None in runs or None in [r.extra_info.get("s_per_converged") for r in runs]:
         return
     ratio = runs[0].extra_info["s_per_converged"] / runs[1].extra_info["s_per_converged"]
     for r in runs:
-        r.extra_info["per_converged_float32_over_auto"] = round(ratio, 3)
+        r.extra_info[f"per_converged_float32_over_{other}"] = round(ratio, 3)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..iri.settings import OPTIMIZERS, TUNING
+from ..iri.precision import PRECISIONS
+from ..iri.presets import RUN_DEFAULTS
+from ..iri.settings import INITS, OPTIMIZERS, TUNING
 from ..utils.text import did_you_mean, parse_assignments
 from .common import (
     add_model_args,
@@ -99,16 +101,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, help="DATA spec (its train split seeds the IRIs)")
     p.add_argument("--split", default="train", choices=["train", "test"])
     p.add_argument("--max-seeds", type=positive_int, default=None, help="use the first N samples as seeds")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--tol", type=float, default=1e-2)
-    p.add_argument("--optimizer", default="auto", choices=["auto", *OPTIMIZERS],
+    p.add_argument("--steps", type=int, default=RUN_DEFAULTS["steps"])
+    p.add_argument("--tol", type=float, default=RUN_DEFAULTS["tol"])
+    p.add_argument("--optimizer", default=RUN_DEFAULTS["optimizer"], choices=["auto", *OPTIMIZERS],
                    help="auto (default): the preset for the front's structure (docs/iris.md); adam: the Adam preset "
                         "for it; lbfgs")
-    p.add_argument("--init", default="noise", choices=["noise", "shuffle"])
-    p.add_argument("--cycle-steps", type=int, default=None, metavar="N",
+    p.add_argument("--init", default=RUN_DEFAULTS["init"], choices=INITS)
+    p.add_argument("--cycle-steps", type=int, default=RUN_DEFAULTS["cycle_steps"], metavar="N",
                    help="Adam's first restart cycle (default: the preset's; 0: one cosine over the budget)")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--backend", default="auto", choices=["auto", "numpy", "torch", "cupy"])
+    p.add_argument("--batch-size", type=int, default=RUN_DEFAULTS["batch_size"])
+    p.add_argument("--backend", default=RUN_DEFAULTS["backend"], choices=["auto", "numpy", "torch", "cupy"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.add_argument("--cache-dir", default=None, help="folder where finished IRI sets (and checkpoints) are kept")
@@ -117,9 +119,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the front's forward+backward (a warm-up of seconds to a minute per run; "
                         "slower than eager on this project's CPU measurements)")
-    p.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16"],
-                   help="auto (default): bfloat16 steps far from --tol where the hardware has bfloat16 units and the "
-                        "front is large enough, then a float32 finish; float32; bfloat16 (docs/iris.md)")
+    p.add_argument("--precision", default=RUN_DEFAULTS["precision"], choices=PRECISIONS,
+                   help="auto (default): bfloat16 steps far from --tol where the hardware has bfloat16 matrix units "
+                        "(CUDA, AMX) and the front is large enough, then a float32 finish; float32; bfloat16 "
+                        "(docs/iris.md)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="a tuning value of generate_iris: preset=NAME, lr=0.1, fold_bn=false, relu_leak=0.05, ... "
                         "(docs/iris.md)")

@@ -17,7 +17,7 @@ from . import sharded, store
 from .backends import check_compile
 from .front import private_front
 from .precision import check_precision, device_has_bf16, laid_out, memory_format, resolve_precision, step_flops
-from .presets import PRESETS, Structure, choose_preset
+from .presets import PRESETS, RUN_DEFAULTS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
 from .run import optimize_iris
@@ -40,11 +40,13 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
     return x
 
 
-def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 1000, tol: float = 1e-2,
-                  optimizer: str = AUTO, init: str = "noise", cycle_steps: int | None = None,
-                  tuning: dict[str, Any] | None = None, batch_size: int = 128, backend: str = "auto", seed: int = 0,
-                  progress: bool = True, cache_dir: str | os.PathLike | None = None,
-                  checkpoint_every: int | None = None, compile: bool = False, precision: str = "auto",
+def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN_DEFAULTS["steps"],
+                  tol: float = RUN_DEFAULTS["tol"], optimizer: str = RUN_DEFAULTS["optimizer"],
+                  init: str = RUN_DEFAULTS["init"], cycle_steps: int | None = RUN_DEFAULTS["cycle_steps"],
+                  tuning: dict[str, Any] | None = None, batch_size: int = RUN_DEFAULTS["batch_size"],
+                  backend: str = RUN_DEFAULTS["backend"], seed: int = 0, progress: bool = True,
+                  cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+                  compile: bool = RUN_DEFAULTS["compile"], precision: str = RUN_DEFAULTS["precision"],
                   **run_options: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 
@@ -75,10 +77,10 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 100
         precision: ``"auto"`` (default), ``"float32"`` or ``"bfloat16"``. bfloat16 runs each sample's
             evaluations under bfloat16 autocast while its error is far from ``tol`` and finishes in float32, so
             convergence and the reported errors are float32 values of the front; ``"auto"`` does so where the
-            device has bfloat16 units and the front does enough work per sample to gain, else float32, which
-            gives the IRIs of a float32-only run bit for bit. What ran is ``settings["precision"]`` (part of the
-            cache key), with ``settings["precision_rule"]`` (why) and ``settings["memory_format"]`` (the layout
-            the front ran in).
+            device has bfloat16 matrix units (a CUDA GPU, an AMX CPU) and the front does enough work per sample
+            to gain, else float32, which gives the IRIs of a float32-only run bit for bit. What ran is
+            ``settings["precision"]`` (part of the cache key), with ``settings["precision_rule"]`` (why) and
+            ``settings["memory_format"]`` (the layout the front ran in).
         **run_options: ``callback`` and ``profile`` of [`optimize_iris`][optimize_iris].
 
     Returns:
@@ -169,7 +171,7 @@ def structure(trace: FrontTrace, history_bytes: float = 0.0) -> Structure:
 
 def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor) -> tuple[str, str]:
     """The precision of the run and why (``precision.resolve_precision``); "auto" counts the front's FLOPs per
-    sample only where the device has bfloat16 units. The caller holds ``frozen(model)``."""
+    sample only where the device has bfloat16 matrix units. The caller holds ``frozen(model)``."""
     flops = None
     if precision == "auto" and device_has_bf16(device):
         fn = split.front_graph if split.front_graph is not None else split.front

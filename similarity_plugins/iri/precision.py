@@ -6,8 +6,11 @@ from the tolerance and finishes it in float32: the convergence test, the best it
 reported errors are always values of the front in its own dtype (``run.py`` switches each sample on its own).
 ``"auto"`` is ``"bfloat16"`` where it pays and ``"float32"`` elsewhere:
 
-- the device has bfloat16 arithmetic units: CUDA devices that report native bfloat16 support; CPUs with the
-  ``avx512_bf16`` or ``amx_bf16`` flag (x86) or ``bf16`` (Arm), read from ``/proc/cpuinfo``; and
+- the device has bfloat16 matrix units: CUDA devices that report native bfloat16 support; x86 CPUs with AMX
+  (the ``amx_bf16`` flag in ``/proc/cpuinfo``). A CPU whose bfloat16 support is vector dot products only
+  (``avx512_bf16``; Arm's ``bf16``) stays in float32: there a bfloat16 step is faster, but a run needs more of
+  them near the tolerance, and per converged IRI it paid at one cut of ResNet-18 and lost at the next
+  (docs/results/speed.md); and
 - the front does enough work per sample for the faster matrix units to outweigh the casts that autocast
   adds: at least `AUTO_MIN_FLOPS` floating-point operations per sample for one forward+backward (counted
   from the convolution and linear layers' shapes on one seed, `step_flops`). The demo's width-16 CNN
@@ -38,7 +41,7 @@ AUTO_MIN_FLOPS = 5e7          # forward+backward FLOPs per sample from which "au
 SWITCH_TOL_FACTOR = 2.0       # a sample leaves bfloat16 when its bfloat16 error is <= this many times tol ...
 SWITCH_FLOOR_FACTOR = 2.0     # ... or this many times its seed's own bfloat16 error, whichever is larger
 LOWP_BUDGET_FRACTION = 0.9    # and at the latest when it has used this fraction of its step budget
-_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+_CPU_FLAGS = ("amx_bf16",)   # bfloat16 matrix units (x86 AMX); see the module docstring
 
 
 def check_precision(precision: Any) -> str:
@@ -52,8 +55,8 @@ def check_precision(precision: Any) -> str:
 
 @functools.lru_cache(maxsize=1)
 def cpu_has_bf16() -> bool:
-    """True when this CPU has bfloat16 arithmetic units (flags ``avx512_bf16``, ``amx_bf16`` or Arm's ``bf16``
-    in ``/proc/cpuinfo``); False elsewhere or when the file cannot be read."""
+    """True when this CPU has bfloat16 matrix units (the ``amx_bf16`` flag in ``/proc/cpuinfo``); False
+    elsewhere or when the file cannot be read."""
     if platform.system() != "Linux":
         return False
     try:
@@ -67,7 +70,7 @@ def cpu_has_bf16() -> bool:
 
 
 def device_has_bf16(device: torch.device) -> bool:
-    """True when ``device`` (CPU or CUDA) computes bfloat16 in hardware (see the module docstring)."""
+    """True when ``device`` (CPU or CUDA) has bfloat16 matrix units (see the module docstring)."""
     if device.type == "cuda":
         try:
             return bool(torch.cuda.is_bf16_supported(including_emulation=False))
@@ -115,10 +118,10 @@ def resolve_precision(precision: str, device: torch.device, flops: float | None)
     if precision != "auto":
         return precision, "asked for"
     if not device_has_bf16(device):
-        return "float32", f"auto: {device.type} has no bfloat16 units"
+        return "float32", f"auto: {device.type} has no bfloat16 matrix units"
     if flops is not None and flops < AUTO_MIN_FLOPS:
         return "float32", f"auto: {flops / 1e6:.3g} MFLOP per sample step < {AUTO_MIN_FLOPS / 1e6:g} (bfloat16 does not pay)"
-    return "bfloat16", f"auto: {device.type} has bfloat16 units" + (
+    return "bfloat16", f"auto: {device.type} has bfloat16 matrix units" + (
         f", {flops / 1e6:.3g} MFLOP per sample step" if flops is not None else "")
 
 

@@ -19,22 +19,14 @@ from ..stitch.settings import stitch_options
 from ..utils.text import did_you_mean
 from .generate import generate_iris
 from .precision import PRECISIONS
+from .presets import RUN_DEFAULTS
 from .settings import TUNING, check_tuning
 
-IRI_DEFAULTS: dict[str, Any] = {
-    "iri_steps": 1000,
-    "iri_tol": 1e-2,
-    "iri_optimizer": "auto",
-    "iri_init": "noise",
-    "iri_cycle_steps": None,
-    "iri_max_seeds": None,
-    "iri_tuning": None,
-    "iri_batch_size": 128,
-    "iri_backend": "auto",
-    "iri_cache_dir": None,
-    "iri_compile": False,
-    "iri_precision": "auto",
-}
+_SERVICE_ONLY = {"max_seeds": None, "tuning": None, "cache_dir": None}  # options of the metrics, not of a run
+_ORDER = ("steps", "tol", "optimizer", "init", "cycle_steps", "max_seeds", "tuning", "batch_size", "backend",
+          "cache_dir", "compile", "precision")
+#: The ``iri_*`` options of the ``iri-*`` metrics and their defaults (the run's from `presets.RUN_DEFAULTS`).
+IRI_DEFAULTS: dict[str, Any] = {f"iri_{k}": {**RUN_DEFAULTS, **_SERVICE_ONLY}[k] for k in _ORDER}
 
 
 IRI_DOCS: dict[str, str] = {
@@ -50,8 +42,8 @@ IRI_DOCS: dict[str, str] = {
     "iri_backend": "numpy, torch, cupy or auto (CuPy on CUDA when installed)",
     "iri_cache_dir": "folder where finished IRI sets are saved and found again",
     "iri_compile": "torch.compile the front's forward+backward (opt-in; a warm-up of seconds to a minute per run)",
-    "iri_precision": "auto (bfloat16 steps far from tol where the hardware has bfloat16 units and the front is large "
-                     "enough, then a float32 finish), float32 or bfloat16",
+    "iri_precision": "auto (bfloat16 steps far from tol where the hardware has bfloat16 matrix units, CUDA or AMX, "
+                     "and the front is large enough, then a float32 finish), float32 or bfloat16",
 }
 
 

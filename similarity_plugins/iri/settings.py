@@ -13,12 +13,13 @@ from typing import Any, Callable
 import numpy as np
 
 from ..utils.text import did_you_mean
-from .presets import PRESETS
+from .presets import PRESETS, RUN_DEFAULTS
 
 OPTIMIZERS = ("lbfgs", "adam")
 AUTO = "auto"   # generate_iris's default: the preset chosen from the front's structure (presets.choose_preset)
 INITS = ("noise", "shuffle")
 DEFAULT_OPTIMIZER = "adam"   # optimize_iris on a bare front function (no structure to look at)
+_PRESET = PRESETS[DEFAULT_OPTIMIZER]   # its values: the defaults of `Settings`
 FAKE_RELU = ("auto", "last", "none")
 ADAM_ONLY = ("cycle_steps", "cycle_mult", "cycle_decay", "beta1", "beta2", "eps")
 LBFGS_ONLY = ("history", "armijo", "max_backtracks")
@@ -46,25 +47,25 @@ TUNING_DOCS = {
 class Settings:
     """Every setting that shapes the result (used for the cache key and saved with the set)."""
 
-    steps: int = 1000
-    tol: float = 1e-2
+    steps: int = RUN_DEFAULTS["steps"]
+    tol: float = RUN_DEFAULTS["tol"]
     optimizer: str = DEFAULT_OPTIMIZER
-    preset: str = "adam"
-    lr: float = 0.2
-    init: str = "noise"
+    preset: str = DEFAULT_OPTIMIZER
+    lr: float = _PRESET["lr"]
+    init: str = RUN_DEFAULTS["init"]
     seed: int = 0
-    cycle_steps: int = 300
-    cycle_mult: float = 2.0
-    cycle_decay: float = 1.0
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    history: int = 30
-    armijo: float = 1e-4
-    max_backtracks: int = 8
-    fake_relu: str = "none"
-    relu_leak: float = 0.0
-    fold_bn: bool = False
+    cycle_steps: int = _PRESET["cycle_steps"]
+    cycle_mult: float = _PRESET["cycle_mult"]
+    cycle_decay: float = _PRESET["cycle_decay"]
+    beta1: float = _PRESET["beta1"]
+    beta2: float = _PRESET["beta2"]
+    eps: float = _PRESET["eps"]
+    history: int = _PRESET["history"]
+    armijo: float = _PRESET["armijo"]
+    max_backtracks: int = _PRESET["max_backtracks"]
+    fake_relu: str = "none"   # a bare front function has no ReLU modules to replace
+    relu_leak: float = _PRESET["relu_leak"]
+    fold_bn: bool = _PRESET["fold_bn"]
     precision: str = "float32"   # the precision that ran: "float32" or "bfloat16" (precision.py), never "auto"
 
     def as_dict(self) -> dict[str, Any]:
