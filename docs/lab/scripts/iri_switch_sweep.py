@@ -2,13 +2,16 @@
 
 Run from the repository root: python docs/lab/scripts/iri_switch_sweep.py SEEDS STEPS CUT (e.g. 16 1000 layer3.1).
 """
-import sys, time
+import sys
+import time
+
 sys.path.insert(0, "benchmarks")
-import torch
-from bench_iri_precision import resnet18_cifar, _images
-from similarity_plugins.networks.split import frozen
+from bench_iri_precision import _images, resnet18_cifar
+
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri import precision as P
+from similarity_plugins.networks.split import frozen
+
 seeds_n, steps, cut = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 model, seeds = resnet18_cifar(), _images(seeds_n)
 cases = [("float32", None, None)] + [("auto", f, fl) for f, fl in [(2, 2), (4, 2), (8, 2), (16, 4)]] + [("float32", None, None)]
