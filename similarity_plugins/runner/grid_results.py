@@ -1,7 +1,7 @@
 """The result of [`compare_grid`][grid.compare_grid]: a [`Grid`][Grid] of cells over (model, layer) nodes.
 
-A *node* is a ``(model name, layer name)`` pair; a *cell* is one metric's [`SimilarityResult`][results.SimilarityResult]
-for one ordered pair of nodes (front node on the rows, end node on the columns). A cell of a symmetric metric
+A *node* is a ``(model name, layer name)`` pair; a *cell* is one metric's
+[`SimilarityResult`][similarity_plugins.SimilarityResult] for one ordered pair of nodes (front node on the rows, end node on the columns). A cell of a symmetric metric
 that was computed once for both orders appears in both, the copy marked ``details["mirrored"] = True``.
 """
 
@@ -142,7 +142,7 @@ class Grid:
 
     @property
     def report(self) -> Report:
-        """The flat [`Report`][results.Report]: one row per metric and cell (metric-major, then front node, then
+        """The flat [`Report`][similarity_plugins.Report]: one row per metric and cell (metric-major, then front node, then
         end node); each row's ``layer`` is the cut and ``details["front_model"]`` / ``["end_model"]`` name the models."""
         rows = [self.cells[k] for k in sorted(self.cells, key=lambda k: (self.metrics.index(k[0]), k[1], k[2]))]
         return Report(rows, {**self.meta, "kinds": {m: self.info[m].get("kind") for m in self.metrics}})
@@ -235,7 +235,7 @@ def _is_p(value: Any) -> bool:
 
 
 def result_from_dict(d: dict) -> SimilarityResult:
-    """The [`SimilarityResult`][results.SimilarityResult] of its ``to_dict()``."""
+    """The [`SimilarityResult`][similarity_plugins.SimilarityResult] of its ``to_dict()``."""
     return SimilarityResult(d["metric"], d.get("score"), dict(d.get("details") or {}), float(d.get("seconds") or 0.0),
                             d.get("error"), d.get("layer"))
 

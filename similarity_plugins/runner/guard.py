@@ -213,7 +213,7 @@ class DonorModified(RuntimeError):
 def settle(result: Any, guard: DonorGuard, memo: dict, memo_before: set, saved: dict[str, Any]) -> Any:
     """After one metric call: restore the donors and the global torch settings, and judge the row.
 
-    ``result``: the metric's [`SimilarityResult`][results.SimilarityResult]; ``memo``: the context's memo, of which the
+    ``result``: the metric's [`SimilarityResult`][similarity_plugins.SimilarityResult]; ``memo``: the context's memo, of which the
     entries added since ``memo_before`` (its keys before the call) are dropped when a donor had changed
     (they may have been computed from the changed donor); ``saved``: `global_state` before the call.
     A changed donor turns the row into an error naming the metric and the change, without a score; a

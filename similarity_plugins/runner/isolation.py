@@ -136,7 +136,8 @@ def _mentions(key: Any, ident: int) -> bool:
 
 def forget_changed_donors(ctx: Context, models: tuple[nn.Module, ...]) -> list[str]:
     """With a context reused across ``compare`` calls: drop the memo entries of a model whose tensors or module
-    settings ([`module_digest`][parallel.module_digest]) changed since the call that cached them. The in-memory caches
+    settings ([`module_digest`][similarity_plugins.networks.parallel.module_digest]) changed since the call that
+    cached them. The in-memory caches
     are keyed by the model's identity, so without this a model changed in place between two calls (new weights,
     a BatchNorm ``eps``) would get the results of its old self. Returns the roles of the models that changed.
     Cost: one SHA-256 of each model's tensors per call."""

@@ -1,6 +1,7 @@
 """What ``compare`` does differently under torch.distributed: check that the ranks agree, agree on results.
 
-Used by `compare` only when [`distributed`][parallel.World.distributed] is true; in one process nothing here runs.
+Used by `compare` only when [`distributed`][similarity_plugins.networks.parallel.World.distributed] is true; in one
+process nothing here runs.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A metric plugin that declares ``activations_only = True`` reads its inputs solely through
 ``context.activations(front, layer.front, split)`` and ``context.activations(end, layer.end, split)``.
 [`score`][score] runs such metrics through the same machinery as ``compare`` (selection, option checks,
-error rows, the [`Report`][results.Report]) with an `ArrayContext` whose ``activations`` returns
+error rows, the [`Report`][similarity_plugins.Report]) with an `ArrayContext` whose ``activations`` returns
 rows of the given arrays: ``front`` stands for ``x``, ``end`` for ``y``, and the row's layer is
 ``"x->y"``. Which rows a split holds:
 
