@@ -1,8 +1,9 @@
 """The result of [`compare_grid`][grid.compare_grid]: a [`Grid`][Grid] of cells over (model, layer) nodes.
 
 A *node* is a ``(model name, layer name)`` pair; a *cell* is one metric's
-[`SimilarityResult`][similarity_plugins.SimilarityResult] for one ordered pair of nodes (front node on the rows, end node on the columns). A cell of a symmetric metric
-that was computed once for both orders appears in both, the copy marked ``details["mirrored"] = True``.
+[`SimilarityResult`][similarity_plugins.SimilarityResult] for one ordered pair of nodes
+(front node on the rows, end node on the columns). A cell of a symmetric metric that was
+computed once for both orders appears in both, the copy marked ``details["mirrored"] = True``.
 """
 
 from __future__ import annotations
