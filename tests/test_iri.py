@@ -10,12 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from similarity_plugins.iri import IRISet, derangement, generate_iris, optimize_iris
+from similarity_plugins.iri import IRISet, RunOptions, Settings, derangement, generate_iris, optimize_iris
 from similarity_plugins.iri.backends import cupy_backend, numpy_backend, resolve_backend, torch_backend
 from similarity_plugins.iri.kernels import update_kernel
 from similarity_plugins.iri.relu import straight_through_relu, trace_front
 
 # ------------------------------------------------------------------------------------------ fixtures
+
+QUIET = RunOptions(progress=False)
 
 
 def _tiny_cnn(width: int = 8) -> nn.Module:
@@ -216,7 +218,7 @@ def test_batch_stays_full_until_work_runs_out():
         return nn.functional.avg_pool2d(x, 4)
 
     seeds = torch.rand(11, 1, 8, 8)
-    iris = optimize_iris(front, seeds, steps=30, tol=0.05, batch_size=4, progress=False)
+    iris = optimize_iris(front, seeds, Settings.of(steps=30, tol=0.05), RunOptions(batch_size=4, progress=False))
     assert int(iris.steps.min()) < int(iris.steps.max())  # samples finish at different times
     first_small = next(i for i, c in enumerate(sizes) if c < 4)
     assert set(sizes[:first_small]) == {4}
@@ -364,15 +366,15 @@ def test_inits_are_deterministic_and_shuffle_is_a_derangement(trained):
     assert sorted(perm.tolist()) == list(range(9)) and not np.any(perm == np.arange(9))
     assert np.array_equal(perm, derangement(9, seed=3)) and not np.array_equal(perm, derangement(9, seed=4))
     # Adam: its first evaluation is at the start itself (L-BFGS clamps starts to [1e-3, 1 - 1e-3])
-    a = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[:6], steps=1, tol=1e-9, init="shuffle", tuning={"lr": 1e-9},
-                      optimizer="adam", progress=False)
+    a = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[:6],
+                      Settings.of("adam", steps=1, tol=1e-9, init="shuffle", tuning={"lr": 1e-9}), QUIET)
     donors = derangement(6, seed=0)
     assert torch.allclose(a.inputs, seeds[:6][torch.as_tensor(donors)], atol=1e-6)
-    n1 = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[:6], steps=1, tuning={"lr": 1e-9}, tol=1e-9, progress=False)
-    n2 = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[2:6], steps=1, tuning={"lr": 1e-9}, tol=1e-9, progress=False)
+    n1 = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[:6], Settings.of(steps=1, tuning={"lr": 1e-9}, tol=1e-9), QUIET)
+    n2 = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[2:6], Settings.of(steps=1, tuning={"lr": 1e-9}, tol=1e-9), QUIET)
     assert not torch.allclose(n1.inputs[2:], n2.inputs)  # noise depends on the sample index ...
-    n3 = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[:6], steps=1, tuning={"lr": 1e-9}, tol=1e-9, seed=0,
-                       batch_size=2, progress=False)
+    n3 = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[:6], Settings.of(steps=1, tuning={"lr": 1e-9}, tol=1e-9, seed=0),
+                       RunOptions(batch_size=2, progress=False))
     assert torch.equal(n1.inputs, n3.inputs)  # ... and on the seed, not on the batch
     assert abs(float(n1.inputs.mean()) - 0.5) < 0.02 and float(n1.inputs.std()) < 0.07
 
@@ -444,8 +446,8 @@ def test_nan_gradients_name_the_samples():
     donors = derangement(6, seed=0)
     culprit = int(np.flatnonzero(donors == 4)[0])
     with pytest.raises(FloatingPointError, match=rf"seed\(s\) \[{culprit}\]"):
-        optimize_iris(lambda x: _NanGrad.apply(x).mean(dim=(2, 3)), seeds, init="shuffle", steps=5, tol=1e-9,
-                      progress=False)
+        optimize_iris(lambda x: _NanGrad.apply(x).mean(dim=(2, 3)), seeds, Settings.of(init="shuffle", steps=5, tol=1e-9),
+                      QUIET)
 
 
 # ---------------------------------------------------------------------------------------- cycles

@@ -7,7 +7,7 @@ import torch
 from test_iri import _digits16, _fit, _load_repo_module, trained  # noqa: F401 - fixture
 from torch import nn
 
-from similarity_plugins.iri import generate_iris, optimize_iris
+from similarity_plugins.iri import RunOptions, Settings, generate_iris, optimize_iris
 from similarity_plugins.iri.presets import COMPRESSION, LBFGS_MAX_BYTES, LBFGS_MIN_RELUS, PRESETS, Structure, choose_preset
 from similarity_plugins.iri.relu import straight_through_relu, surrogate_slopes, trace_front
 
@@ -139,7 +139,7 @@ def test_auto_picks_adam_where_a_maxpool_ends_the_front(trained):  # noqa: F811 
 def test_auto_errors_name_the_fix(trained):  # noqa: F811 - fixture from test_iri
     model, seeds = trained
     with pytest.raises(ValueError, match="generate_iris"):
-        optimize_iris(lambda x: x, seeds[:2], optimizer="auto", progress=False)
+        optimize_iris(lambda x: x, seeds[:2], Settings.of("auto"), RunOptions(progress=False))
     with pytest.raises(ValueError, match="relu_leak must be in"):
         generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning={"relu_leak": 1.5})
     with pytest.raises(ValueError, match="did you mean 'relu_leak'"):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from similarity_plugins.iri import generate_iris, optimize_iris
+from similarity_plugins.iri import RunOptions, Settings, generate_iris, optimize_iris
 from similarity_plugins.iri.backends import compile_front
 from tests.models_for_tests import assert_unchanged, snapshot, tiny_cnn
 
@@ -56,8 +56,8 @@ def test_the_compiled_copy_keeps_keyword_only_defaults(monkeypatch):
         return torch.tanh(x * weight)
 
     seeds = torch.rand(2, 3, generator=torch.Generator().manual_seed(0))
-    eager = optimize_iris(front, seeds, steps=3, optimizer="adam", progress=False)
-    compiled = optimize_iris(front, seeds, steps=3, optimizer="adam", progress=False, compile=True)
+    eager = optimize_iris(front, seeds, Settings.of("adam", steps=3), RunOptions(progress=False))
+    compiled = optimize_iris(front, seeds, Settings.of("adam", steps=3), RunOptions(progress=False, compile=True))
     assert torch.equal(eager.inputs, compiled.inputs)
 
 

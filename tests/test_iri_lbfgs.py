@@ -17,7 +17,7 @@ from test_iri import (  # noqa: F401 - fixtures
     trained,
 )
 
-from similarity_plugins.iri import generate_iris, optimize_iris
+from similarity_plugins.iri import RunOptions, Settings, generate_iris, optimize_iris
 from similarity_plugins.iri.backends import cupy_backend, numpy_backend, torch_backend
 from similarity_plugins.iri.kernels import best_copy_kernel, trial_kernel
 from similarity_plugins.iri.lbfgs import two_loop_ring
@@ -153,8 +153,8 @@ class _NanRow(torch.autograd.Function):
 def test_lbfgs_nan_names_the_samples(tmp_path):
     seeds = torch.full((5, 1, 4, 4), 0.3)
     with pytest.raises(FloatingPointError, match=r"seed\(s\) \[3\]"):
-        optimize_iris(lambda x: _NanRow.apply(x).mean(dim=(2, 3)), seeds, steps=5, tol=1e-9, optimizer="lbfgs",
-                      progress=False)
+        optimize_iris(lambda x: _NanRow.apply(x).mean(dim=(2, 3)), seeds, Settings.of("lbfgs", steps=5, tol=1e-9),
+                      RunOptions(progress=False))
 
 
 def test_cli_checkpoint_every_resumes(tmp_path, capsys, monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from similarity_plugins.iri import generate_iris, optimize_iris
+from similarity_plugins.iri import RunOptions, Settings, generate_iris, optimize_iris
 from similarity_plugins.iri import precision as prec
 from similarity_plugins.iri.service import iri_settings
 
@@ -109,7 +109,7 @@ def test_precision_is_in_the_cache_key(tmp_path):
 def test_optimize_iris_on_a_bare_function():
     model, seeds = _cnn(), _seeds(3)
     front = nn.Sequential(*list(model.children())[:6])
-    iris = optimize_iris(front, seeds, steps=20, tol=1e-2, precision="bfloat16", progress=False)
+    iris = optimize_iris(front, seeds, Settings.of(steps=20, tol=1e-2, precision="bfloat16"), RunOptions(progress=False))
     assert iris.settings["precision"] == "bfloat16"
     np.testing.assert_allclose(iris.rel_error.numpy(), _f32_errors(model, "5", iris, seeds), rtol=1e-4, atol=1e-6)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import os
 from typing import Any
@@ -16,12 +17,12 @@ from ..utils.text import did_you_mean
 from . import sharded, store
 from .backends import check_compile
 from .front import private_front
+from .optimize import optimize_iris
 from .precision import check_precision, device_has_bf16, laid_out, memory_format, resolve_precision, step_flops
 from .presets import PRESETS, RUN_DEFAULTS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
-from .run import optimize_iris
-from .settings import AUTO, LBFGS_ONLY, TUNING, Settings, make_settings
+from .settings import AUTO, LBFGS_ONLY, TUNING, RunOptions, Settings, make_settings
 from .state import check_seeds
 
 RUN_OPTIONS = ("callback", "profile")
@@ -127,10 +128,11 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN
             hit = store.load_file(store.result_path(cache_dir, key))
             if sharded.agreed_hit(hit if hit is not None and hit.get("key") == key else None):
                 return IRISet.from_state(hit, seeds.device)
-        iris = _optimize(model, split, modular, settings, slopes, seeds, batch_size=batch_size, backend=backend,
-                         progress=progress, device=device, checkpoint_every=checkpoint_every,
-                         checkpoint_path=store.checkpoint_path(cache_dir, key) if checkpoint_every else None,
-                         **run_options)
+        options = RunOptions(batch_size=batch_size, backend=backend, progress=progress, device=device,
+                             checkpoint_every=checkpoint_every,
+                             checkpoint_path=store.checkpoint_path(cache_dir, key) if checkpoint_every else None,
+                             **run_options)
+        iris = _optimize(model, split, modular, settings, slopes, seeds, options)
     iris.settings["layer"] = layer
     iris.settings["precision_rule"] = rule
     iris.settings["fake_relu_at"] = [f"{name}#{call}" for name, call in targets]
@@ -200,18 +202,18 @@ def _optimizer_of_keys(tuning: dict) -> str:
 
 
 def _optimize(model: nn.Module, split: SplitNetwork, modular: torch.fx.GraphModule | None, settings: Settings,
-              slopes: dict, seeds: torch.Tensor, **run: Any) -> IRISet:
+              slopes: dict, seeds: torch.Tensor, options: RunOptions) -> IRISet:
     """Run the optimiser on the front (``modular``, the traced front with functional ReLUs as modules, when
     not None; with ``settings.fold_bn`` the private copy of ``front.private_front``: BatchNorm folded, dead
     convolution taps cut, a spreading pool folded into the next linear layer) with the surrogate ReLU
-    ``slopes``; ``run``: the options of [`optimize_iris`][optimize_iris] that ``generate_iris`` passes through."""
+    ``slopes``; ``options``: how the run executes (``options.device`` is the model's device)."""
     # the caller holds frozen(model), so the traced front can run directly (split.front would re-enter it)
     graph = modular if modular is not None else split.front_graph
-    folded, changes = private_front(graph if settings.fold_bn else None, seeds[:1].to(run["device"]))
+    folded, changes = private_front(graph if settings.fold_bn else None, seeds[:1].to(options.device))
     # copies keep the model's module names (and add the ReLU modules of ``modular``)
     front = folded if folded is not None else modular if modular is not None else model
     call = folded if folded is not None else graph if graph is not None else split.front
-    low, fmt = _lowp_copy(folded if folded is not None else graph, settings.precision, run["device"])
+    low, fmt = _lowp_copy(folded if folded is not None else graph, settings.precision, options.device)
     with contextlib.ExitStack() as stack:
         reset = stack.enter_context(straight_through_relu(front, slopes))
         reset_low = stack.enter_context(straight_through_relu(low, slopes)) if low is not None else None
@@ -225,8 +227,8 @@ def _optimize(model: nn.Module, split: SplitNetwork, modular: torch.fx.GraphModu
             return low(x)
 
         lowp_fn = laid_out(low_fn, fmt) if low is not None else None
-        iris = sharded.optimize(optimize_iris, front_fn, seeds, model=model, settings=settings, lowp_fn=lowp_fn,
-                                **run)
+        iris = sharded.optimize(optimize_iris, front_fn, seeds, settings, dataclasses.replace(options, lowp_fn=lowp_fn),
+                                model=model)
     iris.settings["memory_format"] = "channels_last" if low is not None else "contiguous"
     iris.stats.update(changes)
     return iris

@@ -35,12 +35,14 @@ backend (NumPy / CuPy / torch), bit-identical on each, since they use only arith
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from .kernels import best_copy_kernel, trial_kernel
+from .state import Slots, host_slots, tensor_slots
 
 Z_CLAMP = 1e-3  # starting pixels are clamped to [Z_CLAMP, 1 - Z_CLAMP] before the logit
 MAX_Z_STEP = 10.0  # no trial step moves a logit by more than this (sigmoid(10) = 1 - 4.5e-5)
@@ -90,55 +92,88 @@ def _put_rows(t: torch.Tensor, rows: np.ndarray, value: torch.Tensor) -> None:
         t[: len(rows)].copy_(value)
 
 
+@dataclass(eq=False)
+class LbfgsSlots(Slots):
+    """L-BFGS's per-slot state (D pixels, m = ``history`` ring positions)."""
+
+    z: torch.Tensor        # (capacity, D) logits of the accepted point
+    zt: torch.Tensor       # (capacity, D) logits of the trial point
+    g: torch.Tensor        # (capacity, D) gradient of phi in z at the accepted point
+    d: torch.Tensor        # (capacity, D) search direction
+    s_hist: torch.Tensor   # (capacity, m, D) steps of the curvature pairs
+    y_hist: torch.Tensor   # (capacity, m, D) gradient changes of the pairs
+    rho: torch.Tensor      # (capacity, m) 1 / s.y of each pair
+    hvalid: torch.Tensor   # (capacity, m) 1.0 where a ring position holds a pair
+    gamma: torch.Tensor    # (capacity,) initial scaling s.y / y.y of the newest pair
+    phi: np.ndarray        # (capacity,) float64 objective at the accepted point
+    a: np.ndarray          # (capacity,) float64 step length of the trial
+    gd: np.ndarray         # (capacity,) float64 directional derivative g.d
+    fails: np.ndarray      # (capacity,) int64 rejected trials in a row
+    fresh: np.ndarray      # (capacity,) int8 1: the next evaluation is accepted as the start
+
+    @classmethod
+    def allocate(cls, capacity: int, dim: int, history: int, device: torch.device, dtype: torch.dtype) -> "LbfgsSlots":
+        """Empty state for ``capacity`` slots of ``dim`` pixels with ``history`` pairs each."""
+        def t(*shape: int) -> torch.Tensor:
+            return tensor_slots(capacity, shape, device, dtype)
+
+        return cls(z=t(dim), zt=t(dim), g=t(dim), d=t(dim), s_hist=t(history, dim), y_hist=t(history, dim),
+                   rho=t(history), hvalid=t(history), gamma=t(),
+                   phi=host_slots(capacity, np.float64, np.inf), a=host_slots(capacity, np.float64, 0.0),
+                   gd=host_slots(capacity, np.float64, 0.0), fails=host_slots(capacity, np.int64, 0),
+                   fresh=host_slots(capacity, np.int8, 1))
+
+
 class LbfgsStepper:
     """Per-sample L-BFGS with a per-sample Armijo backtracking line search (see the module docstring)."""
 
+    slots: LbfgsSlots
+
     def __init__(self, run: Any) -> None:
-        self.run, self.s = run, run.s
+        self.run, self.settings = run, run.settings
         self.trial = trial_kernel(run.backend)
         self.best_copy = best_copy_kernel(run.backend)
         self.restarts = 0     # L-BFGS histories cleared (no descent direction, or too many rejections)
         self.rejected = 0     # rejected line-search trials
 
-    def fields(self, dim: int) -> tuple[dict, dict]:
-        """Extra per-slot fields: (tensors name -> trailing shape, host name -> (dtype, fill))."""
-        m = self.s.history
-        tensors = {"z": (dim,), "zt": (dim,), "g": (dim,), "d": (dim,), "s_hist": (m, dim), "y_hist": (m, dim),
-                   "rho": (m,), "hvalid": (m,), "gamma": ()}
-        host = {"phi": (np.float64, np.inf), "a": (np.float64, 0.0), "gd": (np.float64, 0.0),
-                "fails": (np.int64, 0), "fresh": (np.int8, 1)}
-        return tensors, host
+    def allocate(self, capacity: int, dim: int) -> None:
+        """Fresh per-slot state for ``capacity`` slots of ``dim`` pixels (``self.slots``)."""
+        self.slots = LbfgsSlots.allocate(capacity, dim, self.settings.history, self.run.device, self.run.dtype)
 
-    def init_slots(self, w: Any, slots: np.ndarray, sl: torch.Tensor) -> None:
+    def init_slots(self, slots: np.ndarray, sl: torch.Tensor) -> None:
         """Fresh state for the samples just loaded into ``slots``: ``z = logit(x0)``, evaluated first as is."""
+        w, q = self.run.samples, self.slots
         x0 = w.x[sl].clamp(Z_CLAMP, 1.0 - Z_CLAMP)
-        w.z[sl] = torch.logit(x0)
-        w.zt[sl] = w.z[sl]
-        w.x[sl] = torch.sigmoid(w.zt[sl])
-        for name in ("g", "d", "s_hist", "y_hist", "rho", "hvalid"):
-            getattr(w, name)[sl] = 0
-        w.gamma[sl] = 1
-        for name, value in (("phi", np.inf), ("a", 0.0), ("gd", 0.0), ("fails", 0), ("fresh", 1)):
-            getattr(w, name)[slots] = value
+        q.z[sl] = torch.logit(x0)
+        q.zt[sl] = q.z[sl]
+        w.x[sl] = torch.sigmoid(q.zt[sl])
+        for field in (q.g, q.d, q.s_hist, q.y_hist, q.rho, q.hvalid):
+            field[sl] = 0
+        q.gamma[sl] = 1
+        q.phi[slots] = np.inf
+        q.a[slots] = 0.0
+        q.gd[slots] = 0.0
+        q.fails[slots] = 0
+        q.fresh[slots] = 1
 
     def step(self, k: int, err: torch.Tensor, err_h: np.ndarray, grad: torch.Tensor, improved: np.ndarray,
              done: np.ndarray) -> None:
         """Consume the evaluation at the trial points of the first ``k`` slots; set their next trial points.
 
         ``err``: (k,) relative errors; ``grad``: (k, D) gradients of ``err`` in pixel space."""
-        w, s, run = self.run.w, self.s, self.run
+        w, q, s, run = self.run.samples, self.slots, self.settings, self.run
         be = run.backend
         with be.stream(run.device):
             imp = be.column(np.ascontiguousarray(improved, dtype=run.np_dtype), run.device)
             self.best_copy(be.view(w.x[:k]), be.view(w.best[:k]), imp)
         self.pos = run.step % s.history   # this batch step's ring position: its old pairs are history steps old
-        w.hvalid[:k, self.pos] = 0
+        q.hvalid[:k, self.pos] = 0
         live = ~done
         if not live.any():
             return
         phi_t = err_h ** 2
-        fresh = w.fresh[:k] == 1
-        ok = phi_t <= w.phi[:k] + s.armijo * w.a[:k] * w.gd[:k]
+        fresh = q.fresh[:k] == 1
+        ok = phi_t <= q.phi[:k] + s.armijo * q.a[:k] * q.gd[:k]
         accept = np.flatnonzero(live & (fresh | ok))
         reject = np.flatnonzero(live & ~fresh & ~ok)
         if len(accept):
@@ -148,43 +183,43 @@ class LbfgsStepper:
         if len(reject):
             self._backtrack(reject, phi_t)
         rows = np.sort(np.concatenate([accept, reject]))
-        zt, z, d = _rows(w.zt, rows), _rows(w.z, rows), _rows(w.d, rows)
+        zt, z, d = _rows(q.zt, rows), _rows(q.z, rows), _rows(q.d, rows)
         with be.stream(run.device):
             self.trial(be.view(zt), be.view(z), be.view(d),
-                       be.column(np.ascontiguousarray(w.a[rows], dtype=run.np_dtype), run.device))
-        _put_rows(w.zt, rows, zt)
+                       be.column(np.ascontiguousarray(q.a[rows], dtype=run.np_dtype), run.device))
+        _put_rows(q.zt, rows, zt)
         _put_rows(w.x, rows, torch.sigmoid(zt))
 
     def _accept(self, rows: np.ndarray, phi_t: np.ndarray, g_t: torch.Tensor, fresh: np.ndarray) -> None:
         """Move accepted rows to their trial point, update their histories and pick new directions."""
-        w, s = self.run.w, self.s
-        r = torch.as_tensor(rows, device=w.device)
+        q, s = self.slots, self.settings
+        r = torch.as_tensor(rows, device=self.run.device)
         g_new = _rows(g_t, rows)
         old = rows[~fresh[rows]]
         if len(old):
-            ro = torch.as_tensor(old, device=w.device)
-            sv = w.zt[ro] - w.z[ro]
-            yv = g_t[ro] - w.g[ro]
+            ro = torch.as_tensor(old, device=self.run.device)
+            sv = q.zt[ro] - q.z[ro]
+            yv = g_t[ro] - q.g[ro]
             sy = (sv * yv).sum(dim=1)
             yy = (yv * yv).sum(dim=1)
             keep = (sy > 1e-10 * yy.sqrt() * (sv * sv).sum(dim=1).sqrt()).cpu().numpy()
             if keep.any():   # the pair goes into this step's ring position
-                kt = torch.as_tensor(keep, device=w.device)
+                kt = torch.as_tensor(keep, device=self.run.device)
                 kr = ro[kt]
-                w.s_hist[kr, self.pos] = sv[kt]
-                w.y_hist[kr, self.pos] = yv[kt]
-                w.rho[kr, self.pos] = 1.0 / sy[kt]
-                w.hvalid[kr, self.pos] = 1
-                w.gamma[kr] = sy[kt] / yy[kt].clamp_min(torch.finfo(yy.dtype).tiny)
-        w.z[r] = w.zt[r]
-        w.g[r] = g_new
-        w.phi[rows] = phi_t[rows]
-        w.fresh[rows] = 0
-        w.fails[rows] = 0
-        valid = _rows(w.hvalid, rows)
+                q.s_hist[kr, self.pos] = sv[kt]
+                q.y_hist[kr, self.pos] = yv[kt]
+                q.rho[kr, self.pos] = 1.0 / sy[kt]
+                q.hvalid[kr, self.pos] = 1
+                q.gamma[kr] = sy[kt] / yy[kt].clamp_min(torch.finfo(yy.dtype).tiny)
+        q.z[r] = q.zt[r]
+        q.g[r] = g_new
+        q.phi[rows] = phi_t[rows]
+        q.fresh[rows] = 0
+        q.fails[rows] = 0
+        valid = _rows(q.hvalid, rows)
         has_pairs = valid.any(dim=1)
-        gamma = torch.where(has_pairs, _rows(w.gamma, rows), torch.ones_like(_rows(w.gamma, rows)))
-        d = two_loop_ring(g_new, _rows(w.s_hist, rows), _rows(w.y_hist, rows), _rows(w.rho, rows), valid,
+        gamma = torch.where(has_pairs, _rows(q.gamma, rows), torch.ones_like(_rows(q.gamma, rows)))
+        d = two_loop_ring(g_new, _rows(q.s_hist, rows), _rows(q.y_hist, rows), _rows(q.rho, rows), valid,
                           self.pos, gamma)
         has_pairs = has_pairs.cpu().numpy()
         gd = (g_new * d).sum(dim=1).double().cpu().numpy()
@@ -192,18 +227,18 @@ class LbfgsStepper:
         if bad.any():   # not a descent direction: forget the history
             self._forget(rows[bad])
             has_pairs &= ~bad
-            d[torch.as_tensor(bad, device=w.device)] = -g_new[torch.as_tensor(bad, device=w.device)]
+            d[torch.as_tensor(bad, device=self.run.device)] = -g_new[torch.as_tensor(bad, device=self.run.device)]
             self.restarts += int(bad.sum())
-        w.d[r] = d
+        q.d[r] = d
         gg = (g_new * g_new).sum(dim=1).double().cpu().numpy()
-        w.gd[rows] = np.where(has_pairs, gd, -gg)
+        q.gd[rows] = np.where(has_pairs, gd, -gg)
         polyak = np.where(gg > 0, s.lr * phi_t[rows] / np.maximum(gg, 1e-300), 0.0)  # no gradient: stay
-        w.a[rows] = np.minimum(np.where(has_pairs, s.lr, polyak), self._cap(d))
+        q.a[rows] = np.minimum(np.where(has_pairs, s.lr, polyak), self._cap(d))
 
     def _forget(self, rows: np.ndarray) -> None:
         """Clear the curvature history of ``rows`` (their next direction is ``-g``)."""
-        w = self.run.w
-        w.hvalid[torch.as_tensor(rows, device=w.device)] = 0
+        q = self.slots
+        q.hvalid[torch.as_tensor(rows, device=self.run.device)] = 0
 
     @staticmethod
     def _cap(d: torch.Tensor) -> np.ndarray:
@@ -213,35 +248,35 @@ class LbfgsStepper:
 
     def _backtrack(self, rows: np.ndarray, phi_t: np.ndarray) -> None:
         """Shrink the step of rejected rows (safeguarded quadratic interpolation); reset hopeless ones."""
-        w, s = self.run.w, self.s
+        q, s = self.slots, self.settings
         self.rejected += len(rows)
-        a, gd, phi = w.a[rows], w.gd[rows], w.phi[rows]
+        a, gd, phi = q.a[rows], q.gd[rows], q.phi[rows]
         curv = phi_t[rows] - phi - a * gd
         with np.errstate(divide="ignore", invalid="ignore"):
             quad = np.where(curv > 0, -gd * a * a / (2.0 * curv), 0.5 * a)
         quad = np.where(np.isfinite(quad), quad, 0.5 * a)
-        w.a[rows] = np.clip(quad, 0.1 * a, 0.5 * a)
-        w.fails[rows] += 1
-        hopeless = rows[w.fails[rows] > s.max_backtracks]
+        q.a[rows] = np.clip(quad, 0.1 * a, 0.5 * a)
+        q.fails[rows] += 1
+        hopeless = rows[q.fails[rows] > s.max_backtracks]
         if len(hopeless):
-            hr = torch.as_tensor(hopeless, device=w.device)
-            g = w.g[hr]
+            hr = torch.as_tensor(hopeless, device=self.run.device)
+            g = q.g[hr]
             gg = (g * g).sum(dim=1).double().cpu().numpy()
-            w.d[hr] = -g
+            q.d[hr] = -g
             self._forget(hopeless)
-            w.fails[hopeless] = 0
-            w.gd[hopeless] = -gg
-            polyak = np.where(gg > 0, s.lr * w.phi[hopeless] / np.maximum(gg, 1e-300) * 0.1, 0.0)
-            w.a[hopeless] = np.minimum(polyak, self._cap(-g))
+            q.fails[hopeless] = 0
+            q.gd[hopeless] = -gg
+            polyak = np.where(gg > 0, s.lr * q.phi[hopeless] / np.maximum(gg, 1e-300) * 0.1, 0.0)
+            q.a[hopeless] = np.minimum(polyak, self._cap(-g))
             self.restarts += len(hopeless)
 
     def restart_slots(self, rows: np.ndarray) -> None:
         """Start ``rows`` afresh where they are (their next evaluation is accepted, the history cleared): used
         when their function values change precision (``mixed.py``), since the line search compares them."""
-        w = self.run.w
+        q = self.slots
         self._forget(rows)
-        w.fresh[rows] = 1
-        w.fails[rows] = 0
+        q.fresh[rows] = 1
+        q.fails[rows] = 0
 
     def after_step(self, k: int, done: np.ndarray) -> None:
         """Nothing to do between steps: L-BFGS restarts and sizes its steps inside `step`."""

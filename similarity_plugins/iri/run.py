@@ -1,4 +1,4 @@
-"""The batched IRI optimiser on a plain callable, ``optimize_iris(front_fn, seeds, ...)``, and one run of it.
+"""One run of the batched IRI optimiser (``optimize.optimize_iris`` sets it up).
 
 Every sample carries its own state (step count, optimiser state, best iterate, best error). The working batch
 has a fixed number of slots; when a sample finishes (error <= ``tol`` or budget spent) its best iterate is
@@ -9,7 +9,7 @@ on its neighbours (the front must treat samples independently: eval mode, which 
 guarantees); up to floating-point differences of batched convolutions, the IRIs are the same for any
 ``batch_size``.
 
-``Run`` owns the slots (``state.Work``) and the loop; a stepper (``adam.AdamStepper`` or
+``Run`` owns the slots (``state.WorkingBatch``) and the loop; a stepper (``adam.AdamStepper`` or
 ``lbfgs.LbfgsStepper``) owns the optimiser's per-slot fields and turns each evaluation into the next
 iterate. Each batch step evaluates every active slot once (forward+backward of the front), tracks each
 sample's best error, lets the stepper update, and retires samples that reached ``tol`` or their budget,
@@ -25,16 +25,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..utils.memory import kept_heap
 from ..utils.progress import progress_bar
 from .adam import AdamStepper
-from .backends import Backend, check_compile, compile_failure, compile_front, compiled_graphs, resolve_backend
+from .backends import Backend, compile_failure, compile_front, compiled_graphs
 from .lbfgs import LbfgsStepper
 from .mixed import MixedPrecision
-from .precision import resolve_precision, step_flops
 from .result import IRISet
-from .settings import DEFAULT_OPTIMIZER, Settings, check_basic, make_settings
-from .state import Work, check_seeds, derangement, initial_inputs, resume, save_checkpoint
+from .settings import RunOptions, Settings
+from .state import SampleSlots, Slots, Stepper, WorkingBatch, derangement, initial_inputs, resume, save_checkpoint
 
 
 def evaluate(front_fn: Callable, x: torch.Tensor, target: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
@@ -49,34 +47,33 @@ def evaluate(front_fn: Callable, x: torch.Tensor, target: torch.Tensor, tnorm: t
 class Run:
     """One optimisation run (see the module docstring)."""
 
-    def __init__(self, front_fn: Callable, seeds: torch.Tensor, settings: Settings, batch_size: int, backend: Backend,
-                 device: torch.device, progress: bool, checkpoint_path: Any, checkpoint_every: int | None,
-                 callback: Callable | None, profile: bool, sample_range: range | None = None,
-                 compile: bool = False, source: Any = None, lowp_fn: Callable | None = None) -> None:
-        self.front_fn, self.seeds, self.s, self.backend, self.device = front_fn, seeds, settings, backend, device
-        self.compiled = compile
-        self.grad_fn = compile_front(front_fn) if compile else front_fn   # the fwd+bwd evaluations
+    def __init__(self, front_fn: Callable, seeds: torch.Tensor, settings: Settings, options: RunOptions,
+                 backend: Backend, device: torch.device) -> None:
+        self.front_fn, self.seeds, self.settings, self.backend, self.device = front_fn, seeds, settings, backend, device
+        self.compiled = options.compile
+        self.grad_fn = compile_front(front_fn) if options.compile else front_fn   # the fwd+bwd evaluations
         self.graphs = 0   # graphs TorchDynamo compiled during this run's evaluations
-        self.source = source   # hands out the seeds (global indices) as slots free up; None: all of ``rows``
-        rows = sample_range if sample_range is not None else range(int(seeds.shape[0]))
+        self.source = options.source   # hands out the seeds (global indices) as slots free up; None: all of ``rows``
+        rows = options.sample_range if options.sample_range is not None else range(int(seeds.shape[0]))
         if rows.step != 1 or rows.start < 0 or rows.stop > int(seeds.shape[0]) or len(rows) == 0:
             raise ValueError(f"sample_range must be a non-empty contiguous range within 0..{int(seeds.shape[0])}, "
                              f"got {rows}")
         # global index (in ``seeds``) of each local sample: one rank's share under torch.distributed
-        self.rows = np.arange(rows.start, rows.stop, dtype=np.int64) if source is None else np.zeros(0, np.int64)
+        self.rows = np.arange(rows.start, rows.stop, dtype=np.int64) if self.source is None else np.zeros(0, np.int64)
         self.n = len(self.rows)
         self.shape = tuple(seeds.shape[1:])
         self.dim = int(np.prod(self.shape))
-        self.capacity = min(batch_size, self.n if source is None else int(seeds.shape[0]))
+        self.capacity = min(int(options.batch_size), self.n if self.source is None else int(seeds.shape[0]))
         self.dtype = seeds.dtype
-        self.progress, self.callback, self.profile = progress, callback, profile and device.type == "cuda"
-        self.checkpoint_path = os.fspath(checkpoint_path) if checkpoint_path is not None else None
-        self.checkpoint_every = checkpoint_every
+        self.progress, self.callback = options.progress, options.callback
+        self.profile = options.profile and device.type == "cuda"
+        self.checkpoint_path = os.fspath(options.checkpoint_path) if options.checkpoint_path is not None else None
+        self.checkpoint_every = options.checkpoint_every
         self.donors = derangement(int(seeds.shape[0]), settings.seed) if settings.init == "shuffle" else None
         self.np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
-        self.stepper = LbfgsStepper(self) if settings.optimizer == "lbfgs" else AdamStepper(self)
+        self.stepper: Stepper = LbfgsStepper(self) if settings.optimizer == "lbfgs" else AdamStepper(self)
         # bfloat16 evaluations far from tol (``mixed.py``); None: every evaluation in the front's own dtype
-        self.mixed = MixedPrecision(self, lowp_fn or front_fn) if settings.precision == "bfloat16" else None
+        self.mixed = MixedPrecision(self, options.lowp_fn or front_fn) if settings.precision == "bfloat16" else None
         self.out_x = torch.empty(self.n, self.dim, dtype=self.dtype, device=seeds.device)
         self.out_err = np.full(self.n, np.nan)
         self.out_steps = np.zeros(self.n, dtype=np.int64)
@@ -91,12 +88,13 @@ class Run:
         """Allocate the working batch for ``self.capacity`` slots."""
         with torch.no_grad():
             act_dim = int(self.front_fn(self.seeds[:1].to(self.device)).reshape(1, -1).shape[1])
-        tensors, host = self.stepper.fields(self.dim)
-        tensors = {"x": (self.dim,), "best": (self.dim,), "target": (act_dim,), "tnorm": (), **tensors}
-        host = {"sample": (np.int64, -1), "t": (np.int64, 0), "best_err": (np.float64, np.inf), **host}
+        self.samples = SampleSlots.allocate(self.capacity, self.dim, act_dim, self.device, self.dtype)
+        self.stepper.allocate(self.capacity, self.dim)
+        groups: list[Slots] = [self.samples, self.stepper.slots]
         if self.mixed is not None:
-            host.update(self.mixed.fields())
-        self.w = Work(self.capacity, tensors, host, self.device, self.dtype)
+            self.mixed.allocate(self.capacity)
+            groups.append(self.mixed.slots)
+        self.work = WorkingBatch(groups, self.device)
 
     # -- slots ------------------------------------------------------------------------------------
 
@@ -139,10 +137,10 @@ class Run:
         slots = slots[:take]
         idx = np.arange(self.next_pending, self.next_pending + take)
         self.next_pending += take
-        w = self.w
+        w = self.samples
         sl = torch.as_tensor(slots, device=self.device)
         act, seeds = self._targets(idx)
-        x0 = initial_inputs(self.seeds, self.rows[idx], self.s, self.donors).reshape(take, -1).to(self.device)
+        x0 = initial_inputs(self.seeds, self.rows[idx], self.settings, self.donors).reshape(take, -1).to(self.device)
         w.x[sl] = x0
         w.best[sl] = x0
         w.target[sl] = act
@@ -150,14 +148,14 @@ class Run:
         w.sample[slots] = idx
         w.t[slots] = 0
         w.best_err[slots] = np.inf
-        self.stepper.init_slots(w, slots, sl)
+        self.stepper.init_slots(slots, sl)
         if self.mixed is not None:
             self.mixed.init_slots(slots, seeds, act)
         return take
 
     def _retire(self, rows: np.ndarray) -> None:
         """Write finished rows out, refill them from the pending seeds, and compact the active slots."""
-        w = self.w
+        w = self.samples
         samples = w.sample[rows]
         r = torch.as_tensor(rows, device=self.device)
         self.out_x[torch.as_tensor(samples, device=self.out_x.device)] = w.best[r].to(self.out_x.device)
@@ -168,19 +166,20 @@ class Run:
         self.fill(rows)
         empty = np.sort(rows[w.sample[rows] < 0])   # no pending work: move the last active rows into the holes
         if len(empty):
-            k = w.active
+            work = self.work
+            k = work.active
             keep = np.arange(k)[w.sample[:k] >= 0]
             tail = keep[keep >= k - len(empty)]
             holes = empty[empty < k - len(empty)]
-            w.move(tail[: len(holes)], holes)
-            w.active = k - len(empty)
-            w.sample[w.active:k] = -1
+            work.move(tail[: len(holes)], holes)
+            work.active = k - len(empty)
+            w.sample[work.active:k] = -1
 
     # -- one step -----------------------------------------------------------------------------------
 
     def _evaluate(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Errors (k,) and their input gradients (k, D) at the active slots' iterates (one fwd+bwd each)."""
-        w = self.w
+        w = self.samples
         if self.mixed is not None and self.mixed.any_low(k):
             err, grad = self.mixed.evaluate(k, lambda fn, rows: self._grad_at(fn, rows, k))
         else:
@@ -197,7 +196,7 @@ class Run:
     def _grad_at(self, fn: Callable | None, rows: np.ndarray | None, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Errors and input gradients of ``fn`` (None: the run's front) at the slots ``rows`` (None: the first
         ``k``, read in place): ((B,), (B, D)) for B rows."""
-        w = self.w
+        w = self.samples
         if rows is None:
             x, target, tnorm = w.x[:k], w.target[:k], w.tnorm[:k]
         else:
@@ -226,8 +225,8 @@ class Run:
 
     def batch_step(self) -> None:
         """Evaluate every active slot once, update it, retire finished samples."""
-        w, s = self.w, self.s
-        k = w.active
+        w, s = self.samples, self.settings
+        k = self.work.active
         self._sync()
         t0 = time.perf_counter()
         err, grad = self._evaluate(k)
@@ -261,7 +260,7 @@ class Run:
     # -- driver -------------------------------------------------------------------------------------
 
     def _info(self, start: float) -> dict:
-        return {"step": self.step, "active": self.w.active, "finished": self.finished,
+        return {"step": self.step, "active": self.work.active, "finished": self.finished,
                 "pending": self.n - self.next_pending, "median_error": self.median_error(),
                 "sample_steps": self.evals, "elapsed_s": time.perf_counter() - start}
 
@@ -271,16 +270,16 @@ class Run:
         self.alloc()
         resumed = resume(self)
         if not resumed:
-            self.w.active = self.fill(np.arange(self.capacity))
+            self.work.active = self.fill(np.arange(self.capacity))
         total = self.n if self.source is None else None   # a rank taking from the shared queue: open-ended
         bar = progress_bar(progress=self.progress, total=total, desc="IRIs", unit="iri", initial=self.finished,
                            dynamic_ncols=True)
         last_post = 0.0
         try:
-            while self.w.active > 0:
+            while self.work.active > 0:
                 before = self.finished
                 self.batch_step()
-                if self.checkpoint_every and self.step % self.checkpoint_every == 0 and self.w.active > 0:
+                if self.checkpoint_every and self.step % self.checkpoint_every == 0 and self.work.active > 0:
                     save_checkpoint(self)
                 bar.update(self.finished - before)
                 if not bar.disable and time.perf_counter() - last_post > 0.5:
@@ -299,16 +298,16 @@ class Run:
     def median_error(self) -> float:
         """Median over all N samples of their best error so far (pending samples count as infinite)."""
         errs = self.out_err.copy()
-        k = self.w.active
-        errs[self.w.sample[:k]] = self.w.best_err[:k]
+        k = self.work.active
+        errs[self.samples.sample[:k]] = self.samples.best_err[:k]
         errs[np.isnan(errs)] = np.inf
         return float(np.median(errs))
 
     def _postfix(self, bar: Any) -> None:
         done = self.out_err[~np.isnan(self.out_err)]
-        k = self.w.active
-        current = np.concatenate([done, self.w.best_err[:k][np.isfinite(self.w.best_err[:k])]])
-        bar.set_postfix(converged=int((done <= self.s.tol).sum()), pending=self.n - self.next_pending,
+        k = self.work.active
+        current = np.concatenate([done, self.samples.best_err[:k][np.isfinite(self.samples.best_err[:k])]])
+        bar.set_postfix(converged=int((done <= self.settings.tol).sum()), pending=self.n - self.next_pending,
                         median=f"{np.median(current):.3g}" if len(current) else "-", refresh=False)
 
     def _result(self, wall: float, resumed: bool) -> IRISet:
@@ -319,87 +318,11 @@ class Run:
         stats = {"wall_s": wall, "front_s": self.t_front, "target_s": self.t_target, "update_s": self.t_update,
                  "manage_s": self.t_manage, "batch_steps": self.step, "sample_steps": self.evals,
                  "backend": self.backend.name, "batch_size": self.capacity, "resumed": resumed,
-                 "restarts": self.stepper.restarts, "rejected_trials": getattr(self.stepper, "rejected", 0),
+                 "restarts": self.stepper.restarts, "rejected_trials": self.stepper.rejected,
                  "compiled": self.compiled,
-                 "compiled_graphs": self.graphs, "compile_s": self.t_compile, "precision": self.s.precision,
+                 "compiled_graphs": self.graphs, "compile_s": self.t_compile, "precision": self.settings.precision,
                  **(self.mixed.stats() if self.mixed is not None else {})}
         if self.source is not None:   # which seeds this rank took (the sharded caller places them)
             stats["rows"] = self.rows.copy()
         return IRISet(x, torch.from_numpy(self.out_err.copy()), torch.from_numpy(self.out_steps.copy()), dist,
-                      self.s.as_dict(), stats)
-
-
-def _check_run_options(batch_size: Any, checkpoint_path: Any, checkpoint_every: Any) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or checkpoint_every <= 0
-                                         or checkpoint_path is None):
-        raise ValueError("checkpoint_every needs a positive step count and a checkpoint path (generate_iris: cache_dir)")
-
-
-def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Tensor, *, steps: int = 1000,
-                  tol: float = 1e-2, optimizer: str = DEFAULT_OPTIMIZER, init: str = "noise",
-                  cycle_steps: int | None = None, tuning: dict[str, Any] | None = None, batch_size: int = 128,
-                  backend: str = "auto", seed: int = 0, progress: bool = True, device: torch.device | str | None = None,
-                  checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  callback: Callable[[dict], None] | None = None, profile: bool = False,
-                  settings: Settings | None = None, sample_range: range | None = None,
-                  compile: bool = False, source: Any = None, precision: str = "auto",
-                  lowp_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> IRISet:
-    """Find IRIs for ``seeds`` under ``front_fn``: inputs ``x'`` in [0, 1] with ``front_fn(x') ~= front_fn(x)``.
-
-    ``front_fn``: maps a batch (B, ...) on ``device`` to activations (B, ...); it must treat samples
-    independently and be differentiable in its input. ``seeds``: (N, ...) float in [0, 1] (any device).
-    Each sample minimises its relative error ``||f(x') - f(x)|| / ||f(x)||`` (flattened activations) from
-    ``init`` ("noise": ``0.5 + randn/20`` clipped; "shuffle": another seed of the set, a derangement), and
-    stops at ``rel_error <= tol`` or after ``steps`` forward+backward evaluations, returning its best iterate.
-
-    ``optimizer``: "adam" (default; preset "adam": lr 0.2, per-sample cosine cycles of ``cycle_steps`` 300,
-    600, ... steps) or "lbfgs" (preset "lbfgs": per-sample L-BFGS on ``x = sigmoid(z)`` with a per-sample Armijo
-    line search; see ``lbfgs.py``). ``tuning``: a dict of tuning values (``settings.TUNING``), each replacing
-    only its own value; ``{"preset": NAME}`` runs another preset of ``presets.PRESETS`` (it must run
-    ``optimizer``). ``settings``: a ready `Settings` instead of these options.
-    ``batch_size``: slots in the working batch. ``backend``: array library of the elementwise update
-    ("auto", "numpy", "torch", "cupy"; L-BFGS's reductions run in torch on ``device``).
-
-    ``checkpoint_path`` + ``checkpoint_every``: save the full optimiser state atomically every that many
-    batch steps and resume from the file if it exists (it is removed when the run completes).
-    ``callback(info)`` runs after every batch step (``info``: step, active, finished, pending,
-    median_error over all samples with pending ones counted as infinite, sample_steps so far, elapsed_s); an
-    exception it raises stops the run (the last checkpoint remains). ``profile``: synchronise CUDA
-    around timings so ``stats`` splits time exactly. ``sample_range``: optimise only the seeds with these
-    (global) indices, e.g. one rank's share; each sample's randomness still derives from (seed, global
-    index) and the "shuffle" derangement is over all N seeds, so the shares of a partition, concatenated,
-    are the IRIs of one run (the returned set has ``len(sample_range)`` rows). ``compile``: run the
-    forward+backward evaluations through ``torch.compile`` (opt-in: a warm-up of seconds to a minute per run,
-    IRIs equal to the eager ones up to float rounding; a run option like ``backend``, not part of the cache
-    key; ``stats`` gains ``compiled_graphs`` and ``compile_s``; see ``backends.py``). ``source``: instead of a
-    fixed share, take seeds as slots free up from ``source.claim(k)`` (up to ``k`` global indices, none when
-    the work is out; ``sharded.SeedQueue``, shared by the ranks); the set has the claimed rows, in claim order,
-    and ``stats["rows"]`` their global indices. ``precision``: "auto" (default), "float32" or "bfloat16"
-    (``precision.py``: bfloat16 evaluations far from ``tol``, a float32 finish; "auto" where the device has
-    bfloat16 units and the front is large enough to gain); with ``settings``, ``settings.precision`` rules.
-    ``lowp_fn``: the front to run under bfloat16 autocast (e.g. a channels_last copy; default ``front_fn``).
-
-    Returns an [`IRISet`][IRISet]. Raises ValueError for bad settings or seeds outside [0, 1],
-    FloatingPointError naming the samples when the model yields NaN/inf activations or gradients, and
-    RuntimeError naming the fix when ``compile=True`` and torch.compile fails.
-    """
-    device = torch.device(device) if device is not None else seeds.device
-    if settings is None:
-        check_basic(steps, tol, optimizer, init)
-        check_seeds(seeds)
-        used = resolve_precision(precision, device, step_flops(front_fn, seeds[:1].to(device)) if precision == "auto"
-                                 else None)[0]
-        settings = make_settings(steps=steps, tol=tol, optimizer=optimizer, init=init, seed=seed, cycle_steps=cycle_steps,
-                                 tuning=tuning, preset=optimizer if optimizer in ("adam", "lbfgs") else "adam",
-                                 precision=used)
-    elif tuning or cycle_steps is not None:
-        raise TypeError("pass either settings= or tuning / cycle_steps, not both")
-    check_seeds(seeds)
-    _check_run_options(batch_size, checkpoint_path, checkpoint_every)
-    be = resolve_backend(backend, device)
-    run = Run(front_fn, seeds, settings, int(batch_size), be, device, progress, checkpoint_path, checkpoint_every,
-              callback, profile, sample_range, compile=check_compile(compile), source=source, lowp_fn=lowp_fn)
-    with kept_heap():   # every batch step frees and reallocates the same activations: keep the pages
-        return run.run()
+                      self.settings.as_dict(), stats)

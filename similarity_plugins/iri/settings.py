@@ -66,11 +66,75 @@ class Settings:
     fake_relu: str = "none"   # a bare front function has no ReLU modules to replace
     relu_leak: float = _PRESET["relu_leak"]
     fold_bn: bool = _PRESET["fold_bn"]
-    precision: str = "float32"   # the precision that ran: "float32" or "bfloat16" (precision.py), never "auto"
+    precision: str = "float32"   # "float32" or "bfloat16" (precision.py); "auto" is resolved before a run
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (JSON-able; saved with every IRI set)."""
         return dict(self.__dict__)
+
+    @classmethod
+    def of(cls, optimizer: str = DEFAULT_OPTIMIZER, *, steps: int = RUN_DEFAULTS["steps"],
+           tol: float = RUN_DEFAULTS["tol"], init: str = RUN_DEFAULTS["init"], seed: int = 0,
+           cycle_steps: int | None = None, tuning: dict[str, Any] | None = None, precision: str = "auto") -> "Settings":
+        """The settings of a run on a bare front function: the preset named ``optimizer`` ("adam" or "lbfgs";
+        a ``tuning["preset"]`` replaces it) with each of ``tuning``'s values and ``cycle_steps`` (None: the
+        preset's) in place of its own. ``steps``: per-sample budget of forward+backward evaluations; ``tol``:
+        the relative error at which a sample stops; ``init``: "noise" or "shuffle"; ``seed``: each sample's
+        randomness derives from (seed, index); ``precision``: "auto" (chosen by
+        [`optimize_iris`][similarity_plugins.iri.optimize_iris] from the device and the front's work per
+        sample), "float32" or "bfloat16". Raises ValueError / TypeError naming the option and the fix."""
+        check_basic(steps, tol, optimizer, init)
+        return make_settings(steps=steps, tol=tol, optimizer=optimizer, init=init, seed=seed, cycle_steps=cycle_steps,
+                             tuning=tuning, preset=optimizer, precision=precision)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run of [`optimize_iris`][similarity_plugins.iri.optimize_iris] executes: none of it shapes the IRIs
+    (beyond float rounding: batched convolutions, ``compile``), so none of it is in the cache key.
+
+    Attributes:
+        batch_size: slots in the working batch.
+        backend: array library of the elementwise update: "auto", "numpy", "torch" or "cupy".
+        device: where the front runs (None: the seeds' device).
+        progress: show a progress bar.
+        checkpoint_path: with ``checkpoint_every``, save the full optimiser state there atomically every that
+            many batch steps and resume from the file if it exists (removed when the run completes).
+        checkpoint_every: batch steps between checkpoints (None: no checkpoints).
+        callback: ``callback(info)`` after every batch step (``info``: step, active, finished, pending,
+            median_error over all samples with pending ones counted as infinite, sample_steps, elapsed_s); an
+            exception it raises stops the run (the last checkpoint remains).
+        profile: synchronise CUDA around timings so ``stats`` splits the time exactly.
+        compile: run the forward+backward evaluations through ``torch.compile`` (``backends.py``).
+        sample_range: optimise only the seeds with these global indices (one rank's share); each sample's
+            randomness still derives from (seed, global index), so the shares of a partition, concatenated,
+            are the IRIs of one run.
+        source: instead of a fixed share, take seeds as slots free up from ``source.claim(k)``
+            (``sharded.SeedQueue``); the set has the claimed rows in claim order, ``stats["rows"]`` their indices.
+        lowp_fn: the front to run under bfloat16 autocast (e.g. a channels_last copy; None: the front itself).
+    """
+
+    batch_size: int = RUN_DEFAULTS["batch_size"]
+    backend: str = "auto"
+    device: Any = None
+    progress: bool = True
+    checkpoint_path: Any = None
+    checkpoint_every: int | None = None
+    callback: Callable[[dict], None] | None = None
+    profile: bool = False
+    compile: bool = False
+    sample_range: range | None = None
+    source: Any = None
+    lowp_fn: Callable | None = None
+
+    def __post_init__(self) -> None:
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+            raise ValueError(f"batch_size must be a positive integer, got {size!r}")
+        every = self.checkpoint_every
+        if every is not None and (isinstance(every, bool) or every <= 0 or self.checkpoint_path is None):
+            raise ValueError("checkpoint_every needs a positive step count and a checkpoint path "
+                             "(generate_iris: cache_dir)")
 
 
 def check_basic(steps: Any, tol: Any, optimizer: Any, init: Any, *, auto_ok: bool = False) -> None:
@@ -114,7 +178,8 @@ def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, 
 
     ``optimizer``: "auto" or the optimiser the caller asked for (an error when the preset runs another);
     ``ends_at_relu``: the representation is the last ReLU call's output, so ``fake_relu="auto"`` means "last".
-    ``precision``: the resolved precision of the run ("float32" or "bfloat16"; ``precision.resolve_precision``).
+    ``precision``: the precision of the run ("float32" or "bfloat16"; ``precision.resolve_precision``), or
+    "auto", which ``optimize_iris`` resolves before the run.
     A tuning value that only the other optimiser takes is an error naming the fix (it never switches the
     optimiser). Raises ValueError / TypeError naming the option, its value and what it must be.
     """
@@ -136,8 +201,8 @@ def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, 
     values.update(tuning)
     fake = values.pop("fake_relu")
     fake = ("last" if ends_at_relu else "none") if fake == AUTO else fake
-    if precision not in ("float32", "bfloat16"):
-        raise ValueError(f"precision must be resolved to 'float32' or 'bfloat16' here, got {precision!r}")
+    if precision not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"precision must be 'auto', 'float32' or 'bfloat16', got {precision!r}")
     return Settings(steps=int(steps), tol=float(tol), init=init, seed=int(seed), preset=name, fake_relu=fake,
                     precision=precision, **values)
 

@@ -3,7 +3,7 @@
 Seeds are handed out as the ranks' working batches free up (`SeedQueue`: a counter in the group's
 store; blocks of the batch size, at most ``min(batch_size, ceil(N / ranks))`` seeds; guided self-scheduling:
 each claim takes at most ``ceil(remaining / ranks)`` blocks), so a slow rank takes fewer seeds and no rank
-waits long for another; ``optimize_iris(..., source=queue)`` runs the usual
+waits long for another; ``optimize_iris`` with ``RunOptions(source=queue)`` runs the usual
 continuous batching over whatever the rank claims. Since a sample's randomness derives from (seed, global
 index) and the "shuffle" derangement is over all N seeds, the gathered set is the single-process set
 whichever rank ran which seed (equal bit for bit when each sample's float operations do not depend on which
@@ -22,6 +22,7 @@ reduce to a plain ``optimize_iris`` call, the local cache hit and a plain save.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 import uuid
@@ -32,7 +33,7 @@ import torch
 
 from ..networks.parallel import World, current_world, module_digest
 from .result import IRISet
-from .settings import Settings
+from .settings import RunOptions, Settings
 from .state import checkpoint_rows
 
 __all__ = ["optimize", "agreed_hit", "save_once", "rank_checkpoint_path", "SeedQueue"]
@@ -91,10 +92,9 @@ class SeedQueue:
         return self.free[start * self.block:(start + want) * self.block]
 
 
-def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: torch.Tensor, *, settings: Settings,
-             model: torch.nn.Module | None = None, checkpoint_path: str | None = None, progress: bool = True,
-             world: World | None = None, **kwargs: Any) -> IRISet:
-    """``optimize_iris(front_fn, seeds, settings=settings, **kwargs)`` with the seeds shared out over the ranks
+def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: torch.Tensor, settings: Settings,
+             options: RunOptions, *, model: torch.nn.Module | None = None, world: World | None = None) -> IRISet:
+    """``optimize_iris(front_fn, seeds, settings, options)`` with the seeds shared out over the ranks
     (`SeedQueue`), gathered on all.
 
     ``seeds``: (N, ...) all seeds on every rank; ``model``: the model behind ``front_fn``, whose weights
@@ -107,23 +107,23 @@ def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: to
     """
     world = world or current_world()
     if not world.distributed:
-        return optimize_iris(front_fn, seeds, settings=settings, checkpoint_path=checkpoint_path, progress=progress,
-                             **kwargs)
+        return optimize_iris(front_fn, seeds, settings, options)
     world.check_same("IRI model weights and seeds", _digest(model, seeds))
-    mine = rank_checkpoint_path(checkpoint_path, world)
+    mine = rank_checkpoint_path(options.checkpoint_path, world)
     held = world.exchange(lambda: (uuid.uuid4().hex, checkpoint_rows(mine, settings, len(seeds))),
                           "reading the IRI checkpoints")
     taken = np.concatenate([rows for _, rows in held])
     free = np.setdiff1d(np.arange(len(seeds)), taken)
-    block = min(int(kwargs.get("batch_size", 128)), -(-len(free) // world.size))   # the one process's batch waves
+    block = min(int(options.batch_size), -(-len(free) // world.size))   # the one process's batch waves
     queue = SeedQueue(free, world.counter(f"iri/{held[0][0]}"), world.size, block)
 
     ran = [0.0]
 
     def local() -> dict:
         start = time.perf_counter()
-        part = optimize_iris(front_fn, seeds, settings=settings, source=queue, progress=progress and world.is_main,
-                             checkpoint_path=mine, **kwargs)
+        mine_options = dataclasses.replace(options, source=queue, progress=options.progress and world.is_main,
+                                           checkpoint_path=mine)
+        part = optimize_iris(front_fn, seeds, settings, mine_options)
         ran[0] = time.perf_counter() - start
         return {"state": part.to_state(), "stats": dict(part.stats)}
 

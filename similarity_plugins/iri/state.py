@@ -2,7 +2,7 @@
 schedule and the checkpoint that saves and restores all of it.
 
 Slot ``i`` of the working batch holds one sample. Every field is indexed by slot first, so moving a sample
-between slots (``Work.move``) and checkpointing the active slots are generic over fields. A sample's start and
+between slots (``WorkingBatch.move``) and checkpointing the active slots are generic over fields. A sample's start and
 schedule are functions of (seed, sample index, its own step count) only, never of the batch it shares.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -20,23 +21,71 @@ from .settings import Settings
 CHECKPOINT_VERSION = 5   # 5: the global index of every sample ("rows"); 4: no Adam phases in L-BFGS, no plateau restarts
 
 
-class Work:
-    """Per-slot state of the working batch.
+def tensor_slots(capacity: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A per-slot tensor field: (capacity, *shape) zeros on ``device``."""
+    return torch.zeros(capacity, *shape, device=device, dtype=dtype)
 
-    ``tensors``: name -> trailing shape, allocated as (capacity, *shape) zeros on ``device``;
-    ``host``: name -> (NumPy dtype, fill value), allocated as (capacity,) vectors. Fields are attributes.
-    """
 
-    def __init__(self, capacity: int, tensors: dict[str, tuple[int, ...]], host: dict[str, tuple[Any, Any]],
-                 device: torch.device, dtype: torch.dtype) -> None:
-        self.tensor_names = tuple(tensors)
-        self.host_names = tuple(host)
-        for name, shape in tensors.items():
-            setattr(self, name, torch.zeros(capacity, *shape, device=device, dtype=dtype))
-        for name, (np_dtype, fill) in host.items():
-            setattr(self, name, np.full(capacity, fill, dtype=np_dtype))
+def host_slots(capacity: int, np_dtype: Any, fill: Any) -> np.ndarray:
+    """A per-slot host field: a (capacity,) NumPy vector filled with ``fill``."""
+    return np.full(capacity, fill, dtype=np_dtype)
+
+
+class Slots:
+    """A group of per-slot fields: subclasses are dataclasses whose every field is a (capacity, ...) tensor or a
+    (capacity,) NumPy vector, indexed by slot first (so moving and checkpointing are generic over the fields)."""
+
+    def arrays(self) -> dict[str, torch.Tensor | np.ndarray]:
+        """The fields by name (the checkpoint's keys)."""
+        return vars(self)
+
+
+@dataclass(eq=False)
+class SampleSlots(Slots):
+    """What every run keeps per slot, whatever its optimiser."""
+
+    x: torch.Tensor          # (capacity, D) the iterate, pixel space
+    best: torch.Tensor       # (capacity, D) the best iterate so far
+    target: torch.Tensor     # (capacity, A) the seed's flattened activation
+    tnorm: torch.Tensor      # (capacity,) its norm
+    sample: np.ndarray       # (capacity,) int64 local index of the sample held (-1: empty)
+    t: np.ndarray            # (capacity,) int64 the sample's own step count
+    best_err: np.ndarray     # (capacity,) float64 its best relative error so far
+
+    @classmethod
+    def allocate(cls, capacity: int, dim: int, act_dim: int, device: torch.device, dtype: torch.dtype) -> "SampleSlots":
+        """Empty slots for ``capacity`` samples of ``dim`` pixels whose activations have ``act_dim`` values."""
+        return cls(x=tensor_slots(capacity, (dim,), device, dtype), best=tensor_slots(capacity, (dim,), device, dtype),
+                   target=tensor_slots(capacity, (act_dim,), device, dtype), tnorm=tensor_slots(capacity, (), device, dtype),
+                   sample=host_slots(capacity, np.int64, -1), t=host_slots(capacity, np.int64, 0),
+                   best_err=host_slots(capacity, np.float64, np.inf))
+
+
+class Stepper(Protocol):
+    """An optimiser of the run: owns its per-slot state (``slots``) and turns each evaluation into the next iterate."""
+
+    slots: Slots
+    restarts: int    # how often a sample's optimiser state was reset
+    rejected: int    # rejected line-search trials (0 for optimisers without one)
+
+    def allocate(self, capacity: int, dim: int) -> None: ...
+    def init_slots(self, slots: np.ndarray, sl: torch.Tensor) -> None: ...
+    def step(self, k: int, err: torch.Tensor, err_h: np.ndarray, grad: torch.Tensor, improved: np.ndarray,
+             done: np.ndarray) -> None: ...
+    def after_step(self, k: int, done: np.ndarray) -> None: ...
+    def restart_slots(self, rows: np.ndarray) -> None: ...
+
+
+class WorkingBatch:
+    """The slots of a run: its groups of per-slot fields and how many leading slots are active."""
+
+    def __init__(self, groups: Sequence[Slots], device: torch.device) -> None:
+        self.groups = tuple(groups)
         self.device = device
         self.active = 0
+
+    def _fields(self) -> list[torch.Tensor | np.ndarray]:
+        return [a for group in self.groups for a in group.arrays().values()]
 
     def move(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Copy slots ``src`` into slots ``dst`` (used to keep active slots contiguous)."""
@@ -44,32 +93,32 @@ class Work:
             return
         s = torch.as_tensor(src, device=self.device)
         d = torch.as_tensor(dst, device=self.device)
-        for name in self.tensor_names:
-            t = getattr(self, name)
-            t[d] = t[s]
-        for name in self.host_names:
-            a = getattr(self, name)
-            a[dst] = a[src]
+        for a in self._fields():
+            if isinstance(a, torch.Tensor):
+                a[d] = a[s]
+            else:
+                a[dst] = a[src]
 
     def state(self) -> dict[str, Any]:
-        """The active slots' state as CPU tensors (for a checkpoint)."""
+        """The active slots' state as CPU tensors (for a checkpoint), keyed by field name."""
         k = self.active
         out: dict[str, Any] = {"active": k}
-        for name in self.tensor_names:
-            out[name] = getattr(self, name)[:k].detach().cpu().clone()
-        for name in self.host_names:
-            out[name] = torch.from_numpy(getattr(self, name)[:k].copy())
+        for group in self.groups:
+            for name, a in group.arrays().items():
+                out[name] = (a[:k].detach().cpu().clone() if isinstance(a, torch.Tensor)
+                             else torch.from_numpy(a[:k].copy()))
         return out
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what `state` saved (same fields; capacity at least the saved active count)."""
         k = int(state["active"])
         self.active = k
-        for name in self.tensor_names:
-            t = getattr(self, name)
-            t[:k] = state[name].to(t.device, t.dtype)
-        for name in self.host_names:
-            getattr(self, name)[:k] = state[name].numpy()
+        for group in self.groups:
+            for name, a in group.arrays().items():
+                if isinstance(a, torch.Tensor):
+                    a[:k] = state[name].to(a.device, a.dtype)
+                else:
+                    a[:k] = state[name].numpy()
 
 
 def sample_rng(seed: int, index: int) -> np.random.Generator:
@@ -133,19 +182,19 @@ def save_checkpoint(run: Any) -> None:
     from .store import atomic_save
 
     state = {
-        "version": CHECKPOINT_VERSION, "settings": run.s.as_dict(), "n": run.n, "rows": torch.from_numpy(run.rows.copy()),
+        "version": CHECKPOINT_VERSION, "settings": run.settings.as_dict(), "n": run.n, "rows": torch.from_numpy(run.rows.copy()),
         "total": int(run.seeds.shape[0]), "capacity": run.capacity,
-        "work": run.w.state(), "next_pending": run.next_pending, "finished": run.finished, "step": run.step,
+        "work": run.work.state(), "next_pending": run.next_pending, "finished": run.finished, "step": run.step,
         "out_x": run.out_x.detach().cpu(), "out_err": torch.from_numpy(run.out_err.copy()),
         "out_steps": torch.from_numpy(run.out_steps.copy()), "evals": run.evals,
-        "restarts": run.stepper.restarts, "rejected": getattr(run.stepper, "rejected", 0),
+        "restarts": run.stepper.restarts, "rejected": run.stepper.rejected,
     }
     atomic_save(state, run.checkpoint_path, "iri-checkpoint")
 
 
 def resume(run: Any) -> bool:
     """Load ``run.checkpoint_path`` into ``run`` if it exists and belongs to the same run; True if resumed."""
-    state = read_checkpoint(run.checkpoint_path, run.s, int(run.seeds.shape[0]))
+    state = read_checkpoint(run.checkpoint_path, run.settings, int(run.seeds.shape[0]))
     if state is None:
         return False
     rows = state["rows"].numpy()
@@ -161,12 +210,11 @@ def resume(run: Any) -> bool:
                       stacklevel=4)
         run.capacity = int(state["capacity"])
         run.alloc()
-    run.w.load_state(state["work"])
+    run.work.load_state(state["work"])
     run.next_pending, run.finished, run.step = state["next_pending"], state["finished"], state["step"]
     run.evals = state.get("evals", 0)
     run.stepper.restarts = state.get("restarts", 0)
-    if hasattr(run.stepper, "rejected"):
-        run.stepper.rejected = state.get("rejected", 0)
+    run.stepper.rejected = state.get("rejected", 0)
     run.out_x.copy_(state["out_x"].to(run.out_x.device, run.out_x.dtype))
     run.out_err[:] = state["out_err"].numpy()
     run.out_steps[:] = state["out_steps"].numpy()
