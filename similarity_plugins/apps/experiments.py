@@ -15,16 +15,9 @@ from typing import Iterable
 
 from torch import nn
 
-from ..host.registry import metric_info
-from ..host.results import LayerPair, as_layer_pair
-from ..host.values import coerce_option_values
 from ..networks.context import Context
 from ..networks.data import Data
-from ..networks.split import _check_layer
 from ..utils.io import text_table
-
-#: memo entries that depend only on the training data (shared between the with-cue and without-cue runs)
-_TRAIN_ONLY_KEYS = {"split", "stitch-train", "stitch-cache", "stitch-fit", "iris"}
 
 
 @dataclass
@@ -49,16 +42,11 @@ class ExcessAgreement:
         return {**self.__dict__, "excess": self.excess}
 
 
-def _result(context: Context, metric: str, front: nn.Module, end: nn.Module, layer: LayerPair, options: dict):
-    from ..iri.service import iri_result
-    from ..stitch.service import stitch_result
-
-    family, _, objective = metric.partition("-")
-    if family == "stitch":
-        return stitch_result(context, front, end, layer, objective, options)
-    if family == "iri":
-        return iri_result(context, front, end, layer, objective, options)
-    raise ValueError(f"excess agreement needs a stitching metric (stitch-* or iri-*), got {metric!r}")
+def _check_stitching(metrics: list[str]) -> None:
+    """Excess agreement compares a stitched model's predictions, so every metric must train a stitch."""
+    for metric in metrics:
+        if metric.partition("-")[0] not in ("stitch", "iri"):
+            raise ValueError(f"excess agreement needs a stitching metric (stitch-* or iri-*), got {metric!r}")
 
 
 def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, str] | Iterable", data: Data,
@@ -69,33 +57,35 @@ def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, 
 
     The stitch of every metric is trained once, on ``UnseenCue(data.train, strength=strength)`` (for
     ``iri-*``: on IRIs of those cue-carrying seeds), and evaluated on ``UnseenCue(data.test)`` and on
-    ``data.test``. ``layer``: one layer, a pair, or a list of them. ``options``: as for ``compare``.
-    ``cue_options``: further keyword arguments of `UnseenCue`.
-    Donors are never changed.
+    ``data.test``: two [`compare`][similarity_plugins.compare] calls, the second in a context made with
+    [`Context.with_test`][similarity_plugins.networks.context.Context.with_test], which keeps the fitted
+    stitches and IRIs. ``layer``: one layer, a pair, or a list of them. ``options``: as for ``compare``.
+    ``cue_options``: further keyword arguments of `UnseenCue`. Donors are never changed.
+    Raises ValueError for data without both splits or a metric that trains no stitch, RuntimeError naming the
+    metric and layer when one fails.
     """
     from ..datasets import UnseenCue
-    from ..runner.compare import as_layer_list
+    from ..runner.compare import compare
 
     if data.train is None or data.test is None:
         raise ValueError("excess agreement needs Data(train=..., test=...): the cue is added to both splits")
-    pairs = as_layer_list(layer)
-    for pair in pairs:
-        _check_layer(front, pair.front)
-        _check_layer(end, pair.end)
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    _check_stitching(metrics)
     cue_kw = {"strength": strength, **(cue_options or {})}
-    cue_train = UnseenCue(data.train, seed=seed, **cue_kw)
-    cue_test = UnseenCue(data.test, seed=seed + 1, **cue_kw)
-    with_cue = Context(Data(train=cue_train, test=cue_test), seed=seed, options=options, progress=progress)
-    without_cue = Context(Data(train=cue_train, test=data.test), seed=seed, options=options, progress=progress)
+    cued = Data(train=UnseenCue(data.train, seed=seed, **cue_kw), test=UnseenCue(data.test, seed=seed + 1, **cue_kw))
+    with_cue = Context(cued, seed=seed, options=options, progress=progress)
+    run = dict(seed=seed, options=options, progress=progress)
+    a = compare(front, end, layer, cued, metrics, context=with_cue, **run)
+    without_cue = with_cue.with_test(data.test)
+    b = compare(front, end, layer, without_cue.data, metrics, context=without_cue, **run)
     out = []
-    for pair in pairs:
-        for metric in metrics:
-            own = coerce_option_values(with_cue.options_for(metric), metric_info(metric).options)  # compare's rules
-            a = _result(with_cue, metric, front, end, pair, own)
-            without_cue.memo.update({k: v for k, v in with_cue.memo.items() if k[0] in _TRAIN_ONLY_KEYS})
-            b = _result(without_cue, metric, front, end, pair, own)
-            out.append(ExcessAgreement(metric, str(as_layer_pair(pair)), a.details["agreement"], b.details["agreement"],
-                                       a.score, b.score, a.details.get("iri_median_error")))
+    for row_a in sorted(a, key=lambda r: a.layers.index(r.layer)):   # layer by layer, the metrics in their order
+        row_b = b[row_a.metric, row_a.layer]
+        for row in (row_a, row_b):
+            if row.error is not None:
+                raise RuntimeError(f"excess agreement: {row.metric} at layer {row.layer} failed: {row.error}")
+        out.append(ExcessAgreement(row_a.metric, row_a.layer, row_a.details["agreement"], row_b.details["agreement"],
+                                   row_a.score, row_b.score, row_a.details.get("iri_median_error")))
     return out
 
 

@@ -1,9 +1,10 @@
-"""The ``compare`` command: two models, one or more layers, the selected metrics, a report (and the unseen-cue experiment)."""
+"""The ``compare`` command: two models, one or more layers, the selected metrics, a report.
+
+``compare --excess-agreement`` hands its arguments to the unseen-cue experiment (``excess.py``)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -23,23 +24,23 @@ from .common import (
     parse_variant_options,
     positive_int,
     progress_of,
-    write_outputs,
 )
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def load_inputs(args: argparse.Namespace, default_metrics: str | None = None) -> tuple[dict, Any, Any, Any, list]:
+    """Check the outputs and options, then load what the command compares: (options, data, front, end, layers).
+
+    Every check runs before any work (exit 2 naming the path or option); ``default_metrics``: the metrics
+    when ``--metrics`` is not given (None: all)."""
     from ..host.registry import options_for_metrics, select_metrics
-    from ..runner.compare import compare
     from ..runner.isolation import check_timeout
 
-    check_outputs({"--out": args.out, "--csv": args.csv},   # before any work (exit 2 naming the path)
-                  input_files(args.front, args.end))
+    check_outputs({"--out": args.out, "--csv": args.csv}, input_files(args.front, args.end))
     check_timeout(args.timeout)
     options = parse_options(args.option or [])
     if args.epochs is not None:
         options["epochs"] = args.epochs
-    default = "stitch-slm,iri-slm" if args.excess_agreement else None
-    check_metric_options(options_for_metrics(select_metrics(args.metrics or default), options))  # before any work
+    check_metric_options(options_for_metrics(select_metrics(args.metrics or default_metrics), options))
     data = load_data(args.data, args.max_train, args.max_test)
     if args.variant:
         from ..networks.data import Data
@@ -50,10 +51,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     test=None if test is None else apply_variant(args.variant, test, args.seed + 4, **variant_options))
     front = load_model(args.front, args.num_classes, args.in_channels, data)
     end = load_model(args.end, args.num_classes, args.in_channels, data)
-    layer_list = [parse_layer(text) for text in args.layer]
+    return options, data, front, end, [parse_layer(text) for text in args.layer]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..runner.compare import compare
+
+    options, data, front, end, layer_list = load_inputs(args)
     start = time.perf_counter()
-    if args.excess_agreement:
-        return _excess(args, front, end, layer_list, data, options)
     interrupted: BaseException | None = None
     try:
         report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
@@ -74,25 +79,15 @@ def _writes_files() -> bool:
     return current_world().is_main
 
 
-def _excess(args: argparse.Namespace, front: Any, end: Any, layer_list: list, data: Any, options: dict) -> int:
-    from ..apps.experiments import excess_agreement, format_excess
-    from ..host.registry import select_metrics
-    from ..utils.io import csv_text
+class _RunExcessAgreement(argparse.Action):
+    """``compare --excess-agreement``: the arguments go to the unseen-cue experiment's command instead."""
 
-    metrics = select_metrics(args.metrics or "stitch-slm,iri-slm")
-    start = time.perf_counter()
-    rows = excess_agreement(front, end, layer_list, data, metrics, strength=args.cue_strength, seed=args.seed,
-                            options=options, progress=progress_of(args))
-    if not _writes_files():
-        return 0
-    print(format_excess(rows))
-    print(f"\nexcess agreement = agreement with the end model on test data carrying the unseen cue minus "
-          f"the same without it ({time.perf_counter() - start:.1f} s)")
-    header = list(rows[0].to_dict())
-    payload = {"experiment": "excess-agreement", "cue_strength": args.cue_strength, "results": [r.to_dict() for r in rows]}
-    write_outputs({args.out: json.dumps(payload, indent=2) + "\n" if args.out else None,
-                   args.csv: csv_text(header, ([r.to_dict()[k] for k in header] for r in rows)) if args.csv else None})
-    return 0
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from .excess import cmd_excess
+
+        namespace.excess_agreement = True
+        namespace.func = cmd_excess
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -117,7 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="wall-clock limit in seconds for each metric at each layer; a late one gets a timeout error row "
                         "(docs/reliability.md)")
-    p.add_argument("--excess-agreement", action="store_true",
+    p.add_argument("--excess-agreement", action=_RunExcessAgreement, nargs=0, default=False,
                    help="run the unseen-cue experiment instead: train the stitch on data with a label-coded cue "
                         "neither donor saw, report agreement with the end model with and without the cue "
                         "(metrics default to stitch-slm,iri-slm)")

@@ -102,7 +102,7 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
         train = TrainingSet(iris.inputs.detach().cpu(), labels, key=key, name="IRIs")
         return train, iris
 
-    return context.remember(key, build)
+    return context.remember(key, build, train_only=True)
 
 
 def iri_result(context: Context, front, end, layer: LayerPair, objective: str, options: dict) -> SimilarityResult:

@@ -7,6 +7,7 @@ sets) are computed once per key with [`Context.remember`][Context.remember].
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
@@ -59,6 +60,7 @@ class Context:
         self.reuse_nodes = False
         self.derived_bytes: int | None = None
         self._derived: OrderedDict[Hashable, int] = OrderedDict()  # derived keys, least recently used first
+        self.train_only: set[Hashable] = set()   # memo keys whose values depend on the models and Data.train alone
 
     def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
                  progress: bool) -> "Context":
@@ -72,17 +74,39 @@ class Context:
                         world=self.world)
         if self.data.train is data.train and self.data.test is data.test:
             child.memo, child.versions = self.memo, self.versions
-            child._derived = self._derived
+            child._derived, child.train_only = self._derived, self.train_only
         child.reuse_nodes, child.derived_bytes = self.reuse_nodes, self.derived_bytes
         return child
 
-    def remember(self, key: Hashable, compute: Callable[[], Any]) -> Any:
-        """Return the memoised value for ``key``, computing it with ``compute()`` the first time."""
+    def remember(self, key: Hashable, compute: Callable[[], Any], *, train_only: bool = False) -> Any:
+        """Return the memoised value for ``key``, computing it with ``compute()`` the first time.
+
+        ``train_only``: the value depends on the models and ``Data.train`` alone, never on the test split (a
+        fitted stitch, an IRI set, the training inputs), so a context made by [`with_test`][with_test] starts
+        with it.
+        """
         if key not in self.memo:
             self.memo[key] = compute()
             if isinstance(key, tuple) and key and key[0] in SHARED_KINDS:
                 self.versions[key] = _versions(self.memo[key])
+        if train_only:
+            self.train_only.add(key)
         return self.memo[key]
+
+    def with_test(self, test: Any) -> "Context":
+        """A context with this one's settings and training split and ``test`` as its test split.
+
+        It starts with this context's entries that depend on the models and the training split alone (those
+        remembered with ``train_only=True``: stitches fitted, IRI sets, training inputs), so the same stitch
+        is evaluated on another test split without training it again; nothing computed on the test split
+        carries over. Later entries of either context are their own. This context is left as it is.
+        """
+        child = Context(dataclasses.replace(self.data, test=test), seed=self.seed, device=self.device,
+                        options=self.options, progress=self.progress, batch_size=self.batch_size, world=self.world)
+        child.memo = {key: self.memo[key] for key in self.train_only if key in self.memo}
+        child.train_only = set(child.memo)
+        child.reuse_nodes, child.derived_bytes = self.reuse_nodes, self.derived_bytes
+        return child
 
     def drop_changed(self) -> list[str]:
         """Forget the shared tensors (activations, labels, outputs) that were written in place since they were
@@ -183,7 +207,7 @@ class Context:
     def split(self, model: nn.Module, layer: str, taps: tuple[str, ...] | None = None) -> SplitNetwork:
         """The memoised `SplitNetwork` of ``model`` at ``layer``."""
         key = ("split", id(model), layer, taps)
-        return self.remember(key, lambda: SplitNetwork(model, layer, taps))
+        return self.remember(key, lambda: SplitNetwork(model, layer, taps), train_only=True)
 
     def split_rows(self, split: str) -> range | None:
         """This rank's rows of a split (``range(N)`` in one process); None when the split has no length."""

@@ -11,6 +11,9 @@
 - the test-set arrays (A's activations and logits, B's logits, labels) per donor pair and layers.
 
 Other inputs than ``Data.train`` (e.g. IRIs) come in as a [`TrainingSet`][TrainingSet] with their own key.
+All but the test-set arrays depend on the training data alone (remembered ``train_only``), so a context made
+with [`Context.with_test`][similarity_plugins.networks.context.Context.with_test] evaluates the same
+stitches on another test split.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def training_set(context: Context) -> TrainingSet:
         x, y = load_all(split, batch_size=context.batch_size, what="the train split")
         return TrainingSet(x, y, ("data.train", id(split)), "train")
 
-    return context.remember(("stitch-train", id(split)), load)
+    return context.remember(("stitch-train", id(split)), load, train_only=True)
 
 
 def _cache(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair, train: TrainingSet,
@@ -77,12 +80,13 @@ def _cache(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair,
         # the front's activations depend on the front node alone: one pass serves every end it is stitched to
         node = ("stitch-front", id(front), layer.front, train.key, subset, settings.cache_limit_mb,
                 settings.eval_batch_size, rows)
-        cache.stores["front"] = context.remember(node, lambda: cache.ensure(["front"]) or cache.stores["front"])
+        cache.stores["front"] = context.remember(node, lambda: cache.ensure(["front"]) or cache.stores["front"],
+                                                 train_only=True)
         return cache
 
     subset = (settings.max_train, settings.seed) if settings.max_train else None
     key = ("stitch-cache", id(front), id(end), layer.front, layer.end, train.key, subset, settings.cache_limit_mb)
-    return context.remember(key, build)
+    return context.remember(key, build, train_only=True)
 
 
 def _fit_key(front: nn.Module, end: nn.Module, layer: LayerPair, objective: str, train: TrainingSet,
@@ -108,7 +112,7 @@ def fitted_stitch(context: Context, front: nn.Module, end: nn.Module, layer: Lay
                           settings, device=context.device, progress=context.progress, cache=cache,
                           world=context.world)
 
-    return context.remember(_fit_key(front, end, layer, objective, train, settings), fit)
+    return context.remember(_fit_key(front, end, layer, objective, train, settings), fit, train_only=True)
 
 
 def evaluation_arrays(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair, *,
