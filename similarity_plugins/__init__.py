@@ -15,7 +15,7 @@ from .host.hookspecs import hookimpl
 from .host.registry import UnknownMetric, list_metrics, metric_info
 from .host.results import LayerPair, Report, SimilarityResult
 from .networks.data import Data
-from .networks.split import LayerNotFound, layers
+from .networks.layer_lists import LayerNotFound, layers
 from .runner.compare import compare
 from .runner.grid import compare_grid
 from .runner.grid_results import Grid

@@ -125,7 +125,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
-    from ..networks.split import layers
+    from ..networks.layer_lists import layers
 
     model = load_model(args.model, args.num_classes, args.in_channels)
     for name in layers(model):

@@ -1,15 +1,8 @@
 """Split a network at a named layer: the front ``f_{<=i}``, the end ``g_{>j}`` and native activations.
 
 A *layer* is a module name from ``model.named_modules()``; its *activation* is that module's output.
-``layers(model)`` lists the canonical stitchable layers of a model in forward order:
-
-- torchvision ResNet: ``maxpool``, every residual block (``layer1.0`` ... ``layer4.1``), ``avgpool``;
-- torchvision VGG: every ReLU and MaxPool of ``features``, ``avgpool``, the ReLUs of ``classifier``;
-- timm VisionTransformer: ``patch_embed``, every block (``blocks.0`` ...), ``norm``;
-- any ``nn.Sequential`` and any other module tree: the root's children except the last (and
-  except Flatten, Identity and Dropout, which repeat the previous layer's values).
-
-Any other module name also works as a cut when the computation after it depends on nothing computed
+``layer_lists.layers(model)`` lists the canonical stitchable layers of a model in forward order. Any other
+module name also works as a cut when the computation after it depends on nothing computed
 before it except its output (a *clean cut*: ``layer1`` of a ResNet is one, ``layer1.0.conv1`` is not,
 because the residual connection skips around it).
 
@@ -31,14 +24,10 @@ import torch
 import torch.fx
 from torch import nn
 
-from ..utils.text import did_you_mean
 from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
+from .layer_lists import check_layer, layers
 
-__all__ = ["frozen", "preserved", "layers", "SplitNetwork", "split_network", "model_device", "LayerNotFound"]
-
-
-class LayerNotFound(ValueError):
-    """A layer name that the model does not have (the message lists the valid ones)."""
+__all__ = ["frozen", "preserved", "SplitNetwork", "split_network", "model_device", "on_device"]
 
 
 # --------------------------------------------------------------------------------------------- state
@@ -84,64 +73,6 @@ def model_device(model: nn.Module) -> torch.device:
     for t in model.buffers():
         return t.device
     return torch.device("cpu")
-
-
-# ------------------------------------------------------------------------------------ layer listing
-
-
-def _is_resnet(model: nn.Module) -> bool:
-    return all(hasattr(model, a) for a in ("conv1", "layer1", "layer2", "layer3", "layer4", "fc"))
-
-
-def _is_vgg(model: nn.Module) -> bool:
-    return isinstance(getattr(model, "features", None), nn.Sequential) and isinstance(
-        getattr(model, "classifier", None), nn.Sequential
-    )
-
-
-def _is_vit(model: nn.Module) -> bool:
-    return isinstance(getattr(model, "blocks", None), nn.Sequential) and hasattr(model, "patch_embed")
-
-
-def _canonical_layers(model: nn.Module) -> list[str]:
-    if _is_resnet(model):
-        names = ["maxpool"] if hasattr(model, "maxpool") else []
-        for stage in ("layer1", "layer2", "layer3", "layer4"):
-            names += [f"{stage}.{child}" for child, _ in getattr(model, stage).named_children()]
-        return names + (["avgpool"] if hasattr(model, "avgpool") else [])
-    if _is_vgg(model):
-        names = [f"features.{n}" for n, m in model.features.named_children() if isinstance(m, (nn.ReLU, nn.MaxPool2d))]
-        if hasattr(model, "avgpool"):
-            names.append("avgpool")
-        return names + [f"classifier.{n}" for n, m in model.classifier.named_children() if isinstance(m, nn.ReLU)]
-    if _is_vit(model):
-        names = ["patch_embed"] + [f"blocks.{n}" for n, _ in model.blocks.named_children()]
-        return names + (["norm"] if isinstance(getattr(model, "norm", None), nn.Module) else [])
-    children = list(model.named_children())[:-1]
-    # parameter-free reshapes and no-ops repeat the previous layer's values; leave them out
-    return [n for n, m in children if not isinstance(m, (nn.Flatten, nn.Identity, nn.Dropout))]
-
-
-def layers(model: nn.Module) -> list[str]:
-    """Stitchable layer names of ``model`` in forward order (``named_modules()`` names).
-
-    The last entry is the penultimate representation (the layer that feeds the classifier), so the
-    list never contains the output layer itself. Returns a new list.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    return list(_canonical_layers(model))
-
-
-def _check_layer(model: nn.Module, layer: str) -> None:
-    names = dict(model.named_modules())
-    if layer in names and layer != "":
-        return
-    valid = layers(model)
-    raise LayerNotFound(
-        f"layer {layer!r} not found in {type(model).__name__}{did_you_mean(str(layer), names, cutoff=0.6)}; "
-        f"available: {', '.join(valid)} (any clean-cut module name from named_modules() also works)"
-    )
 
 
 # -------------------------------------------------------------------------------------- fx tracing
@@ -251,7 +182,7 @@ class SplitNetwork:
     def __init__(self, model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
-        _check_layer(model, layer)
+        check_layer(model, layer)
         self.model = model
         self.layer = layer
         canonical = [n for n in layers(model) if not _nested(n, layer)]
@@ -276,7 +207,7 @@ class SplitNetwork:
             taps = [t for t in after if t in canonical]
         else:
             for t in taps:
-                _check_layer(model, t)
+                check_layer(model, t)
                 if t not in after:
                     raise ValueError(f"tap layer {t!r} does not come after the cut {layer!r}; later layers: {', '.join(after)}")
         self.taps = tuple(taps)

@@ -14,7 +14,8 @@ from ..host.registry import options_for_metrics, select_metrics
 from ..host.results import LayerPair, Report, SimilarityResult, as_layer_pair
 from ..networks.context import Context
 from ..networks.data import Data
-from ..networks.split import _check_layer, model_device, on_device, preserved
+from ..networks.layer_lists import check_layer
+from ..networks.split import model_device, on_device, preserved
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
@@ -102,8 +103,8 @@ def compare(
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
     pairs = as_layer_list(layer)
     for pair in pairs:
-        _check_layer(front, pair.front)
-        _check_layer(end, pair.end)
+        check_layer(front, pair.front)
+        check_layer(end, pair.end)
     names = select_metrics(metrics)
     pm = get_plugin_manager()
     metric_options = options_for_metrics(names, options)

@@ -25,7 +25,8 @@ from ..host.manager import get_plugin_manager
 from ..host.registry import options_for_metrics
 from ..networks.context import Context
 from ..networks.data import Data
-from ..networks.split import _check_layer, model_device, on_device
+from ..networks.layer_lists import check_layer
+from ..networks.split import model_device, on_device
 from ..utils.progress import check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
@@ -83,7 +84,7 @@ def _as_layers(layers: Any, models: dict[str, nn.Module]) -> dict[str, list[str]
             if not isinstance(layer, str):
                 raise TypeError(f"layer names must be strings, got {layer!r} for model {name!r}")
             try:
-                _check_layer(models[name], layer)
+                check_layer(models[name], layer)
             except ValueError as exc:
                 raise type(exc)(f"model {name!r}: {exc}") from None
     return per
