@@ -166,3 +166,24 @@ def test_to_pandas_without_pandas_says_how_to_install(donors, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_pandas)
     with pytest.raises(ImportError, match="pip install pandas"):
         report.to_pandas()
+
+
+def test_any_metric_s_test_interval_is_averaged_over_repeats_and_printed(fresh_manager):
+    """``details["test_ci95"]`` is part of the result contract, not stitching's: a third-party metric that
+    reports one gets it averaged over seeds (with the per-seed list) and shown in the table."""
+    import similarity_plugins as sp
+    from models_for_tests import tiny_cnn
+
+    @sp.hookimpl
+    def similarity(seed):
+        return {"score": 0.5 + seed / 100, "details": {"test_ci95": [0.4 + seed / 100, 0.6 + seed / 100]}}
+
+    sp.register_metric(similarity, "interval-metric")
+    x = torch.rand(24, 1, 8, 8)
+    data = Data(test=torch.utils.data.TensorDataset(x, torch.zeros(24, dtype=torch.long)))
+    row = compare(tiny_cnn(), tiny_cnn(seed=1), "block1", data, "interval-metric", seed=1, repeats=3)["interval-metric"]
+    assert row.details["test_ci95_per_seed"] == [[0.4 + s / 100, 0.6 + s / 100] for s in (1, 2, 3)]
+    assert row.details["test_ci95"] == pytest.approx([0.42, 0.62], abs=1e-12)
+    assert row.details["seed_ci95"][0] < row.score < row.details["seed_ci95"][1]
+    one = compare(tiny_cnn(), tiny_cnn(seed=1), "block1", data, "interval-metric", seed=1)
+    assert "[0.41, 0.61]" in str(one) and "bootstrap interval over test samples" in str(one)

@@ -36,6 +36,10 @@ def as_layer_pair(layer: "str | Sequence[str] | LayerPair") -> LayerPair:
     )
 
 
+TEST_INTERVAL = "test_ci95"   # details key: a metric's 95% interval of its score over test samples
+SEED_INTERVAL = "seed_ci95"   # details key: the 95% interval of the mean over seeds (repeats)
+
+
 @dataclass
 class SimilarityResult:
     """One metric's answer at one layer.
@@ -44,6 +48,11 @@ class SimilarityResult:
     (sample counts, accuracies, IRI quality, warnings, ...), ``seconds`` the wall time of the metric
     in seconds, ``error`` the error message (``None`` on success), ``layer`` the cut as a string
     (``"layer1"`` or ``"layer1->layer2"``).
+
+    Two ``details`` keys have a meaning for every metric: ``TEST_INTERVAL`` (``"test_ci95"``), a metric's
+    own 95% interval ``[low, high]`` of its score over test samples (stitching reports a bootstrap one),
+    which repeats average and reports print; and ``SEED_INTERVAL`` (``"seed_ci95"``), the interval over
+    seeds that ``compare(..., repeats=k)`` adds.
     """
 
     metric: str
@@ -267,7 +276,7 @@ def _declared_kinds(metrics: list[str]) -> dict[str, str | None]:
 
 # -- intervals (details["test_ci95"], details["seed_ci95"]) in tables, CSV and DataFrames ---------------------
 
-INTERVAL_COLUMNS = ("test_ci95_low", "test_ci95_high", "seed_ci95_low", "seed_ci95_high")
+INTERVAL_COLUMNS = tuple(f"{key}_{end}" for key in (TEST_INTERVAL, SEED_INTERVAL) for end in ("low", "high"))
 
 
 def _interval(result: SimilarityResult | None, key: str) -> tuple[float, float] | None:
@@ -280,7 +289,7 @@ def _interval(result: SimilarityResult | None, key: str) -> tuple[float, float] 
 def _interval_cells(result: SimilarityResult) -> dict:
     """``{"test_ci95_low": ..., "test_ci95_high": ..., "seed_ci95_low": ..., ...}`` for the intervals present."""
     cells = {}
-    for key in ("test_ci95", "seed_ci95"):
+    for key in (TEST_INTERVAL, SEED_INTERVAL):
         bounds = _interval(result, key)
         if bounds is not None:
             cells[f"{key}_low"], cells[f"{key}_high"] = bounds
@@ -289,17 +298,17 @@ def _interval_cells(result: SimilarityResult) -> dict:
 
 def _format_interval(result: SimilarityResult | None) -> str:
     """`` [low, high]`` for a table cell: over seeds when the row has repeats, else over test samples."""
-    bounds = _interval(result, "seed_ci95") or _interval(result, "test_ci95")
+    bounds = _interval(result, SEED_INTERVAL) or _interval(result, TEST_INTERVAL)
     return "" if bounds is None or result is None or result.score is None else f" [{bounds[0]:.2f}, {bounds[1]:.2f}]"
 
 
 def _interval_legend(results: list[SimilarityResult]) -> list[str]:
-    seeds = sorted({int(r.details.get("repeats", 1)) for r in results if _interval(r, "seed_ci95")})
-    tests = any(_interval(r, "test_ci95") and not _interval(r, "seed_ci95") for r in results)
+    seeds = sorted({int(r.details.get("repeats", 1)) for r in results if _interval(r, SEED_INTERVAL)})
+    tests = any(_interval(r, TEST_INTERVAL) and not _interval(r, SEED_INTERVAL) for r in results)
     lines = []
     if seeds:
         lines.append(f"[low, high]: 95% interval of the mean over {'/'.join(map(str, seeds))} seeds "
-                     "(details: test_ci95 per stitch, scores per seed)")
+                     f"(details: {TEST_INTERVAL} per stitch, scores per seed)")
     if tests:
         lines.append("[low, high]: 95% bootstrap interval over test samples (one seed)")
     return lines

@@ -2,10 +2,11 @@
 
 The row's ``score`` is the mean of the k scores; ``details["scores"]`` lists them, ``details["seeds"]``
 their seeds and ``details["seed_ci95"]`` is a 95% Student-t interval of the mean over seeds (it covers the
-randomness of stitch initialisation, data order and IRI starts, not the test-sample uncertainty, which
-``details["test_ci95"]`` gives per stitch). A metric plugin that declares ``deterministic = True`` (CKA)
-is computed once: its ``score`` is that value, ``scores`` is ``[value] * k``, ``seed_ci95`` is ``[value, value]``
-(exactly, not a float mean of equal values) and ``details["deterministic"]`` is True.
+randomness of stitch initialisation, data order and IRI starts, not the test-sample uncertainty, which a
+metric may report per run as ``details["test_ci95"]``; the rows average it). A metric plugin that declares
+``deterministic = True`` (CKA) is computed once: its ``score`` is that value, ``scores`` is ``[value] * k``,
+``seed_ci95`` is ``[value, value]`` (exactly, not a float mean of equal values) and
+``details["deterministic"]`` is True.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import numbers
 from typing import Any, Callable
 
-from ..host.results import SimilarityResult
+from ..host.results import SEED_INTERVAL, TEST_INTERVAL, SimilarityResult
 
 __all__ = ["check_repeats", "exact_mean", "is_deterministic", "mean_interval", "run_repeated"]
 
@@ -96,14 +97,14 @@ def _aggregate(ok: list[SimilarityResult], scores: list[float], seeds: list[int]
     for key, value in first.details.items():  # average the float details every run has (accuracies, errors)
         if isinstance(value, float) and all(isinstance(r.details.get(key), float) for r in ok):
             details[key] = exact_mean([r.details[key] for r in ok])
-    intervals = [r.details.get("test_ci95") for r in ok]
+    intervals = [r.details.get(TEST_INTERVAL) for r in ok]   # a metric's own interval over test samples
     if all(isinstance(i, (list, tuple)) and len(i) == 2 for i in intervals):
-        details["test_ci95_per_seed"] = [list(i) for i in intervals]
-        details["test_ci95"] = [exact_mean([i[0] for i in intervals]), exact_mean([i[1] for i in intervals])]
+        details[f"{TEST_INTERVAL}_per_seed"] = [list(i) for i in intervals]
+        details[TEST_INTERVAL] = [exact_mean([i[0] for i in intervals]), exact_mean([i[1] for i in intervals])]
     warnings = list(dict.fromkeys(w for r in ok for w in (r.details.get("warnings") or [])))
     warnings += [f"{f} (left out of the mean)" for f in failures]
     if warnings:
         details["warnings"] = warnings
-    details.update(scores=scores, seeds=seeds, repeats=repeats, seed_ci95=list(mean_interval(scores)),
-                   deterministic=deterministic)
+    details.update({"scores": scores, "seeds": seeds, "repeats": repeats, SEED_INTERVAL: list(mean_interval(scores)),
+                    "deterministic": deterministic})
     return SimilarityResult(first.metric, exact_mean(scores), details, seconds, None, first.layer)

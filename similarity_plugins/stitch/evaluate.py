@@ -6,6 +6,7 @@ from typing import Callable
 
 import torch
 
+from ..host.results import TEST_INTERVAL
 from ..networks.split import SplitNetwork
 from .bootstrap import relative_accuracy_ci
 from .objectives import relative_sq_error
@@ -84,7 +85,7 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
     c = counts() if reduce is None else reduce(counts, torch.zeros(7, dtype=torch.float64))
     out = _scores(c, front_logits is not None, end_acts is not None)
     if reduce is None:  # sharded over ranks, each rank holds only its samples: no interval
-        out["test_ci95"] = list(relative_accuracy_ci(correct["stitched"], correct["end"]))
+        out[TEST_INTERVAL] = list(relative_accuracy_ci(correct["stitched"], correct["end"]))
     return out
 
 
