@@ -171,8 +171,9 @@ def test_to_pandas_without_pandas_says_how_to_install(donors, monkeypatch):
 def test_any_metric_s_test_interval_is_averaged_over_repeats_and_printed(fresh_manager):
     """``details["test_ci95"]`` is part of the result contract, not stitching's: a third-party metric that
     reports one gets it averaged over seeds (with the per-seed list) and shown in the table."""
-    import similarity_plugins as sp
     from models_for_tests import tiny_cnn
+
+    import similarity_plugins as sp
 
     @sp.hookimpl
     def similarity(seed):
