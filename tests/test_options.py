@@ -231,3 +231,24 @@ def test_mistyped_option_exits_2_naming_the_valid_one(capsys):
     code = main(["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "block3", "--data", "digits",
                  "--metrics", "cka-linear", "--option", "cka-linear.lr=0.1", "--no-progress"])
     assert code == 2 and "'lr' for metric 'cka-linear'" in capsys.readouterr().err
+
+
+def test_rule_tables_check_and_convert_naming_the_option():
+    """One mechanism for a family's value ranges: the stitch settings and the IRI tuning values use it."""
+    from similarity_plugins.host.values import POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules
+
+    assert check_rule("epochs", 3.0, POSITIVE_INT) == 3 and type(check_rule("epochs", 3.0, POSITIVE_INT)) is int
+    assert type(check_rule("lr", 1, POSITIVE)) is float
+    for bad, message in ((2.5, "option epochs must be a positive integer, got 2.5"),
+                         (0, "option epochs must be a positive integer, got 0"),
+                         (True, "option epochs must be a positive integer, got True")):
+        with pytest.raises(ValueError) as info:
+            check_rule("epochs", bad, POSITIVE_INT)
+        assert str(info.value) == message
+    for bad in (float("nan"), float("inf"), "0.1", None):
+        with pytest.raises(ValueError, match="option lr must be a finite number"):
+            check_rule("lr", bad, POSITIVE)
+    leak = Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+    assert check_rules({"leak": 0, "name": "x"}, {"leak": leak}) == {"leak": 0.0, "name": "x"}
+    with pytest.raises(ValueError, match=r"option leak must be in \[0, 1\), got 1.5"):
+        check_rules({"leak": 1.5}, {"leak": leak})

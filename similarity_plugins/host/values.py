@@ -13,17 +13,23 @@ value a metric is given against its default, the same way for ``compare``, ``sco
 
 ``compare`` and ``score`` give a metric with such a value an error row; the CLI refuses it before any work
 (exit 2).
+
+A family states the ranges of its own values once, as a table of [`Rule`][Rule]s (name -> what the value
+must be), checked by [`check_rules`][check_rules]: the stitch settings and the IRI tuning values are two
+such tables.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import re
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 __all__ = ["option_value_error", "check_option_values", "coerce_option_value", "coerce_option_values", "is_limit",
-           "TRUE_WORDS", "FALSE_WORDS"]
+           "TRUE_WORDS", "FALSE_WORDS", "Rule", "check_rule", "check_rules", "POSITIVE_INT", "POSITIVE", "NON_NEGATIVE"]
 
 _LIMIT = re.compile(r"(^|_)max_(samples|train|test|seeds)$")
 _PATH = re.compile(r"(^|_)(dir|path|file)$")
@@ -109,3 +115,35 @@ def check_option_values(options: Mapping[str, Any], defaults: Mapping[str, Any] 
     except ValueError as exc:
         return str(exc)
     return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a numeric value must be: a finite number of ``kind`` (``int``: whole numbers only) for which
+    ``ok(value)`` holds; ``want`` says so in words for the error (``"> 0"``, ``"in [0, 1)"``)."""
+
+    kind: type
+    ok: Callable[[Any], bool]
+    want: str
+
+
+POSITIVE_INT = Rule(int, lambda v: v >= 1, "a positive integer")
+POSITIVE = Rule(float, lambda v: v > 0.0, "> 0")
+NON_NEGATIVE = Rule(float, lambda v: v >= 0.0, ">= 0")
+
+
+def check_rule(name: str, value: Any, rule: Rule) -> int | float:
+    """``value`` as ``rule.kind`` when it obeys ``rule``; raises ValueError naming the option, what it must be and
+    the value given (``option lr must be > 0, got -1``)."""
+    whole = rule.kind is int
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    if not number or (whole and not float(value).is_integer()):
+        raise ValueError(f"option {name} must be {rule.want if whole else 'a finite number'}, got {value!r}")
+    if not rule.ok(value):
+        raise ValueError(f"option {name} must be {rule.want}, got {value!r}")
+    return rule.kind(value)
+
+
+def check_rules(values: Mapping[str, Any], rules: Mapping[str, Rule]) -> dict[str, Any]:
+    """``values`` with each one that has a rule checked and converted (`check_rule`); the others as given."""
+    return {name: check_rule(name, value, rules[name]) if name in rules else value for name, value in values.items()}

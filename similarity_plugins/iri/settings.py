@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..host.values import POSITIVE_INT, Rule, check_rules
 from ..utils.text import did_you_mean
 from .presets import PRESETS, RUN_DEFAULTS
 
@@ -207,19 +208,19 @@ def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, 
                     precision=precision, **values)
 
 
-# name -> (kind, test, what the value must be); checked before a run starts, so a typo fails at once
-_RULES: dict[str, tuple[type, Callable[[Any], bool], str]] = {
-    "lr": (float, lambda v: v > 0.0, "a positive number"),
-    "cycle_steps": (int, lambda v: v >= 0, "an integer >= 0 (0: one cosine over the budget)"),
-    "cycle_mult": (float, lambda v: v >= 1.0, "a growth factor >= 1"),
-    "cycle_decay": (float, lambda v: v > 0.0, "a step-size factor > 0"),
-    "beta1": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
-    "beta2": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
-    "eps": (float, lambda v: v > 0.0, "> 0"),
-    "history": (int, lambda v: 1 <= v <= 100, "an integer in [1, 100]"),
-    "armijo": (float, lambda v: 0.0 < v < 0.5, "in (0, 0.5)"),
-    "max_backtracks": (int, lambda v: v >= 1, "an integer >= 1"),
-    "relu_leak": (float, lambda v: 0.0 <= v < 1.0, "in [0, 1) (0 = true gradients)"),
+# what each tuning value must be; checked before a run starts, so a typo fails at once
+_RULES: dict[str, Rule] = {
+    "lr": Rule(float, lambda v: v > 0.0, "a positive number"),
+    "cycle_steps": Rule(int, lambda v: v >= 0, "an integer >= 0 (0: one cosine over the budget)"),
+    "cycle_mult": Rule(float, lambda v: v >= 1.0, "a growth factor >= 1"),
+    "cycle_decay": Rule(float, lambda v: v > 0.0, "a step-size factor > 0"),
+    "beta1": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "beta2": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "eps": Rule(float, lambda v: v > 0.0, "> 0"),
+    "history": Rule(int, lambda v: 1 <= v <= 100, "an integer in [1, 100]"),
+    "armijo": Rule(float, lambda v: 0.0 < v < 0.5, "in (0, 0.5)"),
+    "max_backtracks": POSITIVE_INT,
+    "relu_leak": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1) (0 = true gradients)"),
 }
 
 
@@ -234,12 +235,4 @@ def _check_values(values: dict[str, Any]) -> None:
     if "fake_relu" in values and values["fake_relu"] not in FAKE_RELU:
         raise ValueError(f"fake_relu must be one of {', '.join(FAKE_RELU)} (straight-through gradient at the last ReLU "
                          f"before the cut), got {values['fake_relu']!r}")
-    for name, (kind, ok, want) in _RULES.items():
-        if name not in values:
-            continue
-        value = values[name]
-        valid_type = (isinstance(value, (int, np.integer)) if kind is int
-                      else isinstance(value, (int, float, np.number)))
-        if isinstance(value, bool) or not valid_type or not math.isfinite(float(value)) or not ok(value):
-            raise ValueError(f"{name} must be {want}, got {value!r}")
-        values[name] = kind(value)
+    values.update(check_rules(values, _RULES))

@@ -30,11 +30,11 @@ The seed comes from ``compare(seed=...)`` (or the ``seed`` argument), not from t
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 from ..host.contract import Option
+from ..host.values import NON_NEGATIVE, POSITIVE, POSITIVE_INT, check_rule, check_rules
 
 __all__ = ["StitchSettings", "OBJECTIVES", "INITS", "OPTION_DOCS", "check_objective", "stitch_options"]
 
@@ -72,6 +72,12 @@ def check_objective(objective: str) -> str:
     return name
 
 
+# what each numeric setting must be (one table, checked by host.values.check_rules)
+_RULES = {"epochs": POSITIVE_INT, "batch_size": POSITIVE_INT, "ls_samples": POSITIVE_INT, "eval_batch_size": POSITIVE_INT,
+          "max_train": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "gamma": POSITIVE,
+          "temperature": POSITIVE, "cache_limit_mb": NON_NEGATIVE}
+
+
 @dataclass(frozen=True)
 class StitchSettings:
     """How a stitch is initialised and trained (see the module docstring for each field). Hashable."""
@@ -104,16 +110,8 @@ class StitchSettings:
 
     def validated(self) -> "StitchSettings":
         """A copy with values normalised (types, aliases, milestones as fractions); raises on bad ones."""
-        epochs = _positive_int("epochs", self.epochs)
-        batch_size = _positive_int("batch_size", self.batch_size)
-        ls_samples = _positive_int("ls_samples", self.ls_samples)
-        eval_batch_size = _positive_int("eval_batch_size", self.eval_batch_size)
-        max_train = None if self.max_train is None else _positive_int("max_train", self.max_train)
-        lr = _number("lr", self.lr, minimum=0.0, strict=True)
-        weight_decay = _number("weight_decay", self.weight_decay, minimum=0.0)
-        gamma = _number("gamma", self.gamma, minimum=0.0, strict=True)
-        temperature = _number("temperature", self.temperature, minimum=0.0, strict=True)
-        cache_limit_mb = _number("cache_limit_mb", self.cache_limit_mb, minimum=0.0)
+        v = check_rules({f.name: getattr(self, f.name) for f in fields(self)
+                         if f.name in _RULES and not (f.name == "max_train" and self.max_train is None)}, _RULES)
         init = _INIT_ALIASES.get(str(self.init).lower())
         if init is None:
             raise ValueError(f"option init={self.init!r} is not known; choose one of {', '.join(INITS)}")
@@ -125,18 +123,15 @@ class StitchSettings:
             milestones = (milestones,)
         fractions = []
         for m in milestones or ():
-            m = _number("milestones", m, minimum=0.0, strict=True)
-            fractions.append(m if m < 1 else m / epochs)
+            m = check_rule("milestones", m, POSITIVE)
+            fractions.append(m if m < 1 else m / v["epochs"])
         weights = self.fula_weights
         if weights is not None:
             if isinstance(weights, (int, float)):
                 raise ValueError("option fula_weights must be a list of numbers, one per FuLA term")
-            weights = tuple(_number("fula_weights", w, minimum=0.0) for w in weights)
-        return replace(self, epochs=epochs, batch_size=batch_size, ls_samples=ls_samples, max_train=max_train,
-                       lr=lr, weight_decay=weight_decay, gamma=gamma, temperature=temperature,
-                       cache_limit_mb=cache_limit_mb, init=init, dm_loss=dm_loss, eval_batch_size=eval_batch_size,
-                       milestones=tuple(sorted(fractions)), fula_weights=weights, stitch_bn=bool(self.stitch_bn),
-                       seed=int(self.seed))
+            weights = tuple(check_rule("fula_weights", w, NON_NEGATIVE) for w in weights)
+        return replace(self, **v, init=init, dm_loss=dm_loss, milestones=tuple(sorted(fractions)), fula_weights=weights,
+                       stitch_bn=bool(self.stitch_bn), seed=int(self.seed))
 
     @property
     def cache_limit_bytes(self) -> float:
@@ -154,20 +149,6 @@ class StitchSettings:
         d["milestones"] = [round(m, 6) for m in self.milestones]
         d["fula_weights"] = None if self.fula_weights is None else list(self.fula_weights)
         return d
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
-        raise ValueError(f"option {name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def _number(name: str, value: Any, *, minimum: float, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"option {name} must be a finite number, got {value!r}")
-    if value < minimum or (strict and value == minimum):
-        raise ValueError(f"option {name} must be {'>' if strict else '>='} {minimum}, got {value!r}")
-    return float(value)
 
 
 def stitch_options() -> tuple[Option, ...]:
