@@ -4,7 +4,8 @@
   site the home page sits inside ``docs/``, so those prefixes are dropped. Nothing else in the text changes.
 - A page line ``<!-- generated: NAME -->`` is replaced at build time by the table NAME makes: ``metric-list``
   (every registered metric's kind, range, symmetry, invariances and needed splits), ``metric-options`` (one
-  table per metric: option, default, what it does) or ``speed`` (the saved benchmark run
+  table per metric: option, default, what it does), ``iri-options`` and ``iri-tuning`` (the IRI options and
+  tuning keys, with each preset's values, from the package) or ``speed`` (the saved benchmark run
   docs/results/bench-small.json). The metric tables come from ``metric_info()`` of the registered metrics of this
   package (third-party plugins installed where the site is built are left out), so a new built-in metric or
   option appears on the pages by itself.
@@ -99,7 +100,46 @@ def speed(path: Path = _DOCS / "results" / "bench-small.json") -> str:
     return "\n".join(rows)
 
 
-GENERATORS = {"metric-list": metric_list, "metric-options": metric_options, "speed": speed}
+def iri_options() -> str:
+    """The table of the ``iri_*`` options of the invariance-aware metrics: default and doc, from ``metric_info``."""
+    import similarity_plugins as sp
+
+    info = sp.metric_info("iri-slm")
+    rows = ["| option | default | what it does |", "| --- | --- | --- |"]
+    rows += [f"| `{key}` | `{_cell(default)}` | {_cell(info.option_docs.get(key, ''))} |"
+             for key, default in info.options.items() if key.startswith("iri_")]
+    return "\n".join(rows)
+
+
+def _per_preset(key: str) -> str:
+    """``key``'s value in the presets: the most common one, then each other value with the presets that use it."""
+    from similarity_plugins.iri import PRESETS
+
+    groups: dict[str, tuple[object, list[str]]] = {}
+    for name, preset in PRESETS.items():
+        if key in preset:
+            groups.setdefault(repr(preset[key]), (preset[key], []))[1].append(f"`{name}`")
+    if not groups:
+        return "-"
+    (common, _), *rest = sorted(groups.values(), key=lambda group: -len(group[1]))
+    return "; ".join([_cell(common)] + [f"{', '.join(names)} {_cell(value)}" for value, names in rest])
+
+
+def iri_tuning() -> str:
+    """The table of the IRI tuning keys: each one's value in every preset, and its doc (``iri.settings``)."""
+    from similarity_plugins.iri.settings import TUNING, TUNING_DOCS
+
+    rows = ["| key | default per preset | what it does |", "| --- | --- | --- |"]
+    for key in TUNING:
+        default = "chosen by `auto`" if key == "preset" else _per_preset(key)
+        rows.append(f"| `{key}` | {default} | {_cell(TUNING_DOCS.get(key, ''))} |")
+    rows.append(f"| `cycle_steps` (the option `iri_cycle_steps`, not a tuning key) | {_per_preset('cycle_steps')} | "
+                "Adam: the first restart cycle in steps (0: one cosine over the budget) |")
+    return "\n".join(rows)
+
+
+GENERATORS = {"metric-list": metric_list, "metric-options": metric_options, "speed": speed,
+              "iri-options": iri_options, "iri-tuning": iri_tuning}
 
 
 def expand_generated(markdown: str) -> str:

@@ -189,6 +189,28 @@ def test_generated_tables_list_every_registered_metric():
             assert f"<code>{option}</code>" in options_page, (name, option)
 
 
+def test_iri_page_tables_come_from_the_package():
+    """The IRI options and tuning tables are generated: every option with its declared default, every tuning
+    key with the value each preset gives it (no literal defaults on the page)."""
+    import similarity_plugins as sp
+    from similarity_plugins.iri import PRESETS
+    from similarity_plugins.iri.settings import TUNING
+
+    text = (ROOT / "docs" / "iris.md").read_text(encoding="utf-8")
+    assert "<!-- generated: iri-options -->" in text and "<!-- generated: iri-tuning -->" in text
+    assert "| `iri_steps` |" not in text and "| `lr` |" not in text
+    page = render(ROOT / "docs" / "iris.md")
+    info = sp.metric_info("iri-slm")
+    for key, default in info.options.items():
+        if key.startswith("iri_"):
+            assert f"<td><code>{key}</code></td>\n<td><code>{'None' if default is None else default}</code></td>" in page, key
+    for key in TUNING:
+        assert f"<td><code>{key}</code></td>" in page, key
+    lr_row = page.split("<td><code>lr</code></td>")[1].split("</tr>")[0]
+    for name, preset in PRESETS.items():
+        assert preset["lr"] == 0.2 or f"<code>{name}</code>" in lr_row, name
+
+
 # ---- the built site (slow: builds it) ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

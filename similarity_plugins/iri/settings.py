@@ -36,7 +36,8 @@ TUNING_DOCS = {
     "beta2": "Adam's second-moment decay",
     "eps": "Adam's denominator guard",
     "relu_leak": "gradient slope of the front's ReLU calls below zero (0: true gradients); the loss stays exact",
-    "fold_bn": "run a private copy of the front with BatchNorm folded into the convolutions (dead taps cut)",
+    "fold_bn": "run a private copy of the front with BatchNorm folded into the convolutions and dead taps cut (same "
+               "function up to rounding; the model is not touched)",
     "fake_relu": "straight-through gradient at the last ReLU: auto (where the cut is that ReLU's output), last, none",
     "history": "L-BFGS: curvature pairs kept per sample (memory: 2 x history x pixels floats per slot)",
     "armijo": "L-BFGS: sufficient-decrease constant of the per-sample line search",
