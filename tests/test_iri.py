@@ -494,3 +494,15 @@ def test_gpu_script_measures_compile_on_cpu():
         torch.compile = real
     assert row["compile"] is True and row["compiled_graphs"] >= 1 and 0 < row["compile_s"] < row["wall_s"]
     assert row["iris_per_s_after_warm_up"] > row["iris_per_s"]
+
+
+def test_optimize_iris_takes_settings_and_run_options_objects():
+    seeds = torch.rand(2, 1, 4, 4)
+    with pytest.raises(TypeError, match=r"Settings.of"):
+        optimize_iris(lambda x: x, seeds, {"steps": 5})
+    with pytest.raises(TypeError, match=r"RunOptions"):
+        optimize_iris(lambda x: x, seeds, Settings.of(steps=5), {"batch_size": 2})
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        RunOptions(batch_size=0)
+    iris = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds, Settings.of(steps=3, precision="float32"), QUIET)
+    assert iris.settings["precision"] == "float32" and iris.settings["steps"] == 3

@@ -63,17 +63,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
                          seed=args.seed, device=args.device, options=options, timeout=args.timeout,
-                         progress=progress_of(args) if _writes_files() else False)
+                         progress=progress_of(args) if writes_files() else False)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the rows that finished, the others marked interrupted
         report, interrupted = getattr(exc, "report", None), exc
         if report is None:
             raise
-    if not _writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
+    if not writes_files():  # under torchrun: every rank holds the same report; rank 0 prints and writes it
         return interrupted_code(interrupted) if interrupted else 0 if all(r.error is None for r in report) else 1
     return emit_interrupted(report, args.out, args.csv, time.perf_counter() - start, interrupted)
 
 
-def _writes_files() -> bool:
+def writes_files() -> bool:
+    """True on the process that prints and writes the results (rank 0 under torchrun; the only one otherwise)."""
     from ..networks.parallel import current_world
 
     return current_world().is_main

@@ -7,7 +7,7 @@ import json
 import time
 
 from .common import progress_of, write_outputs
-from .compare import load_inputs
+from .compare import load_inputs, writes_files
 
 DEFAULT_METRICS = "stitch-slm,iri-slm"
 
@@ -17,7 +17,6 @@ def cmd_excess(args: argparse.Namespace) -> int:
     the end model with and without the cue. Returns the exit code (0)."""
     from ..apps.experiments import excess_agreement, format_excess
     from ..host.registry import select_metrics
-    from ..networks.parallel import current_world
     from ..utils.io import csv_text
 
     options, data, front, end, layer_list = load_inputs(args, DEFAULT_METRICS)
@@ -25,7 +24,7 @@ def cmd_excess(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     rows = excess_agreement(front, end, layer_list, data, metrics, strength=args.cue_strength, seed=args.seed,
                             options=options, progress=progress_of(args))
-    if not current_world().is_main:   # under torchrun: every rank holds the rows; rank 0 prints and writes them
+    if not writes_files():   # under torchrun: every rank holds the rows; rank 0 prints and writes them
         return 0
     print(format_excess(rows))
     print(f"\nexcess agreement = agreement with the end model on test data carrying the unseen cue minus "

@@ -136,7 +136,7 @@ def check_rule(name: str, value: Any, rule: Rule) -> int | float:
     """``value`` as ``rule.kind`` when it obeys ``rule``; raises ValueError naming the option, what it must be and
     the value given (``option lr must be > 0, got -1``)."""
     whole = rule.kind is int
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    number = _is_number(value) and math.isfinite(float(value))
     if not number or (whole and not float(value).is_integer()):
         raise ValueError(f"option {name} must be {rule.want if whole else 'a finite number'}, got {value!r}")
     if not rule.ok(value):

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..host.values import POSITIVE_INT, Rule, check_rules
+from ..host.values import POSITIVE, POSITIVE_INT, Rule, check_rules
 from ..utils.text import did_you_mean
 from .presets import PRESETS, RUN_DEFAULTS
 
@@ -217,7 +217,7 @@ _RULES: dict[str, Rule] = {
     "cycle_decay": Rule(float, lambda v: v > 0.0, "a step-size factor > 0"),
     "beta1": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
     "beta2": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
-    "eps": Rule(float, lambda v: v > 0.0, "> 0"),
+    "eps": POSITIVE,
     "history": Rule(int, lambda v: 1 <= v <= 100, "an integer in [1, 100]"),
     "armijo": Rule(float, lambda v: 0.0 < v < 0.5, "in (0, 0.5)"),
     "max_backtracks": POSITIVE_INT,
