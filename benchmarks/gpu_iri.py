@@ -9,7 +9,7 @@ Measures, on one CUDA GPU, and prints + writes ``DIR/gpu_iri.json``:
    on 32x32 inputs (512 seeds, 1,000-step budget, tol 1e-2, batch 512), eager and with ``compile=True``
    (its warm-up ``compile_s`` and the rate after it), and on 224x224 inputs (64 seeds, 200-step budget,
    batch 64); each with its error summary and the optimiser's overhead share;
-3. ``pytest tests/test_iri_gpu.py`` (exit code and tail of its output).
+3. ``pytest tests/iri/test_gpu.py`` (exit code and tail of its output).
 
 Fails loudly (exit 2) when CUDA is missing. Without CuPy the CuPy figures are recorded as errors and the
 rest still runs. Sized to finish in well under 5 minutes on one H200. ``--device cpu --small`` runs the
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.skip_tests:
         def tests() -> dict[str, Any]:
-            proc = subprocess.run([sys.executable, "-m", "pytest", os.path.join(ROOT, "tests", "test_iri_gpu.py"),
+            proc = subprocess.run([sys.executable, "-m", "pytest", os.path.join(ROOT, "tests", "iri", "test_gpu.py"),
                                    "-q", "-rs"], cwd=ROOT, capture_output=True, text=True, timeout=240)
             return {"returncode": proc.returncode, "tail": (proc.stdout + proc.stderr)[-3000:]}
 

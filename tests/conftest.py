@@ -117,8 +117,8 @@ def small_cnn_donors(digits32) -> tuple[nn.Module, nn.Module]:
 
 @pytest.fixture(scope="session")
 def tiny_cnn16(digits16) -> nn.Module:
-    """``models_for_tests.tiny_cnn`` trained 4 epochs on 16x16 digits (about 95% test accuracy), eval mode."""
-    from models_for_tests import tiny_cnn
+    """``tests.helpers.models.tiny_cnn`` trained 4 epochs on 16x16 digits (about 95% test accuracy), eval mode."""
+    from tests.helpers.models import tiny_cnn
 
     model = tiny_cnn()
     x, y = digits16.train.tensors

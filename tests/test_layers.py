@@ -5,13 +5,11 @@ from __future__ import annotations
 import pkgutil
 import subprocess
 import sys
-from pathlib import Path
 
 import tomllib
 
 import similarity_plugins
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.repo import ROOT
 
 _LINT = (
     "import sys\n"
@@ -42,3 +40,35 @@ def test_every_subpackage_has_a_layer():
     missing = subpackages - layered
     assert not missing, f"sub-packages {sorted(missing)} are in no layer: add them to [tool.importlinter] in pyproject.toml"
     assert {"host", "runner", "networks", "cka", "stitch", "iri", "plugins", "apps", "cli"} <= subpackages & layered
+
+
+def _imported_modules(path) -> set[str]:
+    """The absolute module names ``path`` imports (``import a.b`` and ``from a.b import c``), at any depth."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_the_tests_mirror_the_package_and_import_no_other_test_module():
+    """Every test module sits in a folder (the package's layers and families, docs, reliability), and none
+    imports another test module: what they share lives in tests/helpers/ and the conftest.py files."""
+    tests = ROOT / "tests"
+    modules = sorted(tests.rglob("test_*.py"))
+    loose = [p.name for p in modules if p.parent == tests and p.name != "test_layers.py"]
+    assert not loose, f"test modules outside a folder of tests/: {loose}"
+    stems = {p.stem for p in modules}
+    dotted = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in modules}
+    imports = {p.relative_to(ROOT).as_posix(): sorted(n for n in _imported_modules(p) if n in dotted or n in stems)
+               for p in modules}
+    offending = {path: names for path, names in imports.items() if names}
+    assert not offending, f"test modules importing test modules (move what they share to tests/helpers/): {offending}"
+    unpackaged = [d.relative_to(ROOT).as_posix() for d in tests.rglob("*") if d.is_dir()
+                  and d.name not in {"__pycache__", "data"} and not (d / "__init__.py").exists()]
+    assert not unpackaged, f"test folders without __init__.py (their modules would clash by name): {unpackaged}"

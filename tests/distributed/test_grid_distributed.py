@@ -1,0 +1,49 @@
+"""compare_grid under torchrun (2 gloo ranks on this CPU, tests/helpers/dist_workers.py): the cells are shared out and
+every rank returns the matrices of one process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from similarity_plugins import compare_grid
+from tests.helpers import dist_workers as w
+
+pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not available"),
+              pytest.mark.usefixtures("one_torch_thread")]
+
+
+@pytest.mark.slow
+def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(tmp_path):
+    results = w.run_ranks(["grid"], str(tmp_path))
+    outcomes = [results[r].get("grid") for r in (0, 1)]
+    for r, outcome in enumerate(outcomes):
+        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
+    rank0, rank1 = outcomes[0][1], outcomes[1][1]
+    assert rank0["ranks"] == [0, 1]  # both ranks computed cells
+    assert not rank0["errors"] and not rank1["errors"]
+    front, end, data = w.small_setup()
+    single = compare_grid({"a": front, "b": end}, ["block2", "block3"], data, w.GRID_METRICS, options=w.GRID_OPTIONS)
+    for metric in single.metrics:
+        assert np.array_equal(rank0["matrices"][metric], rank1["matrices"][metric]), metric  # every rank the same
+        tol = 0.02 if metric.startswith(("stitch", "iri")) else 1e-10  # the distributed tests' standard
+        assert np.allclose(rank0["matrices"][metric], single.matrix(metric), rtol=0, atol=tol), metric
+
+
+@pytest.mark.slow
+def test_a_grid_resumes_under_torchrun_from_rank_zeros_file(tmp_path):
+    results = w.run_ranks(["grid_resume"], str(tmp_path))
+    outcomes = [results[r].get("grid_resume") for r in (0, 1)]
+    for r, outcome in enumerate(outcomes):
+        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
+    (_, first), (_, second) = outcomes
+    cells = 4 * 4  # 2 models x 2 layers, every ordered pair; no symmetry declared, so none mirrored
+    assert first["counts"][0] + second["counts"][0] == cells  # fresh: the cells shared out
+    assert first["counts"][0] and second["counts"][0]
+    assert first["counts"][1] == second["counts"][1] == 0  # resumed whole: nothing computed again
+    assert first["counts"][2] + second["counts"][2] == cells - 3  # the file kept three cells
+    for outcome in (first, second):
+        for matrix in outcome["matrices"]:
+            assert np.array_equal(matrix, first["matrices"][0])
+    assert np.isfinite(first["matrices"][0]).all()
