@@ -14,9 +14,10 @@ value a metric is given against its default, the same way for ``compare``, ``sco
 ``compare`` and ``score`` give a metric with such a value an error row; the CLI refuses it before any work
 (exit 2).
 
-A family states the ranges of its own values once, as a table of [`Rule`][Rule]s (name -> what the value
-must be), checked by [`check_rules`][check_rules]: the stitch settings and the IRI tuning values are two
-such tables.
+A family states the ranges and choices of its own values once, as a table of [`Rule`][Rule]s (name -> what
+the value must be: a number in a range, or one of a few words, [`one_of`][one_of]), checked by
+[`check_rules`][check_rules]: the stitch settings, the IRI tuning values and the IRI metrics' options are such
+tables.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ..utils.text import did_you_mean
+
 __all__ = ["option_value_error", "check_option_values", "coerce_option_value", "coerce_option_values", "is_limit",
-           "TRUE_WORDS", "FALSE_WORDS", "Rule", "check_rule", "check_rules", "POSITIVE_INT", "POSITIVE", "NON_NEGATIVE"]
+           "TRUE_WORDS", "FALSE_WORDS", "Rule", "one_of", "check_rule", "check_rules", "POSITIVE_INT", "POSITIVE",
+           "NON_NEGATIVE"]
 
 _LIMIT = re.compile(r"(^|_)max_(samples|train|test|seeds)$")
 _PATH = re.compile(r"(^|_)(dir|path|file)$")
@@ -119,12 +123,21 @@ def check_option_values(options: Mapping[str, Any], defaults: Mapping[str, Any] 
 
 @dataclass(frozen=True)
 class Rule:
-    """What a numeric value must be: a finite number of ``kind`` (``int``: whole numbers only) for which
-    ``ok(value)`` holds; ``want`` says so in words for the error (``"> 0"``, ``"in [0, 1)"``)."""
+    """What a value must be: a finite number of ``kind`` (``int``: whole numbers only) for which ``ok(value)``
+    holds, ``want`` saying so in words for the error (``"> 0"``, ``"in [0, 1)"``); or, with ``choices``, one
+    of those values (``kind`` and ``ok`` unused; made by [`one_of`][one_of])."""
 
     kind: type
     ok: Callable[[Any], bool]
     want: str
+    choices: tuple | None = None
+
+
+def one_of(choices: tuple, note: str = "") -> Rule:
+    """The rule "one of ``choices``"; ``note`` (``"(0: off)"``) follows the list in the error message."""
+    choices = tuple(choices)
+    listed = ", ".join(str(c) for c in choices) + (f" {note}" if note else "")
+    return Rule(str, lambda v: v in choices, f"one of {listed}", choices)
 
 
 POSITIVE_INT = Rule(int, lambda v: v >= 1, "a positive integer")
@@ -133,8 +146,13 @@ NON_NEGATIVE = Rule(float, lambda v: v >= 0.0, ">= 0")
 
 
 def check_rule(name: str, value: Any, rule: Rule) -> int | float:
-    """``value`` as ``rule.kind`` when it obeys ``rule``; raises ValueError naming the option, what it must be and
-    the value given (``option lr must be > 0, got -1``)."""
+    """``value`` as ``rule.kind`` when it obeys ``rule`` (a choice: as given); raises ValueError naming the option,
+    what it must be and the value given (``option lr must be > 0, got -1``), with close choices if any."""
+    if rule.choices is not None:
+        if value not in rule.choices:
+            raise ValueError(f"option {name} must be {rule.want}, got {value!r}"
+                             f"{did_you_mean(str(value), [str(c) for c in rule.choices])}")
+        return value
     whole = rule.kind is int
     number = _is_number(value) and math.isfinite(float(value))
     if not number or (whole and not float(value).is_integer()):

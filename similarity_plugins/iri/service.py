@@ -13,12 +13,13 @@ import torch
 
 from ..host.contract import Option
 from ..host.results import LayerPair, SimilarityResult
+from ..host.values import check_rules
 from ..networks.context import Context
 from ..stitch.service import TrainingSet, stitch_result, training_set
 from ..stitch.settings import stitch_options
 from ..utils.text import did_you_mean
 from .generate import generate_iris
-from .precision import PRECISIONS
+from .precision import PRECISION_RULE
 from .presets import RUN_DEFAULTS
 from .settings import TUNING, check_tuning
 
@@ -27,6 +28,7 @@ _ORDER = ("steps", "tol", "optimizer", "init", "cycle_steps", "max_seeds", "tuni
           "cache_dir", "compile", "precision")
 #: The ``iri_*`` options of the ``iri-*`` metrics and their defaults (the run's from `presets.RUN_DEFAULTS`).
 IRI_DEFAULTS: dict[str, Any] = {f"iri_{k}": {**RUN_DEFAULTS, **_SERVICE_ONLY}[k] for k in _ORDER}
+_RULES = {"iri_precision": PRECISION_RULE}  # the other values are checked where they are used (generate_iris)
 
 
 IRI_DOCS: dict[str, str] = {
@@ -58,11 +60,7 @@ def iri_settings(options: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown IRI option(s) {', '.join(unknown)}{did_you_mean(unknown[0], IRI_DEFAULTS)}; "
                          f"valid: {', '.join(IRI_DEFAULTS)}")
-    settings = {k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}
-    if settings["iri_precision"] not in PRECISIONS:
-        raise ValueError(f"iri_precision must be one of {', '.join(PRECISIONS)}, got {settings['iri_precision']!r}"
-                         f"{did_you_mean(str(settings['iri_precision']), PRECISIONS)}")
-    return settings
+    return check_rules({k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}, _RULES)
 
 
 def _seeds(context: Context, max_seeds: int | None) -> tuple[torch.Tensor, torch.Tensor]:

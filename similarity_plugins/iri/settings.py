@@ -6,14 +6,14 @@ with every IRI set (``IRISet.settings``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from ..host.values import POSITIVE, POSITIVE_INT, Rule, check_rules
+from ..host.values import POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules, one_of
 from ..utils.text import did_you_mean
+from .precision import PRECISION_RULE
 from .presets import PRESETS, RUN_DEFAULTS
 
 OPTIMIZERS = ("lbfgs", "adam")
@@ -130,9 +130,7 @@ class RunOptions:
     lowp_fn: Callable | None = None
 
     def __post_init__(self) -> None:
-        size = self.batch_size
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-            raise ValueError(f"batch_size must be a positive integer, got {size!r}")
+        object.__setattr__(self, "batch_size", check_rule("batch_size", self.batch_size, POSITIVE_INT))
         every = self.checkpoint_every
         if every is not None and (isinstance(every, bool) or every <= 0 or self.checkpoint_path is None):
             raise ValueError("checkpoint_every needs a positive step count and a checkpoint path "
@@ -141,18 +139,13 @@ class RunOptions:
 
 def check_basic(steps: Any, tol: Any, optimizer: Any, init: Any, *, auto_ok: bool = False) -> None:
     """Raise ValueError naming the fix for a bad ``steps``, ``tol``, ``optimizer`` or ``init``."""
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps <= 0:
-        raise ValueError(f"steps must be a positive integer (the per-sample step budget), got {steps!r}")
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
-        raise ValueError(f"tol must be a positive number (relative representation error, e.g. 1e-2), got {tol!r}")
+    check_rules({"steps": steps, "tol": tol, "init": init}, _RUN_RULES)
     if optimizer == AUTO and not auto_ok:
         raise ValueError("optimizer='auto' chooses from the model's structure, so it works in generate_iris (and the "
                          f"iri metrics), not on a bare front function; choose one of {', '.join(OPTIMIZERS)}")
     if optimizer not in (*OPTIMIZERS, AUTO):
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)} (or 'auto' in "
                          f"generate_iris){did_you_mean(str(optimizer), OPTIMIZERS)}")
-    if init not in INITS:
-        raise ValueError(f"unknown init {init!r}; choose 'noise' (0.5 + randn/20) or 'shuffle' (another seed)")
 
 
 def check_tuning(tuning: Any) -> dict[str, Any]:
@@ -203,11 +196,17 @@ def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, 
     values.update(tuning)
     fake = values.pop("fake_relu")
     fake = ("last" if ends_at_relu else "none") if fake == AUTO else fake
-    if precision not in ("auto", "float32", "bfloat16"):
-        raise ValueError(f"precision must be 'auto', 'float32' or 'bfloat16', got {precision!r}")
+    check_rule("precision", precision, PRECISION_RULE)
     return Settings(steps=int(steps), tol=float(tol), init=init, seed=int(seed), preset=name, fake_relu=fake,
                     precision=precision, **values)
 
+
+# what the run's values must be (the optimiser's choice, with its "auto" rule, is checked by check_basic)
+_RUN_RULES: dict[str, Rule] = {
+    "steps": Rule(int, lambda v: v >= 1, "a positive integer (the per-sample step budget)"),
+    "tol": Rule(float, lambda v: v > 0.0, "a positive number (relative representation error, e.g. 1e-2)"),
+    "init": one_of(INITS, "(noise: 0.5 + randn/20; shuffle: another seed)"),
+}
 
 # what each tuning value must be; checked before a run starts, so a typo fails at once
 _RULES: dict[str, Rule] = {
@@ -222,6 +221,7 @@ _RULES: dict[str, Rule] = {
     "armijo": Rule(float, lambda v: 0.0 < v < 0.5, "in (0, 0.5)"),
     "max_backtracks": POSITIVE_INT,
     "relu_leak": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1) (0 = true gradients)"),
+    "fake_relu": one_of(FAKE_RELU, "(straight-through gradient at the last ReLU before the cut)"),
 }
 
 
@@ -233,7 +233,4 @@ def _check_values(values: dict[str, Any]) -> None:
         values["fold_bn"] = bool(values["fold_bn"])
     if "fake_relu" in values and values["fake_relu"] is None:   # "none" as the command line reads it
         values["fake_relu"] = "none"
-    if "fake_relu" in values and values["fake_relu"] not in FAKE_RELU:
-        raise ValueError(f"fake_relu must be one of {', '.join(FAKE_RELU)} (straight-through gradient at the last ReLU "
-                         f"before the cut), got {values['fake_relu']!r}")
     values.update(check_rules(values, _RULES))

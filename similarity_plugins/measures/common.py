@@ -13,8 +13,8 @@ from typing import Any, Iterable
 
 import torch
 
+from ..host.values import check_rule, one_of
 from ..utils.arrays import ArrayLike, as_samples, check_same_n, raise_if_constant, raise_nonfinite, to_tensor
-from ..utils.text import did_you_mean
 
 __all__ = ["Measured"]
 
@@ -81,11 +81,10 @@ def centred(x: torch.Tensor, name: str, what: str) -> tuple[torch.Tensor, float]
 
 def check_choice(value: Any, option: str, choices: Iterable[str], what: str) -> str:
     """``value`` when it is one of ``choices``; else ``ValueError`` naming the valid ones (and a close match)."""
-    choices = tuple(choices)
-    if value not in choices:
-        raise ValueError(f"{what}: {option} must be one of {', '.join(repr(c) for c in choices)} "
-                         f"(got {value!r}){did_you_mean(str(value), choices)}")
-    return value
+    try:
+        return check_rule(option, value, one_of(tuple(choices)))
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
 
 
 def positive_int(value: Any, option: str, what: str, minimum: int = 1) -> int:

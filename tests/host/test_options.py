@@ -253,3 +253,20 @@ def test_rule_tables_check_and_convert_naming_the_option():
     with pytest.raises(ValueError, match=r"option leak must be in \[0, 1\), got 1.5"):
         check_rules({"leak": 1.5}, {"leak": leak})
 
+
+def test_choice_rules_name_the_choices_and_a_close_match(data):
+    from similarity_plugins.host.values import check_rule, one_of
+    from similarity_plugins.iri import generate_iris
+
+    rule = one_of(("auto", "float32", "bfloat16"), "(auto: the hardware decides)")
+    assert check_rule("precision", "float32", rule) == "float32"
+    with pytest.raises(ValueError, match=r"option precision must be one of auto, float32, bfloat16 \(auto: the "
+                                         r"hardware decides\), got 'flaot32'; did you mean 'float32'"):
+        check_rule("precision", "flaot32", rule)
+    with pytest.raises(ValueError, match="option fake_relu must be one of auto, last, none"):
+        generate_iris(tiny_cnn(), "block1", torch.rand(2, 1, 16, 16), tuning={"fake_relu": "first"}, progress=False)
+    with pytest.raises(ValueError, match="option precision must be one of auto, float32, bfloat16"):
+        generate_iris(tiny_cnn(), "block1", torch.rand(2, 1, 16, 16), precision="half", progress=False)
+    report = sp.compare(tiny_cnn(), tiny_cnn(seed=1), "block1", data, ["iri-hlm"],
+                        options={"iri_precision": "bf16", "epochs": 1}, progress=False)
+    assert "option iri_precision must be one of auto, float32, bfloat16" in report.results[0].error

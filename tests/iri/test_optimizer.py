@@ -409,7 +409,9 @@ def test_optimize_iris_takes_settings_and_run_options_objects():
         optimize_iris(lambda x: x, seeds, {"steps": 5})
     with pytest.raises(TypeError, match=r"RunOptions"):
         optimize_iris(lambda x: x, seeds, Settings.of(steps=5), {"batch_size": 2})
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
-        RunOptions(batch_size=0)
+    for bad in (0, 2.5, True, "4"):
+        with pytest.raises(ValueError, match="option batch_size must be a positive integer"):
+            RunOptions(batch_size=bad)
+    assert type(RunOptions(batch_size=4.0).batch_size) is int and Settings.of(steps=3.0).steps == 3
     iris = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds, Settings.of(steps=3, precision="float32"), QUIET)
     assert iris.settings["precision"] == "float32" and iris.settings["steps"] == 3
