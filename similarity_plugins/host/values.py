@@ -145,13 +145,13 @@ POSITIVE = Rule(float, lambda v: v > 0.0, "> 0")
 NON_NEGATIVE = Rule(float, lambda v: v >= 0.0, ">= 0")
 
 
-def check_rule(name: str, value: Any, rule: Rule) -> int | float:
+def check_rule(name: str, value: Any, rule: Rule) -> Any:
     """``value`` as ``rule.kind`` when it obeys ``rule`` (a choice: as given); raises ValueError naming the option,
     what it must be and the value given (``option lr must be > 0, got -1``), with close choices if any."""
     if rule.choices is not None:
         if value not in rule.choices:
             raise ValueError(f"option {name} must be {rule.want}, got {value!r}"
-                             f"{did_you_mean(str(value), [str(c) for c in rule.choices])}")
+                             f"{did_you_mean(str(value), rule.choices)}")
         return value
     whole = rule.kind is int
     number = _is_number(value) and math.isfinite(float(value))

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..host.values import POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules, one_of
 from ..utils.text import did_you_mean
-from .precision import PRECISION_RULE
+from .precision import check_precision
 from .presets import PRESETS, RUN_DEFAULTS
 
 OPTIMIZERS = ("lbfgs", "adam")
@@ -137,6 +137,14 @@ class RunOptions:
                              "(generate_iris: cache_dir)")
 
 
+# what the run's values must be (the optimiser's choice, with its "auto" rule, is checked by check_basic)
+_RUN_RULES: dict[str, Rule] = {
+    "steps": Rule(int, lambda v: v >= 1, "a positive integer (the per-sample step budget)"),
+    "tol": Rule(float, lambda v: v > 0.0, "a positive number (relative representation error, e.g. 1e-2)"),
+    "init": one_of(INITS, "(noise: 0.5 + randn/20; shuffle: another seed)"),
+}
+
+
 def check_basic(steps: Any, tol: Any, optimizer: Any, init: Any, *, auto_ok: bool = False) -> None:
     """Raise ValueError naming the fix for a bad ``steps``, ``tol``, ``optimizer`` or ``init``."""
     check_rules({"steps": steps, "tol": tol, "init": init}, _RUN_RULES)
@@ -196,17 +204,10 @@ def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, 
     values.update(tuning)
     fake = values.pop("fake_relu")
     fake = ("last" if ends_at_relu else "none") if fake == AUTO else fake
-    check_rule("precision", precision, PRECISION_RULE)
+    check_precision(precision)
     return Settings(steps=int(steps), tol=float(tol), init=init, seed=int(seed), preset=name, fake_relu=fake,
                     precision=precision, **values)
 
-
-# what the run's values must be (the optimiser's choice, with its "auto" rule, is checked by check_basic)
-_RUN_RULES: dict[str, Rule] = {
-    "steps": Rule(int, lambda v: v >= 1, "a positive integer (the per-sample step budget)"),
-    "tol": Rule(float, lambda v: v > 0.0, "a positive number (relative representation error, e.g. 1e-2)"),
-    "init": one_of(INITS, "(noise: 0.5 + randn/20; shuffle: another seed)"),
-}
 
 # what each tuning value must be; checked before a run starts, so a typo fails at once
 _RULES: dict[str, Rule] = {

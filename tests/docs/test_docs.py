@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.docs_blocks import MARKER, ROOT, RUN_LANGUAGES, Block, doc_files, docs_env, fenced_blocks, stray_markers
+from tests.helpers.docs_blocks import MARKER, RUN_LANGUAGES, Block, doc_files, docs_env, fenced_blocks, stray_markers
 from tests.helpers.docs_runner import run_python
+from tests.helpers.repo import ROOT
 
 TIMEOUT_S = 120
 ALL_BLOCKS = [b for p in doc_files() for b in fenced_blocks(p)]

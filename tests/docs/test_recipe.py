@@ -13,8 +13,9 @@ import re
 
 import pytest
 
-from tests.helpers.docs_blocks import ROOT, docs_env, fenced_blocks
+from tests.helpers.docs_blocks import docs_env, fenced_blocks
 from tests.helpers.docs_runner import run_python
+from tests.helpers.repo import ROOT
 
 PAGE = ROOT / "docs" / "own-models.md"
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

@@ -63,8 +63,6 @@ def stray_markers(path: Path) -> list[int]:
             and not (n + 1 < len(lines) and FENCE.match(lines[n + 1]))]
 
 
-
-
 def docs_env() -> dict[str, str]:
     """The environment a docs block runs in: this checkout first on PYTHONPATH, one thread, Agg, no progress."""
     env = dict(os.environ)

@@ -34,13 +34,10 @@ class ResidualBlock(nn.Module):
 
 
 def digit_tensors16() -> tuple[torch.Tensor, torch.Tensor]:
-    """sklearn's 1797 digits as (N, 1, 16, 16) float32 images in [0, 1] and their (N,) labels."""
-    from sklearn.datasets import load_digits
+    """sklearn's 1797 digits as (N, 1, 16, 16) float32 images in [0, 1] and their (N,) int64 labels."""
+    from similarity_plugins.datasets import digits
 
-    d = load_digits()
-    x = torch.as_tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    x = nn.functional.interpolate(x, size=(16, 16), mode="bilinear", align_corners=False).clamp(0, 1)
-    return x.contiguous(), torch.as_tensor(d.target)
+    return digits(None, size=16).tensors
 
 
 def fit_adam(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 3) -> nn.Module:
