@@ -17,8 +17,6 @@ import json
 import re
 from pathlib import Path
 
-from mkdocs.structure.files import File
-
 _DOCS_LINK = re.compile(r"\]\(docs/")
 _GENERATED = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->$", re.M)
 _DOCS = Path(__file__).resolve().parent
@@ -153,6 +151,8 @@ def expand_generated(markdown: str) -> str:
 
 
 def on_files(files, config):
+    from mkdocs.structure.files import File  # here, not at the top: the page tests use the generators without mkdocs
+
     readme = Path(config["config_file_path"]).parent / "README.md"
     files.append(File.generated(config, "index.md", content=readme_as_home(readme.read_text(encoding="utf-8"))))
     return files

@@ -5,14 +5,18 @@ No global state is changed at import. The session runs on one intra-op thread (`
 that must hold one thread whatever the session does opt in with
 ``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` (restored after the module); the session
 donors are trained on one thread too and leave the caller's thread count and RNG state as they were.
-Tests must not change the shared donors (they assert that donors are left bit-identical anyway).
+Tests must not change the shared donors (they assert that donors are left bit-identical anyway). Every test
+starts from global random generators (torch, NumPy, ``random``) seeded from its own node id (``seeded_rngs``), so
+a test that draws without a generator of its own draws the same numbers in every run, in any order.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 from typing import Iterator
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,6 +24,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
+from tests.helpers.seeding import seed_of_test
 
 _LIMITS: list = []
 
@@ -73,6 +78,16 @@ def torch_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def seeded_rngs(request) -> None:
+    """Seed torch's, NumPy's and ``random``'s global generators from the test's node id before it runs: its
+    draws then do not depend on the tests that ran before it (the shuffled CI pass) or on luck."""
+    seed = seed_of_test(request.node.nodeid)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from similarity_plugins.iri.backends import cupy_backend, numpy_backend, torch_b
 from similarity_plugins.iri.kernels import best_copy_kernel, trial_kernel
 from similarity_plugins.iri.lbfgs import two_loop_ring
 from tests.helpers.iri import Interrupted, fake_cupy, interrupt_at, iri_cnn, rel_error
+from tests.helpers.tolerance import FLOAT32_PATHS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -116,7 +117,7 @@ def test_lbfgs_kernels_same_on_every_backend():
     for zt, best in out[1:]:
         assert torch.equal(zt, out[0][0]) and torch.equal(best, out[0][1])
     assert torch.equal(out[0][1][1], torch.zeros(30)) and torch.equal(out[0][1][0], x[0])
-    assert torch.allclose(out[0][0], z + torch.linspace(0.1, 1, 5)[:, None] * d)
+    assert torch.allclose(out[0][0], z + torch.linspace(0.1, 1, 5)[:, None] * d, **FLOAT32_PATHS)
 
 
 def test_lbfgs_bad_settings_name_the_fix(trained):
