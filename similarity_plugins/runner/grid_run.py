@@ -4,7 +4,6 @@ a finished-cells file to resume from."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -13,19 +12,20 @@ from torch import nn
 
 from ..host.results import LayerPair, SimilarityResult, _jsonable
 from ..networks.context import Context
+from ..networks.data import split_digest
 from ..networks.parallel import World, module_digest
 from ..networks.split import preserved
 from ..utils.progress import progress_bar
 from ..utils.rng import isolated_rng
 from .compare import run_metric
-from .grid_results import Grid, Node, result_from_dict
+from .grid_files import CellsFile
+from .grid_results import Grid, Node
 from .isolation import Donors
 from .ranks import check_ranks_agree
 from .repeats import is_deterministic, run_repeated
 
 __all__ = ["Plan", "run_grid"]
 
-CELLS_FORMAT = "similarity-plugins grid cells"
 DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
 CHECK_EVERY = 256  # at most this many deterministic activation-only cells between two donor checks
 Cell = tuple  # (metric, front index, end index)
@@ -191,52 +191,12 @@ def _mirror(result: SimilarityResult, nodes: list[Node], cell: Cell) -> Similari
 
 
 def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:
-    from ..networks.data import split_size
-
+    """What a resume file's cells depend on: the models' tensors and configuration, the seed, each metric's
+    options and the content of both data splits (`split_digest`: every input and label, not only their number)."""
     return _jsonable({"models": {m: module_digest([model]) for m, model in named.items()}, "seed": plan.seed,
-                      "options": repr(sorted((k, repr(v)) for k, v in plan.options.items())),
-                      "splits": [split_size(ctx.data.train), split_size(ctx.data.test)]})
-
-
-class _CellsFile:
-    """The finished-cells file of ``compare_grid(resume=path)``: a header line, then one JSON line per cell."""
-
-    def __init__(self, path: str | os.PathLike, fingerprint: dict, nodes: list[Node], write: bool) -> None:
-        self.path, self.fingerprint, self.nodes, self.write = os.fspath(path), fingerprint, nodes, write
-        self.done: dict[Cell, SimilarityResult] = {}
-        index = {tuple(n): k for k, n in enumerate(nodes)}
-        if os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as fh:
-                lines = fh.read().splitlines()
-            header = json.loads(lines[0]) if lines else {}
-            if header.get("format") != CELLS_FORMAT:
-                raise ValueError(f"resume file {self.path!r} is not a grid's finished-cells file")
-            if header.get("fingerprint") != fingerprint:
-                differ = [k for k in fingerprint if header.get("fingerprint", {}).get(k) != fingerprint[k]]
-                raise ValueError(f"resume file {self.path!r} was written for other {', '.join(differ)}; use another "
-                                 "path or delete it to start again")
-            for line in lines[1:]:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:  # a line torn by an interruption: that cell runs again
-                    continue
-                front, end = tuple(row["front"]), tuple(row["end"])
-                if front in index and end in index and row["result"].get("error") is None:
-                    self.done[(row["metric"], index[front], index[end])] = result_from_dict(row["result"])
-        elif write:
-            with open(self.path, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps({"format": CELLS_FORMAT, "fingerprint": fingerprint}) + "\n")
-
-    def add(self, cell: Cell, result: SimilarityResult) -> None:
-        if not self.write:
-            return
-        metric, i, j = cell
-        line = json.dumps({"metric": metric, "front": list(self.nodes[i]), "end": list(self.nodes[j]),
-                           "result": result.to_dict()})
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+                      "options": {metric: repr(sorted(opts.items(), key=repr)) for metric, opts in plan.options.items()},
+                      "data": [split_digest(ctx.data.train, ctx.batch_size, "the train split"),
+                               split_digest(ctx.data.test, ctx.batch_size, "the test split")]})
 
 
 def _local_context(ctx: Context) -> Context:
@@ -257,7 +217,8 @@ def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Modul
             check_ranks_agree(world, model, model, ctx.data, (plan.nodes, plan.pairs, plan.metrics, plan.seed,
                                                               sorted(plan.options.items(), key=str)))
     compute, mirrors = plan.cells()
-    store = _CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, world.is_main) if resume else None
+    store = (CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, set(compute), world.is_main)
+             if resume else None)
     results: dict[Cell, SimilarityResult] = dict(store.done) if store else {}
     if store is not None and world.distributed:  # rank 0's file decides, so every rank plans the same cells
         results = world.exchange(lambda: results, "resume file")[0]
