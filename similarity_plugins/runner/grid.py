@@ -44,7 +44,13 @@ def _as_models(models: Any) -> dict[str, nn.Module]:
     if isinstance(models, nn.Module):
         models = [models]
     if isinstance(models, Mapping):
-        named = {str(k): v for k, v in models.items()}
+        named = {}
+        for key, model in models.items():
+            if str(key) in named:
+                other = next(k for k in models if str(k) == str(key))
+                raise ValueError(f"models {other!r} and {key!r} have the same name {str(key)!r} once written as text; "
+                                 "give each model its own name")
+            named[str(key)] = model
     elif isinstance(models, (list, tuple)):
         named = {f"m{i}": m for i, m in enumerate(models)}
     else:

@@ -67,19 +67,35 @@ def _needed_splits(plan: Plan, pm) -> dict[str, bool]:
     return {"test": bool(only), "train": any("train" in (pm.info[n].needs or ()) for n in only)}
 
 
-def _capture(ctx: Context, named: dict[str, nn.Module], placed: dict[str, nn.Module], plan: Plan, pm) -> dict[str, str]:
-    """One forward pass per model and split for all its layers; ``{model name: error}`` for models that failed."""
-    failed: dict[str, str] = {}
-    splits = [s for s, need in _needed_splits(plan, pm).items() if need and ctx.data.split(s) is not None]
+def _capture(ctx: Context, named: dict[str, nn.Module], placed: dict[str, nn.Module], plan: Plan, pm) -> dict:
+    """One forward pass per model and split for all its layers; ``{(model, layer, split): error}`` for what failed.
+
+    When the pass for all layers fails, each layer is tried alone, so a layer that cannot be captured (one that
+    runs twice per forward pass, one whose output is not a tensor) errors only its own cells; a forward pass
+    that fails whatever the layer errors every layer of the model on that split. A split that is missing is
+    left to the metrics that need it (their cells get compare's error)."""
+    failed: dict[tuple[str, str, str], str] = {}
+    splits = [s for s, need in _needed_splits(plan, pm).items() if need and getattr(ctx.data, s, None) is not None]
     for name in named:
         layers = [layer for m, layer in plan.nodes if m == name]
         for split in splits:
             try:
                 ctx.capture(placed[name], layers, split)
-            except Exception as exc:  # noqa: BLE001 - the model's cells get the error, the others still run
-                failed[name] = f"{type(exc).__name__}: the forward pass of model {name!r} failed: {exc}"
-                break
+                continue
+            except Exception as exc:  # noqa: BLE001 - the failing layers' cells get the error, the others still run
+                if len(layers) == 1:
+                    failed[(name, layers[0], split)] = _capture_error(name, exc)
+                    continue
+            for layer in layers:
+                try:
+                    ctx.capture(placed[name], [layer], split)
+                except Exception as exc:  # noqa: BLE001 - as above, one layer at a time
+                    failed[(name, layer, split)] = _capture_error(name, exc)
     return failed
+
+
+def _capture_error(model: str, exc: Exception) -> str:
+    return f"{type(exc).__name__}: the forward pass of model {model!r} failed: {exc}"
 
 
 def _failed_cell(metric: str, pair: LayerPair, message: str) -> SimilarityResult:
@@ -106,7 +122,8 @@ class _Runner:
     gets the error row, every other cell its value).
     """
 
-    def __init__(self, plan: Plan, placed: dict[str, nn.Module], ctx: Context, pm, failed: dict[str, str]) -> None:
+    def __init__(self, plan: Plan, placed: dict[str, nn.Module], ctx: Context, pm,
+                 failed: dict[tuple[str, str, str], str]) -> None:
         self.plan, self.placed, self.ctx, self.pm, self.failed = plan, placed, ctx, pm, failed
         self._pair: tuple[str, str] | None = None
         self._donors: Donors | None = None
@@ -129,7 +146,7 @@ class _Runner:
         k = 0
         while k < len(cells):
             models = self._models(cells[k])
-            cheap = self._cheap(cells[k]) and not (self.failed.get(models[0]) or self.failed.get(models[1]))
+            cheap = self._cheap(cells[k]) and not any(m in models for m, _, _ in self.failed)
             group = [cells[k]]
             while (cheap and len(group) < CHECK_EVERY and k + len(group) < len(cells)
                    and self._models(cells[k + len(group)]) == models and self._cheap(cells[k + len(group)])):
@@ -162,11 +179,18 @@ class _Runner:
             del self.ctx.memo[key]
         return [self(cell, cuda_rng) for cell in group]
 
+    def _capture_failure(self, metric: str, model: str, layer: str) -> str | None:
+        """Why the activations of ``(model, layer)`` that ``metric`` reads could not be captured, or None: a
+        test-split failure concerns every metric, a train-split one those that read the train split."""
+        needs = () if metric in self.pm.load_errors else (self.pm.info[metric].needs or ())
+        return self.failed.get((model, layer, "test")) or (self.failed.get((model, layer, "train"))
+                                                           if "train" in needs else None)
+
     def __call__(self, cell: Cell, cuda_rng: bool) -> SimilarityResult:
         metric, i, j = cell
         (fm, fl), (em, el) = self.plan.nodes[i], self.plan.nodes[j]
         pair = LayerPair(fl, el)
-        bad = self.failed.get(fm) or self.failed.get(em)
+        bad = self._capture_failure(metric, fm, fl) or self._capture_failure(metric, em, el)
         if bad:
             result = _failed_cell(metric, pair, bad)
         else:
