@@ -97,6 +97,9 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
                     model(x.to(device, non_blocking=True))
                 except _Captured:
                     pass
+                except Exception:  # a failure after every layer was captured (a head that does not fit) is not ours
+                    if not first[0] or len(batch) < len(names):
+                        raise
                 missing = [n for n in names if n not in batch]
                 if missing:
                     raise RuntimeError(f"layer(s) {', '.join(map(repr, missing))} never ran in the forward pass of "

@@ -61,3 +61,18 @@ def test_a_metric_that_needs_a_missing_train_split_gets_error_cells_and_the_othe
             assert not cell.ok and cell.error == ref["linear-regression"].error
         else:
             assert cell.ok
+
+
+def test_a_model_whose_head_fails_after_the_layers_is_still_captured():
+    class BadHead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = nn.Conv2d(1, 4, 3, padding=1)
+
+        def forward(self, x):
+            self.a(x)
+            raise RuntimeError("the head does not fit")
+
+    grid = sp.compare_grid({"m": BadHead()}, ["a"], _test_only(), "cka-linear")
+    assert all(cell.ok for cell in grid.cells.values())
