@@ -223,6 +223,17 @@ def check_outputs(paths: dict[str, Any], inputs: dict[str, Any] | None = None) -
         seen[target] = (option, text)
 
 
+def resolve_outputs(args: Any, options: Sequence[str], inputs: dict[str, Any] | None = None) -> None:
+    """Check the output paths of ``args`` (`check_outputs`; ``options`` as ``"--out"``, read from ``args.out``)
+    and make each one absolute, once, before any plugin runs: a plugin that changes the working folder
+    (``os.chdir``) cannot move where the outputs go, and the path checked is the path written."""
+    attrs = {option: option.lstrip("-").replace("-", "_") for option in options}
+    check_outputs({option: getattr(args, attr) for option, attr in attrs.items()}, inputs)
+    for attr in attrs.values():
+        if getattr(args, attr) is not None:
+            setattr(args, attr, os.path.abspath(os.fspath(getattr(args, attr))))
+
+
 def _resolved(path: Any) -> str:
     """The absolute path ``path`` reaches, every symbolic link (of the file and of the folders above it) followed."""
     return os.path.realpath(os.path.abspath(os.fspath(path)))

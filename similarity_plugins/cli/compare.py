@@ -13,7 +13,6 @@ from .common import (
     add_variant_args,
     apply_variant,
     check_metric_options,
-    check_outputs,
     emit_interrupted,
     input_files,
     interrupted_code,
@@ -24,6 +23,7 @@ from .common import (
     parse_variant_options,
     positive_int,
     progress_of,
+    resolve_outputs,
 )
 
 
@@ -35,7 +35,7 @@ def load_inputs(args: argparse.Namespace, default_metrics: str | None = None) ->
     from ..host.registry import options_for_metrics, select_metrics
     from ..runner.isolation import check_timeout
 
-    check_outputs({"--out": args.out, "--csv": args.csv}, input_files(args.front, args.end))
+    resolve_outputs(args, ("--out", "--csv"), input_files(args.front, args.end))
     check_timeout(args.timeout)
     options = parse_options(args.option or [])
     if args.epochs is not None:

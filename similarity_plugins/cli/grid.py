@@ -10,13 +10,13 @@ import time
 from .common import (
     add_model_args,
     check_metric_options,
-    check_outputs,
     input_files,
     load_data,
     load_model,
     parse_options,
     positive_int,
     progress_of,
+    resolve_outputs,
     write_outputs,
 )
 
@@ -69,7 +69,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from ..runner.grid import compare_grid
     from ..runner.score import select_score_metrics
 
-    check_outputs({"--out": args.out, "--csv": args.csv, "--figure": args.figure, "--resume": args.resume},
+    resolve_outputs(args, ("--out", "--csv", "--figure", "--resume"),
                   input_files(*(spec.partition("=")[2] for spec in args.model)))  # before any work
     _check_figure(args.figure)
     options = parse_options(args.option or [])

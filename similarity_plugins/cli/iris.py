@@ -10,12 +10,12 @@ from ..iri.settings import INITS, OPTIMIZERS, TUNING
 from ..utils.text import did_you_mean, parse_assignments
 from .common import (
     add_model_args,
-    check_outputs,
     input_files,
     load_data,
     load_model,
     positive_int,
     progress_of,
+    resolve_outputs,
     subset,
     write_outputs,
 )
@@ -24,7 +24,7 @@ from .common import (
 def cmd_iris(args: argparse.Namespace) -> int:
     from ..iri import generate_iris
 
-    check_outputs({"--out": args.out, "--gallery": args.gallery}, input_files(args.model))   # before any work
+    resolve_outputs(args, ("--out", "--gallery"), input_files(args.model))   # before any work
     if not args.out.endswith((".npz", ".safetensors")):
         raise ValueError(f"--out {args.out!r}: unknown IRI file type; use a .npz or .safetensors name")
     tuning = tuning_options(args.option)

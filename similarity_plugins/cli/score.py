@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from .common import check_metric_options, check_outputs, emit_interrupted, input_files, parse_options, progress_of
+from .common import check_metric_options, emit_interrupted, input_files, parse_options, progress_of, resolve_outputs
 
 NUMPY_SUFFIXES = (".npy", ".npz")
 TORCH_SUFFIXES = (".pt", ".pth")
@@ -81,7 +81,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from ..host.registry import options_for_metrics
     from ..runner.score import score, select_score_metrics
 
-    check_outputs({"--out": args.out, "--csv": args.csv},  # before any work (exit 2 naming the path)
+    resolve_outputs(args, ("--out", "--csv"),  # before any work (exit 2 naming the path)
                   input_files(*(split_array_spec(spec)[0] for spec in (args.x, args.y))))
     options = parse_options(args.option or [])
     check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))

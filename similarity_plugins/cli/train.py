@@ -8,13 +8,13 @@ from .common import (
     add_model_args,
     add_variant_args,
     apply_variant,
-    check_outputs,
     input_files,
     load_data,
     load_model,
     parse_variant_options,
     positive_int,
     progress_of,
+    resolve_outputs,
 )
 
 
@@ -23,7 +23,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..apps.zoo import split_model_spec
     from ..datasets.variants import PixelShortcut, variant_class
 
-    check_outputs({"--out": args.out}, input_files(args.model))   # before any training
+    resolve_outputs(args, ("--out",), input_files(args.model))   # before any training
     data = load_data(args.data, args.max_train)
     model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
     variant_options = parse_variant_options(args.variant_option)

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..utils.progress import progress_bar
 from .data import BadData, iterate_batches
+from .layer_calls import AmbiguousLayer, called_often
 from .split import SplitNetwork, frozen, model_device
 
 
@@ -56,7 +57,8 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     Parameters
     ----------
     model: the network; forward hooks are added for the pass and removed afterwards (also on error).
-    names: module names (``named_modules()``); each layer's first output of a forward pass is kept.
+    names: module names (``named_modules()``); each must run once per forward pass (``AmbiguousLayer`` for a
+        shared module that runs more, counted on the first batch, which runs the whole model).
     data: a Dataset or DataLoader of ``(x, y)``.
 
     Returns
@@ -70,16 +72,19 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     modules = dict(model.named_modules())
     chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     labels, batch = [], {}
+    calls = dict.fromkeys(names, 0)
+    first = [True]  # the first batch runs the whole model, counting every layer's calls
 
     def hook_for(name: str):
         def hook(_module: nn.Module, _inputs: object, output: object) -> None:
+            calls[name] += 1
             if name in batch:
                 return
             if not isinstance(output, torch.Tensor):
                 raise TypeError(f"layer {name!r} outputs a {type(output).__name__}, not a tensor; choose a layer "
                                 "whose output is a tensor")
             batch[name] = output.detach().to("cpu", torch.float32, copy=True)  # a later in-place op must not reach it
-            if len(batch) == len(names):
+            if len(batch) == len(names) and not first[0]:
                 raise _Captured
         return hook
 
@@ -92,10 +97,16 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
                     model(x.to(device, non_blocking=True))
                 except _Captured:
                     pass
+                except Exception:  # a failure after every layer was captured (a head that does not fit) is not ours
+                    if not first[0] or len(batch) < len(names):
+                        raise
                 missing = [n for n in names if n not in batch]
                 if missing:
                     raise RuntimeError(f"layer(s) {', '.join(map(repr, missing))} never ran in the forward pass of "
                                        f"{type(model).__name__}")
+                if first[0]:
+                    _check_called_once(model, calls)
+                    first[0] = False
                 for n in names:
                     chunks[n].append(batch[n])
                 labels.append(y)
@@ -108,6 +119,15 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
         _check_finite(acts, n)
         out.append(acts)
     return (*out, torch.cat(labels))
+
+
+def _check_called_once(model: nn.Module, calls: dict[str, int]) -> None:
+    """`AmbiguousLayer` for the first layer that ran more than once in one forward pass (as ``compare`` refuses it)."""
+    from .layer_lists import layers
+
+    for name, count in calls.items():
+        if count > 1:
+            raise AmbiguousLayer(called_often(model, name, count, [n for n in layers(model) if calls.get(n, 1) <= 1]))
 
 
 def _check_finite(acts: torch.Tensor, layer: str) -> None:

@@ -224,3 +224,23 @@ def split_size(split: Any) -> int | None:
         return len(split)
     except TypeError:
         return None
+
+
+def split_digest(split: Any, batch_size: int = 256, what: str = "the data split") -> str | None:
+    """SHA-256 (hex) of a split's content: every input and label, in the order `iterate_batches` reads them
+    (dtype, shape and exact bytes). None for no split; ``"unreadable: <error>"`` for a split that cannot be
+    read (the metrics that read it report the error). One pass over the data, no model."""
+    import hashlib
+
+    from ..utils.digest import update_tensor_digest
+
+    if split is None:
+        return None
+    h = hashlib.sha256(b"split-digest-1")
+    try:
+        for k, (x, y) in enumerate(iterate_batches(split, batch_size, what)):
+            update_tensor_digest(h, f"x{k}", x)
+            update_tensor_digest(h, f"y{k}", y)
+    except Exception as exc:  # noqa: BLE001 - the metrics reading this split report the error in their rows
+        return f"unreadable: {type(exc).__name__}: {exc}"
+    return h.hexdigest()

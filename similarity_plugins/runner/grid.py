@@ -44,7 +44,13 @@ def _as_models(models: Any) -> dict[str, nn.Module]:
     if isinstance(models, nn.Module):
         models = [models]
     if isinstance(models, Mapping):
-        named = {str(k): v for k, v in models.items()}
+        named = {}
+        for key, model in models.items():
+            if str(key) in named:
+                other = next(k for k in models if str(k) == str(key))
+                raise ValueError(f"models {other!r} and {key!r} have the same name {str(key)!r} once written as text; "
+                                 "give each model its own name")
+            named[str(key)] = model
     elif isinstance(models, (list, tuple)):
         named = {f"m{i}": m for i, m in enumerate(models)}
     else:
@@ -137,9 +143,12 @@ def compare_grid(models: Any, layers: Any, data: Data | None = None, metrics: "s
     pairs: ``"all"`` (every ordered pair, each node with itself included), ``"across"`` (nodes of different
         models), ``"within"`` (nodes of one model), or a list of ``((model, layer), (model, layer))``.
     seed, options, device, progress: as for ``compare`` (``progress``: a bar over the cells).
-    resume: a finished-cells file (JSON lines): cells already in it (same models, data sizes, seed and options)
-        are read back instead of computed, and every cell computed is appended as it finishes, so an interrupted
-        grid loses nothing finished. Cells that failed are computed again.
+    resume: a finished-cells file (JSON lines, each with its SHA-256): cells already in it (same models, the same
+        data content, seed and options) are read back instead of computed, and every cell computed is appended
+        as it finishes, so an interrupted grid loses nothing finished. Only the cells this call asks for are read
+        back (a file written with ``pairs="all"`` serves ``"across"`` its cells and no others); cells that failed
+        are computed again; a last line cut short by an interruption is dropped. A damaged or edited file
+        raises `BadFile` (a ``ValueError``) naming the file and line.
     cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once; beyond it
         the least recently used are dropped and rebuilt when needed (same values, more time). None: no bound.
 

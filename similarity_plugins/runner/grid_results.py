@@ -149,8 +149,11 @@ class Grid:
         return Report(rows, {**self.meta, "kinds": {m: self.info[m].get("kind") for m in self.metrics}})
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of the whole grid (nodes, metrics, info, meta and every cell)."""
-        cells = [{"metric": m, "front": i, "end": j, "result": c.to_dict()}
+        """A JSON-ready dict of the whole grid (nodes, metrics, info, meta and every cell; a non-finite score as
+        ``"inf"``, ``"-inf"`` or ``"nan"``, so that it reads back as it was)."""
+        from .grid_files import cell_result_dict
+
+        cells = [{"metric": m, "front": i, "end": j, "result": cell_result_dict(c)}
                  for (m, i, j), c in sorted(self.cells.items(), key=lambda kv: (self.metrics.index(kv[0][0]),) + kv[0][1:])]
         return {"format": GRID_FORMAT, "version": 1, "nodes": [list(n) for n in self.nodes], "metrics": self.metrics,
                 "info": _jsonable(self.info), "meta": _jsonable(self.meta), "cells": cells}
@@ -164,19 +167,19 @@ class Grid:
 
     @classmethod
     def from_dict(cls, payload: dict) -> "Grid":
-        """The grid of [`to_dict`][to_dict]; ``ValueError`` when ``payload`` is not one."""
-        if not isinstance(payload, dict) or payload.get("format") != GRID_FORMAT:
-            raise ValueError(f"not a similarity-plugins grid (expected format {GRID_FORMAT!r})")
-        cells = {(c["metric"], int(c["front"]), int(c["end"])): result_from_dict(c["result"]) for c in payload["cells"]}
-        info = {m: {**v, "range": tuple(v["range"]) if v.get("range") else None}
-                for m, v in payload.get("info", {}).items()}
-        return cls([tuple(n) for n in payload["nodes"]], payload["metrics"], cells, info, payload.get("meta"))
+        """The grid of [`to_dict`][to_dict]; `BadFile` (a ``ValueError``) naming the first problem when
+        ``payload`` is not one (a missing field, a cell index out of range, a score that is not a number)."""
+        from .grid_files import grid_parts
+
+        return cls(*grid_parts(payload, "the grid dict"))
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "Grid":
-        """Read a grid written by [`to_json`][to_json]."""
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh))
+        """Read a grid written by [`to_json`][to_json]; `BadFile` (a ``ValueError``) naming the file when it is
+        not valid JSON or not a grid, ``FileNotFoundError`` when it does not exist."""
+        from .grid_files import read_grid_file
+
+        return cls(*read_grid_file(path))
 
     # -- figures ---------------------------------------------------------------------------------
 
@@ -233,12 +236,6 @@ class Grid:
 
 def _is_p(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def result_from_dict(d: dict) -> SimilarityResult:
-    """The [`SimilarityResult`][similarity_plugins.SimilarityResult] of its ``to_dict()``."""
-    return SimilarityResult(d["metric"], d.get("score"), dict(d.get("details") or {}), float(d.get("seconds") or 0.0),
-                            d.get("error"), d.get("layer"))
 
 
 def cut_of(front_layer: str, end_layer: str) -> str:

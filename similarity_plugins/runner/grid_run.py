@@ -4,7 +4,6 @@ a finished-cells file to resume from."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -13,19 +12,20 @@ from torch import nn
 
 from ..host.results import LayerPair, SimilarityResult, _jsonable
 from ..networks.context import Context
+from ..networks.data import split_digest
 from ..networks.parallel import World, module_digest
 from ..networks.split import preserved
 from ..utils.progress import progress_bar
 from ..utils.rng import isolated_rng
 from .compare import run_metric
-from .grid_results import Grid, Node, result_from_dict
+from .grid_files import CellsFile
+from .grid_results import Grid, Node
 from .isolation import Donors
 from .ranks import check_ranks_agree
 from .repeats import is_deterministic, run_repeated
 
 __all__ = ["Plan", "run_grid"]
 
-CELLS_FORMAT = "similarity-plugins grid cells"
 DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
 CHECK_EVERY = 256  # at most this many deterministic activation-only cells between two donor checks
 Cell = tuple  # (metric, front index, end index)
@@ -67,19 +67,35 @@ def _needed_splits(plan: Plan, pm) -> dict[str, bool]:
     return {"test": bool(only), "train": any("train" in (pm.info[n].needs or ()) for n in only)}
 
 
-def _capture(ctx: Context, named: dict[str, nn.Module], placed: dict[str, nn.Module], plan: Plan, pm) -> dict[str, str]:
-    """One forward pass per model and split for all its layers; ``{model name: error}`` for models that failed."""
-    failed: dict[str, str] = {}
-    splits = [s for s, need in _needed_splits(plan, pm).items() if need and ctx.data.split(s) is not None]
+def _capture(ctx: Context, named: dict[str, nn.Module], placed: dict[str, nn.Module], plan: Plan, pm) -> dict:
+    """One forward pass per model and split for all its layers; ``{(model, layer, split): error}`` for what failed.
+
+    When the pass for all layers fails, each layer is tried alone, so a layer that cannot be captured (one that
+    runs twice per forward pass, one whose output is not a tensor) errors only its own cells; a forward pass
+    that fails whatever the layer errors every layer of the model on that split. A split that is missing is
+    left to the metrics that need it (their cells get compare's error)."""
+    failed: dict[tuple[str, str, str], str] = {}
+    splits = [s for s, need in _needed_splits(plan, pm).items() if need and getattr(ctx.data, s, None) is not None]
     for name in named:
         layers = [layer for m, layer in plan.nodes if m == name]
         for split in splits:
             try:
                 ctx.capture(placed[name], layers, split)
-            except Exception as exc:  # noqa: BLE001 - the model's cells get the error, the others still run
-                failed[name] = f"{type(exc).__name__}: the forward pass of model {name!r} failed: {exc}"
-                break
+                continue
+            except Exception as exc:  # noqa: BLE001 - the failing layers' cells get the error, the others still run
+                if len(layers) == 1:
+                    failed[(name, layers[0], split)] = _capture_error(name, exc)
+                    continue
+            for layer in layers:
+                try:
+                    ctx.capture(placed[name], [layer], split)
+                except Exception as exc:  # noqa: BLE001 - as above, one layer at a time
+                    failed[(name, layer, split)] = _capture_error(name, exc)
     return failed
+
+
+def _capture_error(model: str, exc: Exception) -> str:
+    return f"{type(exc).__name__}: the forward pass of model {model!r} failed: {exc}"
 
 
 def _failed_cell(metric: str, pair: LayerPair, message: str) -> SimilarityResult:
@@ -106,7 +122,8 @@ class _Runner:
     gets the error row, every other cell its value).
     """
 
-    def __init__(self, plan: Plan, placed: dict[str, nn.Module], ctx: Context, pm, failed: dict[str, str]) -> None:
+    def __init__(self, plan: Plan, placed: dict[str, nn.Module], ctx: Context, pm,
+                 failed: dict[tuple[str, str, str], str]) -> None:
         self.plan, self.placed, self.ctx, self.pm, self.failed = plan, placed, ctx, pm, failed
         self._pair: tuple[str, str] | None = None
         self._donors: Donors | None = None
@@ -129,7 +146,7 @@ class _Runner:
         k = 0
         while k < len(cells):
             models = self._models(cells[k])
-            cheap = self._cheap(cells[k]) and not (self.failed.get(models[0]) or self.failed.get(models[1]))
+            cheap = self._cheap(cells[k]) and not any(m in models for m, _, _ in self.failed)
             group = [cells[k]]
             while (cheap and len(group) < CHECK_EVERY and k + len(group) < len(cells)
                    and self._models(cells[k + len(group)]) == models and self._cheap(cells[k + len(group)])):
@@ -162,11 +179,18 @@ class _Runner:
             del self.ctx.memo[key]
         return [self(cell, cuda_rng) for cell in group]
 
+    def _capture_failure(self, metric: str, model: str, layer: str) -> str | None:
+        """Why the activations of ``(model, layer)`` that ``metric`` reads could not be captured, or None: a
+        test-split failure concerns every metric, a train-split one those that read the train split."""
+        needs = () if metric in self.pm.load_errors else (self.pm.info[metric].needs or ())
+        return self.failed.get((model, layer, "test")) or (self.failed.get((model, layer, "train"))
+                                                           if "train" in needs else None)
+
     def __call__(self, cell: Cell, cuda_rng: bool) -> SimilarityResult:
         metric, i, j = cell
         (fm, fl), (em, el) = self.plan.nodes[i], self.plan.nodes[j]
         pair = LayerPair(fl, el)
-        bad = self.failed.get(fm) or self.failed.get(em)
+        bad = self._capture_failure(metric, fm, fl) or self._capture_failure(metric, em, el)
         if bad:
             result = _failed_cell(metric, pair, bad)
         else:
@@ -191,52 +215,12 @@ def _mirror(result: SimilarityResult, nodes: list[Node], cell: Cell) -> Similari
 
 
 def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:
-    from ..networks.data import split_size
-
+    """What a resume file's cells depend on: the models' tensors and configuration, the seed, each metric's
+    options and the content of both data splits (`split_digest`: every input and label, not only their number)."""
     return _jsonable({"models": {m: module_digest([model]) for m, model in named.items()}, "seed": plan.seed,
-                      "options": repr(sorted((k, repr(v)) for k, v in plan.options.items())),
-                      "splits": [split_size(ctx.data.train), split_size(ctx.data.test)]})
-
-
-class _CellsFile:
-    """The finished-cells file of ``compare_grid(resume=path)``: a header line, then one JSON line per cell."""
-
-    def __init__(self, path: str | os.PathLike, fingerprint: dict, nodes: list[Node], write: bool) -> None:
-        self.path, self.fingerprint, self.nodes, self.write = os.fspath(path), fingerprint, nodes, write
-        self.done: dict[Cell, SimilarityResult] = {}
-        index = {tuple(n): k for k, n in enumerate(nodes)}
-        if os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as fh:
-                lines = fh.read().splitlines()
-            header = json.loads(lines[0]) if lines else {}
-            if header.get("format") != CELLS_FORMAT:
-                raise ValueError(f"resume file {self.path!r} is not a grid's finished-cells file")
-            if header.get("fingerprint") != fingerprint:
-                differ = [k for k in fingerprint if header.get("fingerprint", {}).get(k) != fingerprint[k]]
-                raise ValueError(f"resume file {self.path!r} was written for other {', '.join(differ)}; use another "
-                                 "path or delete it to start again")
-            for line in lines[1:]:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:  # a line torn by an interruption: that cell runs again
-                    continue
-                front, end = tuple(row["front"]), tuple(row["end"])
-                if front in index and end in index and row["result"].get("error") is None:
-                    self.done[(row["metric"], index[front], index[end])] = result_from_dict(row["result"])
-        elif write:
-            with open(self.path, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps({"format": CELLS_FORMAT, "fingerprint": fingerprint}) + "\n")
-
-    def add(self, cell: Cell, result: SimilarityResult) -> None:
-        if not self.write:
-            return
-        metric, i, j = cell
-        line = json.dumps({"metric": metric, "front": list(self.nodes[i]), "end": list(self.nodes[j]),
-                           "result": result.to_dict()})
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+                      "options": {metric: repr(sorted(opts.items(), key=repr)) for metric, opts in plan.options.items()},
+                      "data": [split_digest(ctx.data.train, ctx.batch_size, "the train split"),
+                               split_digest(ctx.data.test, ctx.batch_size, "the test split")]})
 
 
 def _local_context(ctx: Context) -> Context:
@@ -257,7 +241,8 @@ def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Modul
             check_ranks_agree(world, model, model, ctx.data, (plan.nodes, plan.pairs, plan.metrics, plan.seed,
                                                               sorted(plan.options.items(), key=str)))
     compute, mirrors = plan.cells()
-    store = _CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, world.is_main) if resume else None
+    store = (CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, set(compute), world.is_main)
+             if resume else None)
     results: dict[Cell, SimilarityResult] = dict(store.done) if store else {}
     if store is not None and world.distributed:  # rank 0's file decides, so every rank plans the same cells
         results = world.exchange(lambda: results, "resume file")[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import os
@@ -34,10 +35,29 @@ def write_target(path: str | os.PathLike) -> str:
     return os.path.realpath(path) if os.path.islink(path) else path
 
 
+def not_regular_reason(path: str | os.PathLike) -> str | None:
+    """Why writing ``path`` would replace something that is not a regular file (a FIFO, a device node such as
+    ``/dev/null``, a socket), or None when ``path`` (through a symlink) is a regular file or does not exist.
+    Replacing such a node by renaming a file over it would destroy it, so every write refuses it."""
+    try:
+        mode = os.stat(write_target(path)).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"it is {kind}, not a regular file; writing would replace it: give the name of a regular file"
+
+
 def _new_temp(path: str | os.PathLike) -> tuple[int, str, str]:
     """``(fd, temporary path, target)`` for writing ``path``: the temporary file sits next to the target, keeps its
-    extension and has the mode the target will have (an existing file's mode, else 0o666 less the umask)."""
+    extension and has the mode the target will have (an existing file's mode, else 0o666 less the umask).
+    ``OSError`` (EINVAL, naming ``path``) when the target exists and is not a regular file (`not_regular_reason`)."""
     target = write_target(path)
+    special = not_regular_reason(target)
+    if special is not None:
+        raise OSError(errno.EINVAL, f"refusing to write {os.fspath(path)}: {special}", os.fspath(path))
     directory = os.path.dirname(os.path.abspath(target))
     os.makedirs(directory, exist_ok=True)
     mode = stat.S_IMODE(os.stat(target).st_mode) if os.path.exists(target) else 0o666 & ~_umask()
@@ -134,6 +154,9 @@ def unwritable_reason(path: str | os.PathLike) -> str | None:
     target = write_target(path)
     if os.path.isdir(target):
         return "it is a folder, not a file name"
+    special = not_regular_reason(target)
+    if special is not None:
+        return special
     if os.path.exists(target) and not os.access(target, os.W_OK):
         return "the file is read-only"
     folder = os.path.dirname(os.path.abspath(target))

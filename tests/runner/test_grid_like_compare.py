@@ -1,0 +1,78 @@
+"""Grids refuse or error exactly where compare does, one cell or one metric at a time: model names that collide,
+a layer whose module runs twice per forward pass, a metric that needs a missing train split, one bad layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import similarity_plugins as sp
+from tests.helpers.models import tiny_cnn
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _test_only(n: int = 40) -> sp.Data:
+    g = torch.Generator().manual_seed(0)
+    return sp.Data(test=TensorDataset(torch.rand(n, 1, 16, 16, generator=g), torch.randint(0, 10, (n,), generator=g)))
+
+
+class SharedTwice(nn.Module):
+    """``shared`` runs twice per forward pass (the torchvision BasicBlock ``relu`` pattern); ``a`` and ``b`` once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Conv2d(1, 4, 3, padding=1)
+        self.shared = nn.ReLU()
+        self.b = nn.Conv2d(4, 4, 3, padding=1)
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * 16 * 16, 10))
+
+    def forward(self, x):
+        return self.head(self.shared(self.b(self.shared(self.a(x)))))
+
+
+def test_model_names_that_collide_as_text_are_refused_naming_both():
+    with pytest.raises(ValueError, match=r"models 1 and '1' have the same name"):
+        sp.compare_grid({1: tiny_cnn(width=4), "1": tiny_cnn(seed=1, width=4)}, ["block1"], _test_only(), "cka-linear")
+
+
+def test_a_layer_that_runs_twice_is_refused_as_compare_refuses_it_and_only_its_cells_fail():
+    model = SharedTwice()
+    ref = sp.compare(model, model, "shared", _test_only(), "cka-linear")["cka-linear"]
+    assert not ref.ok and "called 2 times" in ref.error
+    grid = sp.compare_grid({"m": model}, ["a", "shared", "b"], _test_only(), "cka-linear")
+    for (_, i, j), cell in grid.cells.items():
+        if "shared" in (grid.nodes[i][1], grid.nodes[j][1]):
+            assert not cell.ok and "called 2 times" in cell.error, cell
+        else:
+            assert cell.ok, cell.error
+
+
+def test_a_metric_that_needs_a_missing_train_split_gets_error_cells_and_the_others_run():
+    model = tiny_cnn(width=4)
+    ref = sp.compare(model, model, "block1", _test_only(), "cka-linear,linear-regression")
+    grid = sp.compare_grid({"a": model, "b": tiny_cnn(seed=1, width=4)}, ["block1"], _test_only(),
+                           "cka-linear,linear-regression")
+    for (metric, _, _), cell in grid.cells.items():
+        if metric == "linear-regression":
+            assert not cell.ok and cell.error == ref["linear-regression"].error
+        else:
+            assert cell.ok
+
+
+def test_a_model_whose_head_fails_after_the_layers_is_still_captured():
+    class BadHead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = nn.Conv2d(1, 4, 3, padding=1)
+
+        def forward(self, x):
+            self.a(x)
+            raise RuntimeError("the head does not fit")
+
+    grid = sp.compare_grid({"m": BadHead()}, ["a"], _test_only(), "cka-linear")
+    assert all(cell.ok for cell in grid.cells.values())
