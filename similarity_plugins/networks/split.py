@@ -243,15 +243,25 @@ class SplitNetwork:
                     )
                     return
 
-        # end: a placeholder for the (stitched) activation, then everything after the cut.
+        # An in-place op after the cut or a tap (``ReLU(inplace=True)``, the torchvision pattern) would overwrite
+        # the activation as produced; where one follows, the graphs return (and the end reads) a copy taken at
+        # the point of production.
+        writes_later = _writes_after(self.model, nodes)
+        kept = {cut, *tap_nodes.values()}
+
+        # end: a placeholder for the (stitched) activation, then everything after the cut. The caller's tensor
+        # is never written: the end starts from a copy of it when an in-place op follows.
         end = torch.fx.Graph()
-        env = {cut: end.placeholder("h")}
+        h = end.placeholder("h")
+        env = {cut: end.call_method("clone", (h,)) if writes_later[cut] else h}
+        outs: dict[torch.fx.Node, torch.fx.Node] = {}
         for node in nodes[cut_index + 1 :]:
             if node.op == "output":
                 break
             env[node] = end.node_copy(node, lambda n: env[n] if n in env else _copy_attr(end, env, n))
+            outs[node] = _keep(end, env[node], node in kept and writes_later[node])
         result = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
-        end.output((result, tuple(env[tap_nodes[t]] for t in self.taps)))
+        end.output((result, tuple(outs[tap_nodes[t]] for t in self.taps)))
 
         # native: the whole forward, returning the cut, the logits and the taps.
         native = torch.fx.Graph()
@@ -260,8 +270,9 @@ class SplitNetwork:
             if node.op == "output":
                 break
             env[node] = native.node_copy(node, lambda n: env[n])
+            outs[node] = _keep(native, env[node], node in kept and writes_later[node])
         logits = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
-        native.output((env[cut], logits, tuple(env[tap_nodes[t]] for t in self.taps)))
+        native.output((outs[cut], logits, tuple(outs[tap_nodes[t]] for t in self.taps)))
 
         self._end_gm = _build_module(self.model, end)
         self._native_gm = _build_module(self.model, native)
@@ -343,6 +354,22 @@ class SplitNetwork:
 
     def __repr__(self) -> str:
         return f"SplitNetwork({type(self.model).__name__}, layer={self.layer!r}, taps={list(self.taps)})"
+
+
+def _writes_after(model: nn.Module, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, bool]:
+    """For each node of a traced forward, whether an in-place op runs after it (which may write into its value,
+    directly or through a view)."""
+    owner = torch.fx.GraphModule(model, nodes[0].graph)
+    later, seen = {}, False
+    for node in reversed(nodes):
+        later[node] = seen
+        seen = seen or _in_place(node, owner)
+    return later
+
+
+def _keep(graph: torch.fx.Graph, value: torch.fx.Node, copy_it: bool) -> torch.fx.Node:
+    """``value`` itself, or a copy of it taken now (before a later in-place op can overwrite it)."""
+    return graph.call_method("clone", (value,)) if copy_it else value
 
 
 def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.fx.Node:
