@@ -145,3 +145,25 @@ def test_a_distance_takes_the_lowest_score_and_the_lowest_null(fresh_manager):
     best, ref = grid.best_pair("one-minus-cka", "x", "y"), reference.best_pair("cka-linear", "x", "y")
     assert (best["front_layer"], best["end_layer"]) == (ref["front_layer"], ref["end_layer"])
     assert best["score"] == pytest.approx(1.0 - ref["score"], abs=1e-12) and best["p_value"] == ref["p_value"]
+
+
+def test_a_resumed_grid_has_the_same_best_pair(tmp_path):
+    models, data = {"x": _mlp(1, 0), "y": _mlp(2, 1)}, _data()
+    options = {"permutations": K}
+    first = sp.compare_grid(models, LAYERS, data, "cka-linear", options=options, resume=tmp_path / "cells.jsonl")
+    again = sp.compare_grid(models, LAYERS, data, "cka-linear", options=options, resume=tmp_path / "cells.jsonl")
+    assert all(c.seconds == first.cells[k].seconds for k, c in again.cells.items())  # read back, not recomputed
+    assert again.block_nulls == first.block_nulls
+    assert again.best_pair("cka-linear", "y", "x") == first.best_pair("cka-linear", "y", "x")
+
+
+def test_explicit_pairs_that_mirror_part_of_a_block_compute_the_block_instead():
+    models, data = {"x": _mlp(1, 0), "y": _mlp(2, 1)}, _data()
+    pairs = [(("x", "1"), ("y", "2")), (("y", "2"), ("x", "1")), (("y", "3"), ("x", "1"))]
+    grid = sp.compare_grid(models, LAYERS, data, "cka-linear", pairs=pairs, options={"permutations": K})
+    assert not any(c.details.get("mirrored") for c in grid.cells.values())
+    plain = sp.compare_grid(models, LAYERS, data, "cka-linear", pairs=pairs)
+    assert sum(bool(c.details.get("mirrored")) for c in plain.cells.values()) == 1
+    best = grid.best_pair("cka-linear", "y", "x")
+    assert best["p_value"] >= grid.p_values("cka-linear")[grid.nodes.index(("y", best["front_layer"])),
+                                                           grid.nodes.index(("x", best["end_layer"]))]
