@@ -80,7 +80,7 @@ def _grams(xc: np.ndarray, yc: np.ndarray, kernel: str, debiased: bool, threshol
 
 def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", debiased: bool = False,
                          threshold: float = 1.0, *, permutations: int = 999, seed: int = 0,
-                         analytic: bool = True) -> dict[str, Any]:
+                         analytic: bool = True, null_values: bool = False) -> dict[str, Any]:
     """The permutation test of [`cka`][similarity_plugins.cka.functional.cka] between X and row-permuted copies of Y.
 
     Parameters
@@ -91,10 +91,11 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     seed: the permutations' seed (`draws`).
     analytic: also compute ``p_value_analytic`` (needs the two n x n matrices; left out, with a warning in
         ``warnings``, when they do not fit in a quarter of the free memory).
+    null_values: also return the K null values in permutation order (``null_values``, `summarise`).
 
     Returns
     -------
-    ``{"p_value", "null_mean", "null_std", "permutations"[, "p_value_analytic"][, "warnings"]}``: the
+    ``{"p_value", "null_mean", "null_std", "permutations"[, "p_value_analytic"][, "warnings"][, "null_values"]}``: the
     one-sided p-value (1 + #null >= observed) / (K + 1), the null's mean and standard deviation (CKA units).
 
     Raises
@@ -133,7 +134,7 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     identity = torch.arange(n)[None]
     observed_t = float(cross(identity)[0])
     null = torch.cat([cross(perms) for perms in draws(n, k, seed, batch)]) / scale
-    out = summarise(observed_t / scale, null, "similarity")
+    out = summarise(observed_t / scale, null, "similarity", keep_null=null_values)
     if analytic:
         if grams is None and 3.0 * gram_bytes <= free / 4:
             grams = _grams(xc, yc, kernel, debiased, threshold)

@@ -198,7 +198,7 @@ MEASURES: dict[str, Callable[..., tuple]] = {
 
 def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: int = 999, seed: int = 0,
                      kind: str = "similarity", X_test: ArrayLike = None, Y_test: ArrayLike = None,
-                     **options: Any) -> dict[str, Any]:
+                     null_values: bool = False, **options: Any) -> dict[str, Any]:
     """The permutation test of one measure of `similarity_plugins.measures` between X and row-permuted Y.
 
     Parameters
@@ -208,13 +208,15 @@ def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: 
     X: (n, dx) array or tensor (the front). Y: (n, dy), the same n inputs (the end; its rows are permuted).
     permutations: K >= 1 seeded permutations (`draws`).
     seed: the permutations' seed. kind: ``"similarity"`` (extreme: high) or ``"distance"`` (extreme: low).
+    null_values: also return the K null values in permutation order (``null_values``, `summarise`).
     options: the measure's own options (``rdm``, ``compare``, ``topk``, ``variance``, ``dims``, ``alpha``).
 
     Returns
     -------
     ``{"p_value", "null_mean", "null_std", "permutations"}`` (null values in the measure's units), with
     ``p_value_analytic`` for RSA with Pearson or Spearman (the Mantel test's Pearson type III p-value),
-    ``permuted`` (which rows were permuted) and ``warnings`` when the cost exceeds its bound.
+    ``permuted`` (which rows were permuted), ``warnings`` when the cost exceeds its bound and ``null_values``
+    when asked.
 
     Raises
     ------
@@ -237,7 +239,7 @@ def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: 
     batch = batch_size(per_permutation + 8.0 * n, k)  # the route's copies and the permutations' own storage
     observed = float(statistic(torch.arange(n)[None])[0])
     null = torch.cat([statistic(p) for p in draws(n, k, seed, batch)])
-    out = summarise(observed, null, kind)
+    out = summarise(observed, null, kind, keep_null=null_values)
     if measure == "rsa" and made[3] is not None:
         sa, sb, scale = made[3]
         out["p_value_analytic"] = pearson3_p_value(observed * scale, sa, sb, kind)

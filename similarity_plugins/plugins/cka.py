@@ -35,6 +35,13 @@ def permutation_count(options: dict) -> int:
     return check_permutations(options.get(PERMUTATIONS.name, PERMUTATIONS.default))
 
 
+def keeps_nulls(context: Context) -> bool:
+    """True in a grid (``context.reuse_nodes``): each cell's test returns its null values in permutation order, so
+    the grid can form the maximum over a block's cells per permutation (`Grid.best_pair`); the grid keeps them
+    out of the cells' details."""
+    return bool(getattr(context, "reuse_nodes", False))
+
+
 def with_permutation_test(details: dict, k: int, test: Callable[[], dict[str, Any]]) -> dict:
     """``details`` with the permutation test's keys (``p_value``, ``null_mean``, ``null_std``, ``permutations``,
     and ``p_value_analytic`` where the measure has one) when ``k > 0``; its cost warnings join ``warnings``."""
@@ -81,7 +88,8 @@ class _CKAPlugin:
         if score is None:
             score = cka(x, y, **kwargs)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
-        with_permutation_test(details, k, lambda: cka_permutation_test(x, y, **kwargs, permutations=k, seed=seed))
+        with_permutation_test(details, k, lambda: cka_permutation_test(x, y, **kwargs, permutations=k, seed=seed,
+                                                                             null_values=keeps_nulls(context)))
         return SimilarityResult("", float(score), details)
 
     def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: Context) -> float | None:

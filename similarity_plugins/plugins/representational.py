@@ -21,7 +21,7 @@ from ..host.contract import Option, declared_value
 from ..host.hookspecs import hookimpl
 from ..host.results import LayerPair, SimilarityResult
 from ..networks.context import Context
-from .cka import MAX_SAMPLES, PERMUTATIONS, permutation_count, with_permutation_test
+from .cka import MAX_SAMPLES, PERMUTATIONS, keeps_nulls, permutation_count, with_permutation_test
 
 _ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
@@ -68,7 +68,8 @@ class _Representational:
             result = getattr(measures, self.measure)(x, y, **arguments, details=True)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
         with_permutation_test(details, k, lambda: permutation_test(self.measure, x, y, permutations=k, seed=seed,
-                                                                   kind=self.kind, **arguments))
+                                                                   kind=self.kind, null_values=keeps_nulls(context),
+                                                                   **arguments))
         return SimilarityResult("", result.score, details)
 
 
@@ -168,7 +169,7 @@ class LinearRegression(_Representational):
         details["split"] = "fitted on the train split, scored on the test split"
         with_permutation_test(details, k, lambda: permutation_test(
             "linear_regression", x_train, y_train, permutations=k, seed=seed, kind=self.kind, alpha=alpha,
-            X_test=x, Y_test=y))
+            X_test=x, Y_test=y, null_values=keeps_nulls(context)))
         return SimilarityResult("", result.score, details)
 
 

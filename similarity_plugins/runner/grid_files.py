@@ -42,8 +42,8 @@ def result_from_dict(d: Any, where: Callable[[], str] = lambda: "a result") -> S
                             layer)
 
 
-def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict]:
-    """``(nodes, metrics, cells, info, meta)`` of a grid's `to_dict` payload, every part checked; `BadFile`
+def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict, dict]:
+    """``(nodes, metrics, cells, info, meta, block_nulls)`` of a grid's `to_dict` payload, every part checked; `BadFile`
     naming ``source`` (the file, or "the grid dict") and the first problem."""
     from .grid_results import GRID_FORMAT
 
@@ -75,7 +75,23 @@ def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict]
     expect(isinstance(info, dict) and all(isinstance(v, dict) for v in info.values()), at(), "'info' must be an object")
     expect(isinstance(meta, dict), at(), "'meta' must be an object")
     info = {m: {**v, "range": tuple(v["range"]) if v.get("range") else None} for m, v in info.items()}
-    return [tuple(n) for n in nodes], metrics, out, info, meta
+    return [tuple(n) for n in nodes], metrics, out, info, meta, _block_nulls(payload.get("block_nulls") or [], metrics, at)
+
+
+def _block_nulls(entries: Any, metrics: list, at: Callable) -> dict:
+    """The grid's per-block permutation maxima (`grid_best`), checked: ``{(metric, front, end): [float, ...]}``."""
+    expect(isinstance(entries, list), at(), "'block_nulls' must be a list")
+    nulls = {}
+    for k, b in enumerate(entries):
+        where = at(f", block null {k}")
+        expect(isinstance(b, dict) and b.get("metric") in metrics and isinstance(b.get("front"), str)
+               and isinstance(b.get("end"), str) and isinstance(b.get("null"), list), where,
+               "a block null needs a metric of the grid, front and end model names and a list of values")
+        try:
+            nulls[(b["metric"], b["front"], b["end"])] = [float(v) for v in b["null"]]
+        except (TypeError, ValueError):
+            expect(False, where, "the null values must be numbers")
+    return nulls
 
 
 def read_grid_file(path: str | os.PathLike) -> tuple[list, list, dict, dict, dict]:

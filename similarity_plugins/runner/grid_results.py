@@ -31,15 +31,21 @@ class Grid:
 
     Attributes: ``nodes`` (list of ``(model, layer)`` in order: models as given, each model's layers as given),
     ``metrics`` (names, in order), ``info`` (``{metric: {"kind", "range", "symmetric"}}`` as the metrics
-    declare), ``meta`` (the call's settings), ``cells`` (``{(metric, front index, end index): result}``).
+    declare), ``meta`` (the call's settings), ``cells`` (``{(metric, front index, end index): result}``),
+    ``block_nulls`` (``{(metric, front model, end model): [K floats]}``: with permutations, each permutation's
+    best null value over the block's cells, for [`best_pair`][best_pair]).
     """
 
     def __init__(self, nodes: list[Node], metrics: list[str], cells: dict[tuple[str, int, int], SimilarityResult],
-                 info: dict[str, dict] | None = None, meta: dict | None = None) -> None:
+                 info: dict[str, dict] | None = None, meta: dict | None = None,
+                 block_nulls: dict[tuple[str, str, str], list[float]] | None = None) -> None:
+        from .grid_best import take_nulls
+
         self.nodes: list[Node] = [tuple(n) for n in nodes]
         self.metrics = list(metrics)
-        self.cells = dict(cells)
         self.info = {m: dict((info or {}).get(m, {})) for m in self.metrics}
+        self.cells, found = take_nulls(dict(cells), self.nodes, self.info)
+        self.block_nulls = {**found, **{tuple(k): list(v) for k, v in (block_nulls or {}).items()}}
         self.meta = dict(meta or {})
 
     # -- shape -----------------------------------------------------------------------------------
@@ -114,6 +120,25 @@ class Grid:
             out.append((layer, end_layers[k], float(row[k])))
         return out
 
+    def best_pair(self, metric: str, front: str, end: str) -> dict[str, Any]:
+        """The best cell of ``metric`` between model ``front``'s and model ``end``'s layers and its family-wise
+        p-value under the max-statistic null.
+
+        Args:
+            metric: a metric of the grid. front, end: model names (the same name: a model's own block).
+
+        Returns:
+            ``{"front_layer", "end_layer", "score", "p_value"}``. ``score`` is the block's highest (lowest for a
+            distance); with ``compare_grid(..., options={"permutations": K})``, ``p_value = (1 + #{k: the best
+            null value over all the block's cells under permutation k is at least as extreme as score}) /
+            (K + 1)``, every cell of the block scored under the same K permutations of the end's test rows.
+            It is never below that cell's own p-value and is 1/(K+1) for a model against itself; None
+            without permutations. See `similarity_plugins.runner.grid_best`.
+        """
+        from .grid_best import best_pair
+
+        return best_pair(self, metric, front, end)
+
     def p_values(self, metric: str, correction: str | None = None, front: str | None = None,
                  end: str | None = None) -> np.ndarray:
         """The cells' ``details["p_value"]`` of ``metric`` as a matrix shaped like [`matrix`][matrix].
@@ -155,8 +180,9 @@ class Grid:
 
         cells = [{"metric": m, "front": i, "end": j, "result": cell_result_dict(c)}
                  for (m, i, j), c in sorted(self.cells.items(), key=lambda kv: (self.metrics.index(kv[0][0]),) + kv[0][1:])]
+        nulls = [{"metric": m, "front": f, "end": e, "null": list(v)} for (m, f, e), v in self.block_nulls.items()]
         return {"format": GRID_FORMAT, "version": 1, "nodes": [list(n) for n in self.nodes], "metrics": self.metrics,
-                "info": _jsonable(self.info), "meta": _jsonable(self.meta), "cells": cells}
+                "info": _jsonable(self.info), "meta": _jsonable(self.meta), "cells": cells, "block_nulls": nulls}
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int = 2) -> str:
         """The grid as JSON text; also written (whole, atomically) to ``path`` when given."""

@@ -44,20 +44,43 @@ class Plan:
     seed: int
 
     def cells(self) -> tuple[list[Cell], dict[Cell, Cell]]:
-        """(the cells to compute, in model-pair-major order; ``{mirrored cell: the cell it copies}``)."""
+        """(the cells to compute, in model-pair-major order; ``{mirrored cell: the cell it copies}``).
+
+        A symmetric metric runs once per unordered pair and is mirrored, except that with a permutation test it
+        is mirrored only in a block (front model x end model) of two models whose every pair is mirrored: the
+        reversed order of a cell scores the inverse permutations, so a block mixing both orders (a model's own
+        block above all) would not have every cell's null under the same permutations (`Grid.best_pair`).
+        """
         asked = set(self.pairs)
         models = list(dict.fromkeys(m for m, _ in self.nodes))
         order = {m: k for k, m in enumerate(models)}
+        whole = self._whole_mirror_blocks(asked)
         compute, mirrors = [], {}
         for i, j in self.pairs:
             for metric in self.metrics:
-                if self.symmetric[metric] and i > j and (j, i) in asked:
+                blocks_ok = not _tested(self.options.get(metric, {})) or (self.nodes[i][0], self.nodes[j][0]) in whole
+                if self.symmetric[metric] and i > j and (j, i) in asked and blocks_ok:
                     mirrors[(metric, i, j)] = (metric, j, i)
                 else:
                     compute.append((metric, i, j))
         compute.sort(key=lambda c: (order[self.nodes[c[1]][0]], order[self.nodes[c[2]][0]], c[1], c[2],
                                     self.metrics.index(c[0])))
         return compute, mirrors
+
+    def _whole_mirror_blocks(self, asked: set) -> set[tuple[str, str]]:
+        """The (front model, end model) blocks of two different models in which every asked pair has its reverse
+        asked (so either all of the block's cells are computed or, for a symmetric metric, all mirrored)."""
+        blocks: dict[tuple[str, str], bool] = {}
+        for i, j in asked:
+            key = (self.nodes[i][0], self.nodes[j][0])
+            blocks[key] = blocks.get(key, True) and key[0] != key[1] and (j, i) in asked
+        return {key for key, ok in blocks.items() if ok}
+
+
+def _tested(options: dict) -> bool:
+    """True when a metric's options ask for a permutation test (a valid ``permutations`` > 0)."""
+    k = options.get("permutations", 0)
+    return isinstance(k, (int, float)) and not isinstance(k, bool) and k > 0
 
 
 def _needed_splits(plan: Plan, pm) -> dict[str, bool]:

@@ -90,7 +90,7 @@ def batch_size(bytes_per_permutation: float, k: int) -> int:
     return max(1, min(k, int(BATCH_BYTES // max(1.0, bytes_per_permutation))))
 
 
-def summarise(observed: float, null: torch.Tensor, kind: str | None) -> dict[str, Any]:
+def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: bool = False) -> dict[str, Any]:
     """The permutation test's details: ``p_value``, ``null_mean``, ``null_std`` (ddof 1) and ``permutations``.
 
     Parameters
@@ -100,18 +100,24 @@ def summarise(observed: float, null: torch.Tensor, kind: str | None) -> dict[str
     kind: ``"distance"``: extreme means at most ``observed``; otherwise (a similarity) at least ``observed``.
         Values within `TIE_RTOL` of ``observed`` (relative to the largest magnitude) count as ties,
         which are extreme: rounding of the same number never lowers a p-value.
+    keep_null: also return the K null values, in the order of the permutations (``null_values``), so that a
+        grid can form the maximum over its cells per permutation.
 
     Returns
     -------
-    ``{"p_value": float in [1/(K+1), 1], "null_mean": float, "null_std": float, "permutations": K}``.
+    ``{"p_value": float in [1/(K+1), 1], "null_mean": float, "null_std": float, "permutations": K}``, and
+    ``"null_values"`` (a list of K floats) when ``keep_null``.
     """
     values = null.double().cpu()
     k = int(values.numel())
     tol = TIE_RTOL * max(abs(observed), float(values.abs().max()) if k else 0.0, 1e-300)
     extreme = values <= observed + tol if kind == "distance" else values >= observed - tol
     std = float(values.std()) if k > 1 else 0.0
-    return {"p_value": (1 + int(extreme.sum())) / (k + 1), "null_mean": float(values.mean()) if k else math.nan,
-            "null_std": std, "permutations": k}
+    out = {"p_value": (1 + int(extreme.sum())) / (k + 1), "null_mean": float(values.mean()) if k else math.nan,
+           "null_std": std, "permutations": k}
+    if keep_null:
+        out["null_values"] = values.tolist()
+    return out
 
 
 def permuted_inner(a: torch.Tensor, b: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:

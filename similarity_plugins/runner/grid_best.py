@@ -1,0 +1,102 @@
+"""The best layer pair of a grid's block with its family-wise p-value under the max-statistic null.
+
+A *block* is every cell of one metric between the layers of a front model and the layers of an end model.
+With ``permutations=K`` every cell of a grid runs its permutation test with the grid's seed, so the cells of
+a block score the same K permutations of the end's test rows (the sample order of the whole block). The grid
+keeps, per block and permutation, the best null value over the block's cells (the maximum for a similarity,
+the minimum for a distance); the best cell's observed score against that distribution is the family-wise
+p-value of "the best pair" (Westfall and Young's max-statistic): it accounts for having picked the best of
+all the block's cells, at the cost of the block's own permutation tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..host.results import SimilarityResult
+from ..utils.permutation import summarise
+
+__all__ = ["BlockKey", "take_nulls", "best_pair"]
+
+BlockKey = tuple  # (metric, front model, end model)
+NULL_KEY = "null_values"  # the cell details key the permutation tests fill in a grid (`summarise`)
+
+
+def take_nulls(cells: dict[tuple, SimilarityResult], nodes: list[tuple], info: dict[str, dict]
+               ) -> tuple[dict[tuple, SimilarityResult], dict[BlockKey, list[float]]]:
+    """The cells without their null values, and each block's best null value per permutation.
+
+    Args:
+        cells: ``{(metric, front index, end index): result}``; a tested cell's ``details["null_values"]`` holds
+            its K null values in permutation order.
+        nodes: the grid's ``(model, layer)`` nodes, indexed by the cells' indices.
+        info: ``{metric: {"kind", ...}}``: ``"distance"`` takes the minimum, anything else the maximum.
+
+    Returns:
+        ``(cells, {(metric, front model, end model): [K floats]})``: the results copied without
+        ``null_values`` (the others are the same objects), and the block nulls of every block whose scored
+        cells all have null values of one length K.
+    """
+    clean: dict[tuple, SimilarityResult] = {}
+    per_block: dict[BlockKey, list] = {}
+    for key, cell in cells.items():
+        if NULL_KEY in cell.details:
+            details = dict(cell.details)
+            null = details.pop(NULL_KEY)
+            cell = SimilarityResult(cell.metric, cell.score, details, cell.seconds, cell.error, cell.layer)
+        else:
+            null = None
+        clean[key] = cell
+        if cell.ok:
+            metric, i, j = key
+            per_block.setdefault((metric, nodes[i][0], nodes[j][0]), []).append(null)
+    blocks: dict[BlockKey, list[float]] = {}
+    for block, nulls in per_block.items():
+        if any(n is None for n in nulls) or len({len(n) for n in nulls}) != 1 or not nulls[0]:
+            continue
+        stacked = np.asarray(nulls, dtype=np.float64)
+        distance = info.get(block[0], {}).get("kind") == "distance"
+        blocks[block] = (stacked.min(axis=0) if distance else stacked.max(axis=0)).tolist()
+    return clean, blocks
+
+
+def best_pair(grid: Any, metric: str, front: str, end: str) -> dict[str, Any]:
+    """The best cell of ``metric`` between ``front``'s and ``end``'s layers, with its family-wise p-value.
+
+    Args:
+        grid: a [`Grid`][similarity_plugins.runner.grid_results.Grid].
+        metric: a metric of the grid. front, end: model names of the grid (the same name: a model's own block).
+
+    Returns:
+        ``{"front_layer", "end_layer", "score", "p_value"}``: the highest score (lowest for a metric declared a
+        distance; the first in row-major order on a tie) and ``p_value = (1 + #{k: best null value of
+        permutation k at least as extreme as score}) / (K + 1)``, never below that cell's own p-value (a
+        permutation's best over the block is at least that cell's null value; the maximum with the cell's
+        own p-value only absorbs float rounding between the two paths); None when the grid ran without
+        permutations or a scored cell of the block has no null values (a metric without a permutation test).
+
+    Raises:
+        ValueError: an unknown metric or model (naming the valid ones), or a block without any scored cell.
+    """
+    block = grid.matrix(metric, front, end)
+    if np.isnan(block).all():
+        raise ValueError(f"metric {metric!r} has no scored cell between model {front!r} and model {end!r}; "
+                         "check the cells' errors (grid.report)")
+    kind = grid.info.get(metric, {}).get("kind")
+    flat = int(np.nanargmin(block) if kind == "distance" else np.nanargmax(block))
+    row, col = divmod(flat, block.shape[1])
+    front_layer, end_layer = grid.layers_of(front)[row], grid.layers_of(end)[col]
+    score = float(block[row, col])
+    null = grid.block_nulls.get((metric, front, end))
+    p_value = None
+    if null is not None:
+        p_value = summarise(score, torch.tensor(null, dtype=torch.float64), kind)["p_value"]
+        own = grid.cells[(metric, grid.nodes.index((front, front_layer)), grid.nodes.index((end, end_layer)))]
+        mine = own.details.get("p_value")
+        if isinstance(mine, (int, float)) and math.isfinite(mine):
+            p_value = max(p_value, float(mine))
+    return {"front_layer": front_layer, "end_layer": end_layer, "score": score, "p_value": p_value}
