@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..utils.progress import progress_bar
-from .data import BadData, iterate_batches
+from .data import BadData, iterate_batches, to_device
 from .split import SplitNetwork, frozen, model_device
 
 
@@ -56,7 +56,9 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     Parameters
     ----------
     model: the network; forward hooks are added for the pass and removed afterwards (also on error).
-    names: module names (``named_modules()``); each layer's first output of a forward pass is kept.
+    names: module names (``named_modules()``); each layer's first output of a forward pass is kept. A model
+        with a ``layer_activation(output)`` method (a wrapped transformers model) gives each output through it
+        (the block's hidden states, pooled per batch); others must output tensors.
     data: a Dataset or DataLoader of ``(x, y)``.
 
     Returns
@@ -70,11 +72,14 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     modules = dict(model.named_modules())
     chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     labels, batch = [], {}
+    read = getattr(model, "layer_activation", None)
 
     def hook_for(name: str):
         def hook(_module: nn.Module, _inputs: object, output: object) -> None:
             if name in batch:
                 return
+            if read is not None:
+                output = read(output)
             if not isinstance(output, torch.Tensor):
                 raise TypeError(f"layer {name!r} outputs a {type(output).__name__}, not a tensor; choose a layer "
                                 "whose output is a tensor")
@@ -89,7 +94,7 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
             for x, y in progress_bar(iterate_batches(data, batch_size), progress=progress, desc=desc, leave=False):
                 batch.clear()
                 try:
-                    model(x.to(device, non_blocking=True))
+                    model(to_device(x, device))
                 except _Captured:
                     pass
                 missing = [n for n in names if n not in batch]
