@@ -15,8 +15,8 @@ COMMAND_MODULES = (catalog, compare, grid, score, train, iris, demo, bench, stud
 
 EPILOG = """MODEL specs: ``torchvision:NAME``, ``timm:NAME`` (keyword arguments after ``?``, e.g.
 ``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable``, ``small-cnn`` or
-``hf:DIR`` (a transformers save_pretrained folder, e.g. ``hf:runs/gpt?pooling=last``), each optionally followed by ``@weights.pt`` (loaded with
-``torch.load(weights_only=True)``).
+``hf:DIR`` (a transformers save_pretrained folder, e.g. ``hf:runs/gpt?pooling=last``), each optionally
+followed by ``@weights.pt`` (loaded with ``torch.load(weights_only=True)``).
 DATA specs: ``digits`` (built in), ``cifar10:ROOT``, ``folder:ROOT`` (ImageFolder with train/ and test/),
 ``text:FILE`` (one sample a line), ``pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]`` (images and their captions)."""
 
