@@ -44,7 +44,7 @@ def hf(source: Any, *, tokenizer: Any = None, processor: Any = None, pooling: st
         max_length: longest tokenized sample (longer ones are truncated); default: the model's position limit.
 
     Returns:
-        An [`HFModel`][HFModel] sharing the model's modules (nothing is copied or changed).
+        An `HFModel` (an ``nn.Module``) sharing the model's modules (nothing is copied or changed).
 
     Raises:
         ValueError: ``source`` is a string that is not a local folder (a hub id), a text model has no tokenizer,

@@ -76,7 +76,8 @@ def text_data(test: Sequence[str], train: Sequence[str] | None = None, *, test_l
     Args:
         test: the test split, a list of strings (one sample each).
         train: the training split (for metrics that fit something), or None.
-        test_labels, train_labels: integer labels per sample (default: all 0; activation measures ignore them).
+        test_labels: integer labels per test sample (default: all 0; activation measures ignore them).
+        train_labels: the same for the training split.
 
     Returns:
         ``Data(train=TextDataset | None, test=TextDataset)``.
@@ -94,7 +95,8 @@ def paired_data(test: dict[str, Any], train: dict[str, Any] | None = None, *,
             dataset of ``(x, y)``; captions as a list of N strings. Any view names; a wrapped model reads the one
             named by its ``view`` (``"text"`` for a model with a tokenizer, ``"image"`` otherwise).
         train: the same for a training split, or None.
-        test_labels, train_labels: integer labels per sample (default: all 0).
+        test_labels: integer labels per test sample (default: all 0).
+        train_labels: the same for the training split.
 
     Returns:
         ``Data(train=PairedDataset | None, test=PairedDataset)``.
