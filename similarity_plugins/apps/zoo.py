@@ -10,6 +10,8 @@ Spec grammar (as typed on the command line)::
     timm:NAME                       timm.create_model(NAME, pretrained=False, ...), e.g.
                                     timm:vit_tiny_patch16_224?img_size=32&patch_size=4
     python:MODULE:CALLABLE          MODULE.CALLABLE(**kwargs) must return an nn.Module
+    hf:DIR                          a transformers save_pretrained folder with its tokenizer or image
+                                    processor (keys: pooling, exclude_special, view, padding_side, max_length)
 
 Values in the query are read by the one KEY=VALUE grammar of ``--option`` (`similarity_plugins.utils.text`):
 JSON numbers, lists and true/false/null, yes/no/on/off, none, else strings. ``@PATH`` loads a
@@ -35,6 +37,7 @@ MODEL_SPEC_FORMS = (
     "torchvision:NAME[?cifar_stem=true]     e.g. torchvision:resnet18",
     "timm:NAME[?key=value&...]              e.g. timm:vit_tiny_patch16_224?img_size=32&patch_size=4",
     "python:MODULE:CALLABLE[?key=value&...]",
+    "hf:DIR[?pooling=last&...]              a transformers save_pretrained folder (local only)",
     "any of these followed by @WEIGHTS.pt   e.g. small-cnn@runs/donor.pt",
 )
 
@@ -189,11 +192,24 @@ def _build_small_cnn(name: str, kwargs: dict[str, Any], num_classes: int | None,
     return SmallCNN(**kwargs)
 
 
+def _build_hf(name: str, kwargs: dict[str, Any], num_classes: int | None, in_channels: int | None) -> nn.Module:
+    """A transformers model from a local ``save_pretrained`` folder (its own head; the data's classes are not
+    used), wrapped by `networks.hf.hf` with the query's options (pooling, exclude_special, view, ...)."""
+    from ..networks.hf import hf
+
+    valid = [p for p in inspect.signature(hf).parameters if p not in ("source", "tokenizer", "processor")]
+    for key in kwargs:
+        if key not in valid:
+            raise ValueError(f"unknown option {key!r} for hf:DIR{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+    return hf(name, **kwargs)
+
+
 _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "small-cnn": _build_small_cnn,
     "torchvision": _build_torchvision,
     "timm": _build_timm,
     "python": _build_python,
+    "hf": _build_hf,
 }
 
 

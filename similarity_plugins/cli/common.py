@@ -111,7 +111,8 @@ def subset(dataset: Any, limit: int | None) -> Any:
 
 
 def load_data(spec: str, max_train: int | None = None, max_test: int | None = None):
-    """A DATA spec (``digits``, ``cifar10:ROOT``, ``folder:ROOT``) as ``Data``, each split cut to its limit."""
+    """A DATA spec (``digits``, ``cifar10:ROOT``, ``folder:ROOT``, ``text:FILE``, ``pairs:DIR,FILE``) as ``Data``,
+    each split cut to its limit."""
     from ..datasets import parse_data_spec
     from ..networks.data import Data
 

@@ -99,7 +99,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", required=True, action="append",
                    help="layer name, or FRONT:END pair; repeat for a sweep")
     p.add_argument("--metrics", default=None, help="comma-separated names or wildcards (default: all)")
-    p.add_argument("--data", required=True, help="DATA spec: digits, cifar10:ROOT, folder:ROOT")
+    p.add_argument("--data", required=True,
+                   help="DATA spec: digits, cifar10:ROOT, folder:ROOT, text:FILE, pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]")
     p.add_argument("--out", default=None, help="write the report as JSON")
     p.add_argument("--csv", default=None, help="write the report as CSV")
     p.add_argument("--seed", type=int, default=0)

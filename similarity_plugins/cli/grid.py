@@ -113,7 +113,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a model and its MODEL spec; repeat for a zoo (one model: its own layer x layer grid)")
     p.add_argument("--layers", required=True, action="append", metavar="L1,L2,...|NAME=L1,L2,...",
                    help="layers of every model, or NAME=L1,L2 for one model (repeat per model)")
-    p.add_argument("--data", required=True, help="DATA spec: digits, cifar10:ROOT, folder:ROOT")
+    p.add_argument("--data", required=True,
+                   help="DATA spec: digits, cifar10:ROOT, folder:ROOT, text:FILE, pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]")
     p.add_argument("--metrics", default=None,
                    help="comma-separated names or wildcards (default: every activation-only metric)")
     p.add_argument("--pairs", default="all", choices=["all", "across", "within"],

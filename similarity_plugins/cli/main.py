@@ -14,9 +14,11 @@ from .common import Terminated, add_progress_args, interrupted_code, terminate_a
 COMMAND_MODULES = (catalog, compare, grid, score, train, iris, demo, bench, study)
 
 EPILOG = """MODEL specs: ``torchvision:NAME``, ``timm:NAME`` (keyword arguments after ``?``, e.g.
-``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable`` or ``small-cnn``,
-each optionally followed by ``@weights.pt`` (loaded with ``torch.load(weights_only=True)``).
-DATA specs: ``digits`` (built in), ``cifar10:ROOT``, ``folder:ROOT`` (ImageFolder with train/ and test/)."""
+``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable``, ``small-cnn`` or
+``hf:DIR`` (a transformers save_pretrained folder, e.g. ``hf:runs/gpt?pooling=last``), each optionally
+followed by ``@weights.pt`` (loaded with ``torch.load(weights_only=True)``).
+DATA specs: ``digits`` (built in), ``cifar10:ROOT``, ``folder:ROOT`` (ImageFolder with train/ and test/),
+``text:FILE`` (one sample a line), ``pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]`` (images and their captions)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,8 @@ DATA_SPEC_FORMS = (
     "digits:SIZE       the same at SIZE x SIZE pixels, e.g. digits:16",
     "cifar10:ROOT      CIFAR-10 already downloaded under ROOT (torchvision layout)",
     "folder:ROOT       an ImageFolder tree ROOT/train/<class>/*, ROOT/test/<class>/*",
+    "text:FILE         one text sample a line (for hf:DIR language models)",
+    "pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]  images (sorted by file name) and one caption a line, in that order",
 )
 
 
@@ -44,4 +46,23 @@ def parse_data_spec(spec: str, *, size: int | None = None) -> Data:
         if scheme == "cifar10":
             return cifar10_data(rest, size=size)
         return image_folder_data(rest, size=size)
+    if scheme in ("text", "pairs"):
+        return _text_spec(scheme, rest, spec)
     raise ValueError(f"unknown data spec {spec!r}; valid forms:\n  {_forms()}")
+
+
+def _text_spec(scheme: str, rest: str, spec: str) -> Data:
+    from .text_files import pairs_file_data, text_file_data
+
+    if scheme == "text":
+        if not rest:
+            raise ValueError(f"'text' needs a file: text:FILE; valid forms:\n  {_forms()}")
+        return text_file_data(rest)
+    parts = rest.split(",")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ValueError(f"bad pairs spec {spec!r}; use pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]")
+    try:
+        size = int(parts[2]) if len(parts) == 3 else None
+    except ValueError:
+        raise ValueError(f"bad image SIZE {parts[2]!r} in {spec!r}; a number of pixels per side") from None
+    return pairs_file_data(parts[0], parts[1], size=size)

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..utils.progress import progress_bar
-from .data import BadData, iterate_batches
+from .data import BadData, iterate_batches, to_device
 from .layer_calls import AmbiguousLayer, called_often
 from .split import SplitNetwork, frozen, model_device
 
@@ -58,7 +58,9 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     ----------
     model: the network; forward hooks are added for the pass and removed afterwards (also on error).
     names: module names (``named_modules()``); each must run once per forward pass (``AmbiguousLayer`` for a
-        shared module that runs more, counted on the first batch, which runs the whole model).
+        shared module that runs more, counted on the first batch, which runs the whole model). A model
+        with a ``layer_activation(output)`` method (a wrapped transformers model) gives each output through it
+        (the block's hidden states, pooled per batch); others must output tensors.
     data: a Dataset or DataLoader of ``(x, y)``.
 
     Returns
@@ -74,12 +76,15 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     labels, batch = [], {}
     calls = dict.fromkeys(names, 0)
     first = [True]  # the first batch runs the whole model, counting every layer's calls
+    read = getattr(model, "layer_activation", None)
 
     def hook_for(name: str):
         def hook(_module: nn.Module, _inputs: object, output: object) -> None:
             calls[name] += 1
             if name in batch:
                 return
+            if read is not None:
+                output = read(output)
             if not isinstance(output, torch.Tensor):
                 raise TypeError(f"layer {name!r} outputs a {type(output).__name__}, not a tensor; choose a layer "
                                 "whose output is a tensor")
@@ -94,7 +99,7 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
             for x, y in progress_bar(iterate_batches(data, batch_size), progress=progress, desc=desc, leave=False):
                 batch.clear()
                 try:
-                    model(x.to(device, non_blocking=True))
+                    model(to_device(x, device))
                 except _Captured:
                     pass
                 except Exception:  # a failure after every layer was captured (a head that does not fit) is not ours

@@ -244,6 +244,9 @@ class Context:
         ``rows`` is None when the rank holds the whole split (one process, or a split without length).
         """
         def run(dataset):
+            if hasattr(model, "layer_activation"):  # a wrapped transformers model: hooked and pooled per batch
+                return extract_layers(model, [layer], dataset, batch_size=self.batch_size, device=self.device,
+                                      progress=self.progress, desc=f"activations {layer} ({split})")
             return extract_activations(self.split(model, layer), dataset, batch_size=self.batch_size,
                                        device=self.device, progress=self.progress, desc=f"activations {layer} ({split})")
         (acts, labels), rows = self.run_sharded(split, run, ("activations", id(model), layer))

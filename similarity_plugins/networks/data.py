@@ -85,6 +85,10 @@ def check_batch(x: torch.Tensor, y: torch.Tensor, first: int = 0, what: str = "t
         raise BadData(f"{what} has a negative label ({int(y.min())}); labels must be class indices 0 .. classes-1")
 
 
+class NotOneInputSpace(TypeError):
+    """A split of text or of several views given to a metric that needs one input tensor for both models."""
+
+
 #: Every pass over a split runs with the random generators seeded with this, so that two passes (the front's and
 #: the end's) draw the same shuffled order, the same random transforms and the same worker seeds.
 PASS_SEED = 0
@@ -115,12 +119,32 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
         for batch in loader:
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:
                 raise TypeError("data must yield (x, y) pairs; got a batch of type " + type(batch).__name__)
-            x, y = torch.as_tensor(batch[0]), torch.as_tensor(batch[1])
-            check_batch(x, y, seen, what)
-            seen += len(x)
+            x, y = as_inputs(batch[0]), torch.as_tensor(batch[1])
+            for view in (x.values() if isinstance(x, dict) else (x,)):
+                check_batch(view if isinstance(view, torch.Tensor) else torch.empty(len(view)), y, seen, what)
+            seen += len(y)
             yield x, y.long()
     if seen == 0:
         raise ValueError(f"{what} is empty: it yielded no samples")
+
+
+def as_inputs(x: Any) -> Any:
+    """One batch's inputs as the models read them: a tensor, a list of strings (text), or a dict of such views
+    (paired data: ``{"image": (B, C, H, W), "text": [B strings]}``)."""
+    if isinstance(x, dict):
+        return {name: as_inputs(view) for name, view in x.items()}
+    if isinstance(x, (list, tuple)) and x and all(isinstance(v, str) for v in x):
+        return list(x)
+    return torch.as_tensor(x)
+
+
+def to_device(x: Any, device: torch.device) -> Any:
+    """A batch's inputs (see `as_inputs`) with their tensors on ``device`` (strings stay as they are)."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device, non_blocking=True)
+    if isinstance(x, dict):
+        return {name: to_device(view, device) for name, view in x.items()}
+    return x
 
 
 def ordered_loader(split: Dataset | DataLoader, batch_size: int = 256) -> DataLoader:
@@ -211,6 +235,12 @@ def load_all(split: Dataset | DataLoader, batch_size: int = 256,
     `iterate_batches` does; ``what`` names the split in errors)."""
     xs, ys = [], []
     for x, y in iterate_batches(split, batch_size, what):
+        if not isinstance(x, torch.Tensor):
+            raise NotOneInputSpace(f"{what} holds {'text' if isinstance(x, list) else 'several views per sample'}, "
+                                   "not one input tensor: this metric runs both models on the same input tensor or "
+                                   "optimises inputs (stitching, IRIs need one shared, continuous input space); "
+                                   "use activation-only metrics (cka-*, procrustes, rsa, cca, ...) on text and "
+                                   "paired data")
         xs.append(x.detach().cpu())
         ys.append(y.detach().cpu())
     return torch.cat(xs), torch.cat(ys)

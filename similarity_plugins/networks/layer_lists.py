@@ -4,6 +4,7 @@ order, and the check that a layer name exists.
 - torchvision ResNet: ``maxpool``, every residual block (``layer1.0`` ... ``layer4.1``), ``avgpool``;
 - torchvision VGG: every ReLU and MaxPool of ``features``, ``avgpool``, the ReLUs of ``classifier``;
 - timm VisionTransformer: ``patch_embed``, every block (``blocks.0`` ...), ``norm``;
+- a wrapped transformers model (`hf`): the embedding output and every block's output;
 - any ``nn.Sequential`` and any other module tree: the root's children except the last (and
   except Flatten, Identity and Dropout, which repeat the previous layer's values).
 
@@ -39,6 +40,9 @@ def _is_vit(model: nn.Module) -> bool:
 
 
 def _canonical_layers(model: nn.Module) -> list[str]:
+    own = getattr(model, "canonical_layers", None)
+    if callable(own):  # a wrapper that knows its model's cut points (a transformers model: networks.hf)
+        return own()
     if _is_resnet(model):
         names = ["maxpool"] if hasattr(model, "maxpool") else []
         for stage in ("layer1", "layer2", "layer3", "layer4"):

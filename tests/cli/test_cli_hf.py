@@ -1,0 +1,65 @@
+"""The command line with transformers models (``hf:DIR``) on text (``text:FILE``) and image-caption pairs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from similarity_plugins.cli.main import main
+from tests.helpers.hf_models import byt5, tiny_gpt2, tiny_vit, zen_lines
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    tok = byt5()
+    for name, seed in (("a", 0), ("b", 5)):
+        tiny_gpt2(len(tok), seed=seed, head=True).save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    tiny_vit().save_pretrained(root / "vit")
+    (root / "zen.txt").write_text("\n".join(zen_lines()) + "\n", encoding="utf-8")
+    return root
+
+
+def test_layers_of_a_folder(folders, capsys):
+    assert main(["layers", f"hf:{folders / 'a'}"]) == 0
+    assert capsys.readouterr().out.split() == ["transformer.drop", "transformer.h.0", "transformer.h.1"]
+
+
+def test_grid_and_compare_on_a_text_file(folders, tmp_path):
+    out = tmp_path / "grid.json"
+    code = main(["grid", "--model", f"a=hf:{folders / 'a'}", "--model", f"b=hf:{folders / 'b'}?pooling=last",
+                 "--layers", "transformer.h.0,transformer.h.1", "--data", f"text:{folders / 'zen.txt'}",
+                 "--metrics", "cka-linear", "--max-test", "12", "--out", str(out)])
+    assert code == 0 and out.exists()
+    report = tmp_path / "r.json"
+    code = main(["compare", "--front", f"hf:{folders / 'a'}", "--end", f"hf:{folders / 'b'}", "--layer",
+                 "transformer.h.1", "--data", f"text:{folders / 'zen.txt'}", "--metrics", "cka-linear,stitch-slm",
+                 "--out", str(report)])
+    rows = {r["metric"]: r for r in json.loads(report.read_text())["results"]}
+    assert rows["cka-linear"]["score"] is not None and rows["stitch-slm"]["score"] is None
+    assert "training split" in rows["stitch-slm"]["error"]   # text:FILE is a test split
+    assert code != 2
+
+
+def test_pairs_of_images_and_captions(folders, tmp_path):
+    from PIL import Image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    gen = torch.Generator().manual_seed(0)
+    for i in range(len(zen_lines())):
+        pixels = (torch.rand(16, 16, 3, generator=gen) * 255).to(torch.uint8).numpy()
+        Image.fromarray(pixels).save(images / f"{i:03d}.png")
+    captions = folders / "zen.txt"
+    report = tmp_path / "p.json"
+    code = main(["compare", "--front", f"hf:{folders / 'vit'}?pooling=first", "--end", f"hf:{folders / 'a'}",
+                 "--layer", "layers.1:transformer.h.1", "--data", f"pairs:{images},{captions}",
+                 "--metrics", "cka-linear", "--out", str(report)])
+    assert code == 0
+    assert json.loads(report.read_text())["results"][0]["score"] is not None
+    assert main(["compare", "--front", f"hf:{folders / 'vit'}", "--end", f"hf:{folders / 'a'}", "--layer",
+                 "layers.1:transformer.h.1", "--data", f"pairs:{images},{folders / 'a' / 'config.json'}",
+                 "--metrics", "cka-linear"]) == 2

@@ -1,0 +1,67 @@
+"""Tiny transformers models, tokenizers that need no files, and text that ships with Python (nothing fetched)."""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import io
+
+import torch
+
+transformers = __import__("pytest").importorskip("transformers")
+
+
+def zen_lines() -> list[str]:
+    """The 19 lines of the Zen of Python (the standard library's ``this`` module, ROT13 in its source)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        import this
+    text = codecs.decode(this.s, "rot13")
+    return [line for line in text.splitlines()[2:] if line.strip()]
+
+
+def byt5():
+    """A byte-level tokenizer (259 ids + pad/eos/unk) with EOS appended to every text."""
+    return transformers.ByT5Tokenizer()
+
+
+def small_bpe(texts: list[str], vocab: int = 300):
+    """A BPE tokenizer trained here on ``texts`` (no files, no downloads); pads with ``<pad>``, adds no specials."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<pad>", "<unk>", "<eos>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
+                                                eos_token="<eos>")
+
+
+def _seeded(build, seed: int):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build().eval()
+
+
+def tiny_gpt2(vocab: int = 270, seed: int = 0, head: bool = False):
+    config = transformers.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=256,
+                                     bos_token_id=None, eos_token_id=None)
+    return _seeded(lambda: (transformers.GPT2LMHeadModel if head else transformers.GPT2Model)(config), seed)
+
+
+def tiny_llama(vocab: int = 270, seed: int = 1, head: bool = True):
+    config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return _seeded(lambda: (transformers.LlamaForCausalLM if head else transformers.LlamaModel)(config), seed)
+
+
+def tiny_bert(vocab: int = 270, seed: int = 2):
+    config = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=256, pad_token_id=0)
+    return _seeded(lambda: transformers.BertModel(config), seed)
+
+
+def tiny_vit(seed: int = 3):
+    config = transformers.ViTConfig(image_size=16, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=2, intermediate_size=64)
+    return _seeded(lambda: transformers.ViTModel(config), seed)
