@@ -16,7 +16,9 @@ from .host.registry import UnknownMetric, list_metrics, metric_info
 from .host.results import LayerPair, Report, SimilarityResult
 from .networks.data import Data
 from .networks.layer_lists import LayerNotFound, layers
+from .networks.store import CorruptChunk, Store, StoreError
 from .runner.compare import compare
+from .runner.extract import extract
 from .runner.grid import compare_grid
 from .runner.grid_results import Grid
 from .runner.score import score
@@ -26,7 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "compare", "score", "compare_grid", "Grid", "Data", "Report", "SimilarityResult", "LayerPair", "layers",
     "list_metrics", "metric_info", "hookimpl", "Option", "register_metric", "UnknownMetric", "UnknownOption",
-    "LayerNotFound", "__version__",
+    "LayerNotFound", "__version__", "extract", "Store", "StoreError", "CorruptChunk",
 ]
 
 

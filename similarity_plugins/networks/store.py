@@ -231,6 +231,12 @@ class Store:
             record = json.load(fh)
         return data_digest is None or record.get("data_digest") == data_digest
 
+    def chunk_record(self, model: str, layer: str, key: str, start: int, stop: int) -> dict:
+        """The checksum record of the chunk of rows start..stop-1 of entry ``key`` (written after its file)."""
+        side = os.path.join(self.entry_folder(model, layer, key), chunk_name(start, stop) + ".json")
+        with open(side, encoding="utf-8") as fh:
+            return json.load(fh)
+
     def write_chunk(self, model: str, layer: str, key: str, start: int, block: np.ndarray,
                     data_digest: str | None = None) -> dict:
         """Write rows ``start .. start+len(block)-1`` (an (n_i, D) array) of entry ``key``: the ``.npy`` file, then
@@ -250,10 +256,7 @@ class Store:
         """Write the manifest of entry ``key`` once all its chunks (``ranges``, in row order) are written, and
         remove the chunks of any earlier entry of (model, layer). Returns the manifest."""
         folder = self.entry_folder(model, layer, key)
-        chunks = []
-        for start, stop in ranges:
-            with open(os.path.join(folder, chunk_name(start, stop) + ".json"), encoding="utf-8") as fh:
-                chunks.append(json.load(fh))
+        chunks = [self.chunk_record(model, layer, key, start, stop) for start, stop in ranges]
         first = np.load(os.path.join(folder, chunks[0]["file"]), mmap_mode="r")
         n = ranges[-1][1] if ranges else 0
         with atomic_write(os.path.join(folder, "sample_ids.npy")) as fh:
