@@ -17,8 +17,10 @@ from .host.results import LayerPair, Report, SimilarityResult
 from .networks.data import Data
 from .networks.hf import hf
 from .networks.layer_lists import LayerNotFound, layers
+from .networks.store import CorruptChunk, Store, StoreError
 from .networks.text import paired_data, text_data
 from .runner.compare import compare
+from .runner.extract import extract
 from .runner.grid import compare_grid
 from .runner.grid_results import Grid
 from .runner.score import score
@@ -28,7 +30,8 @@ __version__ = "0.1.0"
 __all__ = [
     "compare", "score", "compare_grid", "Grid", "Data", "Report", "SimilarityResult", "LayerPair", "layers",
     "list_metrics", "metric_info", "hookimpl", "Option", "register_metric", "UnknownMetric", "UnknownOption",
-    "LayerNotFound", "hf", "text_data", "paired_data", "__version__",
+    "LayerNotFound", "hf", "text_data", "paired_data", "extract", "Store", "StoreError", "CorruptChunk",
+    "__version__",
 ]
 
 

@@ -7,6 +7,8 @@ CNN maps and ``(N, T, D)`` for transformer tokens. CKA flattens them with `flatt
 
 from __future__ import annotations
 
+from typing import Iterable, Iterator
+
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -41,7 +43,7 @@ def extract_activations(
             chunks.append(a.detach().to("cpu", torch.float32))
             labels.append(y)
     acts = torch.cat(chunks)
-    _check_finite(acts, split_net.layer)
+    check_finite(acts, split_net.layer)
     return acts, torch.cat(labels)
 
 
@@ -70,10 +72,32 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     The forward pass stops as soon as the last of the layers has produced its output. Raises ``ValueError``
     for NaN/Inf activations and ``TypeError`` for a layer whose output is not a tensor (naming the layer).
     """
+    chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    labels = []
+    batches = progress_bar(iterate_batches(data, batch_size), progress=progress, desc=desc, leave=False)
+    for outputs, y in forward_layers(model, names, batches, device=device):
+        for n in names:
+            chunks[n].append(outputs[n])
+        labels.append(y)
+    out = []
+    for n in names:
+        acts = torch.cat(chunks[n])
+        check_finite(acts, n)
+        out.append(acts)
+    return (*out, torch.cat(labels))
+
+
+def forward_layers(model: nn.Module, names: list[str], batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
+                   device: torch.device | None = None) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """The one batched forward loop: for each ``(x, y)`` of ``batches``, ``({layer: A (B, ...)}, y)``.
+
+    One forward pass per batch under ``no_grad`` and [`frozen`][frozen], stopped as soon as the last of
+    ``names`` has produced its output; each ``A`` is float32 on the CPU in the layer's own shape. The hooks
+    are removed and the model's flags restored when the loop ends or the caller stops early.
+    """
     device = device or model_device(model)
     modules = dict(model.named_modules())
-    chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
-    labels, batch = [], {}
+    batch: dict[str, torch.Tensor] = {}
     calls = dict.fromkeys(names, 0)
     first = [True]  # the first batch runs the whole model, counting every layer's calls
     read = getattr(model, "layer_activation", None)
@@ -96,7 +120,7 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     handles = [modules[n].register_forward_hook(hook_for(n)) for n in names]
     try:
         with torch.no_grad(), frozen(model):
-            for x, y in progress_bar(iterate_batches(data, batch_size), progress=progress, desc=desc, leave=False):
+            for x, y in batches:
                 batch.clear()
                 try:
                     model(to_device(x, device))
@@ -112,18 +136,10 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
                 if first[0]:
                     _check_called_once(model, calls)
                     first[0] = False
-                for n in names:
-                    chunks[n].append(batch[n])
-                labels.append(y)
+                yield dict(batch), y
     finally:
         for handle in handles:
             handle.remove()
-    out = []
-    for n in names:
-        acts = torch.cat(chunks[n])
-        _check_finite(acts, n)
-        out.append(acts)
-    return (*out, torch.cat(labels))
 
 
 def _check_called_once(model: nn.Module, calls: dict[str, int]) -> None:
@@ -135,7 +151,7 @@ def _check_called_once(model: nn.Module, calls: dict[str, int]) -> None:
             raise AmbiguousLayer(called_often(model, name, count, [n for n in layers(model) if calls.get(n, 1) <= 1]))
 
 
-def _check_finite(acts: torch.Tensor, layer: str) -> None:
+def check_finite(acts: torch.Tensor, layer: str) -> None:
     if torch.isfinite(acts.sum()) or torch.isfinite(acts).all():  # a finite sum has no NaN/Inf terms (one pass)
         return
     bad = (~torch.isfinite(acts.flatten(1))).any(1).nonzero().flatten()

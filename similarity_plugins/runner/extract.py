@@ -1,0 +1,55 @@
+"""``extract``: every (model, layer) node's activations written to an activation store, once."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from ..networks.data import Data
+from ..networks.split import model_device, on_device
+from ..networks.store import Store
+from ..networks.store_fill import fill_model
+from ..utils.progress import check_progress
+from .grid import _as_layers, _as_models
+
+__all__ = ["extract"]
+
+
+def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | Store", *, split: str = "test",
+            batch_size: int | None = None, device: "str | torch.device | None" = None,
+            progress: bool = False) -> Store:
+    """Write the activations of every (model, layer) node on a data split into an activation store.
+
+    Args:
+        models: ``{name: nn.Module}`` or a list (named ``m0``, ``m1``, ...), as for ``compare_grid``.
+        layers: layer names used for every model, or ``{model name: [layer, ...]}``.
+        data: [`Data`][Data]; the split named by ``split`` is read in order.
+        store: the store folder (made when missing) or a [`Store`][Store].
+        split: ``"test"`` (default) or ``"train"``.
+        batch_size: samples per forward pass and per chunk (default 256).
+        device: where the models run (default: the first model's device).
+        progress: show a bar per model.
+
+    Returns:
+        The [`Store`][Store]. Each model runs one forward pass per batch for all its layers, and only for batches
+        whose chunks are missing: a second call with the same models and data runs no forward pass, an
+        interrupted call resumes, and a model whose parameters, buffers or settings changed gets new entries.
+        The models are left as they were.
+    """
+    check_progress(progress)
+    if not isinstance(data, Data):
+        raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    named = _as_models(models)
+    per_model = _as_layers(layers, named)
+    chosen = data.split(split)
+    store = store if isinstance(store, Store) else Store.create(store)
+    device = torch.device(device) if device is not None else model_device(next(iter(named.values())))
+    for name, model in named.items():
+        placed = on_device(model, device, f"model {name!r}")
+        fill_model(store, name, placed, per_model[name], chosen, split_name=split, batch_size=batch_size or 256,
+                   device=device, progress=progress)
+    return store
