@@ -105,6 +105,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN
     _settings(None, common, 0.0)   # every check before any work
     if checkpoint_every is not None and cache_dir is None:
         raise ValueError("checkpoint_every needs cache_dir (the folder where checkpoints are written)")
+    if cache_dir is not None:
+        store.check_cache_dir(cache_dir)
     seeds = _as_tensor(inputs)
     check_seeds(seeds)
     split = SplitNetwork(model, layer)

@@ -12,6 +12,7 @@ never sees a half-written file and a killed run never leaves one behind under th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -55,6 +56,18 @@ def load_file(path: str | os.PathLike, kind: str = "iri-set") -> Any | None:
 def result_path(cache_dir: str | os.PathLike, key: str) -> str:
     """Where the finished IRI set with ``key`` lives."""
     return os.path.join(os.fspath(cache_dir), f"iris-{key}.pt")
+
+
+def check_cache_dir(cache_dir: str | os.PathLike) -> None:
+    """Refuse, before any IRI work, a cache folder where the set could not be saved: ``OSError`` naming the folder
+    and why (a file where the folder should be, a folder that is not writable, a path too long for the file
+    system), so that no finished work is lost at the end."""
+    from ..utils.io import unwritable_reason
+
+    reason = unwritable_reason(checkpoint_path(cache_dir, "0" * 64))
+    if reason is not None:
+        raise OSError(errno.EACCES, f"cannot use IRI cache folder {os.fspath(cache_dir)!r}: {reason}; give "
+                      "another iri_cache_dir (cache_dir) or none", os.fspath(cache_dir))
 
 
 def checkpoint_path(cache_dir: str | os.PathLike, key: str) -> str:
