@@ -32,6 +32,7 @@ from ..networks.activations import flatten
 from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.parallel import World
+from ..utils.arrays import unmasked
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
@@ -113,6 +114,7 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
             tensor = tensor.to_dense()
     else:
         _refuse_batches(value, name)
+        value = unmasked(value, name)
         try:
             array = np.asarray(value)
         except Exception as exc:  # noqa: BLE001 - whatever NumPy says, the user needs the name
