@@ -113,8 +113,30 @@ def save_iris(iris: IRISet, path: str | os.PathLike, *, labels: torch.Tensor | N
 
 def load_iris(path: str | os.PathLike) -> tuple[IRISet, dict]:
     """Read a file written by `save_iris`: returns ``(IRISet, extras)`` where extras may hold
-    ``labels``, ``seeds`` and ``summary`` (the dict saved with it)."""
+    ``labels``, ``seeds`` and ``summary`` (the dict saved with it). `BadFile` (a ``ValueError``) naming the file
+    when it cannot be read as one (damaged, another kind of file, an array or the summary missing)."""
+    from ..utils.readback import BadFile
+
     path = os.fspath(path)
+    try:
+        tensors, summary = _read_iri_arrays(path)
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise BadFile(f"IRI file {path!r} cannot be read ({type(exc).__name__}: {exc}); was it written by "
+                      "similarity-plugins iris, and whole?") from None
+    missing = [name for name in ARRAYS if name not in tensors]
+    if missing or not isinstance(summary, dict):
+        raise BadFile(f"IRI file {path!r} is not an IRI set: " + (f"the arrays {', '.join(missing)} are missing"
+                      if missing else "its summary is not a JSON object"))
+    iris = IRISet(*(tensors[name] for name in ARRAYS), settings=dict(summary.get("settings", {})))
+    extras = {k: tensors[k] for k in ("labels", "seeds") if k in tensors}
+    extras["summary"] = summary
+    return iris, extras
+
+
+def _read_iri_arrays(path: str) -> tuple[dict[str, torch.Tensor], Any]:
+    """The arrays and the summary of an ``.npz`` or ``.safetensors`` IRI file, as they are."""
     if path.endswith(".safetensors"):
         from safetensors import safe_open
 
@@ -122,10 +144,7 @@ def load_iris(path: str | os.PathLike) -> tuple[IRISet, dict]:
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
             summary = json.loads((fh.metadata() or {}).get("summary", "{}"))
     else:
-        with np.load(path) as npz:
+        with np.load(path, allow_pickle=False) as npz:
             tensors = {k: torch.from_numpy(npz[k]) for k in npz.files if k != "summary_json"}
             summary = json.loads(str(npz["summary_json"])) if "summary_json" in npz.files else {}
-    iris = IRISet(*(tensors[name] for name in ARRAYS), settings=dict(summary.get("settings", {})))
-    extras = {k: tensors[k] for k in ("labels", "seeds") if k in tensors}
-    extras["summary"] = summary
-    return iris, extras
+    return tensors, summary

@@ -83,3 +83,19 @@ def test_file_too_large_names_the_path(tmp_path):
             fh.write(b"x")
             raise OSError(errno.EFBIG, "File too large")
     assert info.value.errno == errno.EFBIG and not path.exists()
+
+
+@pytest.mark.parametrize("contents", [b"not a zip", None])
+def test_a_damaged_or_foreign_iri_file_is_refused_naming_it(tmp_path, contents):
+    import numpy as np
+
+    from similarity_plugins.iri.store import load_iris
+    from similarity_plugins.utils.readback import BadFile
+
+    path = tmp_path / "iris.npz"
+    if contents is None:
+        np.savez(path, other=np.zeros(3))  # a valid .npz of something else
+    else:
+        path.write_bytes(contents)
+    with pytest.raises(BadFile, match="iris.npz"):
+        load_iris(path)
