@@ -154,3 +154,14 @@ def test_grid_from_json_on_a_cut_file_names_it_and_the_cli_exits_2(tmp_path, cap
                  "--data", "digits", "--max-test", "32", "--metrics", "cka-linear", "--no-progress",
                  "--resume", str(path)])
     assert code == 2 and str(path) in capsys.readouterr().err
+
+
+def test_a_header_edited_to_match_other_data_leaves_every_line_unmatched(counted, tmp_path):
+    path, models = tmp_path / "cells.jsonl", _models()
+    sp.compare_grid(models, LAYERS, _data(0), "counted", resume=path)
+    other = tmp_path / "other.jsonl"
+    sp.compare_grid(models, LAYERS[:1], _data(1), "counted", pairs=[(("a", "block1"), ("a", "block1"))], resume=other)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([other.read_text().splitlines()[0]] + lines[1:]) + "\n")
+    with pytest.raises(BadFile, match="line 2.*digest"):
+        sp.compare_grid(models, LAYERS, _data(1), "counted", resume=path)
