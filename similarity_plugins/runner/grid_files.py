@@ -74,6 +74,8 @@ def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict]
     info, meta = payload.get("info") or {}, payload.get("meta") or {}
     expect(isinstance(info, dict) and all(isinstance(v, dict) for v in info.values()), at(), "'info' must be an object")
     expect(isinstance(meta, dict), at(), "'meta' must be an object")
+    expect(all(v.get("range") is None or (isinstance(v["range"], list) and len(v["range"]) == 2) for v in info.values()),
+           at(), "a metric's 'range' in 'info' must be [low, high] or null")
     info = {m: {**v, "range": tuple(v["range"]) if v.get("range") else None} for m, v in info.items()}
     return [tuple(n) for n in nodes], metrics, out, info, meta
 

@@ -131,6 +131,7 @@ def test_infinite_scores_round_trip_through_grid_json_and_resume(fresh_manager, 
     (lambda d: d["cells"][0]["result"].update(score="high"), "a score must be a number"),
     (lambda d: d["cells"][0].update(metric="other"), "no metric of the grid"),
     (lambda d: d["cells"].append(dict(d["cells"][0])), "appears twice"),
+    (lambda d: d["info"]["cka-linear"].update(range=5), "'range'"),
 ])
 def test_grid_from_json_refuses_a_tampered_file_naming_it(tmp_path, edit, message):
     grid = sp.compare_grid({"a": tiny_cnn(width=4)}, LAYERS, _data(), "cka-linear")
