@@ -106,6 +106,7 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
     (float16/bfloat16 as float32), integers and bools as float64; on its own device. ``TypeError`` or
     ``ValueError`` naming ``name`` for a non-numeric or complex array, fewer than 2 dimensions, no
     features, or non-finite values."""
+    value = unmasked(value, name)
     if isinstance(value, torch.Tensor):
         if value.device.type == "meta":
             raise TypeError(f"{name} is a tensor on the meta device: it has a shape but no values; pass real values")
@@ -114,7 +115,6 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
             tensor = tensor.to_dense()
     else:
         _refuse_batches(value, name)
-        value = unmasked(value, name)
         try:
             array = np.asarray(value)
         except Exception as exc:  # noqa: BLE001 - whatever NumPy says, the user needs the name

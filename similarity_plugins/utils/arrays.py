@@ -45,9 +45,17 @@ def _torch_real(x: Any, name: str, what: str):
 
 
 def unmasked(x: Any, name: str) -> Any:
-    """``x`` itself, or a NumPy masked array's data when nothing is masked; ``ValueError`` naming ``name`` and
+    """``x`` itself, or a masked array's data (NumPy ``np.ma``, ``torch.masked.MaskedTensor``) when nothing is
+    masked; ``ValueError`` naming ``name`` and
     the mask when some entries are masked: the metrics read every value, and ``np.asarray`` would silently score
     the values under the mask."""
+    if type(x).__name__ == "MaskedTensor" and _is_torch(x):  # torch.masked: True marks the values that count
+        hidden = ~x.get_mask()
+        if not bool(hidden.any()):
+            return x.get_data()
+        raise ValueError(f"{name} is a torch MaskedTensor with {int(hidden.sum())} masked entries; the metrics "
+                         f"cannot honour a mask: drop those rows from both inputs, or pass {name}.get_data() "
+                         "with the masked values filled")
     if not isinstance(x, np.ma.MaskedArray):
         return x
     mask = np.ma.getmaskarray(x)
@@ -65,6 +73,7 @@ def to_numpy(x: ArrayLike, name: str, what: str = "CKA") -> np.ndarray:
     ``x``: any-shape array, tensor (any device) or nested sequence. float32/float64 are kept; other real
     dtypes (half, bfloat16, integers, bool) become float64, which holds them exactly.
     """
+    x = unmasked(x, name)
     if _is_torch(x):
         import torch
 
@@ -91,6 +100,7 @@ def to_tensor(x: ArrayLike, name: str, what: str):
     callers must not write into it."""
     import torch
 
+    x = unmasked(x, name)
     if _is_torch(x):
         return _torch_real(x, name, what).to(torch.float64)
     arr = to_numpy(x, name, what)

@@ -76,3 +76,17 @@ def test_documented_constants_match_the_code():
 
     assert f"GATHER_COST = {perm.GATHER_COST:g}`" in text and f"WORK_BOUND = {short(perm.WORK_BOUND)}`" in text
     assert f"PERMUTATION_COST = {short(perm.PERMUTATION_COST)}`" in text and f"NULL_BYTES = {perm.NULL_BYTES:g}`" in text
+
+
+def test_a_torch_masked_tensor_is_refused_naming_the_mask_or_taken_when_nothing_is_masked():
+    masked_tensor = pytest.importorskip("torch.masked").masked_tensor
+    x, y = _xy()
+    keep = torch.ones(x.shape, dtype=torch.bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.masked is a prototype and says so
+        whole = masked_tensor(torch.tensor(x), keep)
+        keep[0, 0] = False
+        holed = masked_tensor(torch.tensor(x), keep)
+    assert sp.score(whole, y, "cka-linear")[0].score == sp.score(x, y, "cka-linear")[0].score
+    with pytest.raises(ValueError, match="MaskedTensor with 1 masked entries"):
+        sp.score(holed, y, "cka-linear")
