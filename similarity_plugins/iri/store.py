@@ -58,13 +58,23 @@ def result_path(cache_dir: str | os.PathLike, key: str) -> str:
     return os.path.join(os.fspath(cache_dir), f"iris-{key}.pt")
 
 
-def check_cache_dir(cache_dir: str | os.PathLike) -> None:
+def check_cache_dir(cache_dir: str | os.PathLike, needed_bytes: float = 0.0) -> None:
     """Refuse, before any IRI work, a cache folder where the set could not be saved: ``OSError`` naming the folder
     and why (a file where the folder should be, a folder that is not writable, a path too long for the file
-    system), so that no finished work is lost at the end."""
+    system, fewer than ``needed_bytes`` free on its disk), so that no finished work is lost at the end."""
+    import shutil
+
+    from ..utils.arrays import format_bytes
     from ..utils.io import unwritable_reason
 
     reason = unwritable_reason(checkpoint_path(cache_dir, "0" * 64))
+    if reason is None and needed_bytes > 0:
+        folder = os.path.abspath(os.fspath(cache_dir))
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        free = shutil.disk_usage(folder).free
+        if free < needed_bytes:
+            reason = f"its disk has {format_bytes(free)} free, the IRI files need about {format_bytes(needed_bytes)}"
     if reason is not None:
         raise OSError(errno.EACCES, f"cannot use IRI cache folder {os.fspath(cache_dir)!r}: {reason}; give "
                       "another iri_cache_dir (cache_dir) or none", os.fspath(cache_dir))

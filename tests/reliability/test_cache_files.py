@@ -99,3 +99,14 @@ def test_a_damaged_or_foreign_iri_file_is_refused_naming_it(tmp_path, contents):
         path.write_bytes(contents)
     with pytest.raises(BadFile, match="iris.npz"):
         load_iris(path)
+
+
+def test_a_cache_disk_without_room_for_the_set_is_refused_before_the_iri_work(tmp_path, monkeypatch):
+    import shutil
+
+    import similarity_plugins.iri.generate as generate
+
+    monkeypatch.setattr(generate, "_optimize", lambda *a, **k: pytest.fail("the IRI work ran"))
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**9, 10**9 - 100, 100))
+    with pytest.raises(OSError, match="100 bytes free"):
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, cache_dir=tmp_path / "cache")
