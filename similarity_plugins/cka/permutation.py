@@ -116,7 +116,7 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     free = float(_available_memory_bytes())
     gram_bytes = 16.0 * n * n
     work = 2.0 * n * xc.shape[1] * yc.shape[1] if feature else 3.0 * n * n * GATHER_COST
-    notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free)]
+    notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free, n)]
     grams = None
     if feature:
         hxx, hyy, cross = _feature_terms(xc, yc, debiased)

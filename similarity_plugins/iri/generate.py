@@ -107,6 +107,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN
         raise ValueError("checkpoint_every needs cache_dir (the folder where checkpoints are written)")
     seeds = _as_tensor(inputs)
     check_seeds(seeds)
+    if cache_dir is not None:  # the set (inputs and seeds' size, float32, twice for the temporary file) and checkpoints
+        store.check_cache_dir(cache_dir, 4.0 * seeds.numel() * (2 + (4 if checkpoint_every else 0)))
     split = SplitNetwork(model, layer)
     device = model_device(model)
     modular = None

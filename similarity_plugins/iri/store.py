@@ -12,6 +12,7 @@ never sees a half-written file and a killed run never leaves one behind under th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -57,6 +58,28 @@ def result_path(cache_dir: str | os.PathLike, key: str) -> str:
     return os.path.join(os.fspath(cache_dir), f"iris-{key}.pt")
 
 
+def check_cache_dir(cache_dir: str | os.PathLike, needed_bytes: float = 0.0) -> None:
+    """Refuse, before any IRI work, a cache folder where the set could not be saved: ``OSError`` naming the folder
+    and why (a file where the folder should be, a folder that is not writable, a path too long for the file
+    system, fewer than ``needed_bytes`` free on its disk), so that no finished work is lost at the end."""
+    import shutil
+
+    from ..utils.arrays import format_bytes
+    from ..utils.io import unwritable_reason
+
+    reason = unwritable_reason(checkpoint_path(cache_dir, "0" * 64))
+    if reason is None and needed_bytes > 0:
+        folder = os.path.abspath(os.fspath(cache_dir))
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        free = shutil.disk_usage(folder).free
+        if free < needed_bytes:
+            reason = f"its disk has {format_bytes(free)} free, the IRI files need about {format_bytes(needed_bytes)}"
+    if reason is not None:
+        raise OSError(errno.EACCES, f"cannot use IRI cache folder {os.fspath(cache_dir)!r}: {reason}; give "
+                      "another iri_cache_dir (cache_dir) or none", os.fspath(cache_dir))
+
+
 def checkpoint_path(cache_dir: str | os.PathLike, key: str) -> str:
     """Where the checkpoint of an unfinished run with ``key`` lives."""
     return os.path.join(os.fspath(cache_dir), f"iris-{key}.ckpt.pt")
@@ -100,8 +123,30 @@ def save_iris(iris: IRISet, path: str | os.PathLike, *, labels: torch.Tensor | N
 
 def load_iris(path: str | os.PathLike) -> tuple[IRISet, dict]:
     """Read a file written by `save_iris`: returns ``(IRISet, extras)`` where extras may hold
-    ``labels``, ``seeds`` and ``summary`` (the dict saved with it)."""
+    ``labels``, ``seeds`` and ``summary`` (the dict saved with it). `BadFile` (a ``ValueError``) naming the file
+    when it cannot be read as one (damaged, another kind of file, an array or the summary missing)."""
+    from ..utils.readback import BadFile
+
     path = os.fspath(path)
+    try:
+        tensors, summary = _read_iri_arrays(path)
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise BadFile(f"IRI file {path!r} cannot be read ({type(exc).__name__}: {exc}); was it written by "
+                      "similarity-plugins iris, and whole?") from None
+    missing = [name for name in ARRAYS if name not in tensors]
+    if missing or not isinstance(summary, dict):
+        raise BadFile(f"IRI file {path!r} is not an IRI set: " + (f"the arrays {', '.join(missing)} are missing"
+                      if missing else "its summary is not a JSON object"))
+    iris = IRISet(*(tensors[name] for name in ARRAYS), settings=dict(summary.get("settings", {})))
+    extras = {k: tensors[k] for k in ("labels", "seeds") if k in tensors}
+    extras["summary"] = summary
+    return iris, extras
+
+
+def _read_iri_arrays(path: str) -> tuple[dict[str, torch.Tensor], Any]:
+    """The arrays and the summary of an ``.npz`` or ``.safetensors`` IRI file, as they are."""
     if path.endswith(".safetensors"):
         from safetensors import safe_open
 
@@ -109,10 +154,7 @@ def load_iris(path: str | os.PathLike) -> tuple[IRISet, dict]:
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
             summary = json.loads((fh.metadata() or {}).get("summary", "{}"))
     else:
-        with np.load(path) as npz:
+        with np.load(path, allow_pickle=False) as npz:
             tensors = {k: torch.from_numpy(npz[k]) for k in npz.files if k != "summary_json"}
             summary = json.loads(str(npz["summary_json"])) if "summary_json" in npz.files else {}
-    iris = IRISet(*(tensors[name] for name in ARRAYS), settings=dict(summary.get("settings", {})))
-    extras = {k: tensors[k] for k in ("labels", "seeds") if k in tensors}
-    extras["summary"] = summary
-    return iris, extras
+    return tensors, summary

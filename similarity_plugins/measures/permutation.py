@@ -235,7 +235,7 @@ def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: 
     made = MEASURES[measure](x, y, **options, **extra)
     statistic, work, per_permutation = made[:3]
     n = x.shape[0]
-    note = check_cost(k, work, f"{measure} permutation test")
+    note = check_cost(k, work, f"{measure} permutation test", n=x.shape[0])
     batch = batch_size(per_permutation + 8.0 * n, k)  # the route's copies and the permutations' own storage
     observed = float(statistic(torch.arange(n)[None])[0])
     null = torch.cat([statistic(p) for p in draws(n, k, seed, batch)])

@@ -68,6 +68,7 @@ def _as_layers(layers: Any, models: dict[str, nn.Module]) -> dict[str, list[str]
     if isinstance(layers, str):
         layers = [layers]
     if isinstance(layers, Mapping):
+        layers = {str(k): v for k, v in layers.items()}  # model names are text, as in `_as_models`
         unknown = [k for k in layers if k not in models]
         if unknown:
             raise ValueError(f"layers names unknown model {unknown[0]!r}{did_you_mean(str(unknown[0]), models)}; "
@@ -114,7 +115,7 @@ def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
     chosen: list[tuple[int, int]] = []
     for item in pairs:
         try:
-            front, end = (tuple(item[0]), tuple(item[1]))
+            front, end = ((str(item[0][0]), *item[0][1:]), (str(item[1][0]), *item[1][1:]))  # names as text
         except (TypeError, IndexError):
             raise TypeError(f"each explicit pair must be ((model, layer), (model, layer)), got {item!r}") from None
         for node in (front, end):

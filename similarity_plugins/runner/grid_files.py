@@ -74,6 +74,8 @@ def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict,
     info, meta = payload.get("info") or {}, payload.get("meta") or {}
     expect(isinstance(info, dict) and all(isinstance(v, dict) for v in info.values()), at(), "'info' must be an object")
     expect(isinstance(meta, dict), at(), "'meta' must be an object")
+    expect(all(v.get("range") is None or (isinstance(v["range"], list) and len(v["range"]) == 2) for v in info.values()),
+           at(), "a metric's 'range' in 'info' must be [low, high] or null")
     info = {m: {**v, "range": tuple(v["range"]) if v.get("range") else None} for m, v in info.items()}
     return [tuple(n) for n in nodes], metrics, out, info, meta, _block_nulls(payload.get("block_nulls") or [], metrics, at)
 
@@ -101,7 +103,8 @@ def read_grid_file(path: str | os.PathLike) -> tuple[list, list, dict, dict, dic
 
 class CellsFile:
     """The finished-cells file of ``compare_grid(resume=path)``: a header line (format, version, fingerprint),
-    then one JSON line per finished cell carrying the SHA-256 of its contents.
+    then one JSON line per finished cell carrying the SHA-256 of its contents and of the header's fingerprint
+    (a header edited to match other models or data leaves every line unmatched).
 
     Reading: a last line cut short by an interruption (no final newline) is dropped, and cut from the file before
     anything is appended, so the next finished cell is a line of its own. Any other line that is not JSON, not a
@@ -151,7 +154,7 @@ class CellsFile:
             row = parse_json_line(line, self.path, number, "resume file")
             where = self._where(number)
             expect(isinstance(row, dict) and isinstance(row.get("cell"), dict), where, "not a finished cell")
-            expect(row.get("digest") == line_digest(row["cell"]), where,
+            expect(row.get("digest") == line_digest({"fingerprint": header["fingerprint"], "cell": row["cell"]}), where,
                    "the line does not match its digest (changed after it was written); delete the file to start again")
             cell = row["cell"]
             front, end = cell.get("front"), cell.get("end")
@@ -179,7 +182,8 @@ class CellsFile:
         metric, i, j = cell
         payload = {"metric": metric, "front": list(self.nodes[i]), "end": list(self.nodes[j]),
                    "result": cell_result_dict(result)}
-        line = json.dumps({"cell": payload, "digest": line_digest(payload)}, allow_nan=False)
+        digest = line_digest({"fingerprint": self.fingerprint, "cell": payload})  # binds the line to its header
+        line = json.dumps({"cell": payload, "digest": digest}, allow_nan=False)
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
             fh.flush()

@@ -32,6 +32,7 @@ from ..networks.activations import flatten
 from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.parallel import World
+from ..utils.arrays import unmasked
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
@@ -105,6 +106,7 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
     (float16/bfloat16 as float32), integers and bools as float64; on its own device. ``TypeError`` or
     ``ValueError`` naming ``name`` for a non-numeric or complex array, fewer than 2 dimensions, no
     features, or non-finite values."""
+    value = unmasked(value, name)
     if isinstance(value, torch.Tensor):
         if value.device.type == "meta":
             raise TypeError(f"{name} is a tensor on the meta device: it has a shape but no values; pass real values")

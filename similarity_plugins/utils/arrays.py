@@ -44,12 +44,36 @@ def _torch_real(x: Any, name: str, what: str):
     return t
 
 
+def unmasked(x: Any, name: str) -> Any:
+    """``x`` itself, or a masked array's data (NumPy ``np.ma``, ``torch.masked.MaskedTensor``) when nothing is
+    masked; ``ValueError`` naming ``name`` and
+    the mask when some entries are masked: the metrics read every value, and ``np.asarray`` would silently score
+    the values under the mask."""
+    if type(x).__name__ == "MaskedTensor" and _is_torch(x):  # torch.masked: True marks the values that count
+        hidden = ~x.get_mask()
+        if not bool(hidden.any()):
+            return x.get_data()
+        raise ValueError(f"{name} is a torch MaskedTensor with {int(hidden.sum())} masked entries; the metrics "
+                         f"cannot honour a mask: drop those rows from both inputs, or pass {name}.get_data() "
+                         "with the masked values filled")
+    if not isinstance(x, np.ma.MaskedArray):
+        return x
+    mask = np.ma.getmaskarray(x)
+    if not mask.any():
+        return np.ma.getdata(x)
+    rows = int(mask.reshape(len(mask), -1).any(1).sum()) if mask.ndim else 1
+    raise ValueError(f"{name} is a masked array with {int(mask.sum())} masked entries (in {rows} rows); the metrics "
+                     f"cannot honour a mask: drop those rows from both inputs (keep = ~{name}.mask.any(axis=1)) or "
+                     f"fill them ({name}.filled(value))")
+
+
 def to_numpy(x: ArrayLike, name: str, what: str = "CKA") -> np.ndarray:
     """A NumPy view (or the cheapest exact copy) of ``x`` with a real floating dtype, on the CPU.
 
     ``x``: any-shape array, tensor (any device) or nested sequence. float32/float64 are kept; other real
     dtypes (half, bfloat16, integers, bool) become float64, which holds them exactly.
     """
+    x = unmasked(x, name)
     if _is_torch(x):
         import torch
 
@@ -59,7 +83,7 @@ def to_numpy(x: ArrayLike, name: str, what: str = "CKA") -> np.ndarray:
         if t.dtype not in (torch.float32, torch.float64):
             t = t.to(torch.float64)
         return t.numpy(force=True)
-    arr = np.asarray(x)
+    arr = np.asarray(unmasked(x, name))
     if arr.dtype.kind == "c":
         raise ValueError(f"{name} is complex ({arr.dtype}); {what} needs real-valued representations")
     if arr.dtype not in (np.float32, np.float64):
@@ -76,6 +100,7 @@ def to_tensor(x: ArrayLike, name: str, what: str):
     callers must not write into it."""
     import torch
 
+    x = unmasked(x, name)
     if _is_torch(x):
         return _torch_real(x, name, what).to(torch.float64)
     arr = to_numpy(x, name, what)

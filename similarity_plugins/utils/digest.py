@@ -65,24 +65,33 @@ def payload_digest(payload: Any) -> str:
 
 
 def save_verified(payload: Any, path: str | os.PathLike, kind: str) -> None:
-    """Save ``payload`` (loadable with ``weights_only=True``) with its digest to ``path``, atomically.
-    ``kind`` names what the file holds ("iri-set", "iri-checkpoint"); `load_verified` checks it."""
+    """Save ``payload`` (loadable with ``weights_only=True``) with its digest to ``path``, atomically; a symlink at
+    ``path`` is replaced by the file (never written through). ``kind`` names what the file holds ("iri-set",
+    "iri-checkpoint"); `load_verified` checks it."""
     from .io import atomic_write
 
     record = {"format": FORMAT, "kind": kind, "digest": payload_digest(payload), "payload": payload}
-    with atomic_write(path) as fh:
+    with atomic_write(path, follow_links=False) as fh:  # a link planted in a shared cache is replaced, not followed
         torch.save(record, fh)
 
 
 def load_verified(path: str | os.PathLike, kind: str) -> Any | None:
     """The payload saved by `save_verified` at ``path``; None when the file is missing, or (with a
-    `CorruptFileWarning` saying "corrupt" and why) unreadable, truncated, of another kind or format,
+    `CorruptFileWarning` saying "corrupt" and why) a symbolic link (opened with ``O_NOFOLLOW``), unreadable,
+    truncated, of another kind or format,
     or when its contents do not match the digest."""
     path = os.fspath(path)
     if not os.path.exists(path):
         return None
     try:
-        record = torch.load(path, map_location="cpu", weights_only=True)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if os.path.islink(path):
+            return _corrupt(path, "it is a symbolic link, which a cache entry never is")
+        return _corrupt(path, f"it cannot be opened ({exc.strerror or exc})")
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            record = torch.load(fh, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - a damaged file is a miss, not an error
         return _corrupt(path, f"it cannot be read ({type(exc).__name__}: {str(exc)[:120]})")
     if not isinstance(record, dict) or record.get("format") != FORMAT or "digest" not in record:

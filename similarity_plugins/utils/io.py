@@ -41,7 +41,7 @@ def not_regular_reason(path: str | os.PathLike) -> str | None:
     Replacing such a node by renaming a file over it would destroy it, so every write refuses it."""
     try:
         mode = os.stat(write_target(path)).st_mode
-    except FileNotFoundError:
+    except OSError:  # nothing there (or unreachable: a name too long, a file above it): nothing to replace
         return None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
@@ -50,12 +50,13 @@ def not_regular_reason(path: str | os.PathLike) -> str | None:
     return f"it is {kind}, not a regular file; writing would replace it: give the name of a regular file"
 
 
-def _new_temp(path: str | os.PathLike) -> tuple[int, str, str]:
+def _new_temp(path: str | os.PathLike, follow_links: bool = True) -> tuple[int, str, str]:
     """``(fd, temporary path, target)`` for writing ``path``: the temporary file sits next to the target, keeps its
     extension and has the mode the target will have (an existing file's mode, else 0o666 less the umask).
-    ``OSError`` (EINVAL, naming ``path``) when the target exists and is not a regular file (`not_regular_reason`)."""
-    target = write_target(path)
-    special = not_regular_reason(target)
+    ``OSError`` (EINVAL, naming ``path``) when the target exists and is not a regular file (`not_regular_reason`).
+    ``follow_links=False``: the target is ``path`` itself, a symlink there is replaced, never written through."""
+    target = write_target(path) if follow_links else os.fspath(path)
+    special = not_regular_reason(target) if follow_links or not os.path.islink(target) else None
     if special is not None:
         raise OSError(errno.EINVAL, f"refusing to write {os.fspath(path)}: {special}", os.fspath(path))
     directory = os.path.dirname(os.path.abspath(target))
@@ -73,7 +74,7 @@ def _new_temp(path: str | os.PathLike) -> tuple[int, str, str]:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None,
-                 newline: str | None = None) -> Iterator[IO]:
+                 newline: str | None = None, follow_links: bool = True) -> Iterator[IO]:
     """Open a temporary file next to ``path`` for writing; on success it replaces ``path`` atomically.
 
     The temporary file lives in the same folder (so ``os.replace`` is a rename on one file system) and
@@ -81,14 +82,17 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
     raises. Parent folders are created. A new file gets the umask's permissions, an existing one keeps its
     mode, and a symlink is written through (`write_target`). ``mode``: "wb" (default) or "w" (text;
     ``encoding`` defaults to UTF-8). Usage: ``with atomic_write("out/report.csv", "w", newline="") as fh: ...``.
+    ``follow_links=False`` (shared caches): a symlink at ``path`` is replaced by the file, its target untouched.
+    A target that is not a regular file (a FIFO, ``/dev/null``) is refused; an ``OSError`` that names no file
+    (a full disk, "File too large") is raised naming ``path``.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write writes a whole new file: mode must be 'wb' or 'w', got {mode!r}")
-    fd, tmp, target = _new_temp(path)
+    fd, tmp, target = _new_temp(path, follow_links)
     if mode == "w" and encoding is None:
         encoding = "utf-8"
     try:
-        with os.fdopen(fd, mode, encoding=encoding, newline=newline) as fh:
+        with _naming(path), os.fdopen(fd, mode, encoding=encoding, newline=newline) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
@@ -154,6 +158,9 @@ def unwritable_reason(path: str | os.PathLike) -> str | None:
     target = write_target(path)
     if os.path.isdir(target):
         return "it is a folder, not a file name"
+    too_long = _too_long(target)
+    if too_long is not None:
+        return too_long
     special = not_regular_reason(target)
     if special is not None:
         return special
@@ -169,6 +176,24 @@ def unwritable_reason(path: str | os.PathLike) -> str | None:
             pass
     except OSError as exc:
         return f"the folder {folder} is not writable ({exc.strerror or exc})"
+    return None
+
+
+def _too_long(path: str) -> str | None:
+    """Why ``path`` is too long for its file system (a name or the whole path), or None."""
+    absolute = os.path.abspath(path)
+    folder = os.path.dirname(absolute)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    try:
+        name_max, path_max = os.pathconf(folder, "PC_NAME_MAX"), os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return None
+    long_names = [p for p in absolute.split(os.sep) if len(os.fsencode(p)) > name_max]
+    if long_names:
+        return f"the name {long_names[0][:40]}... is longer than the {name_max} bytes a name may have there"
+    if len(os.fsencode(absolute)) >= path_max:
+        return f"the path is {len(os.fsencode(absolute))} bytes long, more than the {path_max - 1} allowed"
     return None
 
 

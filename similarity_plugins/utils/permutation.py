@@ -28,8 +28,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["WORK_BOUND", "GATHER_COST", "BATCH_BYTES", "PermutationCostWarning", "check_permutations", "draws", "summarise",
-           "permuted_inner", "dot", "permutation_moments", "pearson3_p_value", "check_cost", "null_keys"]
+__all__ = ["WORK_BOUND", "GATHER_COST", "PERMUTATION_COST", "NULL_BYTES", "BATCH_BYTES", "PermutationCostWarning",
+           "check_permutations", "draws", "summarise", "permuted_inner", "dot", "permutation_moments",
+           "pearson3_p_value", "check_cost", "null_keys"]
 
 #: operations of all K permutations together (multiply-adds; a gathered or looked-up value counts
 #: :data:`GATHER_COST`) above which a measure warns before the work: about ten minutes of one CPU core
@@ -37,6 +38,11 @@ WORK_BOUND = 1e13
 #: multiply-adds one gathered value costs (the blocked gathers of :func:`permuted_inner` against a BLAS GEMM,
 #: measured on a CPU); it decides between the Gram and the feature route of linear CKA
 GATHER_COST = 120.0
+#: operations one permutation costs whatever its size: drawing it (``torch.randperm``) and the per-batch Python
+#: work, about 6 microseconds of one CPU core, counted so that a small N with a huge K is not underestimated
+PERMUTATION_COST = 1e5
+#: bytes each permutation's null value holds until the summary (a float64, twice while the batches are joined)
+NULL_BYTES = 16.0
 #: bytes of gathered rows per block in :func:`permuted_inner` (a block and its column gather stay in cache)
 GATHER_BLOCK_BYTES = 1 << 20
 #: bytes a batch of permuted copies may take (permutations are scored this many at a time, not all at once)
@@ -106,13 +112,14 @@ def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: 
     Returns
     -------
     ``{"p_value": float in [1/(K+1), 1], "null_mean": float, "null_std": float, "permutations": K}``, and
-    ``"null_values"`` (a list of K floats) when ``keep_null``.
+    ``"null_values"`` (a list of K floats) when ``keep_null``; ``null_std`` is NaN for K = 1 (a standard
+    deviation with ddof 1 needs two values).
     """
     values = null.double().cpu()
     k = int(values.numel())
     tol = TIE_RTOL * max(abs(observed), float(values.abs().max()) if k else 0.0, 1e-300)
     extreme = values <= observed + tol if kind == "distance" else values >= observed - tol
-    std = float(values.std()) if k > 1 else 0.0
+    std = float(values.std()) if k > 1 else math.nan  # ddof 1: undefined for one value, not 0
     out = {"p_value": (1 + int(extreme.sum())) / (k + 1), "null_mean": float(values.mean()) if k else math.nan,
            "null_std": std, "permutations": k}
     if keep_null:
@@ -180,36 +187,62 @@ def dot(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: float = 0.0,
-               available: float | None = None) -> str | None:
+               available: float | None = None, n: int | None = None) -> str | None:
     """Warn (`PermutationCostWarning`) before the work when ``k`` permutations would exceed a bound.
 
     Parameters
     ----------
     k: the number of permutations.
-    work_per_permutation: operations one permutation costs (multiply-adds; gathers weighted by GATHER_COST).
+    work_per_permutation: operations one permutation costs (multiply-adds; gathers weighted by GATHER_COST);
+        `PERMUTATION_COST` is added for drawing each permutation.
     what: the measure, for the message.
     matrix_bytes: bytes of the derived matrices the test holds besides the score's own (n x n Grams).
-    available: bytes of memory available (None: not checked).
+    available: bytes of memory available (None: the machine's, `available_bytes`); the matrices and the
+        null values (`NULL_BYTES` per permutation) must fit.
+    n: the number of samples; with it, a note when ``k`` is near or above the ``n!`` distinct permutations
+        (draws then repeat, so more permutations add little).
 
     Returns
     -------
     The warning's text (also for ``details["warnings"]``), or None when within the bounds.
     """
-    total = float(k) * float(work_per_permutation)
+    from .arrays import available_bytes
+
+    total = float(k) * (float(work_per_permutation) + PERMUTATION_COST)
     problems = []
     if total > WORK_BOUND:
-        problems.append(f"about {total:.2g} operations ({float(work_per_permutation):.2g} per permutation), above "
-                        f"the bound WORK_BOUND = {WORK_BOUND:.0e} of similarity_plugins.utils.permutation (about ten "
-                        "minutes of one CPU core)")
-    if available is not None and matrix_bytes > available:
-        problems.append(f"{matrix_bytes / 2**30:.3g} GiB for its matrices, above the {available / 2**30:.3g} GiB "
-                        "of memory available")
-    if not problems:
+        problems.append(f"about {total:.2g} operations ({float(work_per_permutation) + PERMUTATION_COST:.2g} per "
+                        f"permutation), above the bound WORK_BOUND = {WORK_BOUND:.0e} of "
+                        "similarity_plugins.utils.permutation (about ten minutes of one CPU core)")
+    memory = float(matrix_bytes) + NULL_BYTES * float(k)
+    available = float(available_bytes()) if available is None else float(available)
+    if memory > available:
+        problems.append(f"{memory / 2**30:.3g} GiB for its matrices and null values, above the "
+                        f"{available / 2**30:.3g} GiB of memory available")
+    repeats = _repeat_note(k, n)
+    if not problems and repeats is None:
         return None
     text = (f"{what}: permutations={k} needs " + " and ".join(problems)
-            + "; use fewer permutations or fewer samples (max_samples)")
+            + "; use fewer permutations or fewer samples (max_samples)") if problems else f"{what}: {repeats}"
+    if problems and repeats is not None:
+        text += f"; {repeats}"
     warnings.warn(text, PermutationCostWarning, stacklevel=3)
     return text
+
+
+def _repeat_note(k: int, n: int | None) -> str | None:
+    """A note when ``k`` draws from the ``n!`` permutations repeat often (``k >= n!/10``), or None."""
+    if n is None or n > 20:  # 20! > 2e18 draws: never reached
+        return None
+    distinct = math.factorial(int(n))
+    if k * 10 < distinct:
+        return None
+    share = distinct / k * -math.expm1(-k / distinct)  # expected share of distinct draws among k
+    return (f"permutations={k} draws from only {n}! = {distinct} distinct permutations of the {n} samples, so "
+            f"about {100 * (1 - share):.0f}% of the draws repeat one already drawn"
+            + (" (more permutations than exist)" if k > distinct else "")
+            + f"; the p-value cannot resolve below 1/{distinct}: use at most about {max(1, distinct // 10)} "
+            "permutations, or more samples")
 
 
 # -- exact moments of T = sum_ij A_ij B_{p(i) p(j)} over uniform permutations p ----------------------------------

@@ -135,6 +135,7 @@ def test_infinite_scores_round_trip_through_grid_json_and_resume(fresh_manager, 
      "must be numbers"),
     (lambda d: d.update(block_nulls=[{"metric": "other", "front": "a", "end": "a", "null": [0.5]}]),
      "a metric of the grid"),
+    (lambda d: d["info"]["cka-linear"].update(range=5), "'range'"),
 ])
 def test_grid_from_json_refuses_a_tampered_file_naming_it(tmp_path, edit, message):
     grid = sp.compare_grid({"a": tiny_cnn(width=4)}, LAYERS, _data(), "cka-linear")
@@ -158,3 +159,14 @@ def test_grid_from_json_on_a_cut_file_names_it_and_the_cli_exits_2(tmp_path, cap
                  "--data", "digits", "--max-test", "32", "--metrics", "cka-linear", "--no-progress",
                  "--resume", str(path)])
     assert code == 2 and str(path) in capsys.readouterr().err
+
+
+def test_a_header_edited_to_match_other_data_leaves_every_line_unmatched(counted, tmp_path):
+    path, models = tmp_path / "cells.jsonl", _models()
+    sp.compare_grid(models, LAYERS, _data(0), "counted", resume=path)
+    other = tmp_path / "other.jsonl"
+    sp.compare_grid(models, LAYERS[:1], _data(1), "counted", pairs=[(("a", "block1"), ("a", "block1"))], resume=other)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([other.read_text().splitlines()[0]] + lines[1:]) + "\n")
+    with pytest.raises(BadFile, match="line 2.*digest"):
+        sp.compare_grid(models, LAYERS, _data(1), "counted", resume=path)

@@ -76,3 +76,9 @@ def test_a_model_whose_head_fails_after_the_layers_is_still_captured():
 
     grid = sp.compare_grid({"m": BadHead()}, ["a"], _test_only(), "cka-linear")
     assert all(cell.ok for cell in grid.cells.values())
+
+
+def test_model_names_are_text_in_layers_and_pairs_too():
+    grid = sp.compare_grid({1: tiny_cnn(width=4)}, {1: ["block1"]}, _test_only(), "cka-linear",
+                           pairs=[((1, "block1"), (1, "block1"))])
+    assert grid.nodes == [("1", "block1")] and len(grid.cells) == 1
