@@ -16,6 +16,7 @@ from .host.registry import UnknownMetric, list_metrics, metric_info
 from .host.results import LayerPair, Report, SimilarityResult
 from .networks.data import Data
 from .networks.layer_lists import LayerNotFound, layers
+from .networks.preprocess import preprocessed
 from .runner.compare import compare
 from .runner.grid import compare_grid
 from .runner.grid_results import Grid
@@ -26,7 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "compare", "score", "compare_grid", "Grid", "Data", "Report", "SimilarityResult", "LayerPair", "layers",
     "list_metrics", "metric_info", "hookimpl", "Option", "register_metric", "UnknownMetric", "UnknownOption",
-    "LayerNotFound", "__version__",
+    "LayerNotFound", "preprocessed", "__version__",
 ]
 
 
