@@ -233,10 +233,25 @@ def _preprocessed_class(base: type) -> type:
         def forward(self, x: torch.Tensor) -> Any:
             return base.forward(self, preprocess_images(x, self._sp_preprocessing))
 
+        def __reduce_ex__(self, protocol: int) -> tuple:  # the class is made at run time: pickle the model and spec
+            return preprocessed, (_plain(self, base), self._sp_preprocessing)
+
+        def extra_repr(self) -> str:
+            own = base.extra_repr(self)
+            return f"{own}, {self._sp_preprocessing!r}" if own else repr(self._sp_preprocessing)
+
         doc = f"{base.__name__} taking images in [0, 1] of any size, its own preprocessing applied first."
-        _CLASSES[base] = type(f"Preprocessed{base.__name__}", (base,),
-                              {"forward": forward, "__module__": __name__, "__doc__": doc})
+        _CLASSES[base] = type(f"Preprocessed{base.__name__}", (base,), {
+            "forward": forward, "__reduce_ex__": __reduce_ex__, "extra_repr": extra_repr, "__module__": __name__,
+            "__doc__": doc})
     return _CLASSES[base]
+
+
+def _plain(view: nn.Module, base: type) -> nn.Module:
+    """A ``base`` module sharing ``view``'s tables, without the preprocessing (what pickling stores)."""
+    plain = base.__new__(base)
+    plain.__dict__.update({k: v for k, v in view.__dict__.items() if k != "_sp_preprocessing"})
+    return plain
 
 
 def preprocessed(model: nn.Module, config: Any = None) -> nn.Module:
@@ -260,6 +275,9 @@ def preprocessed(model: nn.Module, config: Any = None) -> nn.Module:
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"preprocessed takes a torch.nn.Module, got {type(model).__name__}")
+    if type(model) in _CLASSES.values():
+        raise ValueError(f"this {type(model).__name__} already applies its preprocessing "
+                         f"({model._sp_preprocessing!r}); pass the model itself to preprocessed")
     spec = preprocessing_of(model, config)
     view = _preprocessed_class(type(model)).__new__(_preprocessed_class(type(model)))
     for key, value in model.__dict__.items():  # the module's own tables copied, their entries shared

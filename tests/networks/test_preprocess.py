@@ -66,6 +66,17 @@ def test_gradients_reach_the_input_and_the_model_is_unchanged():
     assert isinstance(wrapped, type(model)) and wrapped.block1 is model.block1  # shared, not copied
 
 
+def test_copies_and_saved_models_keep_the_preprocessing(tmp_path):
+    import copy
+
+    wrapped = sp.preprocessed(tiny_cnn(width=4).eval(), TINY)
+    torch.save(wrapped, tmp_path / "m.pt")
+    x = _images(2, 1, 21, 17)
+    for other in (copy.deepcopy(wrapped), torch.load(tmp_path / "m.pt", weights_only=False)):
+        assert type(other) is type(wrapped) and other._sp_preprocessing == wrapped._sp_preprocessing
+        assert torch.equal(other(x), wrapped(x))
+
+
 def test_layer_names_stay_the_models_and_compare_runs_with_them():
     model = tiny_cnn(width=4).eval()
     wrapped = sp.preprocessed(model, TINY)
@@ -120,4 +131,7 @@ def test_configs_it_cannot_read_are_refused_naming_the_fix():
         sp.preprocessed(tiny_cnn(), 3.5)
     with pytest.raises(ValueError, match=r"\(N, C, H, W\)"):
         sp.preprocessed(tiny_cnn(), TINY)(torch.rand(1, 16, 16))
+    with pytest.raises(ValueError, match="already applies its preprocessing"):
+        sp.preprocessed(sp.preprocessed(tiny_cnn(), TINY), TINY)
     assert preprocessing_of(tiny_cnn(), {}) == Preprocessing()  # every key optional: nothing applied
+    assert "Preprocessing(resize=18" in repr(sp.preprocessed(tiny_cnn(), TINY))
