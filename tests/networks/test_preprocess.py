@@ -115,6 +115,9 @@ def test_a_hugging_face_vision_model_with_its_image_processor():
         assert torch.allclose(wrapped(x).last_hidden_state, vit(pixel_values=pixels).last_hidden_state, atol=TOL)
     assert sp.layers(wrapped) == sp.layers(vit)
     assert [n for n, _ in wrapped.named_modules()] == [n for n, _ in vit.named_modules()]
+    data = sp.Data(test=TensorDataset(_images(12, 3, 36, 40), torch.zeros(12, dtype=torch.long)))
+    block = next(n for n, _ in vit.named_modules() if n.endswith((".layer.0", "layers.0")))  # transformers' name
+    assert sp.compare(wrapped, wrapped, block, data, "cka-linear")["cka-linear"].score == pytest.approx(1.0, abs=1e-9)
     clip = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 28, "width": 28})
     pixels = clip(images=list(x), do_rescale=False, return_tensors="pt")["pixel_values"]
     assert torch.allclose(preprocess_images(x, preprocessing_of(vit, clip)), pixels, atol=TOL, rtol=0)
