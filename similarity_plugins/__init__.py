@@ -17,6 +17,7 @@ from .host.results import LayerPair, Report, SimilarityResult
 from .networks.data import Data
 from .networks.hf import hf
 from .networks.layer_lists import LayerNotFound, layers
+from .networks.preprocess import preprocessed
 from .networks.store import CorruptChunk, Store, StoreError
 from .networks.text import paired_data, text_data
 from .runner.compare import compare
@@ -30,8 +31,8 @@ __version__ = "0.1.0"
 __all__ = [
     "compare", "score", "compare_grid", "Grid", "Data", "Report", "SimilarityResult", "LayerPair", "layers",
     "list_metrics", "metric_info", "hookimpl", "Option", "register_metric", "UnknownMetric", "UnknownOption",
-    "LayerNotFound", "hf", "text_data", "paired_data", "extract", "Store", "StoreError", "CorruptChunk",
-    "__version__",
+    "LayerNotFound", "hf", "text_data", "paired_data", "preprocessed", "extract", "Store", "StoreError",
+    "CorruptChunk", "__version__",
 ]
 
 

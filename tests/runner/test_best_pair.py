@@ -167,3 +167,16 @@ def test_explicit_pairs_that_mirror_part_of_a_block_compute_the_block_instead():
     best = grid.best_pair("cka-linear", "y", "x")
     assert best["p_value"] >= grid.p_values("cka-linear")[grid.nodes.index(("y", best["front_layer"])),
                                                            grid.nodes.index(("x", best["end_layer"]))]
+
+
+def test_each_block_costs_its_own_permutation_tests_and_no_more(monkeypatch):
+    import similarity_plugins.cka.permutation as cka_permutation
+
+    calls = []
+    real = cka_permutation.draws
+    monkeypatch.setattr(cka_permutation, "draws", lambda *a, **k: calls.append(a) or real(*a, **k))
+    models, data = {"x": _mlp(1, 0), "y": _mlp(2, 1)}, _data()
+    grid = sp.compare_grid(models, LAYERS, data, "cka-linear", options={"permutations": K}, seed=2)
+    # (x, x) and (y, y): 9 cells each, both orders; (x, y): 9 cells; (y, x): its mirror, nothing computed
+    assert len(calls) == 27 and {c[:3] for c in calls} == {(40, K, 2)}  # one seed: the same permutations
+    assert grid.block_nulls[("cka-linear", "y", "x")] == grid.block_nulls[("cka-linear", "x", "y")]
