@@ -178,6 +178,11 @@ class HFModel(nn.Module):
         finally:
             root.training = saved
 
+    def _apply(self, fn: Any, recurse: bool = True) -> "HFModel":
+        # .to(), .half(), .cuda() reach the transformers model's own root parameters and buffers too, if any
+        self.hf_model._apply(fn, recurse)
+        return self
+
     def layer_activation(self, output: Any) -> torch.Tensor:
         """One block's output for the current batch as rows: its hidden states, pooled (see [`hf`][hf]).
 
