@@ -102,3 +102,15 @@ def test_paired_views_each_model_reads_its_own():
     wrong = sp.hf(tiny_gpt2(len(tok)), tokenizer=tok, view="caption")
     report = sp.compare(wrong, gpt, [("h.1", "h.1")], data, metrics=["cka-linear"])
     assert "reads the view 'caption'" in report.results[0].error
+
+
+def test_paired_views_in_a_grid_with_permutations():
+    tok = byt5()
+    vit, gpt = sp.hf(tiny_vit(), pooling="mean"), sp.hf(tiny_gpt2(len(tok)), tokenizer=tok)
+    images = torch.rand(len(TEXTS), 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    views = {"image": images, "text": TEXTS}
+    grid = sp.compare_grid({"vit": vit, "gpt": gpt}, {"vit": sp.layers(vit), "gpt": sp.layers(gpt)},
+                           sp.paired_data(views, views), ["cka-debiased", "procrustes", "mutual-knn", "linear-regression"],
+                           pairs="across", options={"permutations": 4})
+    assert all(row.ok for row in grid.report.results), [r.error for r in grid.report.results if not r.ok][:2]
+    assert grid.p_values("procrustes", front="vit", end="gpt").shape == (3, 3)
