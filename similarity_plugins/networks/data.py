@@ -237,10 +237,11 @@ def load_all(split: Dataset | DataLoader, batch_size: int = 256,
     for x, y in iterate_batches(split, batch_size, what):
         if not isinstance(x, torch.Tensor):
             raise NotOneInputSpace(f"{what} holds {'text' if isinstance(x, list) else 'several views per sample'}, "
-                                   "not one input tensor: this metric runs both models on the same input tensor or "
-                                   "optimises inputs (stitching, IRIs need one shared, continuous input space); "
-                                   "use activation-only metrics (cka-*, procrustes, rsa, cca, ...) on text and "
-                                   "paired data")
+                                   "not one input tensor: this metric runs both models on one input tensor or "
+                                   "optimises inputs (IRIs need a continuous input space, which token ids are not; "
+                                   "stitching here feeds one image tensor to both models, and stitching language "
+                                   "models is not supported); use activation-only metrics (cka-*, procrustes, rsa, "
+                                   "cca, ...) on text and paired data")
         xs.append(x.detach().cpu())
         ys.append(y.detach().cpu())
     return torch.cat(xs), torch.cat(ys)
