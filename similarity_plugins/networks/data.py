@@ -121,7 +121,7 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
                 raise TypeError("data must yield (x, y) pairs; got a batch of type " + type(batch).__name__)
             x, y = as_inputs(batch[0]), torch.as_tensor(batch[1])
             for view in (x.values() if isinstance(x, dict) else (x,)):
-                check_batch(view if isinstance(view, torch.Tensor) else torch.empty(len(view)), y, seen, what)
+                check_batch(view if isinstance(view, torch.Tensor) else torch.zeros(len(view)), y, seen, what)  # labels
             seen += len(y)
             yield x, y.long()
     if seen == 0:
