@@ -239,9 +239,9 @@ def load_all(split: Dataset | DataLoader, batch_size: int = 256,
             raise NotOneInputSpace(f"{what} holds {'text' if isinstance(x, list) else 'several views per sample'}, "
                                    "not one input tensor: this metric runs both models on one input tensor or "
                                    "optimises inputs (IRIs need a continuous input space, which token ids are not; "
-                                   "stitching here feeds one image tensor to both models, and stitching language "
-                                   "models is not supported); use activation-only metrics (cka-*, procrustes, rsa, "
-                                   "cca, ...) on text and paired data")
+                                   "image stitching feeds one input tensor to both models; two language models of "
+                                   "one tokenizer stitch with stitch-slm or stitch-dm); use activation-only "
+                                   "metrics (cka-*, procrustes, rsa, cca, ...) on text and paired data")
         xs.append(x.detach().cpu())
         ys.append(y.detach().cpu())
     return torch.cat(xs), torch.cat(ys)
