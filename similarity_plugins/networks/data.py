@@ -121,7 +121,7 @@ def iterate_batches(split: Dataset | DataLoader, batch_size: int = 256,
                 raise TypeError("data must yield (x, y) pairs; got a batch of type " + type(batch).__name__)
             x, y = as_inputs(batch[0]), torch.as_tensor(batch[1])
             for view in (x.values() if isinstance(x, dict) else (x,)):
-                check_batch(view if isinstance(view, torch.Tensor) else torch.empty(len(view)), y, seen, what)
+                check_batch(view if isinstance(view, torch.Tensor) else torch.zeros(len(view)), y, seen, what)  # labels
             seen += len(y)
             yield x, y.long()
     if seen == 0:
@@ -237,10 +237,11 @@ def load_all(split: Dataset | DataLoader, batch_size: int = 256,
     for x, y in iterate_batches(split, batch_size, what):
         if not isinstance(x, torch.Tensor):
             raise NotOneInputSpace(f"{what} holds {'text' if isinstance(x, list) else 'several views per sample'}, "
-                                   "not one input tensor: this metric runs both models on the same input tensor or "
-                                   "optimises inputs (stitching, IRIs need one shared, continuous input space); "
-                                   "use activation-only metrics (cka-*, procrustes, rsa, cca, ...) on text and "
-                                   "paired data")
+                                   "not one input tensor: this metric runs both models on one input tensor or "
+                                   "optimises inputs (IRIs need a continuous input space, which token ids are not; "
+                                   "image stitching feeds one input tensor to both models; two language models of "
+                                   "one tokenizer stitch with stitch-slm or stitch-dm); use activation-only "
+                                   "metrics (cka-*, procrustes, rsa, cca, ...) on text and paired data")
         xs.append(x.detach().cpu())
         ys.append(y.detach().cpu())
     return torch.cat(xs), torch.cat(ys)

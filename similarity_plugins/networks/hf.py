@@ -51,6 +51,9 @@ def hf(source: Any, *, tokenizer: Any = None, processor: Any = None, pooling: st
             or an option value is not one of its choices.
     """
     model = _load(source)
+    if model.main_input_name not in ("input_ids", "pixel_values"):
+        raise ValueError(f"{type(model).__name__} reads {model.main_input_name!r}; hf() wraps models that read text "
+                         "(input_ids) or images (pixel_values); pass a text or vision tower (e.g. model.text_model)")
     text = model.main_input_name == "input_ids"
     folder = source if isinstance(source, (str, os.PathLike)) else None
     if text and tokenizer is None:
@@ -177,6 +180,11 @@ class HFModel(nn.Module):
             return root(**inputs)
         finally:
             root.training = saved
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "HFModel":
+        # .to(), .half(), .cuda() reach the transformers model's own root parameters and buffers too, if any
+        self.hf_model._apply(fn, recurse)
+        return self
 
     def layer_activation(self, output: Any) -> torch.Tensor:
         """One block's output for the current batch as rows: its hidden states, pooled (see [`hf`][hf]).

@@ -38,6 +38,10 @@ def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor | None, pooling: str) -
         return hidden
     if mask is None:
         mask = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device)
+    empty = ~mask.any(1)
+    if bool(empty.any()):
+        raise ValueError(f"{int(empty.sum())} sample(s) of this batch have no tokens to pool (an empty text, or "
+                         "only special tokens left out); drop empty samples from the data")
     if pooling == "flatten":
         if not bool(mask.all()):
             raise ValueError("pooling 'flatten' needs inputs of one length, but this batch is padded (texts of "

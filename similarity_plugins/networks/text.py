@@ -21,6 +21,10 @@ class TextDataset(Dataset):
             raise TypeError(f"{what} must be a list of strings, got {type(texts).__name__}"
                             + ("" if isinstance(texts, str) else " with other items"))
         self.texts = list(texts)
+        blank = [i for i, t in enumerate(self.texts) if not t.strip()]
+        if blank:
+            raise ValueError(f"{what} has {len(blank)} empty string(s) (first at index {blank[0]}); a sample needs "
+                             "at least one token: drop them")
         self.labels = _labels(labels, len(self.texts), what)
 
     def __len__(self) -> int:

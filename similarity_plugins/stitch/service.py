@@ -182,6 +182,10 @@ def stitch_result(context: Context, front: nn.Module, end: nn.Module, layer: Lay
     """
     layer = as_layer_pair(layer)
     objective = check_objective(objective)
+    from .lm import is_language_model, lm_stitch_result
+
+    if is_language_model(front) or is_language_model(end):
+        return lm_stitch_result(context, front, end, layer, objective, options)
     fitted = fitted_stitch(context, front, end, layer, objective, options, train_source)
     settings = fitted.settings
     train = train_source if train_source is not None else training_set(context)

@@ -7,6 +7,7 @@ import torch
 
 from similarity_plugins import hf
 from similarity_plugins.networks.activations import extract_layers
+from similarity_plugins.networks.pooling import pool_tokens
 from similarity_plugins.networks.text import TextDataset
 from tests.helpers.hf_models import byt5, small_bpe, tiny_bert, tiny_gpt2, tiny_llama, zen_lines
 
@@ -79,3 +80,11 @@ def test_flatten_refuses_padded_text_and_unknown_pooling_is_named():
         ours(hf(model, tokenizer=tok, pooling="flatten"), 7)
     with pytest.raises(ValueError, match="did you mean 'mean'"):
         hf(model, tokenizer=tok, pooling="maen")
+
+
+def test_empty_samples_are_refused():
+    with pytest.raises(ValueError, match="empty string.*index 1"):
+        TextDataset(["a text", "  "])
+    hidden = torch.ones(2, 3, 4)
+    with pytest.raises(ValueError, match="no tokens"):
+        pool_tokens(hidden, torch.tensor([[True, True, False], [False, False, False]]), "mean")
