@@ -1,6 +1,6 @@
 """Measures streamed block by block from arrays too large to hold: linear CKA, Procrustes and CCA from moments.
 
-[`streamed`][streamed] reads ``x`` and ``y`` (NumPy arrays, tensors, or an activation store's entries,
+``functional.streamed`` reads ``x`` and ``y`` (NumPy arrays, tensors, or an activation store's entries,
 which are read from disk) ``rows`` at a time and keeps only float64 sums whose size does not depend on n:
 
 - ``cka-linear`` / ``cka-debiased``: the moments of [`StreamingLinearCKA`][StreamingLinearCKA],
@@ -10,7 +10,7 @@ which are read from disk) ``rows`` at a time and keeps only float64 sums whose s
   and the canonical correlations are the singular values of ``Cxx^(-1/2) Cxy Cyy^(-1/2)``.
 
 Measures that need an n x n matrix (RBF CKA, RSA, mutual kNN) cannot stream: [`nxn_bytes`][nxn_bytes] states
-their memory; [`streamed`][streamed] warns (`MemoryBudgetWarning`) before it loads both arrays and runs them
+their memory; ``functional.streamed`` warns (`MemoryBudgetWarning`) before it loads both arrays and runs them
 when that exceeds ``memory_budget`` (default `NXN_BUDGET`, 4 GiB).
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ..cka.streaming import StreamingLinearCKA
-from ..utils.arrays import format_bytes
+from ..utils.arrays import format_bytes, paired_blocks
 
-__all__ = ["streamed", "StreamedMoments", "STREAMED", "NXN", "nxn_bytes", "NXN_BUDGET", "MemoryBudgetWarning"]
+__all__ = ["streamed_procrustes", "streamed_cca", "StreamedMoments", "STREAMED", "NXN", "check_budget",
+           "nxn_bytes", "NXN_BUDGET", "MemoryBudgetWarning"]
 
 STREAMED = ("cka-linear", "cka-debiased", "procrustes", "cca")
 NXN = ("cka-rbf", "rsa", "mutual-knn")
@@ -87,18 +87,6 @@ class StreamedMoments:
                 self.xy - self.n * np.outer(mx, my))
 
 
-def _blocks(x: Any, y: Any, rows: int):
-    n = len(x)
-    if len(y) != n:
-        raise ValueError(f"x has {n} rows and y {len(y)}: a streamed measure needs the same samples in both")
-    for start in range(0, n, rows):
-        xb, yb = np.asarray(x[start:start + rows]), np.asarray(y[start:start + rows])
-        xb, yb = xb.reshape(len(xb), -1), yb.reshape(len(yb), -1)
-        if not (np.isfinite(xb).all() and np.isfinite(yb).all()):
-            raise ValueError(f"non-finite values (NaN or inf) in rows {start}..{start + len(xb) - 1}")
-        yield xb, yb
-
-
 def _inverse_sqrt(c: np.ndarray, n: int) -> tuple[np.ndarray, int]:
     """``(W, k)``: W (d, k) with ``W^T C W = I`` on the k directions of numerical rank (NumPy's rule on the
     singular values ``sqrt(eigenvalues)`` of the centred data)."""
@@ -128,52 +116,18 @@ def _cca(m: StreamedMoments) -> float:
     return float(rho.mean())
 
 
-def streamed(x: Any, y: Any, measure: str = "cka-linear", *, rows: int = 8192,
-             memory_budget: int | None = None) -> float:
-    """A measure of ``x`` and ``y`` computed ``rows`` samples at a time, in memory that does not grow with n.
+def streamed_procrustes(x: Any, y: Any, *, rows: int = 8192) -> float:
+    """[`procrustes`][procrustes] of ``x`` (n, dx) and ``y`` (n, dy) from float64 moments read ``rows`` at a time."""
+    return _procrustes(_moments(x, y, rows))
 
-    Args:
-        x: (n, dx) rows: a NumPy array, a tensor, or a store entry (``Store.load``: read from disk by blocks).
-        y: (n, dy) rows of the same n samples.
-        measure: ``cka-linear``, ``cka-debiased``, ``procrustes`` or ``cca`` (`STREAMED`: bounded memory), or
-            ``cka-rbf``, ``rsa``, ``mutual-knn`` (n x n: both arrays are loaded, after a `MemoryBudgetWarning`
-            when `nxn_bytes` plus the arrays exceed ``memory_budget``).
-        rows: samples read per block (memory: ``rows * (dx + dy) * 8`` bytes for the float64 block).
-        memory_budget: bytes an n x n measure may take before the warning; default `NXN_BUDGET`.
 
-    Returns:
-        The measure's value, equal to the in-memory function on the whole arrays up to float64 rounding
-        (the same sums in another order).
+def streamed_cca(x: Any, y: Any, *, rows: int = 8192) -> float:
+    """[`cca`][cca] (mean canonical correlation) of ``x`` and ``y`` from float64 moments read ``rows`` at a time."""
+    return _cca(_moments(x, y, rows))
 
-    Raises:
-        ValueError: an unknown measure, rows that differ in number, non-finite values, a constant side.
-    """
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        raise ValueError(f"rows must be a positive integer, got {rows!r}")
-    if measure in NXN:
-        return _in_memory(x, y, measure, memory_budget)
-    if measure not in STREAMED:
-        raise ValueError(f"unknown measure {measure!r}; streamed: {', '.join(STREAMED)}; n x n: {', '.join(NXN)}")
-    if measure.startswith("cka"):
-        acc = StreamingLinearCKA(debiased=measure == "cka-debiased")
-        for xb, yb in _blocks(x, y, rows):
-            acc.update(xb, yb)
-        return acc.compute()
+
+def _moments(x: Any, y: Any, rows: int) -> StreamedMoments:
     moments = StreamedMoments()
-    for xb, yb in _blocks(x, y, rows):
+    for xb, yb in paired_blocks(x, y, rows):
         moments.update(xb, yb)
-    return _procrustes(moments) if measure == "procrustes" else _cca(moments)
-
-
-def _in_memory(x: Any, y: Any, measure: str, memory_budget: int | None) -> float:
-    from ..cka.functional import cka
-    from .knn import mutual_knn
-    from .rsa import rsa
-
-    n = len(x)
-    dims = [int(np.prod(a.shape[1:])) for a in (x, y)]
-    check_budget(nxn_bytes(n, measure) + 8 * n * sum(dims), f"{measure} on n = {n} samples", memory_budget)
-    xa, ya = np.asarray(x), np.asarray(y)
-    if measure == "cka-rbf":
-        return float(cka(xa, ya, "rbf"))
-    return float(rsa(xa, ya) if measure == "rsa" else mutual_knn(xa, ya))
+    return moments
