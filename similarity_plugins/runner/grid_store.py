@@ -69,7 +69,7 @@ class StoreSource:
 
 
 def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, data: Data | None, *,
-                 device: torch.device | None, progress: bool) -> StoreSource:
+                 device: torch.device | None, progress: "bool | str") -> StoreSource:
     """The models, layers and data of ``compare_grid(..., store=store)``, the store filled where it must be."""
     from .grid import _as_layers, _as_models
 
@@ -89,7 +89,7 @@ def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, d
                          "data=Data(test=...), or leave models and layers out to run from the store alone")
     for name, model in named.items():
         placed = on_device(model, device, f"model {name!r}")
-        fill_model(store, name, placed, per_model[name], data.test, device=device, progress=bool(progress))
+        fill_model(store, name, placed, per_model[name], data.test, device=device, progress=progress)
     return StoreSource(store, named, per_model, data)
 
 
