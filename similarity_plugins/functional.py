@@ -10,9 +10,58 @@ return a [`Measured`][Measured] (``.score``, the same float, and ``.details``, a
 ``correlations`` or ``angular_distance``; ``float(result)`` is the score): the dict a metric's row shows.
 """
 
+from typing import Any
+
 from .cka import *  # noqa: F401,F403
 from .cka import __all__ as _cka_all
 from .measures import *  # noqa: F401,F403
 from .measures import __all__ as _measures_all
 
 __all__ = [*_cka_all, *_measures_all]
+
+
+def streamed(x: "Any", y: "Any", measure: str = "cka-linear", *, rows: int = 8192, memory_budget: int | None = None) -> float:
+    """A measure of ``x`` and ``y`` computed ``rows`` samples at a time, in memory that does not grow with n.
+
+    Args:
+        x: (n, dx) rows: a NumPy array, a tensor, or a store entry (``Store.load``: read from disk by blocks).
+        y: (n, dy) rows of the same n samples.
+        measure: ``cka-linear``, ``cka-debiased``, ``procrustes`` or ``cca`` (bounded memory: float64 moments of
+            ``8 (dx + dy)^2`` bytes or so), or ``cka-rbf``, ``rsa``, ``mutual-knn`` (n x n: both arrays are
+            loaded, after a ``MemoryBudgetWarning`` when ``nxn_bytes`` plus the arrays exceed ``memory_budget``).
+        rows: samples read per block (memory: ``rows * (dx + dy) * 8`` bytes for the float64 block).
+        memory_budget: bytes an n x n measure may take before the warning; default 4 GiB.
+
+    Returns:
+        The measure's value, equal to the in-memory function on the whole arrays up to float64 rounding
+        (the same sums in another order).
+
+    Raises:
+        ValueError: an unknown measure, rows that differ in number, non-finite values, a constant side.
+    """
+    import numpy as np
+
+    from .cka.streaming import StreamingLinearCKA
+    from .measures import streamed as _s
+    from .utils.arrays import paired_blocks
+
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ValueError(f"rows must be a positive integer, got {rows!r}")
+    if measure in _s.NXN:
+        n, dims = len(x), [int(np.prod(a.shape[1:])) for a in (x, y)]
+        _s.check_budget(_s.nxn_bytes(n, measure) + 8 * n * sum(dims), f"{measure} on n = {n} samples", memory_budget)
+        xa, ya = np.asarray(x), np.asarray(y)
+        if measure == "cka-rbf":
+            return float(cka(xa, ya, "rbf"))  # noqa: F405 - from .cka
+        return float(rsa(xa, ya) if measure == "rsa" else mutual_knn(xa, ya))  # noqa: F405 - from .measures
+    if measure in ("procrustes", "cca"):
+        return (_s.streamed_procrustes if measure == "procrustes" else _s.streamed_cca)(x, y, rows=rows)
+    if measure not in _s.STREAMED:
+        raise ValueError(f"unknown measure {measure!r}; streamed: {', '.join(_s.STREAMED)}; n x n: {', '.join(_s.NXN)}")
+    acc = StreamingLinearCKA(debiased=measure == "cka-debiased")
+    for xb, yb in paired_blocks(x, y, rows):
+        acc.update(xb, yb)
+    return acc.compute()
+
+
+__all__ += ["streamed"]

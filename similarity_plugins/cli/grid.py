@@ -47,6 +47,20 @@ def parse_layers(items: list[str], models: list[str]) -> "list[str] | dict[str, 
     return {name: [s for s in value.split(",") if s] for name, value in named}
 
 
+def check_grid_sources(args: argparse.Namespace) -> None:
+    """``grid`` needs --model, --layers and --data, or --store (then --model and --data may be left out)."""
+    if args.store is None:
+        missing = [flag for flag, value in (("--model", args.model), ("--layers", args.layers), ("--data", args.data))
+                   if not value]
+        if missing:
+            raise ValueError(f"grid needs {', '.join(missing)} (or --store DIR to run from an activation store)")
+    elif args.model and not (args.layers and args.data):
+        raise ValueError("grid --store with --model also needs --layers and --data (to extract what the store lacks);"
+                         " leave --model out to run from the store alone")
+    elif not args.model and args.layers and any("=" not in item for item in args.layers):
+        raise ValueError("grid --store without --model chooses entries with --layers NAME=L1,L2 (one per model)")
+
+
 def _check_figure(path: str | None) -> None:
     if path is not None:
         ext = os.path.splitext(path)[1].lstrip(".").lower()
@@ -69,8 +83,12 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from ..runner.grid import compare_grid
     from ..runner.score import select_score_metrics
 
+    args.model = args.model or []
+    check_grid_sources(args)
     resolve_outputs(args, ("--out", "--csv", "--figure", "--resume"),
-                  input_files(*(spec.partition("=")[2] for spec in args.model)))  # before any work
+                    input_files(*(spec.partition("=")[2] for spec in args.model)))  # before any work
+    if args.store is not None:  # absolute, like the outputs: a plugin's chdir cannot move it
+        args.store = os.path.abspath(args.store)
     _check_figure(args.figure)
     options = parse_options(args.option or [])
     if args.epochs is not None:
@@ -79,14 +97,14 @@ def cmd_grid(args: argparse.Namespace) -> int:
     specs = _named(args.model, "--model")
     if len({n for n, _ in specs}) != len(specs):
         raise ValueError("--model: each NAME may be given once")
-    layers = parse_layers(args.layers, [n for n, _ in specs])
-    data = load_data(args.data, args.max_train, args.max_test)
-    models = {name: load_model(spec, args.num_classes, args.in_channels, data) for name, spec in specs}
+    layers = parse_layers(args.layers, [n for n, _ in specs]) if args.layers else None
+    data = load_data(args.data, args.max_train, args.max_test) if args.data else None
+    models = {name: load_model(spec, args.num_classes, args.in_channels, data) for name, spec in specs} or None
     start = time.perf_counter()
     interrupted = False
     try:
         grid = compare_grid(models, layers, data, args.metrics, pairs=args.pairs, seed=args.seed, options=options,
-                            device=args.device, progress=progress_of(args), resume=args.resume)
+                            device=args.device, progress=progress_of(args), resume=args.resume, store=args.store)
     except KeyboardInterrupt as exc:  # Ctrl-C: the cells that finished are written (and are in --resume)
         grid, interrupted = getattr(exc, "grid", None), True
         if grid is None:
@@ -109,12 +127,15 @@ def cmd_grid(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``grid`` command to the ``similarity-plugins`` parser."""
     p = sub.add_parser("grid", help="every metric on every pair of (model, layer) nodes: layer x layer and model zoos")
-    p.add_argument("--model", required=True, action="append", metavar="NAME=SPEC",
+    p.add_argument("--model", action="append", metavar="NAME=SPEC",
                    help="a model and its MODEL spec; repeat for a zoo (one model: its own layer x layer grid)")
-    p.add_argument("--layers", required=True, action="append", metavar="L1,L2,...|NAME=L1,L2,...",
+    p.add_argument("--layers", action="append", metavar="L1,L2,...|NAME=L1,L2,...",
                    help="layers of every model, or NAME=L1,L2 for one model (repeat per model)")
-    p.add_argument("--data", required=True,
+    p.add_argument("--data", default=None,
                    help="DATA spec: digits, cifar10:ROOT, folder:ROOT, text:FILE, pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]")
+    p.add_argument("--store", default=None, metavar="DIR",
+                   help="an activation store: test activations are read from it (what it lacks is extracted first); "
+                        "without --model the grid runs from the store alone")
     p.add_argument("--metrics", default=None,
                    help="comma-separated names or wildcards (default: every activation-only metric)")
     p.add_argument("--pairs", default="all", choices=["all", "across", "within"],

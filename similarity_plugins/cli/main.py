@@ -8,10 +8,10 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
-from . import bench, catalog, compare, demo, grid, iris, score, study, train
+from . import bench, catalog, compare, demo, grid, iris, score, store, study, train
 from .common import Terminated, add_progress_args, interrupted_code, terminate_as_interrupt
 
-COMMAND_MODULES = (catalog, compare, grid, score, train, iris, demo, bench, study)
+COMMAND_MODULES = (catalog, compare, grid, score, store, train, iris, demo, bench, study)
 
 EPILOG = """MODEL specs: ``torchvision:NAME``, ``timm:NAME`` (keyword arguments after ``?``, e.g.
 ``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable``, ``small-cnn`` or

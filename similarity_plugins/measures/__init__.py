@@ -23,5 +23,7 @@ from .permutation import permutation_test
 from .procrustes import procrustes
 from .regression import linear_regression
 from .rsa import rsa
+from .streamed import MemoryBudgetWarning, nxn_bytes
 
-__all__ = ["Measured", "cca", "linear_regression", "mutual_knn", "permutation_test", "procrustes", "pwcca", "rsa", "svcca"]
+__all__ = ["Measured", "cca", "linear_regression", "mutual_knn", "permutation_test", "procrustes", "pwcca", "rsa", "svcca",
+           "nxn_bytes", "MemoryBudgetWarning"]

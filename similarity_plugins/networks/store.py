@@ -279,7 +279,8 @@ class Store:
         """Write an entry from activations made elsewhere: an (N, D) array or an iterable of (n_i, D) chunks.
 
         Args:
-            model, layer: the names the entry is stored under (an entry already there is replaced).
+            model: the model's name the entry is stored under.
+            layer: the layer's name (an entry already there for model and layer is replaced).
             chunks: an array (N, D) (or (N, ...), flattened per sample), or an iterable of such chunks.
             sample_ids: (N,) integer ids of the rows; default ``0 .. N-1``.
             produced_by: what made the activations (free-form, JSON-serialisable), kept in the manifest.

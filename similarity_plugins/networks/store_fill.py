@@ -40,7 +40,7 @@ def batch_digest(x: torch.Tensor, y: torch.Tensor) -> str:
 
 def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], split: Dataset | DataLoader, *,
                split_name: str = "test", batch_size: int = 256, device: torch.device | None = None,
-               progress: bool = False, pooling: str | None = None) -> int:
+               progress: "bool | str" = False, pooling: str | None = None) -> int:
     """Write the entries (``name``, layer) of every layer in ``layers`` on ``split`` into ``store``.
 
     Args:

@@ -129,10 +129,12 @@ def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
     return chosen
 
 
-def compare_grid(models: Any, layers: Any, data: Data | None = None, metrics: "str | Iterable[str] | None" = None, *,
+def compare_grid(models: Any = None, layers: Any = None, data: Data | None = None,
+                 metrics: "str | Iterable[str] | None" = None, *,
                  pairs: "str | Sequence[tuple[Node, Node]]" = "all", seed: int = 0, options: dict | None = None,
                  device: "str | torch.device | None" = None, progress: "bool | str" = False,
-                 resume: "str | os.PathLike | None" = None, cache_bytes: int | None = None) -> Grid:
+                 resume: "str | os.PathLike | None" = None, cache_bytes: int | None = None,
+                 store: "str | os.PathLike | Any | None" = None) -> Grid:
     """Score every selected metric on every selected pair of (model, layer) nodes.
 
     Parameters
@@ -152,6 +154,10 @@ def compare_grid(models: Any, layers: Any, data: Data | None = None, metrics: "s
         raises `BadFile` (a ``ValueError``) naming the file and line.
     cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once; beyond it
         the least recently used are dropped and rebuilt when needed (same values, more time). None: no bound.
+    store: an activation store folder (or [`Store`][Store]). With models and layers, what it lacks is extracted
+        into it first (one forward pass per batch, only for missing chunks) and every node's test activations
+        are read from it. With models and layers left out, the grid runs from the store alone: every entry, or
+        ``layers={model: [layer, ...]}`` to choose; metrics that run the models then get an error row.
 
     Returns
     -------
@@ -168,8 +174,18 @@ def compare_grid(models: Any, layers: Any, data: Data | None = None, metrics: "s
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
     if cache_bytes is not None and (isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0):
         raise ValueError(f"cache_bytes must be a number of bytes >= 0 or None, got {cache_bytes!r}")
-    named = _as_models(models)
-    per_model = _as_layers(layers, named)
+    source = None
+    if store is not None:
+        from .grid_store import store_source  # it reads the models and layers with this module's rules
+
+        source = store_source(store, models, layers, data, device=torch.device(device) if device else None,
+                              progress=progress)
+        named, per_model, data = source.named, source.per_model, source.data
+    else:
+        if models is None or layers is None:
+            raise TypeError("compare_grid needs models and layers, or store= (a store folder) to run from")
+        named = _as_models(models)
+        per_model = _as_layers(layers, named)
     nodes = [(m, layer) for m in named for layer in per_model[m]]
     chosen = _as_pairs(pairs, nodes)
     names = select_score_metrics(metrics)
@@ -179,10 +195,14 @@ def compare_grid(models: Any, layers: Any, data: Data | None = None, metrics: "s
     placed = {name: on_device(model, device, f"model {name!r}") for name, model in named.items()}
     ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
     ctx.reuse_nodes, ctx.derived_bytes = True, cache_bytes
+    if source is not None:
+        source.prefill(ctx, placed)
     info = {n: {"kind": pm.info[n].kind, "range": pm.info[n].range, "symmetric": pm.info[n].symmetric} for n in names}
     meta = {"models": {m: type(model).__name__ for m, model in named.items()}, "layers": per_model, "metrics": names,
             "pairs": pairs if isinstance(pairs, str) else "explicit", "seed": seed, "device": str(device),
             "torch": torch.__version__, "world_size": ctx.world.size}
+    if source is not None:
+        meta["store"] = source.store.path
     plan = Plan(nodes=nodes, pairs=chosen, metrics=names, symmetric={n: bool(info[n]["symmetric"]) for n in names},
                 options=metric_options, seed=seed)
     cells = run_grid(plan, named, placed, ctx, pm, info, meta, resume=resume)

@@ -14,7 +14,7 @@ messages for every measure: the argument is named in each error, and ``what`` na
 from __future__ import annotations
 
 import os
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn
 
 import numpy as np
 
@@ -22,7 +22,8 @@ ArrayLike = Any  # numpy.ndarray | torch.Tensor | nested sequences of numbers
 
 _EPS = float(np.finfo(np.float64).eps)
 
-__all__ = ["ArrayLike", "as_samples", "available_bytes", "check_same_n", "format_bytes", "raise_if_constant", "raise_nonfinite",
+__all__ = ["ArrayLike", "as_samples", "available_bytes", "check_same_n", "format_bytes", "paired_blocks",
+           "raise_if_constant", "raise_nonfinite",
            "to_numpy", "to_tensor", "nbytes_of"]
 
 
@@ -210,3 +211,19 @@ def nbytes_of(value: Any) -> int:
     if isinstance(value, dict):
         return sum(nbytes_of(v) for v in value.values())
     return 0
+
+
+def paired_blocks(x: Any, y: Any, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(x[i:i+rows], y[i:i+rows])`` as NumPy arrays flattened to (b, d), for i = 0, rows, 2 rows, ...
+
+    ``x`` and ``y``: anything with ``len`` and row slicing (arrays, tensors, store entries read from disk).
+    Raises ``ValueError`` when their lengths differ or a block holds NaN or Inf (naming its rows)."""
+    n = len(x)
+    if len(y) != n:
+        raise ValueError(f"x has {n} rows and y {len(y)}: a streamed measure needs the same samples in both")
+    for start in range(0, n, rows):
+        xb, yb = np.asarray(x[start:start + rows]), np.asarray(y[start:start + rows])
+        xb, yb = xb.reshape(len(xb), -1), yb.reshape(len(yb), -1)
+        if not (np.isfinite(xb).all() and np.isfinite(yb).all()):
+            raise ValueError(f"non-finite values (NaN or inf) in rows {start}..{start + len(xb) - 1}")
+        yield xb, yb

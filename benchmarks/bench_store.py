@@ -1,0 +1,148 @@
+"""The activation store: a grid from the store vs from the models, extraction vs the in-memory forward, streamed
+linear CKA from disk vs in memory.
+
+Run from the repository root: ``python -m pytest benchmarks/bench_store.py --benchmark-only``. Two threads.
+
+Group ``store-grid``: two torchvision resnet18s (random weights, seeds 0 and 1), ``layer2.0, layer3.0, layer4.0``
+of the first against ``layer3.1, layer4.1`` of the second (3 x 2 cells, ``cka-linear``), N = 384 inputs
+``rand(N, 3, 32, 32)``.
+  * from-models   ``compare_grid(models, layers, data, ...)``: forward passes, then the cells
+  * from-store    ``compare_grid(layers=..., store=DIR)`` on a store filled once before the timing
+Group ``store-extract``: the same two models at the same layers.
+  * in-memory     ``extract_layers`` of each model (the one batched forward loop, arrays kept in memory)
+  * to-store      ``sp.extract`` into a fresh folder each round (forward passes, chunks, checksums, manifests)
+Group ``store-stream``: linear CKA of two (BENCH_STORE_N = 50,000) x 512 float32 arrays.
+  * in-memory     ``functional.cka(x, y)`` on the arrays in memory
+  * from-disk     ``functional.streamed(x, y)`` on the same arrays as store entries (read block by block)
+``extra_info`` holds the ratios of medians (targets: from-models / from-store >= 5, to-store / in-memory <= 1.15,
+from-disk / in-memory <= 2) and each process's peak resident memory so far (MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import tempfile
+
+import numpy as np
+import pytest
+import ratios
+import torch
+from torch.utils.data import TensorDataset
+
+import similarity_plugins as sp
+from similarity_plugins import functional as F
+from similarity_plugins.networks.activations import extract_layers
+
+N = 384
+LAYERS = {"a": ["layer2.0", "layer3.0", "layer4.0"], "b": ["layer3.1", "layer4.1"]}
+STREAM_N = int(os.environ.get("BENCH_STORE_N", "50000"))
+_VALUES: dict[str, float] = {}
+RATIOS = {
+    "models_over_store": ("grid:from-models", "grid:from-store"),
+    "store_over_memory": ("extract:to-store", "extract:in-memory"),
+    "disk_over_memory": ("stream:from-disk", "stream:in-memory"),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+    print("\n[bench_store] " + json.dumps(_VALUES))
+
+
+@pytest.fixture(scope="module")
+def setup():
+    import torchvision
+
+    models = {}
+    with torch.random.fork_rng(devices=[]):
+        for seed, name in enumerate(LAYERS):
+            torch.manual_seed(seed)
+            models[name] = torchvision.models.resnet18(weights=None, num_classes=10).eval()
+    g = torch.Generator().manual_seed(1)
+    data = sp.Data(test=TensorDataset(torch.rand(N, 3, 32, 32, generator=g), torch.zeros(N, dtype=torch.long)))
+    folder = tempfile.TemporaryDirectory(prefix="bench-store-")
+    sp.extract(models, LAYERS, data, folder.name)
+    yield models, data, folder.name
+    folder.cleanup()
+
+
+def _record(name: str, benchmark) -> None:
+    ratios.record(name, benchmark)
+    benchmark.extra_info["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    for key, (a, b) in RATIOS.items():
+        value = ratios.share_ratio(key, a, b) if name in (a, b) else None
+        if value is not None:
+            _VALUES[key] = round(value, 3)
+
+
+def _pairs():
+    return [(("a", x), ("b", y)) for x in LAYERS["a"] for y in LAYERS["b"]]
+
+
+def test_grid_from_models(benchmark, setup):
+    models, data, _ = setup
+    benchmark.group = "store-grid"
+    benchmark.pedantic(lambda: sp.compare_grid(models, LAYERS, data, ["cka-linear"], pairs=_pairs()), rounds=3)
+    _record("grid:from-models", benchmark)
+
+
+def test_grid_from_store(benchmark, setup):
+    _, _, path = setup
+    benchmark.group = "store-grid"
+    benchmark.pedantic(lambda: sp.compare_grid(layers=LAYERS, metrics=["cka-linear"], pairs=_pairs(), store=path),
+                       rounds=3)
+    _record("grid:from-store", benchmark)
+
+
+def test_extract_in_memory(benchmark, setup):
+    models, data, _ = setup
+    benchmark.group = "store-extract"
+    benchmark.pedantic(lambda: [extract_layers(models[m], LAYERS[m], data.test) for m in LAYERS], rounds=3)
+    _record("extract:in-memory", benchmark)
+
+
+def test_extract_to_store(benchmark, setup):
+    models, data, _ = setup
+    benchmark.group = "store-extract"
+
+    def run():
+        with tempfile.TemporaryDirectory(prefix="bench-store-x-") as folder:
+            sp.extract(models, LAYERS, data, folder)
+
+    benchmark.pedantic(run, rounds=3)
+    _record("extract:to-store", benchmark)
+
+
+@pytest.fixture(scope="module")
+def stream_pair():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((STREAM_N, 512), dtype=np.float32)
+    y = x + rng.standard_normal((STREAM_N, 512), dtype=np.float32)
+    folder = tempfile.TemporaryDirectory(prefix="bench-store-s-")
+    store = sp.Store.create(folder.name)
+    store.put("x", "l", (x[i:i + 8192] for i in range(0, STREAM_N, 8192)))
+    store.put("y", "l", (y[i:i + 8192] for i in range(0, STREAM_N, 8192)))
+    yield x, y, store
+    folder.cleanup()
+
+
+def test_stream_in_memory(benchmark, stream_pair):
+    x, y, _ = stream_pair
+    benchmark.group = "store-stream"
+    benchmark.pedantic(lambda: F.cka(x, y, "linear"), rounds=3)
+    _record("stream:in-memory", benchmark)
+
+
+def test_stream_from_disk(benchmark, stream_pair):
+    x, y, store = stream_pair
+    benchmark.group = "store-stream"
+    value = F.streamed(store.load("x", "l"), store.load("y", "l"))
+    assert abs(value - F.cka(x, y, "linear")) < 1e-10
+    benchmark.pedantic(lambda: F.streamed(store.load("x", "l"), store.load("y", "l")), rounds=3)
+    _record("stream:from-disk", benchmark)

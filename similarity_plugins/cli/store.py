@@ -1,0 +1,74 @@
+"""The ``extract`` and ``store`` commands: fill an activation store from models, and list what a store holds."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from .common import add_model_args, load_data, load_model, positive_int, progress_of
+from .grid import _named, parse_layers
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from ..runner.extract import extract
+
+    specs = _named(args.model, "--model")
+    if len({n for n, _ in specs}) != len(specs):
+        raise ValueError("--model: each NAME may be given once")
+    layers = parse_layers(args.layers, [n for n, _ in specs])
+    data = load_data(args.data, args.max_train, args.max_test)
+    models = {name: load_model(spec, args.num_classes, args.in_channels, data) for name, spec in specs}
+    store = extract(models, layers, data, args.store, split=args.split, batch_size=args.batch_size,
+                    device=args.device, progress=progress_of(args))
+    print(store_table(store))
+    return 0
+
+
+def _folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
+
+
+def store_table(store) -> str:
+    """One line per entry: model, layer, N, D, dtype, size on disk, split and what produced it."""
+    from ..utils.arrays import format_bytes
+    from ..utils.io import text_table
+
+    rows = []
+    for model in store.models:
+        for layer in store.layers(model):
+            entry = store.entry(model, layer)
+            size = _folder_bytes(store.entry_folder(model, layer, entry["key"]))
+            made = entry.get("produced_by", {})
+            by = made.get("by", "?") + (f" ({made['model_class']})" if made.get("model_class") else "")
+            rows.append([model, layer, entry["shape"][0], entry["shape"][1], entry["dtype"], format_bytes(size),
+                         entry.get("split") or "-", by])
+    if not rows:
+        return f"{store.path}: no complete entry"
+    return text_table(["model", "layer", "N", "D", "dtype", "on disk", "split", "produced by"], rows, left=2)
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    from ..networks.store import Store
+
+    print(store_table(Store(args.dir)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``extract`` and ``store`` commands to the ``similarity-plugins`` parser."""
+    p = sub.add_parser("extract", help="write models' activations at their layers into an activation store (once)")
+    p.add_argument("--model", required=True, action="append", metavar="NAME=SPEC", help="a model; repeat for a zoo")
+    p.add_argument("--layers", required=True, action="append", metavar="L1,L2,...|NAME=L1,L2,...",
+                   help="layers of every model, or NAME=L1,L2 for one model (repeat per model)")
+    p.add_argument("--data", required=True, help="DATA spec: digits, cifar10:ROOT, folder:ROOT")
+    p.add_argument("--store", required=True, metavar="DIR", help="the store folder (made when missing)")
+    p.add_argument("--split", default="test", choices=["test", "train"], help="the data split to extract")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="samples per forward pass and chunk")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the first model's device)")
+    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training samples")
+    p.add_argument("--max-test", type=positive_int, default=None, help="use the first N test samples")
+    add_model_args(p)
+    p.set_defaults(func=cmd_extract)
+    s = sub.add_parser("store", help="list what an activation store holds")
+    s.add_argument("dir", metavar="DIR", help="the store folder")
+    s.set_defaults(func=cmd_store)

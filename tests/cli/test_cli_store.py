@@ -1,0 +1,44 @@
+"""The extract, grid --store and store commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from similarity_plugins.apps.zoo import build_model
+from similarity_plugins.cli.main import main
+
+
+@pytest.mark.slow  # digits, two forward passes and a grid: about 8 s on 2 shared cores
+def test_extract_then_grid_from_the_store_then_list(tmp_path, capsys):
+    weights = tmp_path / "a.pt"
+    torch.save(build_model("small-cnn", num_classes=10, in_channels=1).state_dict(), weights)
+    store = str(tmp_path / "acts")
+    common = ["--data", "digits", "--max-test", "64", "--in-channels", "1", "--num-classes", "10", "--no-progress"]
+    code = main(["extract", "--model", f"a=small-cnn@{weights}", "--model", f"b=small-cnn@{weights}", "--layers",
+                 "block1,block2", "--store", store, *common])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "block2" in out and "64" in out and "similarity_plugins.extract" in out
+    grid_json = tmp_path / "g.json"
+    assert main(["grid", "--store", store, "--metrics", "cka-linear", "--pairs", "across", "--out", str(grid_json),
+                 "--no-progress"]) == 0
+    saved = json.loads(grid_json.read_text())
+    nodes = [tuple(node) for node in saved["nodes"]]
+    scores = {(*nodes[c["front"]], *nodes[c["end"]]): c["result"]["score"] for c in saved["cells"]}
+    # a and b are the same weights: a layer against itself across the models scores 1
+    assert scores[("a", "block1", "b", "block1")] == pytest.approx(1.0, abs=1e-6)
+    assert len(scores) == 8
+    capsys.readouterr()
+    assert main(["store", store]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert sum("float32" in line for line in listing) == 4 and listing[0].split()[:4] == ["model", "layer", "N", "D"]
+
+
+def test_grid_without_sources_says_what_is_missing(capsys):
+    assert main(["grid", "--metrics", "cka-linear"]) == 2
+    assert "--store DIR" in capsys.readouterr().err
+    assert main(["store", "/nonexistent-store"]) == 2
+    assert "not an activation store" in capsys.readouterr().err

@@ -1,0 +1,102 @@
+"""Measures streamed block by block equal the in-memory measures; memory stays bounded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from similarity_plugins import functional as F
+from similarity_plugins.networks.store import Store
+
+
+def _pair(n: int = 300, dx: int = 20, dy: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, dx)).astype(np.float32)
+    y = (x[:, :dy] @ rng.standard_normal((dy, dy)) + 0.5 * rng.standard_normal((n, dy)) + 3.0).astype(np.float32)
+    return x, y
+
+
+@pytest.mark.parametrize("measure, reference", [
+    ("cka-linear", lambda x, y: F.cka(x, y, "linear")),
+    ("cka-debiased", lambda x, y: F.cka(x, y, "linear", debiased=True)),
+    ("procrustes", F.procrustes),
+    ("cca", F.cca),
+])
+def test_streamed_equals_in_memory(tmp_path, measure, reference):
+    x, y = _pair()
+    want = float(reference(x, y))
+    # blocks of 37 rows: the sums in another order than the whole-array path; float64 rounding only
+    assert F.streamed(x, y, measure, rows=37) == pytest.approx(want, abs=1e-10)
+    store = Store.create(tmp_path)
+    store.put("a", "l", (x[i:i + 64] for i in range(0, 300, 64)))
+    store.put("b", "l", (y[i:i + 100] for i in range(0, 300, 100)))  # other chunk boundaries than a
+    assert F.streamed(store.load("a", "l"), store.load("b", "l"), measure, rows=50) == pytest.approx(want, abs=1e-10)
+
+
+def test_nxn_measures_warn_over_the_budget_and_still_run():
+    x, y = _pair(n=60)
+    assert F.nxn_bytes(60, "rsa") == 2 * 8 * 60**2
+    with pytest.warns(F.MemoryBudgetWarning, match="over the memory budget"):
+        value = F.streamed(x, y, "rsa", memory_budget=1000)
+    assert value == pytest.approx(F.rsa(x, y), abs=1e-12)
+
+
+def test_streamed_refuses_what_it_cannot_do():
+    x, y = _pair()
+    with pytest.raises(ValueError, match="unknown measure"):
+        F.streamed(x, y, "ckaa")
+    with pytest.raises(ValueError, match="same samples"):
+        F.streamed(x, y[:10])
+    with pytest.raises(ValueError, match="rows must be"):
+        F.streamed(x, y, rows=0)
+
+
+OUT_OF_CORE = textwrap.dedent("""
+    import resource, sys
+    import numpy as np
+    from similarity_plugins.networks.store import Store
+    from similarity_plugins import functional as F
+
+    def rss() -> int:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+
+    store = Store(sys.argv[1])
+    x, y = store.load("a", "l"), store.load("b", "l")
+    start = rss()
+    value = F.streamed(x, y, "cka-linear", rows=8192)
+    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - start
+    n, d = x.shape
+    # the float64 reference: exact float64 moments summed chunk by chunk (independent of the streamed code)
+    sxx, syy, sxy, sx, sy = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d)), np.zeros(d), np.zeros(d)
+    for (_, xb), (_, yb) in zip(x.chunks(), y.chunks()):
+        xb, yb = np.asarray(xb, np.float64), np.asarray(yb, np.float64)
+        sx += xb.sum(0); sy += yb.sum(0); sxx += xb.T @ xb; syy += yb.T @ yb; sxy += xb.T @ yb
+    cxx, cyy, cxy = sxx - np.outer(sx, sx) / n, syy - np.outer(sy, sy) / n, sxy - np.outer(sx, sy) / n
+    ref = (cxy**2).sum() / np.sqrt((cxx**2).sum() * (cyy**2).sum())
+    print(value, ref, growth)
+""")
+
+
+def _chunks(seed: int, n: int = 200_000, d: int = 512, block: int = 10_000):
+    rng, shared = np.random.default_rng(seed), np.random.default_rng(99)
+    for _ in range(0, n, block):
+        yield shared.standard_normal((block, d), dtype=np.float32) + rng.standard_normal((block, d), dtype=np.float32)
+
+
+@pytest.mark.slow
+def test_out_of_core_linear_cka_in_bounded_memory(tmp_path):
+    store = Store.create(tmp_path)
+    store.put("a", "l", _chunks(1))  # 2 x 200,000 x 512 float32: 800 MB on disk, written chunk by chunk
+    store.put("b", "l", _chunks(2))
+    done = subprocess.run([sys.executable, "-c", OUT_OF_CORE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    value, ref, growth = done.stdout.split()
+    assert float(value) == pytest.approx(float(ref), abs=1e-9)  # float64 sums in another order
+    print(f"streamed linear CKA: peak RSS grew by {int(growth) / 2**20:.0f} MiB")
+    assert int(growth) < 450 * 2**20, f"peak RSS grew by {int(growth) / 2**20:.0f} MiB"
