@@ -35,6 +35,7 @@ from ..networks.parallel import World
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
+from .process import note_restored, process_state, restore_process_state
 
 __all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
 
@@ -294,20 +295,24 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
 
 def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, options: dict, seed: int,
                  cuda_rng: bool) -> SimilarityResult:
-    """One metric's row, as ``compare`` makes it (load error, missing split, return forms, error rows), without
-    the donor guards: there are no models to guard."""
+    """One metric's row, as ``compare`` makes it (load error, missing split, return forms, error rows, the process
+    settings restored after the call), without the donor guards: there are no models to guard."""
     layer = str(PAIR)
     refused, options = refusal(pm, name, ctx.data, options, layer)
     if refused is not None:
         return refused
     call = hook_call(pm, name, {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": options,
                                 "context": ctx, "seed": seed, "device": ctx.device})
-    start = time.perf_counter()
+    start, saved = time.perf_counter(), process_state()
     try:
         seed_all(seed, cuda=cuda_rng)
         result = to_row(call(), name, layer, pm.info[name].range)
     except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
         result = error_row(exc, name, layer)
+    except KeyboardInterrupt:
+        restore_process_state(saved)
+        raise
+    note_restored(result, name, restore_process_state(saved))
     result.seconds = time.perf_counter() - start
     return result
 
