@@ -103,7 +103,8 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
       single-process mean gradient up to float reduction order; every rank ends with the same stitch.
       (With ``stitch_bn`` each rank normalises by its own part's batch statistics.)
 
-    Returns a [`FittedStitch`][FittedStitch]. Raises ``ValueError`` for a training set smaller than one batch,
+    Returns a [`FittedStitch`][FittedStitch]. A training set smaller than one batch is one batch. Raises
+    ``ValueError`` for an empty training set,
     labels outside B's classes, shapes that cannot be stitched, or a NaN/Inf loss
     ([`StitchDivergedError`][StitchDivergedError]). The donors are unchanged afterwards, also on error.
     """
@@ -141,12 +142,14 @@ def _training_cache(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tenso
 
 
 def _check_training_set(cache: TrainingCache, objective: str, settings: StitchSettings) -> None:
-    """At least one batch of samples, and (for HLM) labels within B's classes."""
+    """Enough samples to train on, and (for HLM) labels within B's classes. A training set smaller than one batch
+    is trained on as one batch of all its samples (every epoch one step)."""
     n = len(cache)
-    if n < settings.batch_size:
+    if n < (2 if settings.stitch_bn else 1):
         raise ValueError(
-            f"the training set has {n} samples, fewer than one batch (batch_size={settings.batch_size}); "
-            f"pass a smaller batch_size (at most {n}) in the options, or more training data"
+            f"the training set has {n} sample(s): too few to train a stitch"
+            + (" with stitch_bn (BatchNorm needs 2 per batch)" if settings.stitch_bn else "")
+            + "; pass more training data"
         )
     if objective == "hlm":
         if cache.y is None:
