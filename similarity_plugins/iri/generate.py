@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..networks.split import SplitNetwork, frozen, model_device
+from ..networks.split import SplitNetwork, frozen, model_device, model_dtype
 from ..utils.text import did_you_mean
 from . import sharded, store
 from .backends import check_compile
@@ -107,6 +107,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN
         raise ValueError("checkpoint_every needs cache_dir (the folder where checkpoints are written)")
     seeds = _as_tensor(inputs)
     check_seeds(seeds)
+    model = _in_float32(model)
     split = SplitNetwork(model, layer)
     device = model_device(model)
     modular = None
@@ -169,6 +170,14 @@ def structure(trace: FrontTrace, history_bytes: float = 0.0) -> Structure:
                      other_activation_calls=trace.other_activation_calls, input_values=trace.input_values,
                      output_values=trace.cut_values, stride=trace.stride, ends_at_maxpool=trace.ends_at_maxpool,
                      batchnorm=trace.batchnorm_calls > 0, history_bytes=history_bytes)
+
+
+def _in_float32(model: nn.Module) -> nn.Module:
+    """The model itself when its floating tensors are float32, else a float32 copy: the optimiser, its precision
+    rules and its surrogate ReLUs work in float32 (a float64, float16 or bfloat16 donor gets IRIs of its float32
+    copy; the caller's model is never changed)."""
+    dtype = model_dtype(model)
+    return model if dtype in (None, torch.float32) else copy.deepcopy(model).float()
 
 
 def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor) -> tuple[str, str]:

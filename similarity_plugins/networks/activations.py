@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..utils.progress import progress_bar
 from .data import BadData, iterate_batches
-from .split import SplitNetwork, frozen, model_device
+from .split import SplitNetwork, as_model_input, frozen, model_device, model_dtype
 
 
 def extract_activations(
@@ -66,7 +66,7 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     The forward pass stops as soon as the last of the layers has produced its output. Raises ``ValueError``
     for NaN/Inf activations and ``TypeError`` for a layer whose output is not a tensor (naming the layer).
     """
-    device = device or model_device(model)
+    device, dtype = device or model_device(model), model_dtype(model)
     modules = dict(model.named_modules())
     chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     labels, batch = [], {}
@@ -89,7 +89,7 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
             for x, y in progress_bar(iterate_batches(data, batch_size), progress=progress, desc=desc, leave=False):
                 batch.clear()
                 try:
-                    model(x.to(device, non_blocking=True))
+                    model(as_model_input(x.to(device, non_blocking=True), dtype))
                 except _Captured:
                     pass
                 missing = [n for n in names if n not in batch]
@@ -132,7 +132,7 @@ def model_outputs(model: nn.Module, data: Dataset | DataLoader, *, batch_size: i
     outs, labels = [], []
     with torch.no_grad(), frozen(model):
         for x, y in iterate_batches(data, batch_size):
-            outs.append(model(x.to(device)).detach().float().cpu())
+            outs.append(model(as_model_input(x.to(device), model_dtype(model))).detach().float().cpu())
             labels.append(y)
     logits, labels = torch.cat(outs), torch.cat(labels)
     if labels.numel() and logits.ndim == 2 and int(labels.max()) >= logits.shape[1]:

@@ -27,7 +27,7 @@ from torch import nn
 from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
 from .layer_lists import check_layer, layers
 
-__all__ = ["frozen", "preserved", "SplitNetwork", "split_network", "model_device", "on_device"]
+__all__ = ["frozen", "preserved", "SplitNetwork", "split_network", "model_device", "model_dtype", "on_device"]
 
 
 # --------------------------------------------------------------------------------------------- state
@@ -64,6 +64,22 @@ def frozen(*models: nn.Module) -> Iterator[None]:
             for p in model.parameters():
                 p.requires_grad_(False)
         yield
+
+
+def model_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of a model's first floating-point parameter or buffer (None for a model without any)."""
+    for t in (*model.parameters(), *model.buffers()):
+        if t.is_floating_point():
+            return t.dtype
+    return None
+
+
+def as_model_input(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """A floating-point input in the model's dtype (float32 data into a float64, float16 or bfloat16 model);
+    integer inputs (token ids) and inputs already in that dtype are passed as they are. Differentiable."""
+    if dtype is None or not x.is_floating_point() or x.dtype == dtype:
+        return x
+    return x.to(dtype)
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -297,10 +313,12 @@ class SplitNetwork:
     def front(self, x: torch.Tensor) -> torch.Tensor:
         """Activation ``f_{<=i}(x)`` at the cut, running only the layers up to it.
 
-        ``x``: a batch of inputs (N, ...) on the model's device. Returns (N, C, H, W) for CNNs,
+        ``x``: a batch of inputs (N, ...) on the model's device (floating inputs are cast to the model's dtype).
+        Returns (N, C, H, W) for CNNs,
         (N, T, D) for transformers. Differentiable with respect to ``x``.
         """
         batch = len(x) if x.dim() else None
+        x = as_model_input(x, model_dtype(self.model))
         with frozen(self.model):
             if self._front_gm is not None:
                 return self._check_tensor(self._front_gm(x), batch)
@@ -329,14 +347,16 @@ class SplitNetwork:
         return self._end_gm
 
     def end(self, h: torch.Tensor) -> torch.Tensor:
-        """Logits ``g_{>j}(h)`` from an activation ``h`` at the cut, without recomputing earlier layers."""
+        """Logits ``g_{>j}(h)`` from an activation ``h`` at the cut, without recomputing earlier layers.
+
+        ``h`` in any floating dtype: it is cast to the model's (a float32 stitch into a float16 end)."""
         return self.end_with_taps(h)[0]
 
     def end_with_taps(self, h: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Logits and the activations at ``self.taps`` when the end runs on ``h`` (the stitched path)."""
         gm = self._require_end()
         with frozen(self.model):
-            logits, taps = gm(h)
+            logits, taps = gm(as_model_input(h, model_dtype(self.model)))
         return logits, tuple(taps)
 
     def native(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
@@ -344,7 +364,7 @@ class SplitNetwork:
         if self._native_gm is None:
             self._require_end()
         with frozen(self.model):
-            act, logits, taps = self._native_gm(x)
+            act, logits, taps = self._native_gm(as_model_input(x, model_dtype(self.model)))
         return self._check_tensor(act), logits, tuple(taps)
 
     @property

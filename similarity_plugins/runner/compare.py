@@ -190,8 +190,8 @@ def run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, optio
     error = None
     memo_before, saved, splits = set(ctx.memo), process_state(), (data.train, data.test)
     try:
-        with isolated_rng(device):
-            seed_all(seed, cuda=cuda_rng)
+        with isolated_rng(device), torch.inference_mode(False):  # a caller's inference mode would make the
+            seed_all(seed, cuda=cuda_rng)                           # cached tensors unusable outside it
             value = call() if donors.timeout is None else call_with_timeout(call, donors.timeout,
                                                                            f"metric {name!r} at layer {layer_str}")
         result = to_row(value, name, layer_str, pm.info[name].range)

@@ -306,7 +306,8 @@ def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, opt
     start, saved = time.perf_counter(), process_state()
     try:
         seed_all(seed, cuda=cuda_rng)
-        result = to_row(call(), name, layer, pm.info[name].range)
+        with torch.inference_mode(False):  # as in compare: tensors a metric makes stay usable outside the call
+            result = to_row(call(), name, layer, pm.info[name].range)
     except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
         result = error_row(exc, name, layer)
     except KeyboardInterrupt:

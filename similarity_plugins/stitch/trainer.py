@@ -106,18 +106,22 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
     Returns a [`FittedStitch`][FittedStitch]. A training set smaller than one batch is one batch. Raises
     ``ValueError`` for an empty training set,
     labels outside B's classes, shapes that cannot be stitched, or a NaN/Inf loss
-    ([`StitchDivergedError`][StitchDivergedError]). The donors are unchanged afterwards, also on error.
+    ([`StitchDivergedError`][StitchDivergedError]). The donors are unchanged afterwards, also on error. The stitch
+    is float32 for donors of any floating dtype (its output is cast to the end's), and it trains with autograd
+    also when called inside ``torch.no_grad()`` or ``torch.inference_mode()``.
     """
     start_time = time.perf_counter()
     objective = check_objective(objective)
     settings = (settings or StitchSettings()).validated()
     device = torch.device(device) if device is not None else model_device(end.model)
-    with kept_heap():   # caching and every step allocate and free the same blocks: keep the pages
+    # training needs autograd whatever the caller's mode (inside no_grad() or inference_mode()); the stitch and its
+    # inputs are float32 and the end takes them in its own dtype
+    with kept_heap(), torch.inference_mode(False), torch.enable_grad():  # caching and every step reuse blocks
         if cache is None:
             cache = _training_cache(front, end, train_x, train_y, settings, device, progress)
         _check_training_set(cache, objective, settings)
         plan = plan_stitch(cache.front_shape, cache.end_shape)
-        stitch = StitchLayer(plan, bn=settings.stitch_bn)
+        stitch = StitchLayer(plan, bn=settings.stitch_bn).float()  # float32 whatever the donors' or default dtype
         cache.ensure(("front", *NEEDS[objective]))
         init = initialise(stitch, settings.init, cache, torch.Generator().manual_seed(settings.seed),
                           settings.ls_samples, settings.eval_batch_size, world=world)
