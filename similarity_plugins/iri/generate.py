@@ -107,7 +107,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN
         raise ValueError("checkpoint_every needs cache_dir (the folder where checkpoints are written)")
     seeds = _as_tensor(inputs)
     check_seeds(seeds)
-    model = _in_float32(model)
+    model, seeds = _working_dtype(model, seeds)
     split = SplitNetwork(model, layer)
     device = model_device(model)
     modular = None
@@ -172,12 +172,16 @@ def structure(trace: FrontTrace, history_bytes: float = 0.0) -> Structure:
                      batchnorm=trace.batchnorm_calls > 0, history_bytes=history_bytes)
 
 
-def _in_float32(model: nn.Module) -> nn.Module:
-    """The model itself when its floating tensors are float32, else a float32 copy: the optimiser, its precision
-    rules and its surrogate ReLUs work in float32 (a float64, float16 or bfloat16 donor gets IRIs of its float32
-    copy; the caller's model is never changed)."""
+def _working_dtype(model: nn.Module, seeds: torch.Tensor) -> tuple[nn.Module, torch.Tensor]:
+    """The model and seeds the optimiser runs on: a float32 or float64 model as it is, with the seeds in its dtype;
+    a float16 or bfloat16 model as a float32 copy (the optimiser, its precision rules and surrogate ReLUs need at
+    least float32; the caller's model is never changed)."""
     dtype = model_dtype(model)
-    return model if dtype in (None, torch.float32) else copy.deepcopy(model).float()
+    if dtype in (torch.float16, torch.bfloat16):
+        model, dtype = copy.deepcopy(model).float(), torch.float32
+    if dtype is not None and seeds.is_floating_point() and seeds.dtype != dtype:
+        seeds = seeds.to(dtype)
+    return model, seeds
 
 
 def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..utils.progress import progress_bar
 from .data import BadData, iterate_batches
-from .split import SplitNetwork, as_model_input, frozen, model_device, model_dtype
+from .split import SplitNetwork, as_model_input, frozen, model_device, model_dtype, pick_logits
 
 
 def extract_activations(
@@ -132,7 +132,12 @@ def model_outputs(model: nn.Module, data: Dataset | DataLoader, *, batch_size: i
     outs, labels = [], []
     with torch.no_grad(), frozen(model):
         for x, y in iterate_batches(data, batch_size):
-            outs.append(model(as_model_input(x.to(device), model_dtype(model))).detach().float().cpu())
+            out = pick_logits(model(as_model_input(x.to(device), model_dtype(model))))
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(f"{type(model).__name__} returns a {type(out).__name__}; the package reads the logits "
+                                "from a tensor, a tuple or list (its first item) or a dict (its 'logits' entry): "
+                                "wrap the model so that forward returns the logits")
+            outs.append(out.detach().float().cpu())
             labels.append(y)
     logits, labels = torch.cat(outs), torch.cat(labels)
     if labels.numel() and logits.ndim == 2 and int(labels.max()) >= logits.shape[1]:

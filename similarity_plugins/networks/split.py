@@ -18,7 +18,7 @@ import contextlib
 import copy
 import inspect
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.fx
@@ -27,7 +27,7 @@ from torch import nn
 from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
 from .layer_lists import check_layer, layers
 
-__all__ = ["frozen", "preserved", "SplitNetwork", "split_network", "model_device", "model_dtype", "on_device"]
+__all__ = ["frozen", "pick_logits", "preserved", "SplitNetwork", "split_network", "model_device", "model_dtype", "on_device"]
 
 
 # --------------------------------------------------------------------------------------------- state
@@ -132,9 +132,39 @@ class _Traced:
     order: list[str]  # opaque targets in call order
 
 
+def pick_logits(output: Any) -> Any:
+    """The logits in a model's output: the output itself, the first item of a tuple or list (the convention of
+    Hugging Face and torchvision's auxiliary heads), the ``"logits"`` entry of a dict (or its only entry, or the
+    ``logits`` attribute of a ModelOutput-like object). Works alike on values and on torch.fx nodes; what it cannot
+    find is returned as it is (and refused where a tensor is needed, naming the model's output type)."""
+    if isinstance(output, (tuple, list)) and output:
+        return output[0]
+    if isinstance(output, dict):
+        if "logits" in output:
+            return output["logits"]
+        if len(output) == 1:
+            return next(iter(output.values()))
+    logits = getattr(output, "logits", None) if not isinstance(output, (torch.Tensor, torch.fx.Node)) else None
+    return output if logits is None else logits
+
+
 def _trace(model: nn.Module, targets: set[str]) -> _Traced:
     tracer = _CutTracer(targets)
     graph = tracer.trace(model, concrete_args=_concrete_defaults(model) or None)
+    output = next(n for n in graph.nodes if n.op == "output")
+    logits = pick_logits(output.args[0])
+    if logits is not output.args[0] and isinstance(logits, torch.fx.Node):
+        # a tuple or dict output: keep the logits only, and drop what only the other entries needed (which may
+        # read values from before a cut, such as a tuple of every hidden state)
+        output.args = (logits,)
+        owner = torch.fx.GraphModule(model, graph)
+        eliminate_dead_code(owner)
+        graph = owner.graph
+    elif not isinstance(logits, torch.fx.Node):
+        kind = "dict" if isinstance(logits, dict) else "tuple" if isinstance(logits, tuple) else type(logits).__name__
+        raise TypeError(f"{type(model).__name__} returns a {kind} from which no logits tensor could be "
+                        "read (the package takes a tensor, the first item of a tuple or list, or the 'logits' entry "
+                        "of a dict); wrap the model so that forward returns the logits")
     order = [n.target for n in graph.nodes if n.op == "call_module" and n.target in targets]
     return _Traced(graph, order)
 
@@ -276,7 +306,7 @@ class SplitNetwork:
                 break
             env[node] = end.node_copy(node, lambda n: env[n] if n in env else _copy_attr(end, env, n))
             outs[node] = _keep(end, env[node], node in kept and writes_later[node])
-        result = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
+        result = torch.fx.map_arg(output.args[0], lambda n: env[n])
         end.output((result, tuple(outs[tap_nodes[t]] for t in self.taps)))
 
         # native: the whole forward, returning the cut, the logits and the taps.
@@ -287,7 +317,7 @@ class SplitNetwork:
                 break
             env[node] = native.node_copy(node, lambda n: env[n])
             outs[node] = _keep(native, env[node], node in kept and writes_later[node])
-        logits = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
+        logits = torch.fx.map_arg(output.args[0], lambda n: env[n])
         native.output((outs[cut], logits, tuple(outs[tap_nodes[t]] for t in self.taps)))
 
         self._end_gm = _build_module(self.model, end)
@@ -357,7 +387,7 @@ class SplitNetwork:
         gm = self._require_end()
         with frozen(self.model):
             logits, taps = gm(as_model_input(h, model_dtype(self.model)))
-        return logits, tuple(taps)
+        return self._check_logits(logits), tuple(taps)
 
     def native(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """The model's own path on ``x``: (activation at the cut, logits, activations at ``taps``)."""
@@ -365,7 +395,14 @@ class SplitNetwork:
             self._require_end()
         with frozen(self.model):
             act, logits, taps = self._native_gm(as_model_input(x, model_dtype(self.model)))
-        return self._check_tensor(act), logits, tuple(taps)
+        return self._check_tensor(act), self._check_logits(logits), tuple(taps)
+
+    def _check_logits(self, logits: object) -> torch.Tensor:
+        if not isinstance(logits, torch.Tensor):
+            raise TypeError(f"{type(self.model).__name__} returns a {type(logits).__name__} from which no logits tensor "
+                            "could be read (the package takes a tensor, the first item of a tuple or list, or the "
+                            "'logits' entry of a dict); wrap the model so that forward returns the logits")
+        return logits
 
     @property
     def can_end(self) -> bool:

@@ -121,8 +121,10 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
                             f"{exc}") from None
         if array.dtype.kind not in "biuf":
             raise TypeError(f"{name} must hold real numbers, got dtype {array.dtype} ({type(value).__name__})")
-        if not array.dtype.isnative or not array.flags.writeable:
-            array = array.astype(array.dtype.newbyteorder("="))  # a copy torch can share
+        if not array.dtype.isnative or not array.flags.writeable or any(st < 0 for st in array.strides):
+            # a copy torch can share: torch refuses non-native byte order, read-only memory and the negative
+            # strides of a reversed view (``a[::-1]``)
+            array = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("=")))
         tensor = torch.from_numpy(array)
     if tensor.is_complex():
         raise TypeError(f"{name} must hold real numbers, got dtype {tensor.dtype}")

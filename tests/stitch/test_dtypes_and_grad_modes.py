@@ -53,7 +53,9 @@ def test_stitching_works_with_a_float64_default_dtype(tiny_cnn16, digits16):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
-def test_iris_of_a_non_float32_donor_are_those_of_its_float32_copy(dtype):
+def test_iris_of_a_donor_in_another_dtype_than_its_seeds(dtype):
+    """float32 seeds into a float64 donor: the optimiser runs in float64; into a bfloat16 donor: on its float32
+    copy."""
     from similarity_plugins.iri import generate_iris
     from tests.helpers.models import tiny_cnn
 
@@ -61,6 +63,8 @@ def test_iris_of_a_non_float32_donor_are_those_of_its_float32_copy(dtype):
     seeds = torch.rand(4, 1, 16, 16, generator=torch.Generator().manual_seed(0))
     other = copy.deepcopy(model).to(dtype)
     got = generate_iris(other, "block1", seeds, steps=10, seed=0, precision="float32")
-    expected = generate_iris(copy.deepcopy(other).float(), "block1", seeds, steps=10, seed=0, precision="float32")
-    assert torch.equal(got.inputs, expected.inputs)  # the same float32 optimisation
+    working = torch.float64 if dtype == torch.float64 else torch.float32
+    expected = generate_iris(copy.deepcopy(other).to(working), "block1", seeds.to(working), steps=10, seed=0,
+                             precision="float32")
+    assert torch.equal(got.inputs, expected.inputs)  # the same optimisation
     assert all(p.dtype == dtype for p in other.parameters())
