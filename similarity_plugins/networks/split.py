@@ -443,9 +443,16 @@ def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = Non
 
 
 def on_device(model: nn.Module, device: torch.device | None, role: str) -> nn.Module:
-    """The model itself when it is on ``device``; otherwise a copy moved there (the user's is never moved)."""
+    """The model itself when it is on ``device``; otherwise a copy moved there (the user's is never moved).
+    ``ValueError`` naming ``role`` for a model whose tensors are inference tensors."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"{role} must be a torch.nn.Module, got {type(model).__name__}")
+    made_in_inference = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_inference()]
+    if made_in_inference:
+        raise ValueError(f"{role} ({type(model).__name__}) holds inference tensors ({made_in_inference[0]}, and "
+                         f"{len(made_in_inference) - 1} more): it was built or loaded inside torch.inference_mode(), "
+                         "and torch allows no flag changes or gradients through them outside it; build or load the "
+                         "model outside inference mode (calling compare inside inference mode is fine)")
     if device is None or model_device(model) == device:
         return model
     return copy.deepcopy(model).to(device)

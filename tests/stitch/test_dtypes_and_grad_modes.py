@@ -68,3 +68,13 @@ def test_iris_of_a_donor_in_another_dtype_than_its_seeds(dtype):
                              precision="float32")
     assert torch.equal(got.inputs, expected.inputs)  # the same optimisation
     assert all(p.dtype == dtype for p in other.parameters())
+
+
+def test_a_model_built_in_inference_mode_is_refused_naming_the_fix():
+    from tests.helpers.models import tiny_cnn
+
+    with torch.inference_mode():
+        made_inside = tiny_cnn().eval()
+    model = tiny_cnn().eval()
+    with pytest.raises(ValueError, match=r"front \(Sequential\) holds inference tensors .*outside inference mode"):
+        compare(made_inside, model, "block2", None, "cka-linear")
