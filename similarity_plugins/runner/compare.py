@@ -21,7 +21,7 @@ from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
 from .guard import DonorModified, settle
 from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
-from .process import process_state, restore_process_state
+from .process import outside_inference_mode, process_state, restore_process_state
 from .ranks import agree_on_result, check_ranks_agree
 from .repeats import check_repeats, is_deterministic, run_repeated
 
@@ -190,7 +190,7 @@ def run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, optio
     error = None
     memo_before, saved, splits = set(ctx.memo), process_state(), (data.train, data.test)
     try:
-        with isolated_rng(device), torch.inference_mode(False):  # a caller's inference mode would make the
+        with isolated_rng(device), outside_inference_mode():  # a caller's inference mode would make the
             seed_all(seed, cuda=cuda_rng)                           # cached tensors unusable outside it
             value = call() if donors.timeout is None else call_with_timeout(call, donors.timeout,
                                                                            f"metric {name!r} at layer {layer_str}")

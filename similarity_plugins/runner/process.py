@@ -11,6 +11,7 @@ are forked around each metric by `isolated_rng`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-__all__ = ["process_state", "restore_process_state", "note_restored"]
+__all__ = ["note_restored", "outside_inference_mode", "process_state", "restore_process_state"]
 
 
 def _cwd() -> str | None:
@@ -110,3 +111,11 @@ def note_restored(result: Any, metric: str, changed: list[str]) -> Any:
             f"metric {metric!r} changed the process's {'; '.join(changed)}; restored for the later metrics "
             "(a plugin should leave process-wide settings as it found them)")
     return result
+
+
+def outside_inference_mode() -> contextlib.AbstractContextManager:
+    """Leave the caller's ``torch.inference_mode()`` for a metric call (the tensors a metric caches must stay usable
+    after it), and do nothing otherwise: torch's guard would also undo a grad-mode change the metric made, before
+    `restore_process_state` could name it."""
+    return torch.inference_mode(False) if torch.is_inference_mode_enabled() else contextlib.nullcontext()
+

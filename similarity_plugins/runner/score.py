@@ -35,7 +35,7 @@ from ..networks.parallel import World
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
-from .process import note_restored, process_state, restore_process_state
+from .process import note_restored, outside_inference_mode, process_state, restore_process_state
 
 __all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
 
@@ -308,7 +308,7 @@ def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, opt
     start, saved = time.perf_counter(), process_state()
     try:
         seed_all(seed, cuda=cuda_rng)
-        with torch.inference_mode(False):  # as in compare: tensors a metric makes stay usable outside the call
+        with outside_inference_mode():  # as in compare: tensors a metric makes stay usable outside the call
             result = to_row(call(), name, layer, pm.info[name].range)
     except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
         result = error_row(exc, name, layer)
