@@ -94,18 +94,22 @@ def os_error_line(exc: OSError) -> str:
 def console_main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script and of ``python -m similarity_plugins``: exit with ``main``'s code.
 
-    Under torchrun the rank ends through `end_rank_process`
-    once ``main`` has written its outputs and destroyed the process group (no Python finalisation, where
-    a native thread can abort a finished rank; docs/scale_out.md). Elsewhere it raises ``SystemExit``.
+    Under torchrun, and wherever a timed-out metric's thread is still running, the process ends through
+    `end_rank_process` once ``main`` has written its outputs (no Python finalisation, where a native thread
+    aborts the process with SIGABRT instead of the documented code; docs/scale_out.md, docs/reliability.md).
+    Elsewhere it raises ``SystemExit``.
     """
     from ..distributed.world import end_rank_process, launched_by_torchrun
+    from ..runner.isolation import abandoned_threads
 
-    if not launched_by_torchrun():
-        raise SystemExit(main(argv))
     try:
         code = main(argv)
     except SystemExit as exc:  # --help, argparse errors: the code Python would exit with
+        if not (launched_by_torchrun() or abandoned_threads()):
+            raise
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if not isinstance(exc.code, (int, type(None))):
             print(exc.code, file=sys.stderr)  # what Python prints for SystemExit("message")
-    end_rank_process(code)
+    if launched_by_torchrun() or abandoned_threads():
+        end_rank_process(code)
+    raise SystemExit(code)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..networks.split import SplitNetwork, frozen, model_device
+from ..networks.split import SplitNetwork, frozen, model_device, model_dtype
 from ..utils.text import did_you_mean
 from . import sharded, store
 from .backends import check_compile
@@ -109,6 +109,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN
     check_seeds(seeds)
     if cache_dir is not None:  # the set (inputs and seeds' size, float32, twice for the temporary file) and checkpoints
         store.check_cache_dir(cache_dir, 4.0 * seeds.numel() * (2 + (4 if checkpoint_every else 0)))
+    model, seeds = _working_dtype(model, seeds)
     split = SplitNetwork(model, layer)
     device = model_device(model)
     modular = None
@@ -171,6 +172,18 @@ def structure(trace: FrontTrace, history_bytes: float = 0.0) -> Structure:
                      other_activation_calls=trace.other_activation_calls, input_values=trace.input_values,
                      output_values=trace.cut_values, stride=trace.stride, ends_at_maxpool=trace.ends_at_maxpool,
                      batchnorm=trace.batchnorm_calls > 0, history_bytes=history_bytes)
+
+
+def _working_dtype(model: nn.Module, seeds: torch.Tensor) -> tuple[nn.Module, torch.Tensor]:
+    """The model and seeds the optimiser runs on: a float32 or float64 model as it is, with the seeds in its dtype;
+    a float16 or bfloat16 model as a float32 copy (the optimiser, its precision rules and surrogate ReLUs need at
+    least float32; the caller's model is never changed)."""
+    dtype = model_dtype(model)
+    if dtype in (torch.float16, torch.bfloat16):
+        model, dtype = copy.deepcopy(model).float(), torch.float32
+    if dtype is not None and seeds.is_floating_point() and seeds.dtype != dtype:
+        seeds = seeds.to(dtype)
+    return model, seeds
 
 
 def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor) -> tuple[str, str]:

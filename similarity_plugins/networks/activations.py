@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..utils.progress import progress_bar
 from .data import BadData, iterate_batches, to_device
 from .layer_calls import AmbiguousLayer, called_often
-from .split import SplitNetwork, frozen, model_device
+from .split import SplitNetwork, as_model_input, frozen, model_device, model_dtype, pick_logits
 
 
 def extract_activations(
@@ -95,7 +95,7 @@ def forward_layers(model: nn.Module, names: list[str], batches: Iterable[tuple[t
     ``names`` has produced its output; each ``A`` is float32 on the CPU in the layer's own shape. The hooks
     are removed and the model's flags restored when the loop ends or the caller stops early.
     """
-    device = device or model_device(model)
+    device, dtype = device or model_device(model), model_dtype(model)
     modules = dict(model.named_modules())
     batch: dict[str, torch.Tensor] = {}
     calls = dict.fromkeys(names, 0)
@@ -123,7 +123,7 @@ def forward_layers(model: nn.Module, names: list[str], batches: Iterable[tuple[t
             for x, y in batches:
                 batch.clear()
                 try:
-                    model(to_device(x, device))
+                    model(as_model_input(to_device(x, device), dtype))
                 except _Captured:
                     pass
                 except Exception:  # a failure after every layer was captured (a head that does not fit) is not ours
@@ -173,7 +173,12 @@ def model_outputs(model: nn.Module, data: Dataset | DataLoader, *, batch_size: i
     outs, labels = [], []
     with torch.no_grad(), frozen(model):
         for x, y in iterate_batches(data, batch_size):
-            outs.append(model(x.to(device)).detach().float().cpu())
+            out = pick_logits(model(as_model_input(to_device(x, device), model_dtype(model))))
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(f"{type(model).__name__} returns a {type(out).__name__}; the package reads the logits "
+                                "from a tensor, a tuple or list (its first item) or a dict (its 'logits' entry): "
+                                "wrap the model so that forward returns the logits")
+            outs.append(out.detach().float().cpu())
             labels.append(y)
     logits, labels = torch.cat(outs), torch.cat(labels)
     if labels.numel() and logits.ndim == 2 and int(labels.max()) >= logits.shape[1]:

@@ -226,7 +226,11 @@ def check_repeatable(split: Dataset | DataLoader, what: str = "the data split") 
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    """The same shape, dtype and values, a NaN equal to a NaN in the same place (NaN inputs are refused later,
+    for what they are)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a, b)) or (a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all()))
 
 
 def load_all(split: Dataset | DataLoader, batch_size: int = 256,

@@ -18,7 +18,7 @@ import contextlib
 import copy
 import inspect
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.fx
@@ -27,7 +27,7 @@ from torch import nn
 from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
 from .layer_lists import check_layer, layers
 
-__all__ = ["frozen", "preserved", "SplitNetwork", "split_network", "model_device", "on_device"]
+__all__ = ["frozen", "pick_logits", "preserved", "SplitNetwork", "split_network", "model_device", "model_dtype", "on_device"]
 
 
 # --------------------------------------------------------------------------------------------- state
@@ -64,6 +64,25 @@ def frozen(*models: nn.Module) -> Iterator[None]:
             for p in model.parameters():
                 p.requires_grad_(False)
         yield
+
+
+def model_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of a model's first floating-point parameter or buffer (None for a model without any)."""
+    for t in (*model.parameters(), *model.buffers()):
+        if t.is_floating_point():
+            return t.dtype
+    return None
+
+
+def as_model_input(x: Any, dtype: torch.dtype | None) -> Any:
+    """A floating-point input in the model's dtype (float32 data into a float64, float16 or bfloat16 model);
+    integer inputs (token ids), inputs already in that dtype and text are passed as they are; a dict of views
+    (paired data) has each view converted. Differentiable."""
+    if isinstance(x, dict):
+        return {name: as_model_input(view, dtype) for name, view in x.items()}
+    if dtype is None or not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype == dtype:
+        return x
+    return x.to(dtype)
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -116,9 +135,39 @@ class _Traced:
     order: list[str]  # opaque targets in call order
 
 
+def pick_logits(output: Any) -> Any:
+    """The logits in a model's output: the output itself, the first item of a tuple or list (the convention of
+    Hugging Face and torchvision's auxiliary heads), the ``"logits"`` entry of a dict (or its only entry, or the
+    ``logits`` attribute of a ModelOutput-like object). Works alike on values and on torch.fx nodes; what it cannot
+    find is returned as it is (and refused where a tensor is needed, naming the model's output type)."""
+    if isinstance(output, (tuple, list)) and output:
+        return output[0]
+    if isinstance(output, dict):
+        if "logits" in output:
+            return output["logits"]
+        if len(output) == 1:
+            return next(iter(output.values()))
+    logits = getattr(output, "logits", None) if not isinstance(output, (torch.Tensor, torch.fx.Node)) else None
+    return output if logits is None else logits
+
+
 def _trace(model: nn.Module, targets: set[str]) -> _Traced:
     tracer = _CutTracer(targets)
     graph = tracer.trace(model, concrete_args=_concrete_defaults(model) or None)
+    output = next(n for n in graph.nodes if n.op == "output")
+    logits = pick_logits(output.args[0])
+    if logits is not output.args[0] and isinstance(logits, torch.fx.Node):
+        # a tuple or dict output: keep the logits only, and drop what only the other entries needed (which may
+        # read values from before a cut, such as a tuple of every hidden state)
+        output.args = (logits,)
+        owner = torch.fx.GraphModule(model, graph)
+        eliminate_dead_code(owner)
+        graph = owner.graph
+    elif not isinstance(logits, torch.fx.Node):
+        kind = "dict" if isinstance(logits, dict) else "tuple" if isinstance(logits, tuple) else type(logits).__name__
+        raise TypeError(f"{type(model).__name__} returns a {kind} from which no logits tensor could be "
+                        "read (the package takes a tensor, the first item of a tuple or list, or the 'logits' entry "
+                        "of a dict); wrap the model so that forward returns the logits")
     order = [n.target for n in graph.nodes if n.op == "call_module" and n.target in targets]
     return _Traced(graph, order)
 
@@ -260,7 +309,7 @@ class SplitNetwork:
                 break
             env[node] = end.node_copy(node, lambda n: env[n] if n in env else _copy_attr(end, env, n))
             outs[node] = _keep(end, env[node], node in kept and writes_later[node])
-        result = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
+        result = torch.fx.map_arg(output.args[0], lambda n: env[n])
         end.output((result, tuple(outs[tap_nodes[t]] for t in self.taps)))
 
         # native: the whole forward, returning the cut, the logits and the taps.
@@ -271,7 +320,7 @@ class SplitNetwork:
                 break
             env[node] = native.node_copy(node, lambda n: env[n])
             outs[node] = _keep(native, env[node], node in kept and writes_later[node])
-        logits = env[output.args[0]] if isinstance(output.args[0], torch.fx.Node) else output.args[0]
+        logits = torch.fx.map_arg(output.args[0], lambda n: env[n])
         native.output((outs[cut], logits, tuple(outs[tap_nodes[t]] for t in self.taps)))
 
         self._end_gm = _build_module(self.model, end)
@@ -297,10 +346,12 @@ class SplitNetwork:
     def front(self, x: torch.Tensor) -> torch.Tensor:
         """Activation ``f_{<=i}(x)`` at the cut, running only the layers up to it.
 
-        ``x``: a batch of inputs (N, ...) on the model's device. Returns (N, C, H, W) for CNNs,
+        ``x``: a batch of inputs (N, ...) on the model's device (floating inputs are cast to the model's dtype).
+        Returns (N, C, H, W) for CNNs,
         (N, T, D) for transformers. Differentiable with respect to ``x``.
         """
         batch = len(x) if x.dim() else None
+        x = as_model_input(x, model_dtype(self.model))
         with frozen(self.model):
             if self._front_gm is not None:
                 return self._check_tensor(self._front_gm(x), batch)
@@ -329,23 +380,32 @@ class SplitNetwork:
         return self._end_gm
 
     def end(self, h: torch.Tensor) -> torch.Tensor:
-        """Logits ``g_{>j}(h)`` from an activation ``h`` at the cut, without recomputing earlier layers."""
+        """Logits ``g_{>j}(h)`` from an activation ``h`` at the cut, without recomputing earlier layers.
+
+        ``h`` in any floating dtype: it is cast to the model's (a float32 stitch into a float16 end)."""
         return self.end_with_taps(h)[0]
 
     def end_with_taps(self, h: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Logits and the activations at ``self.taps`` when the end runs on ``h`` (the stitched path)."""
         gm = self._require_end()
         with frozen(self.model):
-            logits, taps = gm(h)
-        return logits, tuple(taps)
+            logits, taps = gm(as_model_input(h, model_dtype(self.model)))
+        return self._check_logits(logits), tuple(taps)
 
     def native(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """The model's own path on ``x``: (activation at the cut, logits, activations at ``taps``)."""
         if self._native_gm is None:
             self._require_end()
         with frozen(self.model):
-            act, logits, taps = self._native_gm(x)
-        return self._check_tensor(act), logits, tuple(taps)
+            act, logits, taps = self._native_gm(as_model_input(x, model_dtype(self.model)))
+        return self._check_tensor(act), self._check_logits(logits), tuple(taps)
+
+    def _check_logits(self, logits: object) -> torch.Tensor:
+        if not isinstance(logits, torch.Tensor):
+            raise TypeError(f"{type(self.model).__name__} returns a {type(logits).__name__} from which no logits tensor "
+                            "could be read (the package takes a tensor, the first item of a tuple or list, or the "
+                            "'logits' entry of a dict); wrap the model so that forward returns the logits")
+        return logits
 
     @property
     def can_end(self) -> bool:
@@ -386,9 +446,16 @@ def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = Non
 
 
 def on_device(model: nn.Module, device: torch.device | None, role: str) -> nn.Module:
-    """The model itself when it is on ``device``; otherwise a copy moved there (the user's is never moved)."""
+    """The model itself when it is on ``device``; otherwise a copy moved there (the user's is never moved).
+    ``ValueError`` naming ``role`` for a model whose tensors are inference tensors."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"{role} must be a torch.nn.Module, got {type(model).__name__}")
+    made_in_inference = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_inference()]
+    if made_in_inference:
+        raise ValueError(f"{role} ({type(model).__name__}) holds inference tensors ({made_in_inference[0]}, and "
+                         f"{len(made_in_inference) - 1} more): it was built or loaded inside torch.inference_mode(), "
+                         "and torch allows no flag changes or gradients through them outside it; build or load the "
+                         "model outside inference mode (calling compare inside inference mode is fine)")
     if device is None or model_device(model) == device:
         return model
     return copy.deepcopy(model).to(device)

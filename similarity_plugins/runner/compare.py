@@ -19,8 +19,9 @@ from ..networks.split import model_device, on_device, preserved
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
-from .guard import DonorModified, global_state, restore_global_state, settle
+from .guard import DonorModified, settle
 from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
+from .process import outside_inference_mode, process_state, restore_process_state
 from .ranks import agree_on_result, check_ranks_agree
 from .repeats import check_repeats, is_deterministic, run_repeated
 
@@ -158,7 +159,7 @@ def _after_call(result: SimilarityResult, error: BaseException | None, donors: D
     ones); any other call's donors and torch settings are checked and restored (`settle`), and a
     changed donor becomes the row's error (an exception, so that under torchrun every rank reports it)."""
     if isinstance(error, MetricTimeout):
-        restore_global_state(saved)
+        restore_process_state(saved)
         donors.renew(memo_before, error)
         return result, error
     result = settle(result, donors.guard, donors.ctx.memo, memo_before, saved)
@@ -187,10 +188,10 @@ def run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, optio
                                 "options": options, "context": ctx, "seed": seed, "device": device})
     start = time.perf_counter()
     error = None
-    memo_before, saved, splits = set(ctx.memo), global_state(), (data.train, data.test)
+    memo_before, saved, splits = set(ctx.memo), process_state(), (data.train, data.test)
     try:
-        with isolated_rng(device):
-            seed_all(seed, cuda=cuda_rng)
+        with isolated_rng(device), outside_inference_mode():  # a caller's inference mode would make the
+            seed_all(seed, cuda=cuda_rng)                           # cached tensors unusable outside it
             value = call() if donors.timeout is None else call_with_timeout(call, donors.timeout,
                                                                            f"metric {name!r} at layer {layer_str}")
         result = to_row(value, name, layer_str, pm.info[name].range)

@@ -9,9 +9,9 @@ device or flag). A copy rather than a hash: comparing with a copy is cheaper tha
 (docs/reliability.md has the costs), and a hash could not restore.
 Memory: one extra copy of each donor's parameters and buffers, on the donor's device.
 
-`global_state` / `restore_global_state` cover what a metric can change outside the donors:
-grad mode, the default dtype, anomaly detection and the deterministic-algorithms flag (the random
-generators are forked around each metric by `isolated_rng`).
+What a metric can change outside the donors (grad mode, the default dtype and device, thread count, the
+working directory, ...) is saved and restored by `process.process_state` / `process.restore_process_state`,
+the one code path ``score`` uses too.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 
 from ..networks.fingerprint import module_settings
+from .process import note_restored, restore_process_state
 
-__all__ = ["DonorGuard", "global_state", "restore_global_state", "same_bits"]
+__all__ = ["DonorGuard", "same_bits", "settle"]
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
                "_state_dict_hooks", "_load_state_dict_pre_hooks")
@@ -185,27 +186,6 @@ def _diff_keys(now: Any, before: dict) -> str:
     return ", ".join(names) or "same names, new objects"
 
 
-def global_state() -> dict[str, Any]:
-    """The process-wide torch settings a metric could change: grad mode, default dtype, anomaly detection and
-    deterministic algorithms (with its warn-only flag)."""
-    return {"grad mode": torch.is_grad_enabled(), "default dtype": torch.get_default_dtype(),
-            "anomaly detection": torch.is_anomaly_enabled(),
-            "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
-                                         torch.is_deterministic_algorithms_warn_only_enabled())}
-
-
-def restore_global_state(saved: dict[str, Any]) -> list[str]:
-    """Put back what `global_state` saved; returns the names of the settings that had changed."""
-    now = global_state()
-    changed = [k for k in saved if now[k] != saved[k]]
-    torch.set_grad_enabled(saved["grad mode"])
-    torch.set_default_dtype(saved["default dtype"])
-    torch.set_anomaly_enabled(saved["anomaly detection"])
-    on, warn_only = saved["deterministic algorithms"]
-    torch.use_deterministic_algorithms(on, warn_only=warn_only)
-    return changed
-
-
 class DonorModified(RuntimeError):
     """A metric changed a donor (the row's error names the metric and what it changed)."""
 
@@ -215,11 +195,11 @@ def settle(result: Any, guard: DonorGuard, memo: dict, memo_before: set, saved: 
 
     ``result``: the metric's [`SimilarityResult`][similarity_plugins.SimilarityResult]; ``memo``: the context's memo, of which the
     entries added since ``memo_before`` (its keys before the call) are dropped when a donor had changed
-    (they may have been computed from the changed donor); ``saved``: `global_state` before the call.
+    (they may have been computed from the changed donor); ``saved``: `process_state` before the call.
     A changed donor turns the row into an error naming the metric and the change, without a score; a
     changed global setting is restored and noted in ``details["warnings"]``.
     """
-    changed_globals = restore_global_state(saved)
+    changed_globals = restore_process_state(saved)
     problem = guard.check()
     if problem:
         for key in [k for k in memo if k not in memo_before]:
@@ -228,7 +208,4 @@ def settle(result: Any, guard: DonorGuard, memo: dict, memo_before: set, saved: 
         result.error = (f"{DonorModified.__name__}: metric {result.metric!r} changed {problem}; the donors were "
                         f"restored, this row has no score and what was cached during the call was dropped"
                         + (f" (it had failed with {result.error})" if result.error else ""))
-    if changed_globals:
-        result.details.setdefault("warnings", []).append(
-            f"metric {result.metric!r} changed torch's {', '.join(changed_globals)}; restored")
-    return result
+    return note_restored(result, result.metric, changed_globals)

@@ -25,7 +25,9 @@ from torch import nn
 from ..networks.context import Context
 from .guard import DonorGuard
 
-__all__ = ["Donors", "MetricTimeout", "call_with_timeout", "check_timeout"]
+__all__ = ["Donors", "MetricTimeout", "abandoned_threads", "call_with_timeout", "check_timeout"]
+
+_THREAD = "similarity-metric"  # the name prefix of the threads metric calls run in under a timeout
 
 
 class MetricTimeout(TimeoutError):
@@ -59,7 +61,7 @@ def call_with_timeout(fn: Callable[[], Any], seconds: float, what: str) -> Any:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=work, name=f"similarity-metric {what}", daemon=True)
+    thread = threading.Thread(target=work, name=f"{_THREAD} {what}", daemon=True)
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
@@ -70,6 +72,16 @@ def call_with_timeout(fn: Callable[[], Any], seconds: float, what: str) -> Any:
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def abandoned_threads() -> list[threading.Thread]:
+    """The metric threads of timed-out calls that are still running, in this process (any ``compare`` call).
+
+    A process that ends while one runs must end without Python's finalisation (``os._exit`` after the
+    ``atexit`` handlers, as the CLI does): there the thread, inside a torch kernel, would be unwound through C++
+    and the process would abort (SIGABRT, exit code 134) instead of exiting with its own code."""
+    return [t for t in threading.enumerate() if t.name.startswith(_THREAD + " ") and t.is_alive()
+            and t is not threading.current_thread()]
 
 
 class Donors:

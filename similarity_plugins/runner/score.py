@@ -36,6 +36,7 @@ from ..utils.arrays import unmasked
 from ..utils.progress import check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
+from .process import note_restored, outside_inference_mode, process_state, restore_process_state
 
 __all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
 
@@ -122,8 +123,10 @@ def as_activations(value: Any, name: str) -> torch.Tensor:
                             f"{exc}") from None
         if array.dtype.kind not in "biuf":
             raise TypeError(f"{name} must hold real numbers, got dtype {array.dtype} ({type(value).__name__})")
-        if not array.dtype.isnative or not array.flags.writeable:
-            array = array.astype(array.dtype.newbyteorder("="))  # a copy torch can share
+        if not array.dtype.isnative or not array.flags.writeable or any(st < 0 for st in array.strides):
+            # a copy torch can share: torch refuses non-native byte order, read-only memory and the negative
+            # strides of a reversed view (``a[::-1]``)
+            array = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("=")))
         tensor = torch.from_numpy(array)
     if tensor.is_complex():
         raise TypeError(f"{name} must hold real numbers, got dtype {tensor.dtype}")
@@ -296,20 +299,25 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
 
 def _call_metric(pm, name: str, front: _Side, end: _Side, ctx: ArrayContext, options: dict, seed: int,
                  cuda_rng: bool) -> SimilarityResult:
-    """One metric's row, as ``compare`` makes it (load error, missing split, return forms, error rows), without
-    the donor guards: there are no models to guard."""
+    """One metric's row, as ``compare`` makes it (load error, missing split, return forms, error rows, the process
+    settings restored after the call), without the donor guards: there are no models to guard."""
     layer = str(PAIR)
     refused, options = refusal(pm, name, ctx.data, options, layer)
     if refused is not None:
         return refused
     call = hook_call(pm, name, {"front": front, "end": end, "layer": PAIR, "data": ctx.data, "options": options,
                                 "context": ctx, "seed": seed, "device": ctx.device})
-    start = time.perf_counter()
+    start, saved = time.perf_counter(), process_state()
     try:
         seed_all(seed, cuda=cuda_rng)
-        result = to_row(call(), name, layer, pm.info[name].range)
+        with outside_inference_mode():  # as in compare: tensors a metric makes stay usable outside the call
+            result = to_row(call(), name, layer, pm.info[name].range)
     except METRIC_ERRORS as exc:  # one metric's failure (even sys.exit) must not stop the others
         result = error_row(exc, name, layer)
+    except KeyboardInterrupt:
+        restore_process_state(saved)
+        raise
+    note_restored(result, name, restore_process_state(saved))
     result.seconds = time.perf_counter() - start
     return result
 

@@ -103,20 +103,25 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
       single-process mean gradient up to float reduction order; every rank ends with the same stitch.
       (With ``stitch_bn`` each rank normalises by its own part's batch statistics.)
 
-    Returns a [`FittedStitch`][FittedStitch]. Raises ``ValueError`` for a training set smaller than one batch,
+    Returns a [`FittedStitch`][FittedStitch]. A training set smaller than one batch is one batch. Raises
+    ``ValueError`` for an empty training set,
     labels outside B's classes, shapes that cannot be stitched, or a NaN/Inf loss
-    ([`StitchDivergedError`][StitchDivergedError]). The donors are unchanged afterwards, also on error.
+    ([`StitchDivergedError`][StitchDivergedError]). The donors are unchanged afterwards, also on error. The stitch
+    is float32 for donors of any floating dtype (its output is cast to the end's), and it trains with autograd
+    also when called inside ``torch.no_grad()`` or ``torch.inference_mode()``.
     """
     start_time = time.perf_counter()
     objective = check_objective(objective)
     settings = (settings or StitchSettings()).validated()
     device = torch.device(device) if device is not None else model_device(end.model)
-    with kept_heap():   # caching and every step allocate and free the same blocks: keep the pages
+    # training needs autograd whatever the caller's mode (inside no_grad() or inference_mode()); the stitch and its
+    # inputs are float32 and the end takes them in its own dtype
+    with kept_heap(), torch.inference_mode(False), torch.enable_grad():  # caching and every step reuse blocks
         if cache is None:
             cache = _training_cache(front, end, train_x, train_y, settings, device, progress)
         _check_training_set(cache, objective, settings)
         plan = plan_stitch(cache.front_shape, cache.end_shape)
-        stitch = StitchLayer(plan, bn=settings.stitch_bn)
+        stitch = StitchLayer(plan, bn=settings.stitch_bn).float()  # float32 whatever the donors' or default dtype
         cache.ensure(("front", *NEEDS[objective]))
         init = initialise(stitch, settings.init, cache, torch.Generator().manual_seed(settings.seed),
                           settings.ls_samples, settings.eval_batch_size, world=world)
@@ -141,12 +146,14 @@ def _training_cache(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tenso
 
 
 def _check_training_set(cache: TrainingCache, objective: str, settings: StitchSettings) -> None:
-    """At least one batch of samples, and (for HLM) labels within B's classes."""
+    """Enough samples to train on, and (for HLM) labels within B's classes. A training set smaller than one batch
+    is trained on as one batch of all its samples (every epoch one step)."""
     n = len(cache)
-    if n < settings.batch_size:
+    if n < (2 if settings.stitch_bn else 1):
         raise ValueError(
-            f"the training set has {n} samples, fewer than one batch (batch_size={settings.batch_size}); "
-            f"pass a smaller batch_size (at most {n}) in the options, or more training data"
+            f"the training set has {n} sample(s): too few to train a stitch"
+            + (" with stitch_bn (BatchNorm needs 2 per batch)" if settings.stitch_bn else "")
+            + "; pass more training data"
         )
     if objective == "hlm":
         if cache.y is None:

@@ -342,10 +342,15 @@ def test_batchnorm_stitch_trains_and_least_squares_starts_exact(donor, inputs):
     assert fitted.stitch.bn is not None and not fitted.stitch.training
 
 
-def test_training_set_smaller_than_a_batch(donor, inputs):
+def test_a_training_set_smaller_than_a_batch_is_one_batch(donor, inputs):
     x, y = inputs
-    with pytest.raises(ValueError, match=r"96 samples, fewer than one batch \(batch_size=128\).*smaller batch_size"):
-        _fit(donor, x, y, "hlm", batch_size=128)
+    assert len(x) == 96
+    whole = _fit(donor, x, y, "hlm", batch_size=128, init="random")
+    exact = _fit(donor, x, y, "hlm", batch_size=96, init="random")
+    assert whole.steps == exact.steps == 2 and whole.losses == exact.losses  # the same steps on the same rows
+    assert all(torch.equal(a, b) for a, b in zip(whole.stitch.parameters(), exact.stitch.parameters()))
+    with pytest.raises(ValueError, match=r"1 sample\(s\): too few to train a stitch with stitch_bn"):
+        _fit(donor, x[:1], y[:1], "dm", stitch_bn=True)
 
 
 def test_labels_out_of_range(donor, inputs):
