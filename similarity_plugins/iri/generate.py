@@ -18,7 +18,15 @@ from . import sharded, store
 from .backends import check_compile
 from .front import private_front
 from .optimize import optimize_iris
-from .precision import check_precision, device_has_bf16, laid_out, memory_format, resolve_precision, step_flops
+from .precision import (
+    check_precision,
+    device_has_bf16,
+    laid_out,
+    memory_format,
+    probe_speedup,
+    resolve_precision,
+    step_flops,
+)
 from .presets import PRESETS, RUN_DEFAULTS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
@@ -188,12 +196,14 @@ def _working_dtype(model: nn.Module, seeds: torch.Tensor) -> tuple[nn.Module, to
 
 def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor) -> tuple[str, str]:
     """The precision of the run and why (``precision.resolve_precision``); "auto" counts the front's FLOPs per
-    sample only where the device has bfloat16 matrix units. The caller holds ``frozen(model)``."""
-    flops = None
+    sample, and times a probe step in each precision, only where the device has bfloat16 matrix units. The
+    caller holds ``frozen(model)``."""
+    flops, probe = None, None
     if precision == "auto" and device_has_bf16(device):
         fn = split.front_graph if split.front_graph is not None else split.front
         flops = step_flops(fn, seeds[:1].to(device))
-    return resolve_precision(precision, device, flops)
+        probe = lambda: probe_speedup(fn, seeds, device)  # noqa: E731
+    return resolve_precision(precision, device, flops, probe)
 
 
 def _settings(trace: FrontTrace | None, common: dict, history_bytes: float, precision: str = "float32") -> Settings:

@@ -43,6 +43,11 @@ AUTO_MIN_FLOPS = 5e7          # forward+backward FLOPs per sample from which "au
 SWITCH_TOL_FACTOR = 2.0       # a sample leaves bfloat16 when its bfloat16 error is <= this many times tol ...
 SWITCH_FLOOR_FACTOR = 2.0     # ... or this many times its seed's own bfloat16 error, whichever is larger
 LOWP_BUDGET_FRACTION = 0.9    # and at the latest when it has used this fraction of its step budget
+STALL_WINDOW = 25             # ... or at once when its best bfloat16 error has not fallen by STALL_GAIN (relative)
+STALL_GAIN = 0.05             # in the last STALL_WINDOW steps: it sits at its bfloat16 floor, which float32 is not
+PROBE_MIN_SPEEDUP = 1.15      # "auto" keeps bfloat16 only where a probe step in it is at least this much faster
+PROBE_SAMPLES = 8             # the probe's batch (seeds); PROBE_REPEATS timed steps of each precision, best taken
+PROBE_REPEATS = 3
 _CPU_FLAGS = ("amx_bf16",)   # bfloat16 matrix units (x86 AMX); see the module docstring
 
 
@@ -107,11 +112,21 @@ def step_flops(front: Callable[[torch.Tensor], torch.Tensor], example: torch.Ten
     return total[0]
 
 
-def resolve_precision(precision: str, device: torch.device, flops: float | None) -> tuple[str, str]:
+def resolve_precision(precision: str, device: torch.device, flops: float | None,
+                      probe: Callable[[], float] | None = None) -> tuple[str, str]:
     """The precision a run uses, ``"float32"`` or ``"bfloat16"``, and why (a short text for the settings).
 
-    ``precision``: the caller's choice (`PRECISIONS`); ``flops``: `step_flops` of the front per
-    sample (None: unknown, which "auto" treats as large enough)."""
+    Args:
+        precision: the caller's choice (`PRECISIONS`).
+        device: where the run evaluates the front.
+        flops: `step_flops` of the front per sample (None: unknown, which "auto" treats as large enough).
+        probe: for "auto" where the hardware and ``flops`` allow bfloat16, a measurement: the float32 time of a
+            step over its bfloat16 time (`probe_speedup`); below `PROBE_MIN_SPEEDUP` the run stays float32.
+            None: no measurement.
+
+    Returns:
+        ``(precision, why)``.
+    """
     check_precision(precision)
     if precision != "auto":
         return precision, "asked for"
@@ -119,8 +134,63 @@ def resolve_precision(precision: str, device: torch.device, flops: float | None)
         return "float32", f"auto: {device.type} has no bfloat16 matrix units"
     if flops is not None and flops < AUTO_MIN_FLOPS:
         return "float32", f"auto: {flops / 1e6:.3g} MFLOP per sample step < {AUTO_MIN_FLOPS / 1e6:g} (bfloat16 does not pay)"
-    return "bfloat16", f"auto: {device.type} has bfloat16 matrix units" + (
+    why = f"auto: {device.type} has bfloat16 matrix units" + (
         f", {flops / 1e6:.3g} MFLOP per sample step" if flops is not None else "")
+    if probe is not None:
+        speedup = probe()
+        if not speedup >= PROBE_MIN_SPEEDUP:
+            return "float32", f"{why}, but a probe step in bfloat16 is only {speedup:.2f}x as fast as in float32 " \
+                              f"(< {PROBE_MIN_SPEEDUP:g}x)"
+        why += f", a probe step {speedup:.2f}x as fast in bfloat16"
+    return "bfloat16", why
+
+
+def probe_speedup(front: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Tensor, device: torch.device) -> float:
+    """How much faster one IRI evaluation of ``front`` runs in bfloat16 than in float32 on ``device``.
+
+    Args:
+        front: the front as the run calls it, in eval mode with frozen parameters: a module (each precision
+            then runs in its `memory_format`, the bfloat16 one on a private copy, as the run does) or a function.
+        seeds: (N, ...) seed inputs; the first `PROBE_SAMPLES` are the probe's batch.
+        device: the device to time on.
+
+    Returns:
+        The best of `PROBE_REPEATS` float32 step times over the best of as many bfloat16 ones, after one
+        warm-up step each (a step: the forward and the gradient to the input, as the optimiser runs it).
+    """
+    import copy
+    import time
+
+    x = seeds[:PROBE_SAMPLES].to(device)
+
+    def in_layout(precision: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        fmt = memory_format(device, precision, front if isinstance(front, nn.Module) else None)
+        if fmt == torch.contiguous_format:
+            return front
+        return laid_out(copy.deepcopy(front).to(memory_format=fmt), fmt)
+
+    def best_time(fn: Callable[[torch.Tensor], torch.Tensor], context: Callable[[], Any]) -> float:
+        best = math.inf
+        for repeat in range(PROBE_REPEATS + 1):
+            xr = x.clone().requires_grad_(True)
+            _sync(device)
+            start = time.perf_counter()
+            with context():
+                out = fn(xr)
+            torch.autograd.grad(out.float().sum(), xr)
+            _sync(device)
+            if repeat:   # the first is the warm-up
+                best = min(best, time.perf_counter() - start)
+        return best
+
+    f32 = best_time(in_layout("float32"), contextlib.nullcontext)
+    b16 = best_time(in_layout("bfloat16"), lambda: lowp(device))
+    return f32 / max(b16, 1e-12)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def memory_format(device: torch.device, precision: str, front: nn.Module | None) -> torch.memory_format:

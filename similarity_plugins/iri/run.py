@@ -307,8 +307,10 @@ class Run:
         done = self.out_err[~np.isnan(self.out_err)]
         k = self.work.active
         current = np.concatenate([done, self.samples.best_err[:k][np.isfinite(self.samples.best_err[:k])]])
+        low = {} if self.mixed is None else {"bf16": self.mixed.in_low(k),
+                                             "to_f32": ", ".join(f"{n} {why}" for why, n in self.mixed.switched.items())}
         bar.set_postfix(converged=int((done <= self.settings.tol).sum()), pending=self.n - self.next_pending,
-                        median=f"{np.median(current):.3g}" if len(current) else "-", refresh=False)
+                        median=f"{np.median(current):.3g}" if len(current) else "-", **low, refresh=False)
 
     def _result(self, wall: float, resumed: bool) -> IRISet:
         x = self.out_x.reshape(self.n, *self.shape)

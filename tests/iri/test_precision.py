@@ -126,3 +126,66 @@ def test_iris_command_takes_precision(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--precision", "bf16",
               "--out", str(out)])
+
+
+def _fake_run(n: int, tol: float = 1e-2, steps: int = 1000):
+    """The parts of a run that the precision switch reads: settings, per-slot samples, the stepper."""
+    from types import SimpleNamespace
+
+    restarted = []
+    samples = SimpleNamespace(t=np.zeros(n, dtype=np.int64), sample=np.arange(n), best_err=np.full(n, np.inf))
+    run = SimpleNamespace(settings=SimpleNamespace(tol=tol, steps=steps), samples=samples, n=n,
+                          stepper=SimpleNamespace(restart_slots=restarted.extend))
+    return run, restarted
+
+
+def test_a_sample_that_stalls_in_bfloat16_goes_on_in_float32_at_once():
+    from similarity_plugins.iri.mixed import MixedPrecision
+
+    run, restarted = _fake_run(3)
+    mixed = MixedPrecision(run, lambda x: x)
+    mixed.allocate(3)
+    mixed.slots.lowp[:] = 1
+    mixed.slots.floor[:] = 1e-3           # switch_at: 2 * tol = 0.02
+    done = np.zeros(3, dtype=bool)
+    left = {}
+    for step in range(1, 200):
+        err = np.array([0.9 * 0.99 ** step,          # falls 1% a step: more than STALL_GAIN per window
+                        0.5 + 0.01 * (step % 2),      # flat at 0.5: stalled
+                        0.3 / step])                  # reaches 0.02 at step 15: close
+        run.samples.t += 1
+        mixed.after_step(3, err, done)
+        for slot in np.flatnonzero(mixed.slots.lowp == 0):
+            left.setdefault(int(slot), step)
+    assert left[1] == prec.STALL_WINDOW + 1      # its best came at step 1; no gain of STALL_GAIN since
+    assert left[2] == 15
+    assert left.get(0, 1000) > 150               # still improving: stays in bfloat16 (up to its budget share)
+    stats = mixed.stats()
+    assert stats["lowp_switched_stalled"] == 1 and stats["lowp_switched_close"] == 1
+    assert stats["lowp_switched"] == sum(stats[f"lowp_switched_{r}"] for r in ("close", "stalled", "budget"))
+    assert sorted(restarted) == sorted(k for k in left)
+    assert np.isinf(run.samples.best_err[[1, 2]]).all()   # their best restarts in float32
+
+
+def test_auto_keeps_float32_where_a_probe_shows_bfloat16_is_not_faster(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(prec, "device_has_bf16", lambda device: True)
+    used, why = prec.resolve_precision("auto", cpu, prec.AUTO_MIN_FLOPS * 10, probe=lambda: 1.0)
+    assert used == "float32" and "probe" in why and "1.00x" in why
+    used, why = prec.resolve_precision("auto", cpu, prec.AUTO_MIN_FLOPS * 10, probe=lambda: 2.0)
+    assert used == "bfloat16" and "2.00x" in why
+    calls = []
+    assert prec.resolve_precision("auto", cpu, prec.AUTO_MIN_FLOPS / 10, probe=lambda: calls.append(1) or 9.0)[0] \
+        == "float32" and not calls                # no probe where the FLOP rule already says float32
+    assert prec.resolve_precision("float32", cpu, 1e12, probe=lambda: calls.append(1) or 9.0)[0] == "float32"
+    assert not calls
+
+
+def test_the_probe_times_both_precisions_and_leaves_the_front_as_it_was():
+    model = _cnn()
+    front = nn.Sequential(*list(model.children())[:6])
+    before = {k: v.clone() for k, v in front.state_dict().items()}
+    speedup = prec.probe_speedup(front, _seeds(), torch.device("cpu"))
+    assert np.isfinite(speedup) and speedup > 0
+    for k, v in front.state_dict().items():
+        assert torch.equal(v, before[k]) and v.is_contiguous()
