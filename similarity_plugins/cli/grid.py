@@ -77,6 +77,25 @@ def _matrix_text(grid, metric: str) -> str:
     return f"{metric} (rows: front, columns: end)\n" + text_table(["front \\ end"] + labels, rows)
 
 
+def _best_pairs_text(grid, pairs: str) -> str:
+    """One line per metric and block of two models (or each model's own block, for one model or ``within``):
+    the best layer pair, its score and its family-wise p-value when the grid ran permutations."""
+    models = grid.models
+    blocks = [(f, e) for i, f in enumerate(models) for e in models[i:]
+              if (f == e) == (len(models) == 1 or pairs == "within")]
+    lines = []
+    for metric in grid.metrics:
+        for front, end in blocks:
+            try:
+                best = grid.best_pair(metric, front, end)
+            except ValueError:  # no scored cell in this block (its errors are in the matrices and the report)
+                continue
+            p = "" if best["p_value"] is None else f" (family-wise p = {best['p_value']:.4g})"
+            lines.append(f"best {metric}: {front}:{best['front_layer']} x {end}:{best['end_layer']} = "
+                         f"{best['score']:.4f}{p}")
+    return "\n".join(lines)
+
+
 def cmd_grid(args: argparse.Namespace) -> int:
     from ..host.registry import options_for_metrics
     from ..networks.parallel import current_world
@@ -113,6 +132,9 @@ def cmd_grid(args: argparse.Namespace) -> int:
         return 130 if interrupted else 0
     for metric in grid.metrics:
         print(_matrix_text(grid, metric) + "\n")
+    best = _best_pairs_text(grid, args.pairs)
+    if best:
+        print(best + "\n")
     cells = list(grid.cells.values())
     failed = sum(not c.ok for c in cells)
     print(f"{len(cells)} cells ({failed} failed) in {time.perf_counter() - start:.1f} s"

@@ -19,21 +19,24 @@ import torch
 from torch import nn
 
 from .pooling import check_pooling, pool_tokens
+from .preprocess import Preprocessing, preprocess_images, preprocessing_of
 
 __all__ = ["HFModel", "hf"]
 
 
 def hf(source: Any, *, tokenizer: Any = None, processor: Any = None, pooling: str | None = None,
        exclude_special: bool = False, view: str | None = None, padding_side: str | None = None,
-       max_length: int | None = None) -> "HFModel":
+       max_length: int | None = None, preprocess: bool = True) -> "HFModel":
     """Wrap a Hugging Face ``transformers`` model so that `compare`, `compare_grid`, `layers` and the CLI take it.
 
     Args:
         source: a ``PreTrainedModel`` instance, or a local folder written by ``save_pretrained`` (loaded with
             ``local_files_only=True``, as the class named in its config; nothing is ever downloaded).
         tokenizer: the tokenizer of a text model; default: the one saved in ``source``'s folder.
-        processor: the image processor of a vision model; default: the one in ``source``'s folder, if any. It is
-            kept as ``wrapped.processor``; images are read as ``pixel_values`` as they are.
+        processor: the image processor of a vision model (or a processor holding one as ``image_processor``);
+            default: the one in ``source``'s folder, if any. It is kept as ``wrapped.processor``, and its resize,
+            centre crop and normalisation run inside the model (`preprocess_images`) on images in [0, 1] of any
+            size. Without a processor, images are read as ``pixel_values`` as they are.
         pooling: how a block's (B, T, D) tokens become one row per sample: ``"mean"`` (the real tokens; the text
             default), ``"last"`` (the last real token), ``"first"`` (the first real token, e.g. CLS),
             ``"flatten"`` (every token, (B, T*D); fixed-length inputs only; the vision default).
@@ -42,6 +45,8 @@ def hf(source: Any, *, tokenizer: Any = None, processor: Any = None, pooling: st
             ``"image"`` otherwise).
         padding_side: ``"left"`` or ``"right"`` (default: the tokenizer's); pooled rows do not depend on it.
         max_length: longest tokenized sample (longer ones are truncated); default: the model's position limit.
+        preprocess: apply the processor's preprocessing to images (False: the images are ``pixel_values``
+            already, e.g. made by the processor in a dataset).
 
     Returns:
         An `HFModel` (an ``nn.Module``) sharing the model's modules (nothing is copied or changed).
@@ -63,7 +68,9 @@ def hf(source: Any, *, tokenizer: Any = None, processor: Any = None, pooling: st
                              "hf(model, tokenizer=...) or a save_pretrained folder that holds the tokenizer too")
     if not text and processor is None and folder is not None:
         processor = _from_folder(folder, "AutoImageProcessor")
-    return HFModel(model, tokenizer=tokenizer if text else None, processor=processor,
+    processor = getattr(processor, "image_processor", None) or processor  # a combined processor's image part
+    preprocessing = preprocessing_of(model, processor) if processor is not None and not text and preprocess else None
+    return HFModel(model, tokenizer=tokenizer if text else None, processor=processor, preprocessing=preprocessing,
                    pooling=pooling or ("mean" if text else "flatten"), exclude_special=exclude_special,
                    view=view or ("text" if text else "image"), padding_side=padding_side, max_length=max_length)
 
@@ -103,11 +110,13 @@ class HFModel(nn.Module):
 
     Its children are the transformers model's own children (the same objects), so ``named_modules()`` gives the
     model's names and parameters, buffers and flags are the model's. Attributes: ``hf_model`` (the transformers
-    model), ``tokenizer``, ``processor``, ``pooling``, ``exclude_special``, ``view``.
+    model), ``tokenizer``, ``processor``, ``preprocessing`` (the processor's `Preprocessing` applied to images,
+    or None), ``pooling``, ``exclude_special``, ``view``.
     """
 
     def __init__(self, model: nn.Module, *, tokenizer: Any, processor: Any, pooling: str, exclude_special: bool,
-                 view: str, padding_side: str | None, max_length: int | None) -> None:
+                 view: str, padding_side: str | None, max_length: int | None,
+                 preprocessing: Preprocessing | None = None) -> None:
         super().__init__()
         check_pooling(pooling)
         if padding_side not in (None, "left", "right"):
@@ -117,6 +126,7 @@ class HFModel(nn.Module):
             self.add_module(name, child)
         self.tokenizer = _with_pad(tokenizer)
         self.processor = processor
+        self.preprocessing = preprocessing
         self.pooling = pooling
         self.exclude_special = bool(exclude_special)
         self.view = view
@@ -150,8 +160,8 @@ class HFModel(nn.Module):
             raise TypeError(f"{type(self.hf_model).__name__} reads images (pixel_values) but the batch is a "
                             f"{type(x).__name__}; give it image data (a tensor) or name its view with hf(view=...)")
         self._mask = None
-        # The hook for each model's own preprocessing (resize, crop, normalise) goes here, on pixel_values.
-        return {"pixel_values": x.to(device)}
+        x = x.to(device)
+        return {"pixel_values": x if self.preprocessing is None else preprocess_images(x, self.preprocessing)}
 
     def _tokenize(self, texts: Any, device: torch.device) -> dict[str, torch.Tensor]:
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):

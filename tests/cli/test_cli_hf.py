@@ -28,12 +28,18 @@ def test_layers_of_a_folder(folders, capsys):
     assert capsys.readouterr().out.split() == ["transformer.drop", "transformer.h.0", "transformer.h.1"]
 
 
-def test_grid_and_compare_on_a_text_file(folders, tmp_path):
+def test_grid_and_compare_on_a_text_file(folders, tmp_path, capsys):
     out = tmp_path / "grid.json"
     code = main(["grid", "--model", f"a=hf:{folders / 'a'}", "--model", f"b=hf:{folders / 'b'}?pooling=last",
                  "--layers", "transformer.h.0,transformer.h.1", "--data", f"text:{folders / 'zen.txt'}",
-                 "--metrics", "cka-linear", "--max-test", "12", "--out", str(out)])
+                 "--metrics", "cka-linear", "--max-test", "12", "--option", "permutations=19", "--out", str(out)])
     assert code == 0 and out.exists()
+    from similarity_plugins import Grid
+
+    best = Grid.from_json(out).best_pair("cka-linear", "a", "b")
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("best ")]
+    assert printed == [f"best cka-linear: a:{best['front_layer']} x b:{best['end_layer']} = {best['score']:.4f} "
+                       f"(family-wise p = {best['p_value']:.4g})"]
     report = tmp_path / "r.json"
     code = main(["compare", "--front", f"hf:{folders / 'a'}", "--end", f"hf:{folders / 'b'}", "--layer",
                  "transformer.h.1", "--data", f"text:{folders / 'zen.txt'}", "--metrics", "cka-linear,stitch-slm",

@@ -114,3 +114,30 @@ def test_paired_views_in_a_grid_with_permutations():
                            pairs="across", options={"permutations": 4})
     assert all(row.ok for row in grid.report.results), [r.error for r in grid.report.results if not r.ok][:2]
     assert grid.p_values("procrustes", front="vit", end="gpt").shape == (3, 3)
+
+
+def test_a_vision_model_with_its_processor_preprocesses_images_of_any_size(tmp_path):
+    from transformers import ViTImageProcessor
+
+    from similarity_plugins.networks.activations import extract_layers
+
+    vit = tiny_vit()
+    processor = ViTImageProcessor(size={"height": 16, "width": 16}, image_mean=[0.5, 0.4, 0.3],
+                                  image_std=[0.2, 0.25, 0.3])
+    images = torch.rand(5, 3, 24, 20, generator=torch.Generator().manual_seed(1))  # [0, 1], not the model's size
+    data = sp.Data(test=torch.utils.data.TensorDataset(images, torch.zeros(5, dtype=torch.long)))
+    block = sp.layers(sp.hf(vit))[-1]
+    pixels = processor(images=list(images), do_rescale=False, return_tensors="pt")["pixel_values"]
+    wrapped = sp.hf(vit, processor=processor)
+    assert wrapped.preprocessing is not None and wrapped.processor is processor
+    ours = extract_layers(wrapped, [block], data.test)[0]
+    plain = extract_layers(sp.hf(vit), [block], torch.utils.data.TensorDataset(
+        pixels, torch.zeros(5, dtype=torch.long)))[0]
+    assert torch.allclose(ours, plain, atol=1e-5, rtol=0)
+    assert sp.hf(vit, processor=processor, preprocess=False).preprocessing is None  # pixel_values already
+    with pytest.raises(ValueError, match="size"):  # without its processor the 24 x 20 images are pixel_values
+        extract_layers(sp.hf(vit), [block], data.test)
+    vit.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    loaded = sp.hf(str(tmp_path))
+    assert loaded.preprocessing == wrapped.preprocessing
