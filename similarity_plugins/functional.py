@@ -20,24 +20,29 @@ from .measures import __all__ as _measures_all
 __all__ = [*_cka_all, *_measures_all]
 
 
-def streamed(x: "Any", y: "Any", measure: str = "cka-linear", *, rows: int = 8192, memory_budget: int | None = None) -> float:
+def streamed(x: "Any", y: "Any", measure: str = "cka-linear", *, rows: int = 8192, memory_budget: int | None = None,
+             permutations: int = 0) -> float:
     """A measure of ``x`` and ``y`` computed ``rows`` samples at a time, in memory that does not grow with n.
 
     Args:
         x: (n, dx) rows: a NumPy array, a tensor, or a store entry (``Store.load``: read from disk by blocks).
         y: (n, dy) rows of the same n samples.
-        measure: ``cka-linear``, ``cka-debiased``, ``procrustes`` or ``cca`` (bounded memory: float64 moments of
-            ``8 (dx + dy)^2`` bytes or so), or ``cka-rbf``, ``rsa``, ``mutual-knn`` (n x n: both arrays are
-            loaded, after a ``MemoryBudgetWarning`` when ``nxn_bytes`` plus the arrays exceed ``memory_budget``).
+        measure: ``cka-linear``, ``cka-debiased``, ``procrustes``, ``cca`` or ``linear-regression`` (bounded
+            memory: float64 moments of ``8 (dx + dy)^2`` bytes or so; the regression's default seeded split), or
+            ``cka-rbf``, ``rsa``, ``mutual-knn`` (n x n: both arrays are loaded, after a ``MemoryBudgetWarning``
+            when ``nxn_bytes`` plus the arrays exceed ``memory_budget``).
         rows: samples read per block (memory: ``rows * (dx + dy) * 8`` bytes for the float64 block).
         memory_budget: bytes an n x n measure may take before the warning; default 4 GiB.
+        permutations: refused when above 0: a permutation test needs one full pass over both arrays per
+            permutation (see the module `measures.streamed`); ``score`` gives p-values on loaded arrays.
 
     Returns:
         The measure's value, equal to the in-memory function on the whole arrays up to float64 rounding
         (the same sums in another order).
 
     Raises:
-        ValueError: an unknown measure, rows that differ in number, non-finite values, a constant side.
+        ValueError: an unknown measure, rows that differ in number, non-finite values, a constant side,
+            ``permutations`` above 0.
     """
     import numpy as np
 
@@ -47,6 +52,11 @@ def streamed(x: "Any", y: "Any", measure: str = "cka-linear", *, rows: int = 819
 
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
         raise ValueError(f"rows must be a positive integer, got {rows!r}")
+    if permutations:
+        raise ValueError(f"streamed {measure} takes no permutations ({permutations} asked): each permutation pairs "
+                         "every row of x with another row of y, a full pass over both arrays per permutation; "
+                         "for a p-value use score(x, y, ..., options={'permutations': K}) on arrays that fit in "
+                         "memory, or subsample with max_samples")
     if measure in _s.NXN:
         n, dims = len(x), [int(np.prod(a.shape[1:])) for a in (x, y)]
         _s.check_budget(_s.nxn_bytes(n, measure) + 8 * n * sum(dims), f"{measure} on n = {n} samples", memory_budget)
@@ -54,6 +64,8 @@ def streamed(x: "Any", y: "Any", measure: str = "cka-linear", *, rows: int = 819
         if measure == "cka-rbf":
             return float(cka(xa, ya, "rbf"))  # noqa: F405 - from .cka
         return float(rsa(xa, ya) if measure == "rsa" else mutual_knn(xa, ya))  # noqa: F405 - from .measures
+    if measure == "linear-regression":
+        return _s.streamed_regression(x, y, rows=rows)
     if measure in ("procrustes", "cca"):
         return (_s.streamed_procrustes if measure == "procrustes" else _s.streamed_cca)(x, y, rows=rows)
     if measure not in _s.STREAMED:

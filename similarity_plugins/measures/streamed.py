@@ -7,7 +7,14 @@ which are read from disk) ``rows`` at a time and keeps only float64 sums whose s
   ``8 ((dx + dy)^2 + 4 (dx + dy) + 5)`` bytes;
 - ``procrustes`` and ``cca``: the shifted first and second moments ``n``, ``sum x``, ``sum y``,
   ``X'^T X'``, ``Y'^T Y'``, ``X'^T Y'``, ``8 (dx + dy)^2`` bytes; Procrustes is ``||Cxy||_* / sqrt(tr Cxx tr Cyy)``
-  and the canonical correlations are the singular values of ``Cxx^(-1/2) Cxy Cyy^(-1/2)``.
+  and the canonical correlations are the singular values of ``Cxx^(-1/2) Cxy Cyy^(-1/2)``;
+- ``linear-regression``: the ridge map from the normal equations ``(Cxx + lambda I) W = Cxy`` of the training
+  rows (the moments above, on the rows of `linear_regression`'s seeded split), then a second pass over the
+  test rows for the residual and total sums of squares; plus one byte per sample for the split.
+
+Permutation tests do not stream: each permutation pairs every row of ``x`` with another row of ``y``, so each
+one is a full pass over both arrays (K passes over the disk). ``functional.streamed`` refuses
+``permutations`` naming this; load the arrays (``score``) or subsample (``max_samples``) for a p-value.
 
 Measures that need an n x n matrix (RBF CKA, RSA, mutual kNN) cannot stream: [`nxn_bytes`][nxn_bytes] states
 their memory; ``functional.streamed`` warns (`MemoryBudgetWarning`) before it loads both arrays and runs them
@@ -24,10 +31,10 @@ import numpy as np
 
 from ..utils.arrays import format_bytes, paired_blocks
 
-__all__ = ["streamed_procrustes", "streamed_cca", "StreamedMoments", "STREAMED", "NXN", "check_budget",
+__all__ = ["streamed_procrustes", "streamed_cca", "streamed_regression", "StreamedMoments", "STREAMED", "NXN", "check_budget",
            "nxn_bytes", "NXN_BUDGET", "MemoryBudgetWarning"]
 
-STREAMED = ("cka-linear", "cka-debiased", "procrustes", "cca")
+STREAMED = ("cka-linear", "cka-debiased", "procrustes", "cca", "linear-regression")
 NXN = ("cka-rbf", "rsa", "mutual-knn")
 #: The bytes an n x n measure may take before a warning (the default ``memory_budget``): 4 GiB.
 NXN_BUDGET = 4 * 2**30
@@ -67,6 +74,8 @@ class StreamedMoments:
     def update(self, x: np.ndarray, y: np.ndarray) -> None:
         """Add rows ``x`` (b, dx) and ``y`` (b, dy)."""
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        if not len(x):
+            return
         if self.shift is None:
             self.shift = (x.mean(0), y.mean(0))
             dx, dy = x.shape[1], y.shape[1]
@@ -131,3 +140,71 @@ def _moments(x: Any, y: Any, rows: int) -> StreamedMoments:
     for xb, yb in paired_blocks(x, y, rows):
         moments.update(xb, yb)
     return moments
+
+
+def streamed_regression(x: Any, y: Any, *, rows: int = 8192, alpha: float | None = None, seed: int = 0) -> float:
+    """[`linear_regression`][linear_regression] (variance-weighted R^2 of a ridge map from ``x`` to ``y``) read
+    ``rows`` at a time, on the same seeded split of the rows (its first ``ceil(0.8 n)`` for fitting).
+
+    Args:
+        x: (n, dx) front rows; y: (n, dy) end rows of the same samples.
+        rows: samples read per block.
+        alpha: relative ridge strength (default `DEFAULT_ALPHA`); seed: the split's seed.
+
+    Returns:
+        R^2 on the held-out rows, equal to ``linear_regression(x, y, alpha, seed=seed)`` up to float64 rounding.
+
+    Raises:
+        ValueError: fewer than 4 rows, ``dx`` over the training rows (the normal equations in feature space
+            need ``dx <= n_train``; use the in-memory measure), a constant side, non-finite values.
+    """
+    from .regression import DEFAULT_ALPHA, TRAIN_FRACTION, _check_alpha
+
+    alpha = _check_alpha(DEFAULT_ALPHA if alpha is None else alpha)
+    n = len(x)
+    if n < 4:
+        raise ValueError(f"linear-regression needs at least 4 rows to split, got {n}")
+    order = np.random.default_rng(seed).permutation(n)
+    cut = min(n - 2, max(2, int(math.ceil(TRAIN_FRACTION * n))))
+    train = np.zeros(n, dtype=bool)
+    train[order[:cut]] = True
+    fit = StreamedMoments()
+    for start, (xb, yb) in _indexed_blocks(x, y, rows):
+        keep = train[start:start + len(xb)]
+        fit.update(xb[keep], yb[keep])
+    weights, mx, my = _ridge_solution(fit, alpha)
+    sse, test = 0.0, StreamedMoments()
+    for start, (xb, yb) in _indexed_blocks(x, y, rows):
+        held = ~train[start:start + len(xb)]
+        xt, yt = xb[held].astype(np.float64), yb[held].astype(np.float64)
+        sse += float((((yt - my) - (xt - mx) @ weights) ** 2).sum())
+        test.update(yt[:, :1], yt)
+    total = float(np.trace(test.centred()[1]))
+    if not total > 0.0:
+        raise ValueError("linear-regression: Y is constant over the test rows (zero total variance), so R^2 is "
+                         "undefined (0/0); check that the layer is not dead or that the inputs differ")
+    return 1.0 - sse / total
+
+
+def _ridge_solution(m: StreamedMoments, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(W, mean x, mean y)`` of the training moments: ``(Cxx + lambda I) W = Cxy``, ``lambda = alpha tr(Cxx)/dx``."""
+    cxx, _, cxy = m.centred()
+    dx = len(cxx)
+    if dx > m.n:
+        raise ValueError(f"linear-regression streamed: {dx} front features over {m.n} training rows; the normal "
+                         "equations need dx <= n_train, so use the in-memory measure (score) for this pair")
+    trace = float(np.trace(cxx))
+    if not trace > 0.0:
+        raise ValueError("linear-regression: X (train rows) is constant across samples (zero variance)")
+    system = cxx + np.eye(dx) * (alpha * trace / dx)
+    try:
+        weights = np.linalg.solve(system, cxy)
+    except np.linalg.LinAlgError as exc:
+        raise ValueError("linear-regression: the ridge system is singular in float64; use a larger alpha") from exc
+    return weights, m.shift[0] + m.sx / m.n, m.shift[1] + m.sy / m.n
+
+
+def _indexed_blocks(x: Any, y: Any, rows: int):
+    """``(first row, (x block, y block))`` of `paired_blocks`."""
+    for i, blocks in enumerate(paired_blocks(x, y, rows)):
+        yield i * rows, blocks

@@ -100,3 +100,24 @@ def test_out_of_core_linear_cka_in_bounded_memory(tmp_path):
     assert float(value) == pytest.approx(float(ref), abs=1e-9)  # float64 sums in another order
     print(f"streamed linear CKA: peak RSS grew by {int(growth) / 2**20:.0f} MiB")
     assert int(growth) < 450 * 2**20, f"peak RSS grew by {int(growth) / 2**20:.0f} MiB"
+
+
+def test_streamed_regression_equals_in_memory_across_blocks_and_from_the_store(tmp_path):
+    x, y = _pair(n=301)
+    want = float(F.linear_regression(x, y))
+    for rows in (37, 301, 1000):  # blocks that split the seeded train/test rows anywhere, one block, past the end
+        assert F.streamed(x, y, "linear-regression", rows=rows) == pytest.approx(want, abs=1e-10)
+    store = Store.create(tmp_path)
+    store.put("a", "l", (x[i:i + 64] for i in range(0, 301, 64)))
+    store.put("b", "l", (y[i:i + 100] for i in range(0, 301, 100)))
+    assert F.streamed(store.load("a", "l"), store.load("b", "l"), "linear-regression", rows=50) == pytest.approx(
+        want, abs=1e-10)
+    wide = np.random.default_rng(1).standard_normal((20, 30))
+    with pytest.raises(ValueError, match="dx <= n_train"):
+        F.streamed(wide, wide[:, :5], "linear-regression")
+
+
+def test_streamed_permutation_tests_are_refused_naming_why():
+    x, y = _pair(n=50)
+    with pytest.raises(ValueError, match="full pass over both arrays per permutation"):
+        F.streamed(x, y, "cka-linear", permutations=99)
