@@ -24,7 +24,7 @@ from ..utils.digest import update_tensor_digest
 from ..utils.progress import progress_bar
 from .activations import check_finite, forward_layers
 from .data import iterate_batches
-from .parallel import module_digest
+from .parallel import current_world, module_digest
 from .store import Store, entry_key
 
 __all__ = ["fill_model", "batch_digest"]
@@ -53,23 +53,55 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
         batch_size, device, progress: as for `extract_layers`.
 
     Returns:
-        The number of batches forwarded (0 when every chunk was already there).
+        The number of batches forwarded, on all ranks together (0 when every chunk was already there).
+
+    Under torchrun every rank calls it with the same arguments: batch ``i`` is forwarded and written by rank
+    ``i mod size`` (chunks are named by their rows, so the ranks never write one file), and rank 0 writes each
+    entry's manifest once every rank has written its chunks. An error on one rank is raised on every rank.
     """
     fingerprint = module_digest([model])
     keys = {layer: entry_key(fingerprint, layer, pooling) for layer in layers}
-    pending: deque[tuple[int, str, list[str]]] = deque()
+    world = current_world()
     ranges: list[tuple[int, int]] = []
+    totals = world.exchange(  # every rank's (forwards, shapes); an error on one rank is raised on every rank
+        lambda: _forward_missing(store, name, model, layers, keys, split, ranges, batch_size=batch_size,
+                                 device=device, progress=progress), f"extracting model {name!r}")
+    merged = {layer: shape for _, part in totals for layer, shape in part.items()}
+
+    def write_manifests() -> None:
+        for order, layer in enumerate(layers):
+            info = {"model_fingerprint": fingerprint, "pooling": pooling, "split": split_name, "order": order,
+                    "layer_shape": merged.get(layer),
+                    "produced_by": {"by": "similarity_plugins.extract", "model_class": type(model).__name__,
+                                    "batch_size": batch_size, "package": _version(), "torch": torch.__version__,
+                                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat()}}
+            _finish(store, name, layer, keys[layer], ranges, info)
+
+    world.exchange(lambda: write_manifests() if world.is_main else None, f"writing model {name!r}'s manifests")
+    return sum(count for count, _ in totals)
+
+
+def _forward_missing(store: Store, name: str, model: nn.Module, layers: list[str], keys: dict[str, str],
+                     split: Dataset | DataLoader, ranges: list[tuple[int, int]], *, batch_size: int,
+                     device: torch.device | None, progress: "bool | str") -> tuple[int, dict[str, list[int]]]:
+    """Forward this rank's batches (batch i on rank ``i mod size``) whose chunks are missing and write them;
+    ``ranges`` gets every batch's rows. Returns the batches forwarded and each written layer's shape."""
+    world = current_world()
+    pending: deque[tuple[int, str, list[str]]] = deque()
 
     def missing_batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         start = 0
-        for x, y in progress_bar(iterate_batches(split, batch_size), progress=progress, desc=f"extract {name}",
-                                 leave=False):
-            digest, stop = batch_digest(x, y), start + len(x)
-            todo = [layer for layer in layers if not store.has_chunk(name, layer, keys[layer], start, stop, digest)]
+        bar = progress_bar(iterate_batches(split, batch_size), progress=progress if world.is_main else False,
+                           desc=f"extract {name}", leave=False)
+        for index, (x, y) in enumerate(bar):
+            stop = start + len(x)
             ranges.append((start, stop))
-            if todo:
-                pending.append((start, digest, todo))
-                yield x, y
+            if index % world.size == world.rank:
+                digest = batch_digest(x, y)
+                todo = [layer for layer in layers if not store.has_chunk(name, layer, keys[layer], start, stop, digest)]
+                if todo:
+                    pending.append((start, digest, todo))
+                    yield x, y
             start = stop
 
     forwards, shapes = 0, {}
@@ -81,14 +113,7 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
             check_finite(block, layer)
             shapes[layer] = list(block.shape[1:])
             store.write_chunk(name, layer, keys[layer], start, block.reshape(len(block), -1).numpy(), digest)
-    for order, layer in enumerate(layers):
-        info = {"model_fingerprint": fingerprint, "pooling": pooling, "split": split_name, "order": order,
-                "layer_shape": shapes.get(layer),
-                "produced_by": {"by": "similarity_plugins.extract", "model_class": type(model).__name__,
-                                "batch_size": batch_size, "package": _version(), "torch": torch.__version__,
-                                "written": datetime.datetime.now(datetime.timezone.utc).isoformat()}}
-        _finish(store, name, layer, keys[layer], ranges, info)
-    return forwards
+    return forwards, shapes
 
 
 def _version() -> str:

@@ -47,3 +47,27 @@ def test_a_grid_resumes_under_torchrun_from_rank_zeros_file(tmp_path):
         for matrix in outcome["matrices"]:
             assert np.array_equal(matrix, first["matrices"][0])
     assert np.isfinite(first["matrices"][0]).all()
+
+
+@pytest.mark.slow
+def test_extract_on_two_ranks_writes_one_store_equal_to_one_process(tmp_path):
+    from similarity_plugins import Store, extract
+
+    results = w.run_ranks(["extract"], str(tmp_path))
+    outcomes = [results[r].get("extract") for r in (0, 1)]
+    for r, outcome in enumerate(outcomes):
+        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
+    (_, first), (_, second) = outcomes
+    # 64 test samples in batches of 16: each model's 4 batches, 2 per rank; the counts are every rank's together
+    assert first["counts"] == second["counts"] == [4, 4, 0, 0]  # the second extract runs no forward anywhere
+    assert first["ranks"] == [0, 1]  # the grid from the store shared its cells out
+    front, end, data = w.small_setup()
+    alone = extract({"a": front, "b": end}, ["block2", "block3"], data, tmp_path / "alone", batch_size=16)
+    shared = Store(first["folder"])
+    for model in ("a", "b"):
+        for layer in ("block2", "block3"):
+            assert np.array_equal(np.asarray(shared.load(model, layer)), np.asarray(alone.load(model, layer)))
+    single = compare_grid(None, None, None, "cka-linear,procrustes", store=tmp_path / "alone")
+    for metric in single.metrics:
+        assert np.array_equal(first["matrices"][metric], second["matrices"][metric])
+        assert np.allclose(first["matrices"][metric], single.matrix(metric), rtol=0, atol=1e-10), metric

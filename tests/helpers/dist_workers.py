@@ -260,8 +260,36 @@ def scenario_grid_resume(rank: int, cache_dir: str) -> Any:
     return {"counts": counts, "matrices": matrices}
 
 
+def scenario_extract(rank: int, cache_dir: str) -> Any:
+    """Both ranks extract two models into one store (batches shared out), extract again (no forward), then a grid
+    from the store alone (cells shared out); forwards per call, and the grid's matrices."""
+    import importlib
+
+    from similarity_plugins import compare_grid, extract
+
+    extract_module = importlib.import_module("similarity_plugins.runner.extract")
+
+    front, end, data = small_setup()
+    counts, inner = [], extract_module.fill_model
+
+    def counted(*args, **kwargs):
+        counts.append(inner(*args, **kwargs))
+        return counts[-1]
+
+    extract_module.fill_model = counted
+    try:
+        folder = os.path.join(cache_dir, "store")
+        extract({"a": front, "b": end}, ["block2", "block3"], data, folder, batch_size=16)
+        extract({"a": front, "b": end}, ["block2", "block3"], data, folder, batch_size=16)
+    finally:
+        extract_module.fill_model = inner
+    grid = compare_grid(None, None, None, "cka-linear,procrustes", store=folder)
+    return {"counts": counts, "folder": folder, "matrices": {m: grid.matrix(m) for m in grid.metrics},
+            "ranks": sorted({c.details.get("rank") for c in grid.cells.values() if not c.details.get("mirrored")})}
+
+
 SCENARIOS: dict[str, Callable[[int, str], Any]] = {
-    "grid": scenario_grid,
+    "grid": scenario_grid, "extract": scenario_extract,
     "grid_resume": scenario_grid_resume,
     "rank_timeout": scenario_rank_timeout,
     "compare": scenario_compare, "iris": scenario_iris, "tiny": scenario_tiny, "mismatch": scenario_mismatch,
