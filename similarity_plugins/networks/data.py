@@ -267,14 +267,14 @@ def split_digest(split: Any, batch_size: int = 256, what: str = "the data split"
     read (the metrics that read it report the error). One pass over the data, no model."""
     import hashlib
 
-    from ..utils.digest import update_tensor_digest
+    from ..utils.digest import update_inputs_digest, update_tensor_digest
 
     if split is None:
         return None
     h = hashlib.sha256(b"split-digest-1")
     try:
         for k, (x, y) in enumerate(iterate_batches(split, batch_size, what)):
-            update_tensor_digest(h, f"x{k}", x)
+            update_inputs_digest(h, f"x{k}", x)
             update_tensor_digest(h, f"y{k}", y)
     except Exception as exc:  # noqa: BLE001 - the metrics reading this split report the error in their rows
         return f"unreadable: {type(exc).__name__}: {exc}"

@@ -13,14 +13,14 @@ import datetime
 import hashlib
 import importlib.metadata
 from collections import deque
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..utils.digest import update_tensor_digest
+from ..utils.digest import update_inputs_digest, update_tensor_digest
 from ..utils.progress import progress_bar
 from .activations import check_finite, forward_layers
 from .data import iterate_batches
@@ -30,10 +30,10 @@ from .store import Store, entry_key
 __all__ = ["fill_model", "batch_digest"]
 
 
-def batch_digest(x: torch.Tensor, y: torch.Tensor) -> str:
-    """SHA-256 (hex) of one batch's inputs and labels (dtype, shape and bytes)."""
+def batch_digest(x: Any, y: torch.Tensor) -> str:
+    """SHA-256 (hex) of one batch's inputs (a tensor, strings or a dict of views) and labels."""
     h = hashlib.sha256()
-    update_tensor_digest(h, "x", x)
+    update_inputs_digest(h, "x", x)
     update_tensor_digest(h, "y", torch.as_tensor(y))
     return h.hexdigest()
 

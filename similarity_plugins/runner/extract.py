@@ -51,5 +51,5 @@ def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | St
     for name, model in named.items():
         placed = on_device(model, device, f"model {name!r}")
         fill_model(store, name, placed, per_model[name], chosen, split_name=split, batch_size=batch_size or 256,
-                   device=device, progress=progress)
+                   device=device, progress=progress, pooling=getattr(model, "pooling", None))
     return store

@@ -89,7 +89,8 @@ def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, d
                          "data=Data(test=...), or leave models and layers out to run from the store alone")
     for name, model in named.items():
         placed = on_device(model, device, f"model {name!r}")
-        fill_model(store, name, placed, per_model[name], data.test, device=device, progress=progress)
+        fill_model(store, name, placed, per_model[name], data.test, device=device, progress=progress,
+                   pooling=getattr(model, "pooling", None))
     return StoreSource(store, named, per_model, data)
 
 

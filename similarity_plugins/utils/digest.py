@@ -39,6 +39,25 @@ def update_tensor_digest(h: "hashlib._Hash", label: str, t: torch.Tensor) -> Non
         h.update(data.numpy().tobytes())
 
 
+def update_inputs_digest(h: "hashlib._Hash", label: str, x: Any) -> None:
+    """Feed one batch's inputs into hash ``h``: a tensor (`update_tensor_digest`), a sequence of strings (each
+    one's length and UTF-8 bytes, so ``["ab", "c"]`` and ``["a", "bc"]`` differ), or a dict of views (each view
+    under its name, in key order)."""
+    if isinstance(x, torch.Tensor):
+        update_tensor_digest(h, label, x)
+    elif isinstance(x, dict):
+        for name in sorted(x):
+            update_inputs_digest(h, f"{label}.{name}", x[name])
+    elif isinstance(x, (list, tuple)) and all(isinstance(t, str) for t in x):
+        h.update(f"{label}|text|{len(x)}|".encode())
+        for text in x:
+            data = text.encode("utf-8", "surrogatepass")
+            h.update(f"{len(data)}|".encode() + data)
+    else:
+        raise TypeError(f"cannot fingerprint inputs of type {type(x).__name__}: give tensors, strings or a dict "
+                        "of views")
+
+
 def _feed(h: "hashlib._Hash", label: str, value: Any) -> None:
     if isinstance(value, torch.Tensor):
         update_tensor_digest(h, label, value)

@@ -117,3 +117,17 @@ def test_extract_refuses_bad_arguments(tmp_path):
         sp.extract({"a": tiny_cnn()}, ["fc"], sp.Data(test=_data()), tmp_path, split="train")
     with pytest.raises(Exception, match="nope"):
         sp.extract({"a": tiny_cnn()}, ["nope"], sp.Data(test=_data()), tmp_path)
+
+
+def test_a_wrapped_language_model_is_stored_with_its_pooling(tmp_path):
+    from tests.helpers.hf_models import byt5, tiny_gpt2, zen_lines
+
+    tok = byt5()
+    gpt = tiny_gpt2(len(tok))
+    data = sp.text_data(zen_lines()[:8])
+    mean, last = sp.hf(gpt, tokenizer=tok), sp.hf(gpt, tokenizer=tok, pooling="last")
+    store = sp.extract({"mean": mean, "last": last}, ["h.1"], data, tmp_path, batch_size=4)
+    assert store.entry("mean", "h.1")["pooling"] == "mean" and store.entry("last", "h.1")["pooling"] == "last"
+    assert store.entry("mean", "h.1")["key"] != store.entry("last", "h.1")["key"]
+    want = extract_layers(last, ["h.1"], data.test, batch_size=4)[0]
+    assert np.array_equal(np.asarray(store.load("last", "h.1")), want.numpy())
