@@ -1,12 +1,13 @@
-"""Shared pieces of the commands: the KEY=VALUE option grammar, layer pairs, loading MODEL and DATA specs,
-and printing and writing a report."""
+"""Shared pieces of the commands: the argument groups (one per concern: data, run, metrics, models, outputs,
+progress) and the one parse-then-check of metric options, the KEY=VALUE option grammar, layer pairs, loading
+MODEL and DATA specs, and printing and writing a report. The paths a command writes are checked in `outputs`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
+import sys
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -144,6 +145,26 @@ def load_model(spec: str, num_classes: int | None, in_channels: int | None = Non
     return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
 
 
+def model_specs(items: Sequence[str]) -> list[tuple[str, str]]:
+    """``--model NAME=SPEC`` items (``["a=small-cnn@a.pt"]``) as ``[("a", "small-cnn@a.pt")]``; ``ValueError``
+    for an item without ``NAME=`` or a NAME given twice."""
+    specs = named_items(items, "--model")
+    if len({n for n, _ in specs}) != len(specs):
+        raise ValueError("--model: each NAME may be given once")
+    return specs
+
+
+def named_items(items: Sequence[str], what: str) -> list[tuple[str, str]]:
+    """``["a=small-cnn@a.pt"]`` -> ``[("a", "small-cnn@a.pt")]``; ``ValueError`` naming the flag ``what`` otherwise."""
+    out = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value:
+            raise ValueError(f"{what} expects NAME=VALUE, got {item!r}")
+        out.append((name, value))
+    return out
+
+
 def _image_channels(split: Any) -> int | None:
     """Channels C of a split's images (its first sample's x of shape (C, H, W)), or None when not images."""
     if split is None:
@@ -173,96 +194,6 @@ def dataset_num_classes(dataset: Any) -> int | None:
     while isinstance(dataset, Subset):
         dataset = dataset.dataset
     return num_classes_of(dataset) if dataset is not None else None
-
-
-def add_variant_args(p: argparse.ArgumentParser, what: str) -> None:
-    """``--variant NAME`` (``what`` says what the variant applies to) and repeatable ``--variant-option KEY=VALUE``."""
-    p.add_argument("--variant", default=None, help=what)
-    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
-    p.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
-    p.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
-
-
-def check_outputs(paths: dict[str, Any], inputs: dict[str, Any] | None = None) -> None:
-    """Refuse, before any work, the output paths that cannot be written: ``{"--out": path, "--csv": path}``
-    (None entries are skipped); ``inputs`` (``{"X": path}``) are files the command reads, which no output may be.
-
-    Raises ``ValueError`` naming the option, the path and the reason: an empty path (an unset shell variable),
-    ``-`` (the table already goes to stdout), a folder, a read-only file or folder, a path under a file, an
-    input file, or two outputs that reach one file (the same name, a symbolic link to it or to a folder above
-    it, or a hard link). The CLI exits 2 on it.
-    """
-    from ..utils.io import unwritable_reason
-
-    seen: dict[str, tuple[str, str]] = {}   # resolved target -> (option, path)
-    reads = {what: _resolved(path) for what, path in (inputs or {}).items() if path}
-    for option, path in paths.items():
-        if path is None:
-            continue
-        text = os.fspath(path)
-        if not text.strip():
-            raise ValueError(f"{option} is empty ({text!r}: an unset shell variable?); give a file name, or drop "
-                             f"{option}")
-        if text.strip() == "-":
-            raise ValueError(f"{option} '-': the table already goes to stdout; give a file name")
-        reason = unwritable_reason(text)
-        if reason is not None:
-            raise ValueError(f"cannot write {option} {text!r}: {reason}")
-        target = _resolved(text)
-        for what, source in reads.items():
-            if _same_file(target, source):
-                raise ValueError(f"{option} {text!r} is the input {what}; writing it would destroy what this "
-                                 "command reads: give another file name")
-        for other, (other_option, other_path) in seen.items():
-            if _same_file(target, other):
-                raise ValueError(f"{option} {text!r} and {other_option} {other_path!r} name the same file "
-                                 f"({target}); give each its own")
-        seen[target] = (option, text)
-
-
-def resolve_outputs(args: Any, options: Sequence[str], inputs: dict[str, Any] | None = None) -> None:
-    """Check the output paths of ``args`` (`check_outputs`; ``options`` as ``"--out"``, read from ``args.out``)
-    and make each one absolute, once, before any plugin runs: a plugin that changes the working folder
-    (``os.chdir``) cannot move where the outputs go, and the path checked is the path written."""
-    attrs = {option: option.lstrip("-").replace("-", "_") for option in options}
-    check_outputs({option: getattr(args, attr) for option, attr in attrs.items()}, inputs)
-    for attr in attrs.values():
-        if getattr(args, attr) is not None:
-            setattr(args, attr, os.path.abspath(os.fspath(getattr(args, attr))))
-
-
-def _resolved(path: Any) -> str:
-    """The absolute path ``path`` reaches, every symbolic link (of the file and of the folders above it) followed."""
-    return os.path.realpath(os.path.abspath(os.fspath(path)))
-
-
-def _same_file(a: str, b: str) -> bool:
-    """Whether two resolved paths are one file: the same name, or one existing file under two names (a hard link)."""
-    if a == b:
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist yet: only the names can agree
-        return False
-
-
-def input_files(*specs: "str | None") -> dict[str, str]:
-    """The files named by model specs (``small-cnn@a.pt``: ``a.pt``) and ARRAY specs (``x.npz:KEY``: ``x.npz``)
-    that exist, as ``{spec: path}``, for `check_outputs`."""
-    found = {}
-    for spec in specs:
-        if not spec:
-            continue
-        path = spec.rpartition("@")[2] if "@" in spec else spec
-        for candidate in (path, path.rpartition(":")[0]):
-            if candidate and os.path.isfile(candidate):
-                found[spec] = candidate
-                break
-    return found
 
 
 def write_outputs(files: dict[str, Any], say: bool = True) -> list[str]:
@@ -302,19 +233,124 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_progress_args(p: argparse.ArgumentParser) -> None:
-    """``--progress`` / ``--no-progress`` on a command that lacks them (bars: only on a terminal by default)."""
-    have = p._option_string_actions
-    if "--progress" not in have:
-        p.add_argument("--progress", dest="progress_always", action="store_true",
-                       help="show progress bars even when stderr is not a terminal")
-    if "--no-progress" not in have:
-        p.add_argument("--no-progress", action="store_true", help="never show progress bars")
-
-
 def progress_of(args: argparse.Namespace) -> "bool | str":
     """The ``progress`` argument for the library from a command's flags: ``False`` (``--no-progress``),
     ``"always"`` (``--progress``) or ``True`` (bars only when stderr is a terminal)."""
     if getattr(args, "no_progress", False):
         return False
     return "always" if getattr(args, "progress_always", False) else True
+
+
+# Argument groups: one per concern, each flag declared once and meaning the same in every command that takes it.
+
+DATA_SPECS = "digits, cifar10:ROOT, folder:ROOT, text:FILE, pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]"
+OPTION_HELP = ("a metric option (METRIC.KEY=VALUE for one metric); repeatable. Values: JSON numbers, lists, "
+               "true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
+
+
+def arg_group(p: argparse.ArgumentParser, title: str) -> Any:
+    """The section of ``p``'s ``--help`` titled ``title`` (``data``, ``run``, ``metrics``, ``models``, ``outputs``,
+    ``progress``), made on first use, so that a command adds its own flags of that concern beside the shared ones."""
+    for group in p._action_groups:
+        if group.title == title:
+            return group
+    return p.add_argument_group(title)
+
+
+def add_data_args(p: argparse.ArgumentParser, *, required: bool = True, role: str = "",
+                  limits: Sequence[str] = ("train", "test")) -> None:
+    """``--data DATA`` (``role``: what the command does with it) and ``--max-train`` / ``--max-test N`` (the
+    first N samples of that split; `load_data`) for the splits in ``limits``."""
+    g = arg_group(p, "data")
+    g.add_argument("--data", required=required, default=None, help=f"DATA spec: {DATA_SPECS}" + (f"; {role}" if role else ""))
+    for split in limits:
+        g.add_argument(f"--max-{split}", type=positive_int, default=None, metavar="N",
+                       help=f"use the first N {'training' if split == 'train' else split} samples")
+
+
+def add_run_args(p: argparse.ArgumentParser, *, device: str | None = "the models' device",
+                 seed: str | None = "seed of every random draw of the run") -> None:
+    """``--seed`` (an int, default 0; ``seed`` says what it seeds) and ``--device`` (``device`` names the
+    default), each unless given as None."""
+    g = arg_group(p, "run")
+    if seed is not None:
+        g.add_argument("--seed", type=int, default=0, help=f"{seed} (default 0)")
+    if device is not None:
+        g.add_argument("--device", default=None, help=f"cpu, cuda, cuda:1 ... (default: {device})")
+
+
+def add_metric_args(p: argparse.ArgumentParser, *, default: str = "all", epochs: bool = True,
+                    option: str = OPTION_HELP) -> None:
+    """``--metrics`` (``default``: which run without it), repeatable ``--option KEY=VALUE`` (metric options, read
+    by `metric_options`) and, with ``epochs``, ``--epochs N`` (the metric option ``epochs``: stitch training)."""
+    g = arg_group(p, "metrics")
+    g.add_argument("--metrics", default=None, help=f"comma-separated names or wildcards (default: {default})")
+    g.add_argument("--option", action="append", metavar="KEY=VALUE", help=option)
+    if epochs:
+        g.add_argument("--epochs", type=int, default=None, metavar="N",
+                       help="stitch training epochs of the stitching metrics (--option epochs=N)")
+
+
+def metric_options(args: argparse.Namespace, metrics: Sequence[str]) -> dict:
+    """The one parse-then-check of the metric flags: ``--option`` items (`parse_options`) with ``--epochs`` over
+    them, checked against what the selected ``metrics`` declare (names and values) before any work. Raises
+    ``ValueError`` naming the option (exit 2)."""
+    from ..host.registry import options_for_metrics
+
+    options = parse_options(args.option or [])
+    if getattr(args, "epochs", None) is not None:
+        options["epochs"] = args.epochs
+    check_metric_options(options_for_metrics(list(metrics), options))
+    return options
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
+    g = arg_group(p, "models")
+    g.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
+    g.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
+
+
+def add_variant_args(p: argparse.ArgumentParser, what: str) -> None:
+    """``--variant NAME`` (``what`` says what the variant applies to) and repeatable ``--variant-option KEY=VALUE``."""
+    g = arg_group(p, "data")
+    g.add_argument("--variant", default=None, help=what)
+    g.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
+
+
+def add_output_args(p: argparse.ArgumentParser, out: str = "write the report as JSON",
+                    csv: str | None = "write the report as CSV", *, required: bool = False,
+                    default: str | None = None) -> Any:
+    """``--out`` (``out``: what is written there) and, unless ``csv`` is None, ``--csv``. Returns the group, for
+    a command's other outputs."""
+    g = arg_group(p, "outputs")
+    g.add_argument("--out", required=required, default=default, help=out)
+    if csv is not None:
+        g.add_argument("--csv", default=None, help=csv)
+    return g
+
+
+def add_progress_args(p: argparse.ArgumentParser) -> None:
+    """``--progress`` / ``--no-progress`` on a command that lacks them (bars: only on a terminal by default)."""
+    have = p._option_string_actions
+    g = arg_group(p, "progress")
+    if "--progress" not in have:
+        g.add_argument("--progress", dest="progress_always", action="store_true",
+                       help="show progress bars even when stderr is not a terminal")
+    if "--no-progress" not in have:
+        g.add_argument("--no-progress", action="store_true", help="never show progress bars")
+
+
+def add_renamed(p: Any, old: str, new: str, why: str = "") -> None:
+    """Accept ``old``, the spelling the flag ``new`` (already added to ``p``) had before, for one more release:
+    the same action and destination, and a warning on stderr naming ``new`` (``why``: the reason it changed)."""
+    action = p._option_string_actions[new]
+
+    class Renamed(type(action)):  # type: ignore[misc]
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+            print(f"warning: {option_string} is deprecated and will be removed in the next release; use {new}"
+                  + (f" ({why})" if why else ""), file=sys.stderr)
+            super().__call__(parser, namespace, values, option_string)
+
+    p.add_argument(old, action=Renamed, dest=action.dest, type=action.type, metavar=action.metavar,
+                   default=argparse.SUPPRESS, help=f"deprecated spelling of {new}")
