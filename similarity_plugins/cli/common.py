@@ -145,26 +145,6 @@ def load_model(spec: str, num_classes: int | None, in_channels: int | None = Non
     return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
 
 
-def model_specs(items: Sequence[str]) -> list[tuple[str, str]]:
-    """``--model NAME=SPEC`` items (``["a=small-cnn@a.pt"]``) as ``[("a", "small-cnn@a.pt")]``; ``ValueError``
-    for an item without ``NAME=`` or a NAME given twice."""
-    specs = named_items(items, "--model")
-    if len({n for n, _ in specs}) != len(specs):
-        raise ValueError("--model: each NAME may be given once")
-    return specs
-
-
-def named_items(items: Sequence[str], what: str) -> list[tuple[str, str]]:
-    """``["a=small-cnn@a.pt"]`` -> ``[("a", "small-cnn@a.pt")]``; ``ValueError`` naming the flag ``what`` otherwise."""
-    out = []
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name or not value:
-            raise ValueError(f"{what} expects NAME=VALUE, got {item!r}")
-        out.append((name, value))
-    return out
-
-
 def _image_channels(split: Any) -> int | None:
     """Channels C of a split's images (its first sample's x of shape (C, H, W)), or None when not images."""
     if split is None:
@@ -249,8 +229,16 @@ OPTION_HELP = ("a metric option (METRIC.KEY=VALUE for one metric); repeatable. V
 
 
 def arg_group(p: argparse.ArgumentParser, title: str) -> Any:
-    """The section of ``p``'s ``--help`` titled ``title`` (``data``, ``run``, ``metrics``, ``models``, ``outputs``,
-    ``progress``), made on first use, so that a command adds its own flags of that concern beside the shared ones."""
+    """The section of a command's ``--help`` for one concern, made on first use, so that a command adds its own
+    flags of that concern beside the shared ones.
+
+    Args:
+        p: the command's parser.
+        title: ``data``, ``run``, ``metrics``, ``models``, ``outputs`` or ``progress`` (or a command's own).
+
+    Returns:
+        The argparse argument group titled ``title``.
+    """
     for group in p._action_groups:
         if group.title == title:
             return group
@@ -259,8 +247,15 @@ def arg_group(p: argparse.ArgumentParser, title: str) -> Any:
 
 def add_data_args(p: argparse.ArgumentParser, *, required: bool = True, role: str = "",
                   limits: Sequence[str] = ("train", "test")) -> None:
-    """``--data DATA`` (``role``: what the command does with it) and ``--max-train`` / ``--max-test N`` (the
-    first N samples of that split; `load_data`) for the splits in ``limits``."""
+    """Add the data flags: ``--data DATA`` and ``--max-train`` / ``--max-test N`` (the first N samples of that
+    split, read by `load_data`).
+
+    Args:
+        p: the command's parser.
+        required: whether ``--data`` must be given.
+        role: what the command does with the data, appended to the help text.
+        limits: the splits (``"train"``, ``"test"``) that get a ``--max-SPLIT`` flag.
+    """
     g = arg_group(p, "data")
     g.add_argument("--data", required=required, default=None, help=f"DATA spec: {DATA_SPECS}" + (f"; {role}" if role else ""))
     for split in limits:
@@ -270,8 +265,13 @@ def add_data_args(p: argparse.ArgumentParser, *, required: bool = True, role: st
 
 def add_run_args(p: argparse.ArgumentParser, *, device: str | None = "the models' device",
                  seed: str | None = "seed of every random draw of the run") -> None:
-    """``--seed`` (an int, default 0; ``seed`` says what it seeds) and ``--device`` (``device`` names the
-    default), each unless given as None."""
+    """Add the run flags: ``--seed`` (an int, default 0) and ``--device``.
+
+    Args:
+        p: the command's parser.
+        device: the default device in words, or None for a command without ``--device``.
+        seed: what the seed seeds, or None for a command without ``--seed``.
+    """
     g = arg_group(p, "run")
     if seed is not None:
         g.add_argument("--seed", type=int, default=0, help=f"{seed} (default 0)")
@@ -281,8 +281,15 @@ def add_run_args(p: argparse.ArgumentParser, *, device: str | None = "the models
 
 def add_metric_args(p: argparse.ArgumentParser, *, default: str = "all", epochs: bool = True,
                     option: str = OPTION_HELP) -> None:
-    """``--metrics`` (``default``: which run without it), repeatable ``--option KEY=VALUE`` (metric options, read
-    by `metric_options`) and, with ``epochs``, ``--epochs N`` (the metric option ``epochs``: stitch training)."""
+    """Add the metric flags: ``--metrics``, repeatable ``--option KEY=VALUE`` (metric options, read by
+    `metric_options`) and ``--epochs N`` (the metric option ``epochs``: stitch training epochs).
+
+    Args:
+        p: the command's parser.
+        default: which metrics run without ``--metrics``, in words.
+        epochs: whether the command takes ``--epochs`` (its metrics train stitches).
+        option: the help text of ``--option``.
+    """
     g = arg_group(p, "metrics")
     g.add_argument("--metrics", default=None, help=f"comma-separated names or wildcards (default: {default})")
     g.add_argument("--option", action="append", metavar="KEY=VALUE", help=option)
@@ -292,9 +299,20 @@ def add_metric_args(p: argparse.ArgumentParser, *, default: str = "all", epochs:
 
 
 def metric_options(args: argparse.Namespace, metrics: Sequence[str]) -> dict:
-    """The one parse-then-check of the metric flags: ``--option`` items (`parse_options`) with ``--epochs`` over
-    them, checked against what the selected ``metrics`` declare (names and values) before any work. Raises
-    ``ValueError`` naming the option (exit 2)."""
+    """The one parse-then-check of the metric flags, run before any work.
+
+    Args:
+        args: the parsed command line; ``args.option`` (``--option`` items) and ``args.epochs`` when the
+            command has it.
+        metrics: the selected metric names, whose declared options the values are checked against.
+
+    Returns:
+        The options (`parse_options`), ``--epochs`` over an ``epochs`` item.
+
+    Raises:
+        ValueError: an option no selected metric takes (with the valid names) or a bad value, naming the
+            option (the CLI exits 2).
+    """
     from ..host.registry import options_for_metrics
 
     options = parse_options(args.option or [])
@@ -321,8 +339,18 @@ def add_variant_args(p: argparse.ArgumentParser, what: str) -> None:
 def add_output_args(p: argparse.ArgumentParser, out: str = "write the report as JSON",
                     csv: str | None = "write the report as CSV", *, required: bool = False,
                     default: str | None = None) -> Any:
-    """``--out`` (``out``: what is written there) and, unless ``csv`` is None, ``--csv``. Returns the group, for
-    a command's other outputs."""
+    """Add the output flags: ``--out`` and ``--csv``.
+
+    Args:
+        p: the command's parser.
+        out: what ``--out`` writes (its help text).
+        csv: what ``--csv`` writes, or None for a command without it.
+        required: whether ``--out`` must be given.
+        default: the value of ``--out`` when it is not given.
+
+    Returns:
+        The ``outputs`` group, for the command's other outputs.
+    """
     g = arg_group(p, "outputs")
     g.add_argument("--out", required=required, default=default, help=out)
     if csv is not None:
@@ -342,8 +370,15 @@ def add_progress_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_renamed(p: Any, old: str, new: str, why: str = "") -> None:
-    """Accept ``old``, the spelling the flag ``new`` (already added to ``p``) had before, for one more release:
-    the same action and destination, and a warning on stderr naming ``new`` (``why``: the reason it changed)."""
+    """Accept the old spelling of a renamed flag for one more release: the same action and destination as the
+    new flag, and a warning on stderr naming it.
+
+    Args:
+        p: the parser (or group) that holds ``new``.
+        old: the old spelling, e.g. ``"--option"``.
+        new: the flag's name now, already added to ``p``, e.g. ``"--tuning"``.
+        why: the reason it was renamed, shown in the warning.
+    """
     action = p._option_string_actions[new]
 
     class Renamed(type(action)):  # type: ignore[misc]

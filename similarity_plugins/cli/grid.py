@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import time
+from typing import Sequence
 
 from .common import (
     add_data_args,
@@ -17,14 +18,45 @@ from .common import (
     load_data,
     load_model,
     metric_options,
-    model_specs,
-    named_items,
     progress_of,
     write_outputs,
 )
 from .outputs import input_files, resolve_outputs
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def model_specs(items: Sequence[str]) -> list[tuple[str, str]]:
+    """Read ``--model NAME=SPEC`` items.
+
+    Args:
+        items: e.g. ``["a=small-cnn@a.pt"]``.
+
+    Returns:
+        ``[(NAME, SPEC), ...]``, e.g. ``[("a", "small-cnn@a.pt")]``.
+
+    Raises:
+        ValueError: an item without ``NAME=``, or a NAME given twice.
+    """
+    specs = named_items(items, "--model")
+    if len({n for n, _ in specs}) != len(specs):
+        raise ValueError("--model: each NAME may be given once")
+    return specs
+
+
+def named_items(items: Sequence[str], what: str) -> list[tuple[str, str]]:
+    """Read ``NAME=VALUE`` items of the flag ``what``: ``["a=small-cnn@a.pt"]`` -> ``[("a", "small-cnn@a.pt")]``.
+
+    Raises:
+        ValueError: an item without a NAME, an ``=`` or a VALUE, naming the flag.
+    """
+    out = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value:
+            raise ValueError(f"{what} expects NAME=VALUE, got {item!r}")
+        out.append((name, value))
+    return out
 
 
 def parse_layers(items: list[str], models: list[str]) -> "list[str] | dict[str, list[str]]":

@@ -12,11 +12,10 @@ from .common import (
     arg_group,
     load_data,
     load_model,
-    model_specs,
     positive_int,
     progress_of,
 )
-from .grid import parse_layers
+from .grid import model_specs, parse_layers
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
