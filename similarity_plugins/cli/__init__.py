@@ -1,7 +1,10 @@
-"""The command-line interface: ``similarity-plugins list | info | layers | compare | score | train | iris | demo``.
+"""The command-line interface: ``similarity-plugins list | info | layers | compare | grid | score | extract | store |
+train | iris | demo | study | bench``.
 
-One module per command group (``inspect``: list, info, layers; ``compare``, ``score``, ``train``, ``iris``, ``demo``),
-shared spec loading and option parsing in ``common``, the parser and entry point in ``main``.
+One module per command group (``catalog``: list, info, layers; ``compare``, ``grid``, ``score``, ``store``:
+extract and store, ``train``, ``iris``, ``demo``, ``study``, ``bench``), the argument groups every command is
+built from and the option grammar in ``common``, the output path checks in ``outputs``, the parser and entry
+point in ``main``.
 """
 
 from .common import parse_layer, parse_options

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import parse_options
+from .common import add_metric_args, parse_options
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -39,14 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "extra_info. Each round gets fresh caches (activations, stitches, IRIs are recomputed); donor training "
         "and data loading are not timed. Exit codes: 0 ok, 1 a metric errored, 2 bad input, 3 --compare-fail "
         "tripped.")
-    p.add_argument("--metrics", default=None, help="comma-separated names or wildcards (default: all registered)")
     p.add_argument("--workload", default="small",
                    help="comma-separated workloads: " + "; ".join(f"{w.name} ({w.description})" for w in WORKLOADS.values())
                    + " (default: small)")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per benchmark (default: the workload's)")
     p.add_argument("--warmup-rounds", type=int, default=None, help="untimed rounds first (default: the workload's)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="a metric option over the workload's fast defaults (METRIC.KEY=VALUE for one metric)")
+    add_metric_args(p, default="all registered", epochs=False,
+                    option="a metric option over the workload's fast defaults (METRIC.KEY=VALUE for one metric)")
     g = p.add_argument_group("pytest-benchmark (passed through as --benchmark-*)")
     g.add_argument("--json", default=None, metavar="PATH", help="write pytest-benchmark's JSON report")
     g.add_argument("--storage", default=None, metavar="DIR", help="where runs are saved (default: ./.benchmarks)")

@@ -1,12 +1,13 @@
-"""Shared pieces of the commands: the KEY=VALUE option grammar, layer pairs, loading MODEL and DATA specs,
-and printing and writing a report."""
+"""Shared pieces of the commands: the argument groups (one per concern: data, run, metrics, models, outputs,
+progress) and the one parse-then-check of metric options, the KEY=VALUE option grammar, layer pairs, loading
+MODEL and DATA specs, and printing and writing a report. The paths a command writes are checked in `outputs`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
+import sys
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -175,96 +176,6 @@ def dataset_num_classes(dataset: Any) -> int | None:
     return num_classes_of(dataset) if dataset is not None else None
 
 
-def add_variant_args(p: argparse.ArgumentParser, what: str) -> None:
-    """``--variant NAME`` (``what`` says what the variant applies to) and repeatable ``--variant-option KEY=VALUE``."""
-    p.add_argument("--variant", default=None, help=what)
-    p.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
-    p.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
-    p.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
-
-
-def check_outputs(paths: dict[str, Any], inputs: dict[str, Any] | None = None) -> None:
-    """Refuse, before any work, the output paths that cannot be written: ``{"--out": path, "--csv": path}``
-    (None entries are skipped); ``inputs`` (``{"X": path}``) are files the command reads, which no output may be.
-
-    Raises ``ValueError`` naming the option, the path and the reason: an empty path (an unset shell variable),
-    ``-`` (the table already goes to stdout), a folder, a read-only file or folder, a path under a file, an
-    input file, or two outputs that reach one file (the same name, a symbolic link to it or to a folder above
-    it, or a hard link). The CLI exits 2 on it.
-    """
-    from ..utils.io import unwritable_reason
-
-    seen: dict[str, tuple[str, str]] = {}   # resolved target -> (option, path)
-    reads = {what: _resolved(path) for what, path in (inputs or {}).items() if path}
-    for option, path in paths.items():
-        if path is None:
-            continue
-        text = os.fspath(path)
-        if not text.strip():
-            raise ValueError(f"{option} is empty ({text!r}: an unset shell variable?); give a file name, or drop "
-                             f"{option}")
-        if text.strip() == "-":
-            raise ValueError(f"{option} '-': the table already goes to stdout; give a file name")
-        reason = unwritable_reason(text)
-        if reason is not None:
-            raise ValueError(f"cannot write {option} {text!r}: {reason}")
-        target = _resolved(text)
-        for what, source in reads.items():
-            if _same_file(target, source):
-                raise ValueError(f"{option} {text!r} is the input {what}; writing it would destroy what this "
-                                 "command reads: give another file name")
-        for other, (other_option, other_path) in seen.items():
-            if _same_file(target, other):
-                raise ValueError(f"{option} {text!r} and {other_option} {other_path!r} name the same file "
-                                 f"({target}); give each its own")
-        seen[target] = (option, text)
-
-
-def resolve_outputs(args: Any, options: Sequence[str], inputs: dict[str, Any] | None = None) -> None:
-    """Check the output paths of ``args`` (`check_outputs`; ``options`` as ``"--out"``, read from ``args.out``)
-    and make each one absolute, once, before any plugin runs: a plugin that changes the working folder
-    (``os.chdir``) cannot move where the outputs go, and the path checked is the path written."""
-    attrs = {option: option.lstrip("-").replace("-", "_") for option in options}
-    check_outputs({option: getattr(args, attr) for option, attr in attrs.items()}, inputs)
-    for attr in attrs.values():
-        if getattr(args, attr) is not None:
-            setattr(args, attr, os.path.abspath(os.fspath(getattr(args, attr))))
-
-
-def _resolved(path: Any) -> str:
-    """The absolute path ``path`` reaches, every symbolic link (of the file and of the folders above it) followed."""
-    return os.path.realpath(os.path.abspath(os.fspath(path)))
-
-
-def _same_file(a: str, b: str) -> bool:
-    """Whether two resolved paths are one file: the same name, or one existing file under two names (a hard link)."""
-    if a == b:
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist yet: only the names can agree
-        return False
-
-
-def input_files(*specs: "str | None") -> dict[str, str]:
-    """The files named by model specs (``small-cnn@a.pt``: ``a.pt``) and ARRAY specs (``x.npz:KEY``: ``x.npz``)
-    that exist, as ``{spec: path}``, for `check_outputs`."""
-    found = {}
-    for spec in specs:
-        if not spec:
-            continue
-        path = spec.rpartition("@")[2] if "@" in spec else spec
-        for candidate in (path, path.rpartition(":")[0]):
-            if candidate and os.path.isfile(candidate):
-                found[spec] = candidate
-                break
-    return found
-
-
 def write_outputs(files: dict[str, Any], say: bool = True) -> list[str]:
     """Write ``{path: text or bytes}`` all-or-none (`write_all`) and, when
     ``say``, print ``wrote PATH`` for each; None paths (and None contents) are skipped. Returns the paths."""
@@ -302,19 +213,179 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_progress_args(p: argparse.ArgumentParser) -> None:
-    """``--progress`` / ``--no-progress`` on a command that lacks them (bars: only on a terminal by default)."""
-    have = p._option_string_actions
-    if "--progress" not in have:
-        p.add_argument("--progress", dest="progress_always", action="store_true",
-                       help="show progress bars even when stderr is not a terminal")
-    if "--no-progress" not in have:
-        p.add_argument("--no-progress", action="store_true", help="never show progress bars")
-
-
 def progress_of(args: argparse.Namespace) -> "bool | str":
     """The ``progress`` argument for the library from a command's flags: ``False`` (``--no-progress``),
     ``"always"`` (``--progress``) or ``True`` (bars only when stderr is a terminal)."""
     if getattr(args, "no_progress", False):
         return False
     return "always" if getattr(args, "progress_always", False) else True
+
+
+# Argument groups: one per concern, each flag declared once and meaning the same in every command that takes it.
+
+DATA_SPECS = "digits, cifar10:ROOT, folder:ROOT, text:FILE, pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]"
+OPTION_HELP = ("a metric option (METRIC.KEY=VALUE for one metric); repeatable. Values: JSON numbers, lists, "
+               "true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
+
+
+def arg_group(p: argparse.ArgumentParser, title: str) -> Any:
+    """The section of a command's ``--help`` for one concern, made on first use, so that a command adds its own
+    flags of that concern beside the shared ones.
+
+    Args:
+        p: the command's parser.
+        title: ``data``, ``run``, ``metrics``, ``models``, ``outputs`` or ``progress`` (or a command's own).
+
+    Returns:
+        The argparse argument group titled ``title``.
+    """
+    for group in p._action_groups:
+        if group.title == title:
+            return group
+    return p.add_argument_group(title)
+
+
+def add_data_args(p: argparse.ArgumentParser, *, required: bool = True, role: str = "",
+                  limits: Sequence[str] = ("train", "test")) -> None:
+    """Add the data flags: ``--data DATA`` and ``--max-train`` / ``--max-test N`` (the first N samples of that
+    split, read by `load_data`).
+
+    Args:
+        p: the command's parser.
+        required: whether ``--data`` must be given.
+        role: what the command does with the data, appended to the help text.
+        limits: the splits (``"train"``, ``"test"``) that get a ``--max-SPLIT`` flag.
+    """
+    g = arg_group(p, "data")
+    g.add_argument("--data", required=required, default=None, help=f"DATA spec: {DATA_SPECS}" + (f"; {role}" if role else ""))
+    for split in limits:
+        g.add_argument(f"--max-{split}", type=positive_int, default=None, metavar="N",
+                       help=f"use the first N {'training' if split == 'train' else split} samples")
+
+
+def add_run_args(p: argparse.ArgumentParser, *, device: str | None = "the models' device",
+                 seed: str | None = "seed of every random draw of the run") -> None:
+    """Add the run flags: ``--seed`` (an int, default 0) and ``--device``.
+
+    Args:
+        p: the command's parser.
+        device: the default device in words, or None for a command without ``--device``.
+        seed: what the seed seeds, or None for a command without ``--seed``.
+    """
+    g = arg_group(p, "run")
+    if seed is not None:
+        g.add_argument("--seed", type=int, default=0, help=f"{seed} (default 0)")
+    if device is not None:
+        g.add_argument("--device", default=None, help=f"cpu, cuda, cuda:1 ... (default: {device})")
+
+
+def add_metric_args(p: argparse.ArgumentParser, *, default: str = "all", epochs: bool = True,
+                    option: str = OPTION_HELP) -> None:
+    """Add the metric flags: ``--metrics``, repeatable ``--option KEY=VALUE`` (metric options, read by
+    `metric_options`) and ``--epochs N`` (the metric option ``epochs``: stitch training epochs).
+
+    Args:
+        p: the command's parser.
+        default: which metrics run without ``--metrics``, in words.
+        epochs: whether the command takes ``--epochs`` (its metrics train stitches).
+        option: the help text of ``--option``.
+    """
+    g = arg_group(p, "metrics")
+    g.add_argument("--metrics", default=None, help=f"comma-separated names or wildcards (default: {default})")
+    g.add_argument("--option", action="append", metavar="KEY=VALUE", help=option)
+    if epochs:
+        g.add_argument("--epochs", type=int, default=None, metavar="N",
+                       help="stitch training epochs of the stitching metrics (--option epochs=N)")
+
+
+def metric_options(args: argparse.Namespace, metrics: Sequence[str]) -> dict:
+    """The one parse-then-check of the metric flags, run before any work.
+
+    Args:
+        args: the parsed command line; ``args.option`` (``--option`` items) and ``args.epochs`` when the
+            command has it.
+        metrics: the selected metric names, whose declared options the values are checked against.
+
+    Returns:
+        The options (`parse_options`), ``--epochs`` over an ``epochs`` item.
+
+    Raises:
+        ValueError: an option no selected metric takes (with the valid names) or a bad value, naming the
+            option (the CLI exits 2).
+    """
+    from ..host.registry import options_for_metrics
+
+    options = parse_options(args.option or [])
+    if getattr(args, "epochs", None) is not None:
+        options["epochs"] = args.epochs
+    check_metric_options(options_for_metrics(list(metrics), options))
+    return options
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The options every command that builds a MODEL takes: ``--num-classes`` and ``--in-channels``."""
+    g = arg_group(p, "models")
+    g.add_argument("--num-classes", type=int, default=None, help="classes of the model's head")
+    g.add_argument("--in-channels", type=int, default=None, help="input channels (e.g. 1 for digits)")
+
+
+def add_variant_args(p: argparse.ArgumentParser, what: str) -> None:
+    """``--variant NAME`` (``what`` says what the variant applies to) and repeatable ``--variant-option KEY=VALUE``."""
+    g = arg_group(p, "data")
+    g.add_argument("--variant", default=None, help=what)
+    g.add_argument("--variant-option", action="append", metavar="KEY=VALUE", help="variant keyword argument")
+
+
+def add_output_args(p: argparse.ArgumentParser, out: str = "write the report as JSON",
+                    csv: str | None = "write the report as CSV", *, required: bool = False,
+                    default: str | None = None) -> Any:
+    """Add the output flags: ``--out`` and ``--csv``.
+
+    Args:
+        p: the command's parser.
+        out: what ``--out`` writes (its help text).
+        csv: what ``--csv`` writes, or None for a command without it.
+        required: whether ``--out`` must be given.
+        default: the value of ``--out`` when it is not given.
+
+    Returns:
+        The ``outputs`` group, for the command's other outputs.
+    """
+    g = arg_group(p, "outputs")
+    g.add_argument("--out", required=required, default=default, help=out)
+    if csv is not None:
+        g.add_argument("--csv", default=None, help=csv)
+    return g
+
+
+def add_progress_args(p: argparse.ArgumentParser) -> None:
+    """``--progress`` / ``--no-progress`` on a command that lacks them (bars: only on a terminal by default)."""
+    have = p._option_string_actions
+    g = arg_group(p, "progress")
+    if "--progress" not in have:
+        g.add_argument("--progress", dest="progress_always", action="store_true",
+                       help="show progress bars even when stderr is not a terminal")
+    if "--no-progress" not in have:
+        g.add_argument("--no-progress", action="store_true", help="never show progress bars")
+
+
+def add_renamed(p: Any, old: str, new: str, why: str = "") -> None:
+    """Accept the old spelling of a renamed flag for one more release: the same action and destination as the
+    new flag, and a warning on stderr naming it.
+
+    Args:
+        p: the parser (or group) that holds ``new``.
+        old: the old spelling, e.g. ``"--option"``.
+        new: the flag's name now, already added to ``p``, e.g. ``"--tuning"``.
+        why: the reason it was renamed, shown in the warning.
+    """
+    action = p._option_string_actions[new]
+
+    class Renamed(type(action)):  # type: ignore[misc]
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+            print(f"warning: {option_string} is deprecated and will be removed in the next release; use {new}"
+                  + (f" ({why})" if why else ""), file=sys.stderr)
+            super().__call__(parser, namespace, values, option_string)
+
+    p.add_argument(old, action=Renamed, dest=action.dest, type=action.type, metavar=action.metavar,
+                   default=argparse.SUPPRESS, help=f"deprecated spelling of {new}")

@@ -9,49 +9,19 @@ import time
 from typing import Any
 
 from .common import (
+    add_data_args,
+    add_metric_args,
     add_model_args,
+    add_output_args,
+    add_run_args,
     add_variant_args,
-    apply_variant,
-    check_metric_options,
+    arg_group,
     emit_interrupted,
-    input_files,
     interrupted_code,
-    load_data,
-    load_model,
-    parse_layer,
-    parse_options,
-    parse_variant_options,
-    positive_int,
     progress_of,
-    resolve_outputs,
 )
-
-
-def load_inputs(args: argparse.Namespace, default_metrics: str | None = None) -> tuple[dict, Any, Any, Any, list]:
-    """Check the outputs and options, then load what the command compares: (options, data, front, end, layers).
-
-    Every check runs before any work (exit 2 naming the path or option); ``default_metrics``: the metrics
-    when ``--metrics`` is not given (None: all)."""
-    from ..host.registry import options_for_metrics, select_metrics
-    from ..runner.isolation import check_timeout
-
-    resolve_outputs(args, ("--out", "--csv"), input_files(args.front, args.end))
-    check_timeout(args.timeout)
-    options = parse_options(args.option or [])
-    if args.epochs is not None:
-        options["epochs"] = args.epochs
-    check_metric_options(options_for_metrics(select_metrics(args.metrics or default_metrics), options))
-    data = load_data(args.data, args.max_train, args.max_test)
-    if args.variant:
-        from ..networks.data import Data
-
-        variant_options = parse_variant_options(args.variant_option)
-        train, test = data.train, data.test
-        data = Data(train=None if train is None else apply_variant(args.variant, train, args.seed + 3, **variant_options),
-                    test=None if test is None else apply_variant(args.variant, test, args.seed + 4, **variant_options))
-    front = load_model(args.front, args.num_classes, args.in_channels, data)
-    end = load_model(args.end, args.num_classes, args.in_channels, data)
-    return options, data, front, end, [parse_layer(text) for text in args.layer]
+from .compare_inputs import load_inputs, writes_files
+from .excess import cmd_excess
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -73,20 +43,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return emit_interrupted(report, args.out, args.csv, time.perf_counter() - start, interrupted)
 
 
-def writes_files() -> bool:
-    """True on the process that prints and writes the results (rank 0 under torchrun; the only one otherwise)."""
-    from ..networks.parallel import current_world
-
-    return current_world().is_main
-
-
 class _RunExcessAgreement(argparse.Action):
     """``compare --excess-agreement``: the arguments go to the unseen-cue experiment's command instead."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        from .excess import cmd_excess
-
         namespace.excess_agreement = True
         namespace.func = cmd_excess
 
@@ -94,31 +55,25 @@ class _RunExcessAgreement(argparse.Action):
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
     p = sub.add_parser("compare", help="compare two models at one or more layers")
-    p.add_argument("--front", required=True, help="MODEL spec of network A (the front)")
-    p.add_argument("--end", required=True, help="MODEL spec of network B (the end)")
-    p.add_argument("--layer", required=True, action="append",
-                   help="layer name, or FRONT:END pair; repeat for a sweep")
-    p.add_argument("--metrics", default=None, help="comma-separated names or wildcards (default: all)")
-    p.add_argument("--data", required=True,
-                   help="DATA spec: digits, cifar10:ROOT, folder:ROOT, text:FILE, pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]")
-    p.add_argument("--out", default=None, help="write the report as JSON")
-    p.add_argument("--csv", default=None, help="write the report as CSV")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the front's device)")
-    p.add_argument("--epochs", type=int, default=None, help="stitch training epochs (default 30)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable. Values: JSON numbers, "
-                        "lists, true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
-    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training samples")
-    p.add_argument("--max-test", type=positive_int, default=None, help="use the first N test samples")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="wall-clock limit in seconds for each metric at each layer; a late one gets a timeout error row "
-                        "(docs/reliability.md)")
-    p.add_argument("--excess-agreement", action=_RunExcessAgreement, nargs=0, default=False,
-                   help="run the unseen-cue experiment instead: train the stitch on data with a label-coded cue "
-                        "neither donor saw, report agreement with the end model with and without the cue "
-                        "(metrics default to stitch-slm,iri-slm)")
-    p.add_argument("--cue-strength", type=float, default=0.5, help="intensity of the unseen cue (0, 1]")
-    add_variant_args(p, "compare on a variant of both splits (e.g. pixel-shortcut: every image carries its label's mark)")
+    models = arg_group(p, "models")
+    models.add_argument("--front", required=True, help="MODEL spec of network A (the front)")
+    models.add_argument("--end", required=True, help="MODEL spec of network B (the end)")
+    models.add_argument("--layer", required=True, action="append",
+                        help="layer name, or FRONT:END pair; repeat for a sweep")
     add_model_args(p)
+    add_metric_args(p)
+    add_data_args(p)
+    add_variant_args(p, "compare on a variant of both splits (e.g. pixel-shortcut: every image carries its label's mark)")
+    add_run_args(p, device="the front's device")
+    run = arg_group(p, "run")
+    run.add_argument("--timeout", type=float, default=None, metavar="S",
+                     help="wall-clock limit in seconds for each metric at each layer; a late one gets a timeout error "
+                          "row (docs/reliability.md)")
+    add_output_args(p)
+    excess = arg_group(p, "unseen-cue experiment")
+    excess.add_argument("--excess-agreement", action=_RunExcessAgreement, nargs=0, default=False,
+                        help="run the unseen-cue experiment instead: train the stitch on data with a label-coded cue "
+                             "neither donor saw, report agreement with the end model with and without the cue "
+                             "(metrics default to stitch-slm,iri-slm)")
+    excess.add_argument("--cue-strength", type=float, default=0.5, help="intensity of the unseen cue (0, 1]")
     p.set_defaults(func=cmd_compare)

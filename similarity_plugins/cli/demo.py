@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import progress_of
+from .common import add_output_args, add_run_args, progress_of
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -18,8 +18,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
     p = sub.add_parser("demo", help="the paper's central claim on built-in digits, in minutes (= study shortcut)")
-    p.add_argument("--out", default="similarity-demo",
-                   help="output folder (report.json, report.csv, similarity.png, iris.png)")
+    add_output_args(p, "output folder (report.json, report.csv, similarity.png, iris.png)", csv=None,
+                    default="similarity-demo")
     p.add_argument("--quick", action="store_true", help="a smaller run (under 90 s on 2 cores)")
-    p.add_argument("--seed", type=int, default=0)
+    add_run_args(p, device=None)
     p.set_defaults(func=cmd_demo)

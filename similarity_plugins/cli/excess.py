@@ -7,7 +7,7 @@ import json
 import time
 
 from .common import progress_of, write_outputs
-from .compare import load_inputs, writes_files
+from .compare_inputs import load_inputs, writes_files
 
 DEFAULT_METRICS = "stitch-slm,iri-slm"
 

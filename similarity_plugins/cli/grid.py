@@ -6,25 +6,50 @@ import argparse
 import math
 import os
 import time
+from typing import Sequence
 
 from .common import (
+    add_data_args,
+    add_metric_args,
     add_model_args,
-    check_metric_options,
-    input_files,
+    add_output_args,
+    add_run_args,
+    arg_group,
     load_data,
     load_model,
-    parse_options,
-    positive_int,
+    metric_options,
     progress_of,
-    resolve_outputs,
     write_outputs,
 )
+from .outputs import input_files, resolve_outputs
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 
 
-def _named(items: list[str], what: str) -> list[tuple[str, str]]:
-    """``["a=small-cnn@a.pt"]`` -> ``[("a", "small-cnn@a.pt")]``; ``ValueError`` naming the flag otherwise."""
+def model_specs(items: Sequence[str]) -> list[tuple[str, str]]:
+    """Read ``--model NAME=SPEC`` items.
+
+    Args:
+        items: e.g. ``["a=small-cnn@a.pt"]``.
+
+    Returns:
+        ``[(NAME, SPEC), ...]``, e.g. ``[("a", "small-cnn@a.pt")]``.
+
+    Raises:
+        ValueError: an item without ``NAME=``, or a NAME given twice.
+    """
+    specs = named_items(items, "--model")
+    if len({n for n, _ in specs}) != len(specs):
+        raise ValueError("--model: each NAME may be given once")
+    return specs
+
+
+def named_items(items: Sequence[str], what: str) -> list[tuple[str, str]]:
+    """Read ``NAME=VALUE`` items of the flag ``what``: ``["a=small-cnn@a.pt"]`` -> ``[("a", "small-cnn@a.pt")]``.
+
+    Raises:
+        ValueError: an item without a NAME, an ``=`` or a VALUE, naming the flag.
+    """
     out = []
     for item in items:
         name, eq, value = item.partition("=")
@@ -37,7 +62,7 @@ def _named(items: list[str], what: str) -> list[tuple[str, str]]:
 def parse_layers(items: list[str], models: list[str]) -> "list[str] | dict[str, list[str]]":
     """``--layers L1,L2`` (every model) or ``--layers NAME=L1,L2`` (one model; repeat) as ``compare_grid``'s ``layers``."""
     plain = [i for i in items if "=" not in i]
-    named = _named([i for i in items if "=" in i], "--layers")
+    named = named_items([i for i in items if "=" in i], "--layers")
     if plain and named:
         raise ValueError("give --layers either once for every model (L1,L2,...) or as NAME=L1,L2 per model, not both")
     if plain:
@@ -97,7 +122,6 @@ def _best_pairs_text(grid, pairs: str) -> str:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from ..host.registry import options_for_metrics
     from ..networks.parallel import current_world
     from ..runner.grid import compare_grid
     from ..runner.score import select_score_metrics
@@ -109,13 +133,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.store is not None:  # absolute, like the outputs: a plugin's chdir cannot move it
         args.store = os.path.abspath(args.store)
     _check_figure(args.figure)
-    options = parse_options(args.option or [])
-    if args.epochs is not None:
-        options["epochs"] = args.epochs
-    check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))
-    specs = _named(args.model, "--model")
-    if len({n for n, _ in specs}) != len(specs):
-        raise ValueError("--model: each NAME may be given once")
+    options = metric_options(args, select_score_metrics(args.metrics))
+    specs = model_specs(args.model)
     layers = parse_layers(args.layers, [n for n, _ in specs]) if args.layers else None
     data = load_data(args.data, args.max_train, args.max_test) if args.data else None
     models = {name: load_model(spec, args.num_classes, args.in_channels, data) for name, spec in specs} or None
@@ -149,30 +168,24 @@ def cmd_grid(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``grid`` command to the ``similarity-plugins`` parser."""
     p = sub.add_parser("grid", help="every metric on every pair of (model, layer) nodes: layer x layer and model zoos")
-    p.add_argument("--model", action="append", metavar="NAME=SPEC",
-                   help="a model and its MODEL spec; repeat for a zoo (one model: its own layer x layer grid)")
-    p.add_argument("--layers", action="append", metavar="L1,L2,...|NAME=L1,L2,...",
-                   help="layers of every model, or NAME=L1,L2 for one model (repeat per model)")
-    p.add_argument("--data", default=None,
-                   help="DATA spec: digits, cifar10:ROOT, folder:ROOT, text:FILE, pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]")
-    p.add_argument("--store", default=None, metavar="DIR",
-                   help="an activation store: test activations are read from it (what it lacks is extracted first); "
-                        "without --model the grid runs from the store alone")
-    p.add_argument("--metrics", default=None,
-                   help="comma-separated names or wildcards (default: every activation-only metric)")
-    p.add_argument("--pairs", default="all", choices=["all", "across", "within"],
-                   help="all ordered node pairs, pairs across models, or pairs within one model")
-    p.add_argument("--out", default=None, help="write the grid as JSON (Grid.from_json reads it)")
-    p.add_argument("--csv", default=None, help="write the flat report (one row per metric and cell) as CSV")
-    p.add_argument("--figure", default=None, help="write the heatmaps (.png, .svg or .pdf)")
-    p.add_argument("--resume", default=None, metavar="PATH",
-                   help="finished-cells file: cells in it are read back, new ones appended as they finish")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the first model's device)")
-    p.add_argument("--epochs", type=int, default=None, help="stitch training epochs (stitching metrics)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable, as for compare")
-    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training samples")
-    p.add_argument("--max-test", type=positive_int, default=None, help="use the first N test samples")
+    models = arg_group(p, "models")
+    models.add_argument("--model", action="append", metavar="NAME=SPEC",
+                        help="a model and its MODEL spec; repeat for a zoo (one model: its own layer x layer grid)")
+    models.add_argument("--layers", action="append", metavar="L1,L2,...|NAME=L1,L2,...",
+                        help="layers of every model, or NAME=L1,L2 for one model (repeat per model)")
+    models.add_argument("--pairs", default="all", choices=["all", "across", "within"],
+                        help="all ordered node pairs, pairs across models, or pairs within one model")
     add_model_args(p)
+    add_metric_args(p, default="every activation-only metric")
+    add_data_args(p, required=False)
+    arg_group(p, "data").add_argument(
+        "--store", default=None, metavar="DIR",
+        help="an activation store: test activations are read from it (what it lacks is extracted first); "
+             "without --model the grid runs from the store alone")
+    add_run_args(p, device="the first model's device")
+    outputs = add_output_args(p, "write the grid as JSON (Grid.from_json reads it)",
+                              "write the flat report (one row per metric and cell) as CSV")
+    outputs.add_argument("--figure", default=None, help="write the heatmaps (.png, .svg or .pdf)")
+    outputs.add_argument("--resume", default=None, metavar="PATH",
+                         help="finished-cells file: cells in it are read back, new ones appended as they finish")
     p.set_defaults(func=cmd_grid)

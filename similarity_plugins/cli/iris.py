@@ -9,16 +9,19 @@ from ..iri.presets import RUN_DEFAULTS
 from ..iri.settings import INITS, OPTIMIZERS, TUNING
 from ..utils.text import did_you_mean, parse_assignments
 from .common import (
+    add_data_args,
     add_model_args,
-    input_files,
+    add_output_args,
+    add_renamed,
+    add_run_args,
     load_data,
     load_model,
     positive_int,
     progress_of,
-    resolve_outputs,
     subset,
     write_outputs,
 )
+from .outputs import input_files, resolve_outputs
 
 
 def cmd_iris(args: argparse.Namespace) -> int:
@@ -27,7 +30,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
     resolve_outputs(args, ("--out", "--gallery"), input_files(args.model))   # before any work
     if not args.out.endswith((".npz", ".safetensors")):
         raise ValueError(f"--out {args.out!r}: unknown IRI file type; use a .npz or .safetensors name")
-    tuning = tuning_options(args.option)
+    tuning = tuning_options(args.tuning)
     data = load_data(args.data)
     split = data.split(args.split)
     model = load_model(args.model, args.num_classes, args.in_channels, data)
@@ -75,16 +78,16 @@ def _write(args: argparse.Namespace, iris, seeds, labels) -> None:
 
 
 def tuning_options(items: list[str] | None) -> dict:
-    """``--option KEY=VALUE`` items as the ``tuning`` dict of ``generate_iris`` (``preset=resnet``, ``lr=0.1``);
+    """``--tuning KEY=VALUE`` items as the ``tuning`` dict of ``generate_iris`` (``preset=resnet``, ``lr=0.1``);
     raises ValueError for a key that is not a tuning key (with the closest valid name) or that has its own
     flag (naming the flag)."""
-    options = parse_assignments(items or [], what="--option")
+    options = parse_assignments(items or [], what="--tuning")
     for key in options:
         flag = "--" + key.replace("_", "-")
         if key not in TUNING and flag in _FLAGS:
-            raise ValueError(f"--option {key}=...: {key} has its own flag; use {flag}")
+            raise ValueError(f"--tuning {key}=...: {key} has its own flag; use {flag}")
         if key not in TUNING:
-            raise ValueError(f"--option: unknown tuning key {key!r}{did_you_mean(key, TUNING)}; "
+            raise ValueError(f"--tuning: unknown tuning key {key!r}{did_you_mean(key, TUNING)}; "
                              f"valid: {', '.join(TUNING)}")
     return options
 
@@ -98,7 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("iris", help="generate identically represented inputs (IRIs) for a model at a layer")
     p.add_argument("--model", required=True, help="MODEL spec")
     p.add_argument("--layer", required=True)
-    p.add_argument("--data", required=True, help="DATA spec (its train split seeds the IRIs)")
+    add_model_args(p)
+    add_data_args(p, role="the --split split seeds the IRIs", limits=())
     p.add_argument("--split", default="train", choices=["train", "test"])
     p.add_argument("--max-seeds", type=positive_int, default=None, help="use the first N samples as seeds")
     p.add_argument("--steps", type=int, default=RUN_DEFAULTS["steps"])
@@ -111,8 +115,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Adam's first restart cycle (default: the preset's; 0: one cosine over the budget)")
     p.add_argument("--batch-size", type=int, default=RUN_DEFAULTS["batch_size"])
     p.add_argument("--backend", default=RUN_DEFAULTS["backend"], choices=["auto", "numpy", "torch", "cupy"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
+    add_run_args(p, device="the model's device",
+                 seed="seed of the IRIs' random draws (each sample's from it and its index)")
     p.add_argument("--cache-dir", default=None, help="folder where finished IRI sets (and checkpoints) are kept")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
@@ -123,11 +127,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto (default): bfloat16 steps far from --tol where the hardware has bfloat16 matrix units "
                         "(CUDA, AMX) and the front is large enough, then a float32 finish; float32; bfloat16 "
                         "(docs/iris.md)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+    p.add_argument("--tuning", action="append", metavar="KEY=VALUE",
                    help="a tuning value of generate_iris: preset=NAME, lr=0.1, fold_bn=false, relu_leak=0.05, ... "
-                        "(docs/iris.md)")
-    p.add_argument("--out", required=True, help="output file: .npz or .safetensors")
-    p.add_argument("--gallery", default=None, metavar="PNG",
-                   help="also write a PNG of the first seeds next to their IRIs (relative error, distance from seed)")
-    add_model_args(p)
+                        "(docs/iris.md); repeatable")
+    add_renamed(p, "--option", "--tuning", "--option means a metric option in compare, grid, score and bench")
+    outputs = add_output_args(p, "output file: .npz or .safetensors", csv=None, required=True)
+    outputs.add_argument("--gallery", default=None, metavar="PNG",
+                         help="also write a PNG of the first seeds next to their IRIs (relative error, distance from "
+                              "seed)")
     p.set_defaults(func=cmd_iris)

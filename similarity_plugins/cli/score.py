@@ -13,7 +13,8 @@ import os
 import time
 from typing import Any
 
-from .common import check_metric_options, emit_interrupted, input_files, parse_options, progress_of, resolve_outputs
+from .common import add_metric_args, add_output_args, add_run_args, emit_interrupted, metric_options, progress_of
+from .outputs import input_files, resolve_outputs
 
 NUMPY_SUFFIXES = (".npy", ".npz")
 TORCH_SUFFIXES = (".pt", ".pth")
@@ -78,13 +79,11 @@ def _pick(value: Any, path: str, key: str | None) -> Any:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from ..host.registry import options_for_metrics
     from ..runner.score import score, select_score_metrics
 
     resolve_outputs(args, ("--out", "--csv"),  # before any work (exit 2 naming the path)
                   input_files(*(split_array_spec(spec)[0] for spec in (args.x, args.y))))
-    options = parse_options(args.option or [])
-    check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))
+    options = metric_options(args, select_score_metrics(args.metrics))
     x, y = load_array(args.x), load_array(args.y)
     start = time.perf_counter()
     interrupted = None
@@ -102,12 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("score", help="score two arrays of activations (same rows) with the metrics that need no model")
     p.add_argument("x", help="ARRAY of network A's activations (N, ...): FILE.npy, FILE.npz[:KEY], FILE.pt[:KEY]")
     p.add_argument("y", help="ARRAY of network B's activations, the same N rows")
-    p.add_argument("--metrics", default=None,
-                   help="comma-separated names or wildcards (default: every metric that reads only activations)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="a metric option (METRIC.KEY=VALUE for one metric); repeatable, as in compare")
-    p.add_argument("--seed", type=int, default=0, help="seed of the metrics and of the 80/20 split of the rows that "
-                   "metrics fitting on a train split use")
-    p.add_argument("--out", default=None, help="write the report as JSON")
-    p.add_argument("--csv", default=None, help="write the report as CSV")
+    add_metric_args(p, default="every metric that reads only activations", epochs=False)
+    add_run_args(p, device=None, seed="seed of the metrics and of the 80/20 split of the rows that metrics fitting "
+                 "on a train split use")
+    add_output_args(p)
     p.set_defaults(func=cmd_score)

@@ -5,16 +5,23 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import add_model_args, load_data, load_model, positive_int, progress_of
-from .grid import _named, parse_layers
+from .common import (
+    add_data_args,
+    add_model_args,
+    add_run_args,
+    arg_group,
+    load_data,
+    load_model,
+    positive_int,
+    progress_of,
+)
+from .grid import model_specs, parse_layers
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
     from ..runner.extract import extract
 
-    specs = _named(args.model, "--model")
-    if len({n for n, _ in specs}) != len(specs):
-        raise ValueError("--model: each NAME may be given once")
+    specs = model_specs(args.model)
     layers = parse_layers(args.layers, [n for n, _ in specs])
     data = load_data(args.data, args.max_train, args.max_test)
     models = {name: load_model(spec, args.num_classes, args.in_channels, data) for name, spec in specs}
@@ -57,17 +64,19 @@ def cmd_store(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``extract`` and ``store`` commands to the ``similarity-plugins`` parser."""
     p = sub.add_parser("extract", help="write models' activations at their layers into an activation store (once)")
-    p.add_argument("--model", required=True, action="append", metavar="NAME=SPEC", help="a model; repeat for a zoo")
-    p.add_argument("--layers", required=True, action="append", metavar="L1,L2,...|NAME=L1,L2,...",
-                   help="layers of every model, or NAME=L1,L2 for one model (repeat per model)")
-    p.add_argument("--data", required=True, help="DATA spec: digits, cifar10:ROOT, folder:ROOT")
-    p.add_argument("--store", required=True, metavar="DIR", help="the store folder (made when missing)")
-    p.add_argument("--split", default="test", choices=["test", "train"], help="the data split to extract")
-    p.add_argument("--batch-size", type=positive_int, default=None, help="samples per forward pass and chunk")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the first model's device)")
-    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training samples")
-    p.add_argument("--max-test", type=positive_int, default=None, help="use the first N test samples")
+    models = arg_group(p, "models")
+    models.add_argument("--model", required=True, action="append", metavar="NAME=SPEC", help="a model; repeat for a zoo")
+    models.add_argument("--layers", required=True, action="append", metavar="L1,L2,...|NAME=L1,L2,...",
+                        help="layers of every model, or NAME=L1,L2 for one model (repeat per model)")
     add_model_args(p)
+    add_data_args(p)
+    data = arg_group(p, "data")
+    data.add_argument("--split", default="test", choices=["test", "train"], help="the data split to extract")
+    add_run_args(p, device="the first model's device", seed=None)
+    arg_group(p, "run").add_argument("--batch-size", type=positive_int, default=None,
+                                     help="samples per forward pass and chunk")
+    arg_group(p, "outputs").add_argument("--store", required=True, metavar="DIR",
+                                         help="the store folder (made when missing)")
     p.set_defaults(func=cmd_extract)
     s = sub.add_parser("store", help="list what an activation store holds")
     s.add_argument("dir", metavar="DIR", help="the store folder")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import progress_of
+from .common import add_output_args, add_run_args, progress_of
 
 STUDY_NAMES = ("shortcut", "robustness", "unseen-cue")
 
@@ -34,6 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "agreement from a cue neither donor saw). Each writes report.json, report.csv and a figure.")
     p.add_argument("name", type=_study_name, metavar="{" + ",".join(STUDY_NAMES) + "}", help="which study")
     p.add_argument("--quick", action="store_true", help="a smaller run (under 3 minutes on 2 cores)")
-    p.add_argument("--out", default=None, help="output folder (default: study-NAME)")
-    p.add_argument("--seed", type=int, default=0)
+    add_output_args(p, "output folder (default: study-NAME)", csv=None)
+    add_run_args(p, device=None)
     p.set_defaults(func=cmd_study)

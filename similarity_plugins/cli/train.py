@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 
 from .common import (
+    add_data_args,
     add_model_args,
+    add_output_args,
+    add_renamed,
+    add_run_args,
     add_variant_args,
     apply_variant,
-    input_files,
     load_data,
     load_model,
     parse_variant_options,
-    positive_int,
     progress_of,
-    resolve_outputs,
 )
+from .outputs import input_files, resolve_outputs
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -24,7 +26,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..datasets.variants import PixelShortcut, variant_class
 
     resolve_outputs(args, ("--out",), input_files(args.model))   # before any training
-    data = load_data(args.data, args.max_train)
+    data = load_data(args.data, args.max_train, args.max_test)
     model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
     variant_options = parse_variant_options(args.variant_option)
     train_set, tests = data.train, {"clean": data.test}
@@ -36,7 +38,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             tests["shortcut-removed"] = apply_variant("shortcut-removed", tests[args.variant], 0)
             tests["shortcut-randomised"] = apply_variant("shortcut-randomised", tests[args.variant], args.seed + 2)
     small = split_model_spec(args.model)[0] == "small-cnn"
-    epochs = args.epochs or (8 if small else 30)
+    epochs = args.donor_epochs or (8 if small else 30)
     lr = args.lr or (3e-3 if small else 1e-3)
     adversarial = {"eps": args.eps} if args.adversarial else None
     result = train_classifier(model, train_set, epochs=epochs, lr=lr, batch_size=args.batch_size, seed=args.seed,
@@ -55,16 +57,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
     p = sub.add_parser("train", help="train a donor model (small CNN on digits; ResNet/VGG/ViT on CIFAR-10)")
     p.add_argument("--model", required=True, help="MODEL spec, e.g. small-cnn or torchvision:resnet18")
-    p.add_argument("--data", required=True, help="DATA spec")
+    add_model_args(p)
+    add_data_args(p, role="the model trains on its train split and is tested on its test split")
     add_variant_args(p, "train on a variant: pixel-shortcut, unseen-cue, ...")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=None)
+    add_run_args(p, device="the model's device", seed="seed of the initial weights, the data order and the variant")
+    p.add_argument("--donor-epochs", type=int, default=None, metavar="N",
+                   help="training epochs of the model (default: 8 for small-cnn, else 30)")
+    add_renamed(p, "--epochs", "--donor-epochs", "--epochs means stitch training epochs in compare and grid")
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--adversarial", action="store_true", help="PGD (L-inf) adversarial training")
     p.add_argument("--eps", type=float, default=0.1, help="PGD radius in pixel units ([0,1] inputs)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--out", required=True, help="where to save the weights (.pt state dict)")
-    p.add_argument("--max-train", type=positive_int, default=None)
-    add_model_args(p)
+    add_output_args(p, "where to save the weights (.pt state dict)", csv=None, required=True)
     p.set_defaults(func=cmd_train)

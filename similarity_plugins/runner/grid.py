@@ -16,20 +16,19 @@ cell is the call ``compare`` makes for that pair (the same guard, rng isolation 
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
-from torch import nn
 
 from ..host.manager import get_plugin_manager
 from ..host.registry import options_for_metrics
 from ..networks.context import Context
 from ..networks.data import Data
-from ..networks.layer_lists import check_layer
 from ..networks.split import model_device, on_device
 from ..utils.progress import check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
+from .grid_nodes import as_layers, as_models
 from .grid_results import Grid, Node
 from .grid_run import Plan, run_grid
 from .score import select_score_metrics
@@ -37,64 +36,6 @@ from .score import select_score_metrics
 __all__ = ["compare_grid", "PAIRS"]
 
 PAIRS = ("all", "across", "within")
-
-
-def _as_models(models: Any) -> dict[str, nn.Module]:
-    """``models`` as ``{name: module}`` (a list gets the names ``m0``, ``m1``, ...)."""
-    if isinstance(models, nn.Module):
-        models = [models]
-    if isinstance(models, Mapping):
-        named = {}
-        for key, model in models.items():
-            if str(key) in named:
-                other = next(k for k in models if str(k) == str(key))
-                raise ValueError(f"models {other!r} and {key!r} have the same name {str(key)!r} once written as text; "
-                                 "give each model its own name")
-            named[str(key)] = model
-    elif isinstance(models, (list, tuple)):
-        named = {f"m{i}": m for i, m in enumerate(models)}
-    else:
-        raise TypeError(f"models must be a dict name -> torch.nn.Module or a list of modules, got {type(models).__name__}")
-    if not named:
-        raise ValueError("models is empty; give at least one model (one model: its own layer x layer grid)")
-    for name, model in named.items():
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model {name!r} must be a torch.nn.Module, got {type(model).__name__}")
-    return named
-
-
-def _as_layers(layers: Any, models: dict[str, nn.Module]) -> dict[str, list[str]]:
-    """``layers`` as ``{model name: [layer, ...]}``, every name checked against its model."""
-    if isinstance(layers, str):
-        layers = [layers]
-    if isinstance(layers, Mapping):
-        layers = {str(k): v for k, v in layers.items()}  # model names are text, as in `_as_models`
-        unknown = [k for k in layers if k not in models]
-        if unknown:
-            raise ValueError(f"layers names unknown model {unknown[0]!r}{did_you_mean(str(unknown[0]), models)}; "
-                             f"models: {', '.join(models)}")
-        missing = [m for m in models if m not in layers]
-        if missing:
-            raise ValueError(f"layers has no entry for model(s) {', '.join(map(repr, missing))}; give a list for "
-                             "every model, or one list used for all")
-        per = {m: [layers[m]] if isinstance(layers[m], str) else list(layers[m]) for m in models}
-    elif isinstance(layers, (list, tuple)):
-        per = {m: list(layers) for m in models}
-    else:
-        raise TypeError(f"layers must be a list of layer names or a dict model -> list, got {type(layers).__name__}")
-    for name, names in per.items():
-        if not names:
-            raise ValueError(f"model {name!r} has no layers; give at least one")
-        if len(set(names)) != len(names):
-            raise ValueError(f"model {name!r} lists a layer twice: {names}")
-        for layer in names:
-            if not isinstance(layer, str):
-                raise TypeError(f"layer names must be strings, got {layer!r} for model {name!r}")
-            try:
-                check_layer(models[name], layer)
-            except ValueError as exc:
-                raise type(exc)(f"model {name!r}: {exc}") from None
-    return per
 
 
 def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
@@ -176,7 +117,7 @@ def compare_grid(models: Any = None, layers: Any = None, data: Data | None = Non
         raise ValueError(f"cache_bytes must be a number of bytes >= 0 or None, got {cache_bytes!r}")
     source = None
     if store is not None:
-        from .grid_store import store_source  # it reads the models and layers with this module's rules
+        from .grid_store import store_source
 
         source = store_source(store, models, layers, data, device=torch.device(device) if device else None,
                               progress=progress)
@@ -184,8 +125,8 @@ def compare_grid(models: Any = None, layers: Any = None, data: Data | None = Non
     else:
         if models is None or layers is None:
             raise TypeError("compare_grid needs models and layers, or store= (a store folder) to run from")
-        named = _as_models(models)
-        per_model = _as_layers(layers, named)
+        named = as_models(models)
+        per_model = as_layers(layers, named)
     nodes = [(m, layer) for m in named for layer in per_model[m]]
     chosen = _as_pairs(pairs, nodes)
     names = select_score_metrics(metrics)

@@ -17,6 +17,7 @@ from ..utils.readback import BadFile, decode_float, encode_float, expect, line_d
 
 __all__ = ["CELLS_FORMAT", "CellsFile", "cell_result_dict", "grid_parts", "result_from_dict"]
 
+GRID_FORMAT = "similarity-plugins grid"
 CELLS_FORMAT = "similarity-plugins grid cells"
 CELLS_VERSION = 2
 Cell = tuple  # (metric, front index, end index)
@@ -45,8 +46,6 @@ def result_from_dict(d: Any, where: Callable[[], str] = lambda: "a result") -> S
 def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict, dict]:
     """``(nodes, metrics, cells, info, meta, block_nulls)`` of a grid's `to_dict` payload, every part checked; `BadFile`
     naming ``source`` (the file, or "the grid dict") and the first problem."""
-    from .grid_results import GRID_FORMAT
-
     def at(place: str = "") -> Callable[[], str]:
         return lambda: f"{source}{place}"
 

@@ -19,11 +19,11 @@ from ..host.results import LayerPair, Report, SimilarityResult, _jsonable
 from ..utils.io import write_text
 from ..utils.pvalues import adjust_p_values
 from ..utils.text import did_you_mean
+from .grid_files import GRID_FORMAT, cell_result_dict, grid_parts, read_grid_file
 
 __all__ = ["Grid", "Node", "GRID_FORMAT"]
 
 Node = tuple  # (model name, layer name)
-GRID_FORMAT = "similarity-plugins grid"
 
 
 class Grid:
@@ -176,8 +176,6 @@ class Grid:
     def to_dict(self) -> dict:
         """A JSON-ready dict of the whole grid (nodes, metrics, info, meta and every cell; a non-finite score as
         ``"inf"``, ``"-inf"`` or ``"nan"``, so that it reads back as it was)."""
-        from .grid_files import cell_result_dict
-
         cells = [{"metric": m, "front": i, "end": j, "result": cell_result_dict(c)}
                  for (m, i, j), c in sorted(self.cells.items(), key=lambda kv: (self.metrics.index(kv[0][0]),) + kv[0][1:])]
         nulls = [{"metric": m, "front": f, "end": e, "null": list(v)} for (m, f, e), v in self.block_nulls.items()]
@@ -195,16 +193,12 @@ class Grid:
     def from_dict(cls, payload: dict) -> "Grid":
         """The grid of [`to_dict`][to_dict]; `BadFile` (a ``ValueError``) naming the first problem when
         ``payload`` is not one (a missing field, a cell index out of range, a score that is not a number)."""
-        from .grid_files import grid_parts
-
         return cls(*grid_parts(payload, "the grid dict"))
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "Grid":
         """Read a grid written by [`to_json`][to_json]; `BadFile` (a ``ValueError``) naming the file when it is
         not valid JSON or not a grid, ``FileNotFoundError`` when it does not exist."""
-        from .grid_files import read_grid_file
-
         return cls(*read_grid_file(path))
 
     # -- figures ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ..networks.split import on_device
 from ..networks.store import Store, StoreError
 from ..networks.store_fill import fill_model
 from ..utils.text import did_you_mean
+from .grid_nodes import as_layers, as_models
 
 __all__ = ["StoredModel", "StoreSource", "store_source"]
 
@@ -71,8 +72,6 @@ class StoreSource:
 def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, data: Data | None, *,
                  device: torch.device | None, progress: "bool | str") -> StoreSource:
     """The models, layers and data of ``compare_grid(..., store=store)``, the store filled where it must be."""
-    from .grid import _as_layers, _as_models
-
     if models is None:
         store = store if isinstance(store, Store) else Store(store)
         per_model = _stored_layers(store, layers)
@@ -82,8 +81,8 @@ def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, d
             data = Data(train=data.train, test=_StoredSplit())
         return StoreSource(store, named, per_model, data)
     store = store if isinstance(store, Store) else Store.create(store)
-    named = _as_models(models)
-    per_model = _as_layers(layers, named)
+    named = as_models(models)
+    per_model = as_layers(layers, named)
     if data is None or data.test is None:
         raise ValueError("compare_grid(models, layers, store=...) extracts what the store lacks from Data.test; pass "
                          "data=Data(test=...), or leave models and layers out to run from the store alone")

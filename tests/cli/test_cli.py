@@ -85,7 +85,7 @@ def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
 
     out = tmp_path / "shortcut.pt"
     code = main(["train", "--model", "small-cnn", "--data", "digits", "--variant", "pixel-shortcut",
-                 "--variant-option", "swap_fraction=0.5", "--seed", "0", "--epochs", "1", "--max-train", "256",
+                 "--variant-option", "swap_fraction=0.5", "--seed", "0", "--donor-epochs", "1", "--max-train", "256",
                  "--out", str(out), "--no-progress"])
     assert code == 0
     printed = capsys.readouterr().out
@@ -98,7 +98,7 @@ def test_train_reports_accuracies_and_saves_weights(tmp_path, capsys):
     torch.rand(7)
     again = tmp_path / "again.pt"
     assert main(["train", "--model", "small-cnn", "--data", "digits", "--variant", "pixel-shortcut",
-                 "--variant-option", "swap_fraction=0.5", "--seed", "0", "--epochs", "1", "--max-train", "256",
+                 "--variant-option", "swap_fraction=0.5", "--seed", "0", "--donor-epochs", "1", "--max-train", "256",
                  "--out", str(again), "--no-progress"]) == 0
     state2 = torch.load(again, weights_only=True)
     assert all(torch.equal(state[k], state2[k]) for k in state)
@@ -163,21 +163,21 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
     out = tmp_path / "iris.npz"
     base = ["iris", "--model", "small-cnn", "--layer", "block2", "--data", "digits", "--max-seeds", "4",
             "--steps", "3", "--out", str(out), "--no-progress"]
-    assert main([*base, "--optimizer", "lbfgs", "--option", "history=5", "--option", "fold_bn=no"]) == 0
+    assert main([*base, "--optimizer", "lbfgs", "--tuning", "history=5", "--tuning", "fold_bn=no"]) == 0
     iris, _ = load_iris(out)
     assert iris.settings["optimizer"] == "lbfgs" and iris.settings["history"] == 5
     assert iris.settings["fold_bn"] is False
     assert "(preset lbfgs, optimizer lbfgs)" in capsys.readouterr().out
-    assert main([*base, "--option", "preset=resnet", "--cycle-steps", "7"]) == 0
+    assert main([*base, "--tuning", "preset=resnet", "--cycle-steps", "7"]) == 0
     iris, _ = load_iris(out)
     assert (iris.settings["preset"], iris.settings["beta1"], iris.settings["cycle_steps"]) == ("resnet", 0.98, 7)
-    assert main([*base, "--option", "history=5"]) == 2          # the adam preset takes no L-BFGS value
+    assert main([*base, "--tuning", "history=5"]) == 2          # the adam preset takes no L-BFGS value
     assert "apply only to optimizer lbfgs" in capsys.readouterr().err
-    assert main([*base, "--option", "histroy=5"]) == 2
+    assert main([*base, "--tuning", "histroy=5"]) == 2
     assert "did you mean 'history'" in capsys.readouterr().err
-    assert main([*base, "--option", "steps=5"]) == 2
+    assert main([*base, "--tuning", "steps=5"]) == 2
     assert "use --steps" in capsys.readouterr().err
-    assert main([*base, "--option", "compile=no"]) == 2
+    assert main([*base, "--tuning", "compile=no"]) == 2
     assert "use --compile" in capsys.readouterr().err
     seen = {}
     real = iri.generate_iris
@@ -187,10 +187,10 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
         return real(*args, **{k: v for k, v in kwargs.items() if k != "compile"})
 
     monkeypatch.setattr(iri, "generate_iris", spy)
-    assert main([*base, "--compile", "--option", "fake_relu=none"]) == 0
+    assert main([*base, "--compile", "--tuning", "fake_relu=none"]) == 0
     assert seen["compile"] is True and seen["tuning"] == {"fake_relu": None}   # "none", as the CLI reads it
     monkeypatch.setattr("similarity_plugins.cli.iris.load_data", lambda *_a: pytest.fail("options are checked first"))
-    assert main([*base, "--option", "histroy=5"]) == 2
+    assert main([*base, "--tuning", "histroy=5"]) == 2
 
 
 def test_iri_tuning_option_is_read_as_json():

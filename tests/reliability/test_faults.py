@@ -410,7 +410,7 @@ def test_write_all_leaves_no_output_when_one_fails(tmp_path, monkeypatch):
 
 
 def test_the_cli_turns_an_oserror_into_one_line_naming_the_path(capsys, monkeypatch):
-    import similarity_plugins.cli.compare as cli_compare
+    import similarity_plugins.cli.compare_inputs as cli_compare  # where compare loads its data
 
     def denied(*a, **k):
         raise PermissionError(13, "Permission denied", "/data/secret/x.pt")
