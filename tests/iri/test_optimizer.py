@@ -374,10 +374,10 @@ def test_cycles_restart_and_stay_honest(trained):
 
 
 def test_gpu_script_dry_run_on_cpu(tmp_path):
-    """benchmarks/gpu_iri.py cannot run its GPU path here; its CPU dry run exercises the same code."""
+    """lab/gpu_iri.py cannot run its GPU path here; its CPU dry run exercises the same code."""
     import json
 
-    module = load_repo_module("benchmarks/gpu_iri.py", "gpu_iri")
+    module = load_repo_module("lab/gpu_iri.py", "gpu_iri")
     assert module.main(["--out", str(tmp_path), "--device", "cpu", "--small", "--skip-tests"]) == 0
     report = json.loads((tmp_path / "gpu_iri.json").read_text())
     assert report["update_adam_torch"]["median_s"] > 0 and report["update_adam_numpy"]["median_s"] > 0
@@ -392,7 +392,7 @@ def test_gpu_script_measures_compile_on_cpu():
     """The GPU script's compiled runs, at tiny sizes on the CPU (the eager backend: no C++ toolchain needed)."""
     import functools
 
-    module = load_repo_module("benchmarks/gpu_iri.py", "gpu_iri")
+    module = load_repo_module("lab/gpu_iri.py", "gpu_iri")
     real = torch.compile
     torch.compile = functools.partial(real, backend="eager")
     try:

@@ -1,4 +1,4 @@
-"""The second fault campaign: rows that must correspond, values that must mean what they say, plugins that cannot
+"""Refusals and isolation: rows that must correspond, values that must mean what they say, plugins that cannot
 take the run down or change what others see, outputs that survive the shell, and clear answers for weak cases.
 
 Each probe states what a careful user or a careless plugin author would do and asserts the answer that keeps the

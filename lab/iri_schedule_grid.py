@@ -3,7 +3,7 @@
 This is the study behind the IRI optimiser's default (per-sample cosine cycles of 300 then 600 steps) and
 the demo's ``iri_cycle_steps=100``. Run from the repository root, with nothing else using the CPU:
 
-    python scripts/iri_schedule_grid.py --cases small3,rn3,rn4,demo2,demo3,demo4 --seeds 32
+    python lab/iri_schedule_grid.py --cases small3,rn3,rn4,demo2,demo3,demo4 --seeds 32
 
 Cases: ``small3`` SmallCNN width 32 at block3 (the benchmark's model), ``rn3``/``rn4`` ResNet-18 at
 layer3/layer4 on 3x32x32 digits (the benchmark's model), ``demoN`` the demo's clean donor A (SmallCNN width

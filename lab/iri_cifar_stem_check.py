@@ -3,7 +3,7 @@ defaults (since round 7: the heavy-momentum Adam, ``AUTO_DEEP_ADAM``, at ``layer
 input's rows, and ``AUTO_WIDE_ADAM`` at ``layer4``, 1/8) vs one cosine over the budget with leaky gradients
 below the last ReLU and the straight-through gradient at it vs the best plain loop, at deep cuts.
 
-    python scripts/iri_cifar_stem_check.py --cases layer4,layer3 --seeds 4     # about 10 minutes on 2 cores
+    python lab/iri_cifar_stem_check.py --cases layer4,layer3 --seeds 4     # about 10 minutes on 2 cores
 
 The donor is cached next to the benchmark's (``IRI_BENCH_DONORS``, ``~/.cache/iri_depth_donors``). Round 6 of
 docs/iri_depth.md used it to drop one cosine over the budget at wide deep ResNet cuts: at ``layer3`` (16,384

@@ -1,7 +1,7 @@
 # ruff: noqa: I001 - a record: its imports as they were in scripts/
 """How far the front's linear model holds, at IRIs, at their seeds and at the noise starts (a study, not an option).
 
-    python scripts/iri_kinks.py --case vgg16_bn:features.33 --seeds 8 [--option relu_leak=0 ...]
+    python lab/iri_kinks.py --case vgg16_bn:features.33 --seeds 8 [--option relu_leak=0 ...]
 
 A front of ReLUs, max-pools, convolutions and (eval-mode) BatchNorm is piecewise linear in its input. A step
 of a Gauss-Newton or quasi-Newton method is only as good as the linear model ``f(x + eps d) ~ f(x) + eps J d``
@@ -27,7 +27,7 @@ import sys
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "scripts")]
+sys.path[:0] = [os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "lab")]
 
 
 def mismatch(front, x: torch.Tensor, d: torch.Tensor, eps: list[float]) -> list[float]:

@@ -4,8 +4,8 @@ samples (and the IRIs' median error and converged fraction); ``--resnet`` adds a
 torchvision ResNet-18 (seeds 0 and 1) trained 2 epochs on the 3x32x32 digits' training split, A -> B at
 ``layer3`` (L-BFGS). Run from the repository root:
 
-    python scripts/iri_sensitivity.py --layers block3,block4 --tols 0.005,0.01,0.02,0.05 --seeds 64,128,256,all
-    python scripts/iri_sensitivity.py --resnet --layers layer3 --seeds 128,256,512
+    python lab/iri_sensitivity.py --layers block3,block4 --tols 0.005,0.01,0.02,0.05 --seeds 64,128,256,all
+    python lab/iri_sensitivity.py --resnet --layers layer3 --seeds 128,256,512
 
 Each setting generates its own IRIs (separate runs; the IRIs of a looser tolerance are not the snapshots of
 one run at the tightest). Everything else is the shortcut study's configuration (``DemoConfig``).
