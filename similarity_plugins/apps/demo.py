@@ -46,7 +46,7 @@ SVCCA_DIMS = 20
 
 @dataclass
 class DemoConfig:
-    """Sizes of the demo run. ``quick()`` is the smaller run (under 90 s on 2 cores)."""
+    """Sizes of the demo run. ``quick()`` is the smaller run (fewer PGD steps, stitch epochs and IRI seeds)."""
 
     layers: list[str] = field(default_factory=lambda: ["block1", "block2", "block3", "block4"])
     width: int = 16

@@ -29,9 +29,9 @@ from ..utils.permutation import (
     permuted_inner,
     summarise,
 )
-from .grams import _center_inplace, _check_threshold, _gram_rows, _rbf_inplace
-from .hsic import _debiased_term, _row_sq_norms
-from .inputs import ArrayLike, _as_samples, _available_memory_bytes, _centered_float64, _check_debiased_n, _check_same_n
+from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
+from .hsic import debiased_term, row_sq_norms
+from .inputs import ArrayLike, available_memory_bytes, centered_float64, check_debiased_n, cka_as_samples, cka_check_same_n
 
 __all__ = ["cka_permutation_test"]
 
@@ -47,11 +47,11 @@ def _compressed(xc: np.ndarray) -> np.ndarray:
 def _feature_terms(xc: np.ndarray, yc: np.ndarray, debiased: bool) -> tuple[float, float, Any]:
     """The self-HSIC terms of the feature route and a function: permutations (b, n) -> cross terms (b,)."""
     n = xc.shape[0]
-    rx, ry = _row_sq_norms(xc), _row_sq_norms(yc)
+    rx, ry = row_sq_norms(xc), row_sq_norms(yc)
     hxx, hyy = float(np.sum((xc.T @ xc) ** 2)), float(np.sum((yc.T @ yc) ** 2))
     if debiased:
-        hxx = _debiased_term(hxx, float(rx @ rx), float(rx.sum()), float(rx.sum()), n)[0]
-        hyy = _debiased_term(hyy, float(ry @ ry), float(ry.sum()), float(ry.sum()), n)[0]
+        hxx = debiased_term(hxx, float(rx @ rx), float(rx.sum()), float(rx.sum()), n)[0]
+        hyy = debiased_term(hyy, float(ry @ ry), float(ry.sum()), float(ry.sum()), n)[0]
     xt, yt, rxt, ryt = (torch.from_numpy(v) for v in (np.ascontiguousarray(xc.T), yc, rx, ry))
 
     def cross(perms: torch.Tensor) -> torch.Tensor:
@@ -71,10 +71,10 @@ def _feature_terms(xc: np.ndarray, yc: np.ndarray, debiased: bool) -> tuple[floa
 def _grams(xc: np.ndarray, yc: np.ndarray, kernel: str, debiased: bool, threshold: float) -> tuple[np.ndarray, ...]:
     out = []
     for arr, name in ((xc, "X"), (yc, "Y")):
-        g = _gram_rows(arr)
+        g = gram_rows(arr)
         if kernel == "rbf":
-            g = _rbf_inplace(g, threshold, name)
-        out.append(_center_inplace(g, debiased))
+            g = rbf_inplace(g, threshold, name)
+        out.append(center_inplace(g, debiased))
     return tuple(out)
 
 
@@ -105,15 +105,15 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     k = check_permutations(permutations)
     if k < 1:
         raise ValueError("option permutations: the test needs at least 1 permutation (got 0)")
-    threshold = _check_threshold(threshold)
-    xa, ya = _as_samples(X, "X"), _as_samples(Y, "Y")
-    n = _check_same_n(xa, ya)
-    _check_debiased_n(n, debiased)
-    xc, yc = _centered_float64(xa, "X")[0], _centered_float64(ya, "Y")[0]
+    threshold = check_threshold(threshold)
+    xa, ya = cka_as_samples(X, "X"), cka_as_samples(Y, "Y")
+    n = cka_check_same_n(xa, ya)
+    check_debiased_n(n, debiased)
+    xc, yc = centered_float64(xa, "X")[0], centered_float64(ya, "Y")[0]
     if kernel == "linear":
         xc, yc = _compressed(xc), _compressed(yc)
     feature = kernel == "linear" and 2.0 * xc.shape[1] * yc.shape[1] <= GATHER_COST * n
-    free = float(_available_memory_bytes())
+    free = float(available_memory_bytes())
     gram_bytes = 16.0 * n * n
     work = 2.0 * n * xc.shape[1] * yc.shape[1] if feature else 3.0 * n * n * GATHER_COST
     notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free, n)]

@@ -20,6 +20,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the paper's central claim on built-in digits, in minutes (= study shortcut)")
     p.add_argument("--out", default="similarity-demo",
                    help="output folder (report.json, report.csv, similarity.png, iris.png)")
-    p.add_argument("--quick", action="store_true", help="a smaller run (under 90 s on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="a smaller run (fewer stitch epochs and IRI seeds)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)

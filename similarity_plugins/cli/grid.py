@@ -23,7 +23,7 @@ from .common import (
 FIGURE_FORMATS = ("png", "svg", "pdf")
 
 
-def _named(items: list[str], what: str) -> list[tuple[str, str]]:
+def parse_named(items: list[str], what: str) -> list[tuple[str, str]]:
     """``["a=small-cnn@a.pt"]`` -> ``[("a", "small-cnn@a.pt")]``; ``ValueError`` naming the flag otherwise."""
     out = []
     for item in items:
@@ -37,7 +37,7 @@ def _named(items: list[str], what: str) -> list[tuple[str, str]]:
 def parse_layers(items: list[str], models: list[str]) -> "list[str] | dict[str, list[str]]":
     """``--layers L1,L2`` (every model) or ``--layers NAME=L1,L2`` (one model; repeat) as ``compare_grid``'s ``layers``."""
     plain = [i for i in items if "=" not in i]
-    named = _named([i for i in items if "=" in i], "--layers")
+    named = parse_named([i for i in items if "=" in i], "--layers")
     if plain and named:
         raise ValueError("give --layers either once for every model (L1,L2,...) or as NAME=L1,L2 per model, not both")
     if plain:
@@ -113,7 +113,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.epochs is not None:
         options["epochs"] = args.epochs
     check_metric_options(options_for_metrics(select_score_metrics(args.metrics), options))
-    specs = _named(args.model, "--model")
+    specs = parse_named(args.model, "--model")
     if len({n for n, _ in specs}) != len(specs):
         raise ValueError("--model: each NAME may be given once")
     layers = parse_layers(args.layers, [n for n, _ in specs]) if args.layers else None

@@ -6,13 +6,13 @@ import argparse
 import os
 
 from .common import add_model_args, load_data, load_model, positive_int, progress_of
-from .grid import _named, parse_layers
+from .grid import parse_layers, parse_named
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
     from ..runner.extract import extract
 
-    specs = _named(args.model, "--model")
+    specs = parse_named(args.model, "--model")
     if len({n for n, _ in specs}) != len(specs):
         raise ValueError("--model: each NAME may be given once")
     layers = parse_layers(args.layers, [n for n, _ in specs])

@@ -12,7 +12,7 @@ from ..networks.split import model_device, on_device
 from ..networks.store import Store
 from ..networks.store_fill import fill_model
 from ..utils.progress import check_progress
-from .grid import _as_layers, _as_models
+from .grid import as_layers, as_models
 
 __all__ = ["extract"]
 
@@ -43,8 +43,8 @@ def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | St
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    named = _as_models(models)
-    per_model = _as_layers(layers, named)
+    named = as_models(models)
+    per_model = as_layers(layers, named)
     chosen = data.split(split)
     store = store if isinstance(store, Store) else Store.create(store)
     device = torch.device(device) if device is not None else model_device(next(iter(named.values())))

@@ -39,7 +39,7 @@ __all__ = ["compare_grid", "PAIRS"]
 PAIRS = ("all", "across", "within")
 
 
-def _as_models(models: Any) -> dict[str, nn.Module]:
+def as_models(models: Any) -> dict[str, nn.Module]:
     """``models`` as ``{name: module}`` (a list gets the names ``m0``, ``m1``, ...)."""
     if isinstance(models, nn.Module):
         models = [models]
@@ -63,12 +63,12 @@ def _as_models(models: Any) -> dict[str, nn.Module]:
     return named
 
 
-def _as_layers(layers: Any, models: dict[str, nn.Module]) -> dict[str, list[str]]:
+def as_layers(layers: Any, models: dict[str, nn.Module]) -> dict[str, list[str]]:
     """``layers`` as ``{model name: [layer, ...]}``, every name checked against its model."""
     if isinstance(layers, str):
         layers = [layers]
     if isinstance(layers, Mapping):
-        layers = {str(k): v for k, v in layers.items()}  # model names are text, as in `_as_models`
+        layers = {str(k): v for k, v in layers.items()}  # model names are text, as in `as_models`
         unknown = [k for k in layers if k not in models]
         if unknown:
             raise ValueError(f"layers names unknown model {unknown[0]!r}{did_you_mean(str(unknown[0]), models)}; "
@@ -184,8 +184,8 @@ def compare_grid(models: Any = None, layers: Any = None, data: Data | None = Non
     else:
         if models is None or layers is None:
             raise TypeError("compare_grid needs models and layers, or store= (a store folder) to run from")
-        named = _as_models(models)
-        per_model = _as_layers(layers, named)
+        named = as_models(models)
+        per_model = as_layers(layers, named)
     nodes = [(m, layer) for m in named for layer in per_model[m]]
     chosen = _as_pairs(pairs, nodes)
     names = select_score_metrics(metrics)

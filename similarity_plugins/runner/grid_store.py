@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..networks.context import Context, _versions
+from ..networks.context import Context, versions
 from ..networks.data import Data
 from ..networks.split import on_device
 from ..networks.store import Store, StoreError
@@ -65,13 +65,13 @@ class StoreSource:
                     acts = acts.reshape(len(acts), *entry["layer_shape"])
                 key = ("activations", id(placed[name]), layer, "test")
                 ctx.memo[key] = acts
-                ctx.versions[key] = _versions(acts)
+                ctx.versions[key] = versions(acts)
 
 
 def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, data: Data | None, *,
                  device: torch.device | None, progress: "bool | str") -> StoreSource:
     """The models, layers and data of ``compare_grid(..., store=store)``, the store filled where it must be."""
-    from .grid import _as_layers, _as_models
+    from .grid import as_layers, as_models
 
     if models is None:
         store = store if isinstance(store, Store) else Store(store)
@@ -82,8 +82,8 @@ def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, d
             data = Data(train=data.train, test=_StoredSplit())
         return StoreSource(store, named, per_model, data)
     store = store if isinstance(store, Store) else Store.create(store)
-    named = _as_models(models)
-    per_model = _as_layers(layers, named)
+    named = as_models(models)
+    per_model = as_layers(layers, named)
     if data is None or data.test is None:
         raise ValueError("compare_grid(models, layers, store=...) extracts what the store lacks from Data.test; pass "
                          "data=Data(test=...), or leave models and layers out to run from the store alone")

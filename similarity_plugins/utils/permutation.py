@@ -39,7 +39,7 @@ WORK_BOUND = 1e13
 #: measured on a CPU); it decides between the Gram and the feature route of linear CKA
 GATHER_COST = 120.0
 #: operations one permutation costs whatever its size: drawing it (``torch.randperm``) and the per-batch Python
-#: work, about 6 microseconds of one CPU core, counted so that a small N with a huge K is not underestimated
+#: work, counted so that a small N with a huge K is not underestimated
 PERMUTATION_COST = 1e5
 #: bytes each permutation's null value holds until the summary (a float64, twice while the batches are joined)
 NULL_BYTES = 16.0
