@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from similarity_plugins import compare
-from similarity_plugins.apps.demo import DemoConfig, _compare_options
+from similarity_plugins.apps.studies.shortcut import DemoConfig, _compare_options
 from similarity_plugins.apps.zoo import SmallCNN
 from similarity_plugins.datasets import PixelShortcut, digits_data
 from similarity_plugins.networks.data import Data

@@ -45,8 +45,8 @@ def _case(name: str, n: int):
     if name in ("rn3", "rn4"):
         return bench.resnet18_digits(), f"layer{name[-1]}", bench._digits_rgb32()[0][:n].clone()
     if name.startswith("demo"):
-        from similarity_plugins.apps.demo import DemoConfig, _spec
         from similarity_plugins.apps.studies.common import DonorPool
+        from similarity_plugins.apps.studies.shortcut import DemoConfig, _spec
         from similarity_plugins.datasets import PixelShortcut, RandomMark, digits_data
 
         clean = digits_data(size=32, seed=0)

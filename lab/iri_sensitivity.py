@@ -21,8 +21,8 @@ import torch
 
 def donors(cfg, seed: int = 0):
     """(clean A, shortcut S, data) as the shortcut study trains and compares them (every image marked)."""
-    from similarity_plugins.apps.demo import _train_donors
     from similarity_plugins.apps.studies.common import DonorPool
+    from similarity_plugins.apps.studies.shortcut import _train_donors
     from similarity_plugins.datasets import PixelShortcut, digits_data
     from similarity_plugins.networks.data import Data
 
@@ -61,8 +61,8 @@ def resnets(epochs: int = 2):
 
 def main(argv: list[str] | None = None) -> None:
     """Print one line per (layer, setting): score [interval], IRI median error, converged fraction, seconds."""
-    from similarity_plugins.apps.demo import DemoConfig
     from similarity_plugins.apps.studies.common import ci_text, study_options
+    from similarity_plugins.apps.studies.shortcut import DemoConfig
     from similarity_plugins.runner.compare import compare
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -17,8 +17,8 @@ import sys
 import time
 from dataclasses import replace
 
-from similarity_plugins.apps.demo import DemoConfig, run_demo
 from similarity_plugins.apps.studies.common import DonorPool, ci_text
+from similarity_plugins.apps.studies.shortcut import DemoConfig, run_demo
 
 VARIANTS = {
     "baseline (quick)": {},

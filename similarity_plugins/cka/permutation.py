@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..utils.permutation import (
+from ..stats.permutation import (
     GATHER_COST,
     batch_size,
     check_cost,

@@ -8,8 +8,8 @@ from .common import progress_of
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..apps.demo import run_demo
     from ..apps.studies import prepare_out_dir
+    from ..apps.studies.shortcut import run_demo
 
     run_demo(out_dir=prepare_out_dir(args.out), quick=args.quick, seed=args.seed, progress=progress_of(args))
     return 0

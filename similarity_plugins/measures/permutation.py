@@ -27,8 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..utils.arrays import ArrayLike
-from ..utils.permutation import (
+from ..stats.permutation import (
     GATHER_COST,
     batch_size,
     check_cost,
@@ -38,6 +37,7 @@ from ..utils.permutation import (
     permuted_inner,
     summarise,
 )
+from ..utils.arrays import ArrayLike
 from .cca import by_variance, dims_pair, whiten
 from .common import centred, compress_columns, pair
 from .knn import BLOCK_VALUES, neighbour_mask, unit_rows

@@ -30,7 +30,7 @@ PERMUTATIONS = Option("permutations", 0, "K > 0: also score K seeded permutation
 def permutation_count(options: dict) -> int:
     """The metric's ``permutations`` option as an int >= 0 (its declared default when absent); ``ValueError``
     naming the option for anything else (checked before any work)."""
-    from ..utils.permutation import check_permutations
+    from ..stats.permutation import check_permutations
 
     return check_permutations(options.get(PERMUTATIONS.name, PERMUTATIONS.default))
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..host.results import SimilarityResult
-from ..utils.permutation import summarise
+from ..stats.permutation import summarise
 
 __all__ = ["BlockKey", "take_nulls", "best_pair"]
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..host.results import LayerPair, Report, SimilarityResult, jsonable
+from ..stats.pvalues import adjust_p_values
 from ..utils.io import write_text
-from ..utils.pvalues import adjust_p_values
 from ..utils.text import did_you_mean
 
 __all__ = ["Grid", "Node", "GRID_FORMAT"]

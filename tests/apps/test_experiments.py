@@ -115,7 +115,7 @@ def _reports(scores: dict) -> dict:
 
 
 def test_demo_explanation_reads_the_numbers():
-    from similarity_plugins.apps.demo import _explain
+    from similarity_plugins.apps.studies.shortcut import _explain
 
     def table(std, iri, cka=None):
         rows = {}
@@ -144,7 +144,7 @@ def test_demo_explanation_reads_the_numbers():
 
 
 def test_demo_explanation_reads_procrustes_svcca_and_rsa_from_the_numbers():
-    from similarity_plugins.apps.demo import METRICS, _explain
+    from similarity_plugins.apps.studies.shortcut import METRICS, _explain
 
     assert {"cka-linear", "procrustes", "svcca", "rsa", "stitch-slm", "iri-slm"} <= set(METRICS)
 

@@ -1,4 +1,5 @@
-"""``similarity-plugins demo``: the paper's central claim on built-in digits, in minutes on a laptop.
+"""The shortcut study (``similarity-plugins study shortcut``, short name ``similarity-plugins demo``): the paper's
+central claim on built-in digits, on a CPU.
 
 Trains two clean small CNNs and one that relies on a pixel shortcut (all three adversarially robust,
 PGD-trained: non-robust models have idiosyncratic invariances that no other model shares, which hides
@@ -20,11 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..host.results import Report
-from ..networks.context import Context
-from ..networks.data import Data
-from ..runner.compare import compare
-from .studies.common import (
+from ...host.results import Report
+from ...networks.context import Context
+from ...networks.data import Data
+from ...runner.compare import compare
+from .common import (
     DonorPool,
     DonorSpec,
     begin_study,
@@ -87,7 +88,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     placement, IRIs and stitches derive from it. ``donors``: a `DonorPool` to share trained donors
     with other studies in this process (a new one when None).
     """
-    from ..datasets import PixelShortcut, digits_data
+    from ...datasets import PixelShortcut, digits_data
 
     cfg = config or (DemoConfig.quick() if quick else DemoConfig())
     start, donors = begin_study(out_dir, donors)
@@ -120,7 +121,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
 
     iris = None
     if kept:
-        from .gallery import iris_of_sweep
+        from ..gallery import iris_of_sweep
 
         iris = iris_of_sweep(context, models["clean A"], kept, _compare_options(cfg))
     files = write_files(out_dir, reports, accuracy, cfg, seed, explanation, dropped, iris)
@@ -132,7 +133,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
 def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors: DonorPool) -> dict[str, nn.Module]:
     """Two clean donors (marks at random: present but meaningless) and one that relies on a label-coded
     mark (half its images swapped for other digits while the mark follows the label)."""
-    from ..datasets import PixelShortcut, RandomMark
+    from ...datasets import PixelShortcut, RandomMark
 
     shortcut_train = PixelShortcut(train, swap_fraction=cfg.swap_fraction, seed=seed)
     clean_train = RandomMark(shortcut_train, seed=seed + 6)
@@ -148,8 +149,8 @@ def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors
 
 def _donor_accuracy(models: dict[str, nn.Module], marked_test: Any, seed: int) -> dict[str, dict[str, float]]:
     """Each donor's test accuracy with the mark, without it and with it randomised (printed and returned)."""
-    from ..datasets import ShortcutRandomised, ShortcutRemoved
-    from .training import evaluate_accuracy
+    from ...datasets import ShortcutRandomised, ShortcutRemoved
+    from ..training import evaluate_accuracy
 
     tests = {"with mark": marked_test, "mark removed": ShortcutRemoved(marked_test),
              "mark randomised": ShortcutRandomised(marked_test, seed=seed + 5)}
@@ -300,8 +301,8 @@ def write_files(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: D
                 explanation: list[str], dropped: list[str], iris: tuple[dict, torch.Tensor] | None = None) -> list[str]:
     """Write ``report.json``, ``report.csv``, ``similarity.png`` and, given ``iris`` (``({layer: IRISet}, seeds)``
     as `iris_of_sweep` returns), ``iris.png`` into ``out_dir``, all or none; returns their paths."""
-    from .gallery import iris_figure
-    from .plots import sweep_figure
+    from ..gallery import iris_figure
+    from ..plots import sweep_figure
 
     payload = {
         "meta": {"study": "shortcut", "data": "sklearn digits 32x32", "seed": seed, "config": cfg.__dict__,

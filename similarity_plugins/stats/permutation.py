@@ -206,14 +206,14 @@ def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: flo
     -------
     The warning's text (also for ``details["warnings"]``), or None when within the bounds.
     """
-    from .arrays import available_bytes
+    from ..utils.arrays import available_bytes
 
     total = float(k) * (float(work_per_permutation) + PERMUTATION_COST)
     problems = []
     if total > WORK_BOUND:
         problems.append(f"about {total:.2g} operations ({float(work_per_permutation) + PERMUTATION_COST:.2g} per "
                         f"permutation), above the bound WORK_BOUND = {WORK_BOUND:.0e} of "
-                        "similarity_plugins.utils.permutation (about ten minutes of one CPU core)")
+                        "similarity_plugins.stats.permutation (about ten minutes of one CPU core)")
     memory = float(matrix_bytes) + NULL_BYTES * float(k)
     available = float(available_bytes()) if available is None else float(available)
     if memory > available:
