@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..host.results import LayerPair, Report, SimilarityResult, jsonable
+from ..host.results import Report, SimilarityResult, jsonable
 from ..stats.pvalues import adjust_p_values
 from ..utils.io import write_text
 from ..utils.text import did_you_mean
@@ -262,8 +262,3 @@ class Grid:
 
 def _is_p(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def cut_of(front_layer: str, end_layer: str) -> str:
-    """The row's ``layer`` text of a cell (as ``compare`` writes it)."""
-    return str(LayerPair(front_layer, end_layer))
