@@ -9,7 +9,7 @@ import torch
 
 from ..iri.result import IRISet
 
-__all__ = ["gallery_captions", "iris_figure", "iris_of_sweep", "plot_iris"]
+__all__ = ["iris_figure", "plot_iris"]
 
 
 def gallery_captions(iris: IRISet, count: int) -> list[str]:
@@ -45,7 +45,7 @@ def iris_figure(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, *, c
     - Each IRI's caption gives its relative error and its RMS distance from its seed (pixel units),
       read from the IRISet; each row's label the layer and median error.
     """
-    from .plots import figure_bytes, pyplot
+    from ..utils.figures import figure_bytes, pyplot
 
     plt = pyplot()
     rows = dict(iris) if isinstance(iris, Mapping) else {"IRIs": iris}

@@ -19,7 +19,6 @@ from ..utils.arrays import (
     to_numpy,
 )
 
-__all__ = ["ArrayLike"]
 Kernel = Literal["linear", "rbf"]
 LinearMethod = Literal["auto", "feature", "gram"]
 

@@ -27,7 +27,7 @@ from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
 from .hsic import DEGENERATE_RTOL, finish_cka, fro2
 from .inputs import ArrayLike, centered_float64, check_debiased_n, cka_as_samples, cka_raise_if_constant
 
-__all__ = ["NodeGram", "UCentring", "node_gram", "cka_from_node_grams"]
+__all__ = ["node_gram", "cka_from_node_grams"]
 
 _BLOCK_BYTES = 1 << 20  # row blocks of the U-centred matrix materialised at once for its self inner product
 

@@ -20,7 +20,7 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, compress_columns, finish, numerical_rank, pair, positive_int
 
-__all__ = ["cca", "pwcca", "svcca", "cca_node", "cca_from_nodes", "svcca_from_nodes", "pwcca_from_nodes"]
+__all__ = ["cca", "pwcca", "svcca"]
 
 
 @dataclass

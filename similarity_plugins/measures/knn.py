@@ -7,7 +7,7 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, finish, pair, positive_int
 
-__all__ = ["mutual_knn", "knn_node", "mutual_knn_from_nodes"]
+__all__ = ["mutual_knn"]
 
 # rows of the n x n similarity matrix computed at once: about this many float64 values per block
 BLOCK_VALUES = 1 << 22

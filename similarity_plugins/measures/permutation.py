@@ -44,7 +44,7 @@ from .knn import BLOCK_VALUES, neighbour_mask, unit_rows
 from .regression import ridge_front
 from .rsa import average_ranks, kendall_tau, rdm_upper
 
-__all__ = ["MEASURES", "permutation_test"]
+__all__ = ["permutation_test"]
 
 Statistic = Callable[[torch.Tensor], torch.Tensor]  # permutations (b, n) -> statistics (b,)
 

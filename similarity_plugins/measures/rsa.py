@@ -18,7 +18,7 @@ import torch
 from ..utils.arrays import ArrayLike, available_bytes, format_bytes
 from .common import Measured, centred, check_choice, finish, pair
 
-__all__ = ["BYTES_PER_PAIR_SQUARED", "COMPARISONS", "RDMS", "rdm_upper", "rsa"]
+__all__ = ["rsa"]
 
 RDMS = ("correlation", "euclidean", "cosine")
 COMPARISONS = ("spearman", "pearson", "kendall")

@@ -27,7 +27,7 @@ from torch import nn
 from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
 from .layer_lists import check_layer, layers
 
-__all__ = ["frozen", "pick_logits", "preserved", "SplitNetwork", "split_network", "model_device", "model_dtype", "on_device"]
+__all__ = ["frozen", "preserved", "SplitNetwork", "model_device", "model_dtype", "on_device"]
 
 
 # --------------------------------------------------------------------------------------------- state
@@ -438,11 +438,6 @@ def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.f
         raise RuntimeError(f"internal error: value {node.name!r} from before the cut used after it")
     env[node] = graph.node_copy(node)
     return env[node]
-
-
-def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> SplitNetwork:
-    """Convenience constructor for `SplitNetwork` (see there)."""
-    return SplitNetwork(model, layer, taps)
 
 
 def on_device(model: nn.Module, device: torch.device | None, role: str) -> nn.Module:

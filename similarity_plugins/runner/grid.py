@@ -34,7 +34,7 @@ from .grid_results import Grid, Node
 from .grid_run import Plan, run_grid
 from .score import select_score_metrics
 
-__all__ = ["compare_grid", "PAIRS"]
+__all__ = ["compare_grid"]
 
 PAIRS = ("all", "across", "within")
 

@@ -20,8 +20,6 @@ import torch
 from ..host.results import SimilarityResult
 from ..stats.permutation import summarise
 
-__all__ = ["BlockKey", "take_nulls", "best_pair"]
-
 BlockKey = tuple  # (metric, front model, end model)
 NULL_KEY = "null_values"  # the cell details key the permutation tests fill in a grid (`summarise`)
 

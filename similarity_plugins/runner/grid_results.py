@@ -20,7 +20,7 @@ from ..stats.pvalues import adjust_p_values
 from ..utils.io import write_text
 from ..utils.text import did_you_mean
 
-__all__ = ["Grid", "Node", "GRID_FORMAT"]
+__all__ = ["Grid"]
 
 Node = tuple  # (model name, layer name)
 GRID_FORMAT = "similarity-plugins grid"

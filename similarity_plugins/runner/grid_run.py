@@ -24,8 +24,6 @@ from .isolation import Donors
 from .ranks import check_ranks_agree
 from .repeats import is_deterministic, run_repeated
 
-__all__ = ["Plan", "run_grid"]
-
 DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
 CHECK_EVERY = 256  # at most this many deterministic activation-only cells between two donor checks
 Cell = tuple  # (metric, front index, end index)

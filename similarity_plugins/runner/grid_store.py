@@ -23,8 +23,6 @@ from ..networks.store import Store, StoreError
 from ..networks.store_fill import fill_model
 from ..utils.text import did_you_mean
 
-__all__ = ["StoredModel", "StoreSource", "store_source"]
-
 
 class StoredModel(nn.Module):
     """Stands in for a model known only by its entries in a store: it has no weights and cannot run."""

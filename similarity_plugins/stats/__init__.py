@@ -8,7 +8,7 @@ and measure permutation tests draw and summarise their nulls here, and grids cor
 from __future__ import annotations
 
 from .permutation import PermutationCostWarning, check_permutations, draws, summarise
-from .pvalues import CORRECTIONS, adjust_p_values, benjamini_hochberg, holm
+from .pvalues import adjust_p_values, benjamini_hochberg, holm
 
-__all__ = ["PermutationCostWarning", "check_permutations", "draws", "summarise", "CORRECTIONS", "adjust_p_values",
+__all__ = ["PermutationCostWarning", "check_permutations", "draws", "summarise", "adjust_p_values",
            "benjamini_hochberg", "holm"]

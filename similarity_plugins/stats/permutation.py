@@ -28,9 +28,10 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["WORK_BOUND", "GATHER_COST", "PERMUTATION_COST", "NULL_BYTES", "BATCH_BYTES", "PermutationCostWarning",
-           "check_permutations", "draws", "summarise", "permuted_inner", "dot", "permutation_moments",
-           "pearson3_p_value", "check_cost", "null_keys"]
+__all__ = [
+    "WORK_BOUND", "GATHER_COST", "PERMUTATION_COST", "NULL_BYTES", "PermutationCostWarning", "check_permutations",
+    "draws", "summarise", "permuted_inner", "pearson3_p_value", "check_cost"
+]
 
 #: operations of all K permutations together (multiply-adds; a gathered or looked-up value counts
 #: :data:`GATHER_COST`) above which a measure warns before the work: about ten minutes of one CPU core
@@ -55,11 +56,6 @@ _SALT = 0x9E37  # the permutations' seed stream differs from the split draws' of
 
 class PermutationCostWarning(UserWarning):
     """A permutation test whose work or memory exceeds the documented bound (`WORK_BOUND`, free memory)."""
-
-
-def null_keys() -> tuple[str, ...]:
-    """The keys a permutation test adds to a metric's ``details``."""
-    return ("p_value", "null_mean", "null_std", "permutations")
 
 
 def check_permutations(value: Any) -> int:

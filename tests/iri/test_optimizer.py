@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from similarity_plugins.iri import IRISet, RunOptions, Settings, derangement, generate_iris, optimize_iris
+from similarity_plugins.iri import IRISet, RunOptions, Settings, generate_iris, optimize_iris
 from similarity_plugins.iri.backends import cupy_backend, numpy_backend, resolve_backend, torch_backend
 from similarity_plugins.iri.kernels import update_kernel
 from similarity_plugins.iri.relu import straight_through_relu, trace_front
+from similarity_plugins.iri.state import derangement
 from tests.helpers.iri import Interrupted, fake_cupy, interrupt_at, iri_cnn, rel_error
 from tests.helpers.repo import load_repo_module
 

@@ -13,7 +13,7 @@ import torch
 from ...host.results import Report, SimilarityResult, jsonable
 from ...utils.io import csv_text, json_text, write_all
 
-__all__ = ["DonorPool", "DonorSpec", "ci_text", "prepare_out_dir", "say", "study_csv", "write_study"]
+__all__ = ["DonorPool"]
 
 
 def say(text: str = "") -> None:

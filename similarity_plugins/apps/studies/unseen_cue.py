@@ -187,7 +187,7 @@ def _csv(rows: list[dict]) -> str:
 def excess_figure(summary: dict) -> bytes:
     """PNG bytes (120 dpi): excess agreement per layer of `summarise`'s ``summary``, one dot per donor pair
     and the mean with its 95% interval per metric (agreement fractions)."""
-    from ..plots import figure_bytes, pyplot
+    from ...utils.figures import figure_bytes, pyplot
 
     plt = pyplot()
     layers = list(summary)
