@@ -25,7 +25,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
-ONE_COSINE = dict(optimizer="adam", cycle_steps=0, relu_leak=0.1, fold_bn=True)
+ONE_COSINE = dict(optimizer="adam", cycle_steps=0, tuning={"relu_leak": 0.1, "fold_bn": True})
 SHOWN = ("optimizer", "lr", "steps_to_1e-2", "median", "converged", "seed_distance", "total_s")
 
 
