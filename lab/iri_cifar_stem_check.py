@@ -32,11 +32,11 @@ SHOWN = ("optimizer", "lr", "steps_to_1e-2", "median", "converged", "seed_distan
 def cifar_stem_resnet18(bench) -> nn.Module:
     """torchvision ResNet-18 (10 classes) with the CIFAR stem, trained 2 epochs of Adam (lr 1e-3, batch 64) on
     ``bench.donor_data()``; cached in ``bench.DONORS``. Returns it in eval mode."""
-    from similarity_plugins.apps.zoo import _apply_cifar_stem
+    from similarity_plugins.apps.zoo import apply_cifar_stem
 
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
-    _apply_cifar_stem(model, "resnet18")
+    apply_cifar_stem(model, "resnet18")
     path = os.path.join(bench.DONORS, f"resnet18cifar_{bench.DATA}_e2.pt")
     if os.path.exists(path):
         model.load_state_dict(torch.load(path))

@@ -46,12 +46,12 @@ def _case(name: str, n: int):
         return bench.resnet18_digits(), f"layer{name[-1]}", bench._digits_rgb32()[0][:n].clone()
     if name.startswith("demo"):
         from similarity_plugins.apps.studies.common import DonorPool
-        from similarity_plugins.apps.studies.shortcut import DemoConfig, _spec
+        from similarity_plugins.apps.studies.shortcut import DemoConfig, donor_spec
         from similarity_plugins.datasets import PixelShortcut, RandomMark, digits_data
 
         clean = digits_data(size=32, seed=0)
         shortcut_train = PixelShortcut(clean.train, swap_fraction=DemoConfig().swap_fraction, seed=0)
-        model = DonorPool().get("marked-at-random", RandomMark(shortcut_train, seed=6), _spec(DemoConfig()), 0)
+        model = DonorPool().get("marked-at-random", RandomMark(shortcut_train, seed=6), donor_spec(DemoConfig()), 0)
         return model, f"block{name[-1]}", load_all(PixelShortcut(clean.train, seed=3))[0][:n].contiguous()
     raise SystemExit(f"unknown case {name!r}; use small3, rn3, rn4, demo1..demo4")
 

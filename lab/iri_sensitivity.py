@@ -22,12 +22,12 @@ import torch
 def donors(cfg, seed: int = 0):
     """(clean A, shortcut S, data) as the shortcut study trains and compares them (every image marked)."""
     from similarity_plugins.apps.studies.common import DonorPool
-    from similarity_plugins.apps.studies.shortcut import _train_donors
+    from similarity_plugins.apps.studies.shortcut import train_donors
     from similarity_plugins.datasets import PixelShortcut, digits_data
     from similarity_plugins.networks.data import Data
 
     clean = digits_data(size=32, seed=seed)
-    models = _train_donors(cfg, clean.train, seed, False, DonorPool())
+    models = train_donors(cfg, clean.train, seed, False, DonorPool())
     data = Data(train=PixelShortcut(clean.train, seed=seed + 3), test=PixelShortcut(clean.test, seed=seed + 4))
     return models["clean A"], models["shortcut S"], data
 

@@ -83,6 +83,7 @@ def center_inplace(gram: np.ndarray, unbiased: bool) -> np.ndarray:
 
 
 def check_threshold(threshold: float) -> float:
+    """The RBF bandwidth factor as a float; ``ValueError`` unless it is finite and > 0."""
     threshold = float(threshold)
     if not (math.isfinite(threshold) and threshold > 0.0):
         raise ValueError(f"threshold must be a positive finite number (got {threshold})")

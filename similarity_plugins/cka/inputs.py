@@ -46,6 +46,7 @@ def cka_as_samples(x: ArrayLike, name: str) -> np.ndarray:
 
 
 def cka_check_same_n(x: np.ndarray, y: np.ndarray, xname: str = "X", yname: str = "Y") -> int:
+    """The common sample count of ``x`` and ``y`` (`utils.arrays.check_same_n` with CKA's name)."""
     return check_same_n(x, y, xname, yname, "CKA")
 
 
@@ -73,6 +74,7 @@ def check_min_samples(n: int, debiased: bool) -> None:
 
 
 def cka_raise_nonfinite(arr: np.ndarray, name: str) -> None:
+    """Refuse NaN/Inf in ``arr`` naming where (`utils.arrays.raise_nonfinite` with CKA's name)."""
     raise_nonfinite(arr, name, "CKA")
 
 

@@ -21,6 +21,7 @@ def _check_split(split: str) -> None:
 
 
 def to_tensor_transform(size: int | None):
+    """torchvision transform to (C, H, W) float32 in [0, 1], resized and centre-cropped to ``size`` unless None."""
     from torchvision import transforms
 
     steps = []

@@ -132,6 +132,7 @@ def cca_from_nodes(a: _Side, b: _Side, *, details: bool = False) -> float | Meas
 
 
 def dims_pair(dims: "int | tuple[int, int] | list[int] | None") -> tuple[int, int] | None:
+    """SVCCA's ``dims`` as (front, end) directions kept; None stays None; ``ValueError`` naming ``dims`` otherwise."""
     if dims is None:
         return None
     if isinstance(dims, (tuple, list)):
@@ -150,6 +151,7 @@ def _check_variance(variance: float) -> float:
 
 
 def by_variance(variance: float) -> Callable[[_Side], int]:
+    """A rule giving a whitened side's kept directions: the fewest whose variance share reaches ``variance``."""
     def keep(side: _Side) -> int:
         share = torch.cumsum(side.s**2, 0) / torch.sum(side.s**2)
         # the fewest leading directions whose share reaches `variance` (rounding: 1e-12 below counts as reached)

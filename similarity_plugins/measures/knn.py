@@ -18,6 +18,7 @@ MIN_SAMPLES = 3
 
 
 def unit_rows(x: torch.Tensor, name: str) -> torch.Tensor:
+    """Rows of ``x`` (n, d) scaled to unit L2 norm; ``ValueError`` naming ``name`` for an all-zero row."""
     norms = torch.linalg.vector_norm(x, dim=1)
     zero = int((norms == 0).sum())
     if zero:

@@ -122,6 +122,7 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def kendall_tau(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Kendall's tau-b of two 1-D dissimilarity vectors; ``ValueError`` when one of them is constant."""
     from scipy.stats import kendalltau
 
     tau = float(kendalltau(a.cpu().numpy(), b.cpu().numpy(), variant="b").statistic)

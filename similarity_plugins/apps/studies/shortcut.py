@@ -75,7 +75,8 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _spec(cfg: DemoConfig) -> DonorSpec:
+def donor_spec(cfg: DemoConfig) -> DonorSpec:
+    """How the demo trains each donor (width, epochs, PGD radius and steps of ``cfg``)."""
     return DonorSpec(width=cfg.width, epochs=cfg.train_epochs, pgd_eps=cfg.pgd_eps, pgd_steps=cfg.pgd_steps)
 
 
@@ -96,7 +97,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     _say(f"similarity-plugins demo{' (quick)' if quick else ''}: scikit-learn digits at 32x32 "
          f"({len(clean.train)} train / {len(clean.test)} test images), small CNNs, seed {seed}")
     marked_test = PixelShortcut(clean.test, seed=seed + 4)
-    models = _train_donors(cfg, clean.train, seed, progress, donors)
+    models = train_donors(cfg, clean.train, seed, progress, donors)
     _say(f"trained in {time.perf_counter() - start:.0f} s")
     accuracy = _donor_accuracy(models, marked_test, seed)
 
@@ -114,7 +115,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     if dropped:
         _say(f"not reported (IRIs did not reach tol {cfg.iri_tol:g} within {cfg.iri_steps} steps): {', '.join(dropped)}")
 
-    explanation = _explain(reports, kept)
+    explanation = explain(reports, kept)
     _say("\nwhat this shows:")
     for line in explanation:
         _say("  " + line)
@@ -123,14 +124,14 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     if kept:
         from ..gallery import iris_of_sweep
 
-        iris = iris_of_sweep(context, models["clean A"], kept, _compare_options(cfg))
+        iris = iris_of_sweep(context, models["clean A"], kept, compare_options(cfg))
     files = write_files(out_dir, reports, accuracy, cfg, seed, explanation, dropped, iris)
     seconds = time.perf_counter() - start
     _say(f"\nwrote {', '.join(files)} in {seconds:.0f} s")
     return {"reports": reports, "accuracy": accuracy, "files": files, "seconds": seconds, "dropped": dropped}
 
 
-def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors: DonorPool) -> dict[str, nn.Module]:
+def train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors: DonorPool) -> dict[str, nn.Module]:
     """Two clean donors (marks at random: present but meaningless) and one that relies on a label-coded
     mark (half its images swapped for other digits while the mark follows the label)."""
     from ...datasets import PixelShortcut, RandomMark
@@ -141,9 +142,9 @@ def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors
     _say(f"training 3 donors ({cfg.train_epochs} epochs each{robust}) ...")
     marks = ("marked-at-random", cfg.swap_fraction, seed)
     return {
-        "clean A": donors.get(marks, clean_train, _spec(cfg), seed, progress),
-        "clean B": donors.get(marks, clean_train, _spec(cfg), seed + 1, progress),
-        "shortcut S": donors.get(("shortcut", cfg.swap_fraction, seed), shortcut_train, _spec(cfg), seed + 2, progress),
+        "clean A": donors.get(marks, clean_train, donor_spec(cfg), seed, progress),
+        "clean B": donors.get(marks, clean_train, donor_spec(cfg), seed + 1, progress),
+        "shortcut S": donors.get(("shortcut", cfg.swap_fraction, seed), shortcut_train, donor_spec(cfg), seed + 2, progress),
     }
 
 
@@ -163,7 +164,7 @@ def _donor_accuracy(models: dict[str, nn.Module], marked_test: Any, seed: int) -
     return accuracy
 
 
-def _compare_options(cfg: DemoConfig) -> dict[str, Any]:
+def compare_options(cfg: DemoConfig) -> dict[str, Any]:
     """The options of the demo's comparisons (stitch training, IRI budget, SVCCA dims) from its configuration."""
     return {**study_options(cfg), "svcca": {"dims": SVCCA_DIMS}}
 
@@ -171,7 +172,7 @@ def _compare_options(cfg: DemoConfig) -> dict[str, Any]:
 def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, context: Context,
                    progress: bool) -> dict[str, Report]:
     """The layer sweep for clean -> clean and clean -> shortcut, sharing one context (and clean A's IRIs)."""
-    options, seed = _compare_options(cfg), context.seed
+    options, seed = compare_options(cfg), context.seed
     pairs = {"clean -> clean": ("clean A", "clean B"), "clean -> shortcut": ("clean A", "shortcut S")}
     reports: dict[str, Report] = {}
     for title, (front_name, end_name) in pairs.items():
@@ -204,7 +205,7 @@ def _score(report: Report, metric: str, layer: str) -> float | None:
     return None if result is None else result.score
 
 
-def _explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
+def explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
     """Two to four sentences reading the measured numbers across ``layers`` (never a canned conclusion)."""
     if not layers:
         return ["No layer had converged IRIs, so no invariance-aware score is reported; raise the IRI budget."]
