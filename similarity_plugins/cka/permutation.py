@@ -14,7 +14,7 @@ permutation distribution (`pearson3_p_value`).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -78,6 +78,27 @@ def _grams(xc: np.ndarray, yc: np.ndarray, kernel: str, debiased: bool, threshol
     return tuple(out)
 
 
+def _statistic(xc: np.ndarray, yc: np.ndarray, kernel: str, debiased: bool, threshold: float, feature: bool,
+               k: int) -> tuple[float, float, Callable[[torch.Tensor], torch.Tensor], int, tuple | None]:
+    """The test statistic's parts for centred ``xc`` (n, dx) and ``yc`` (n, dy): the two self-HSICs, the cross
+    term of a batch of permutations, the permutations per batch and the two Gram matrices (None in feature
+    space). ``ValueError`` when a self-HSIC is not positive."""
+    n, grams = xc.shape[0], None
+    if feature:
+        hxx, hyy, cross = _feature_terms(xc, yc, debiased)
+        batch = batch_size(8.0 * n * (yc.shape[1] + xc.shape[1]), k)
+    else:
+        grams = _grams(xc, yc, kernel, debiased, threshold)
+        kx, ky = (torch.from_numpy(g) for g in grams)
+        hxx, hyy = float(np.vdot(grams[0], grams[0])), float(np.vdot(grams[1], grams[1]))
+        cross = lambda perms: permuted_inner(kx, ky, perms)  # noqa: E731
+        batch = batch_size(8.0 * n, k)  # one at a time inside; the batch bounds the permutations' own storage
+    if not (hxx > 0.0 and hyy > 0.0):
+        raise ValueError("CKA permutation test: a side's self-HSIC is not positive (a constant or degenerate "
+                         "representation); the test is undefined")
+    return hxx, hyy, cross, batch, grams
+
+
 def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", debiased: bool = False,
                          threshold: float = 1.0, *, permutations: int = 999, seed: int = 0,
                          analytic: bool = True, null_values: bool = False) -> dict[str, Any]:
@@ -117,19 +138,7 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     gram_bytes = 16.0 * n * n
     work = 2.0 * n * xc.shape[1] * yc.shape[1] if feature else 3.0 * n * n * GATHER_COST
     notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free, n)]
-    grams = None
-    if feature:
-        hxx, hyy, cross = _feature_terms(xc, yc, debiased)
-        batch = batch_size(8.0 * n * (yc.shape[1] + xc.shape[1]), k)
-    else:
-        grams = _grams(xc, yc, kernel, debiased, threshold)
-        kx, ky = (torch.from_numpy(g) for g in grams)
-        hxx, hyy = float(np.vdot(grams[0], grams[0])), float(np.vdot(grams[1], grams[1]))
-        cross = lambda perms: permuted_inner(kx, ky, perms)  # noqa: E731
-        batch = batch_size(8.0 * n, k)  # one at a time inside; the batch bounds the permutations' own storage
-    if not (hxx > 0.0 and hyy > 0.0):
-        raise ValueError("CKA permutation test: a side's self-HSIC is not positive (a constant or degenerate "
-                         "representation); the test is undefined")
+    hxx, hyy, cross, batch, grams = _statistic(xc, yc, kernel, debiased, threshold, feature, k)
     scale = math.sqrt(hxx) * math.sqrt(hyy)
     identity = torch.arange(n)[None]
     observed_t = float(cross(identity)[0])
