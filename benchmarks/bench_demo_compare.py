@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from similarity_plugins import compare
-from similarity_plugins.apps.demo import DemoConfig, _compare_options
+from similarity_plugins.apps.studies.shortcut import DemoConfig, compare_options
 from similarity_plugins.apps.zoo import SmallCNN
 from similarity_plugins.datasets import PixelShortcut, digits_data
 from similarity_plugins.networks.data import Data
@@ -38,7 +38,7 @@ def setup() -> tuple[torch.nn.Module, torch.nn.Module, Data, dict]:
     a = SmallCNN(in_channels=1, width=16).eval()
     torch.manual_seed(2)
     b = SmallCNN(in_channels=1, width=16).eval()
-    options = {k: v for k, v in _compare_options(DemoConfig.quick()).items() if k != "svcca"}
+    options = {k: v for k, v in compare_options(DemoConfig.quick()).items() if k != "svcca"}
     compare(a, b, "block1", data, ["stitch-hlm"], options={"epochs": 1}, seed=0, progress=False)   # warm-up
     return a, b, data, options
 

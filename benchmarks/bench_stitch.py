@@ -27,17 +27,11 @@ import torch
 import torchvision
 
 from similarity_plugins.networks.split import SplitNetwork
-from similarity_plugins.stitch import (
-    NEEDS,
-    StitchLayer,
-    StitchSettings,
-    TrainingCache,
-    fit_stitch,
-    least_squares_init,
-    plan_stitch,
-    random_init,
-    stitched_loss,
-)
+from similarity_plugins.stitch import StitchLayer, StitchSettings, fit_stitch
+from similarity_plugins.stitch.cache import TrainingCache
+from similarity_plugins.stitch.init import least_squares_init, random_init
+from similarity_plugins.stitch.layer import plan_stitch
+from similarity_plugins.stitch.objectives import NEEDS, stitched_loss
 
 N, BATCH, LAYER = 2048, 128, "layer1"
 OBJECTIVES = ["hlm", "slm", "dm", "fula"]

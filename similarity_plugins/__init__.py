@@ -59,7 +59,7 @@ def register_metric(plugin: object, name: str, replace: bool = False) -> str:
 # Sub-packages reachable as attributes without an import of their own (``sp.functional.cka``, ``sp.iri``).
 _LAZY = {name: f".{name}" for name in (
     "functional", "cka", "measures", "iri", "datasets", "stitch", "plugins", "apps", "cli", "host", "runner",
-    "networks", "utils", "distributed")}
+    "networks", "stats", "utils", "distributed")}
 
 
 def __getattr__(name: str):

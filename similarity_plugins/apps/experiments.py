@@ -1,6 +1,7 @@
 """The paper's experiments as functions: excess agreement from an unseen predictive cue.
 
-*Excess agreement* (PAPER.md, "Unseen predictive information"): train the stitch on data that carries a
+*Excess agreement* (Athanasiadis, Karmush, Felsberg, *Grounding Functional Similarity by Invariance-Aware Model
+Stitching*, 2026, arXiv:2505.20142; [Studies](../../docs/studies.md), "Unseen cue"): train the stitch on data that carries a
 label-correlated cue which neither donor saw in training (`UnseenCue`),
 then measure the stitched model's agreement with the end model on test data *with* the cue minus its
 agreement on the same test data *without* it. Standard stitching can exploit the cue to align the

@@ -9,7 +9,7 @@ import torch
 
 from ..iri.result import IRISet
 
-__all__ = ["gallery_captions", "iris_figure", "iris_of_sweep", "plot_iris"]
+__all__ = ["iris_figure", "plot_iris"]
 
 
 def gallery_captions(iris: IRISet, count: int) -> list[str]:
@@ -45,7 +45,7 @@ def iris_figure(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, *, c
     - Each IRI's caption gives its relative error and its RMS distance from its seed (pixel units),
       read from the IRISet; each row's label the layer and median error.
     """
-    from .plots import figure_bytes, pyplot
+    from ..utils.figures import figure_bytes, pyplot
 
     plt = pyplot()
     rows = dict(iris) if isinstance(iris, Mapping) else {"IRIs": iris}
@@ -77,8 +77,8 @@ def iris_figure(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, *, c
 def iris_of_sweep(context: Any, front: torch.nn.Module, layers: list[str], options: dict) -> tuple[dict, torch.Tensor]:
     """The IRISets a ``compare`` with ``context`` made for ``front`` at ``layers`` (memoised, so no new work when
     the IRI metrics ran with the same ``options``), and their seeds: ``({layer: IRISet}, seeds (N, C, H, W))``."""
-    from ..iri.service import _seeds, iri_settings, iri_training_set
+    from ..iri.service import iri_settings, iri_training_set, training_seeds
 
     sets = {layer: iri_training_set(context, front, layer, options)[1] for layer in layers}
-    seeds, _ = _seeds(context, iri_settings(options)["iri_max_seeds"])
+    seeds, _ = training_seeds(context, iri_settings(options)["iri_max_seeds"])
     return sets, seeds

@@ -4,25 +4,12 @@ written together with other files, all or none (`write_all`)."""
 
 from __future__ import annotations
 
-import os
 from typing import Mapping, Sequence
 
 from ..host.results import Report
-from ..utils.figures import figure_bytes, figure_format, pyplot
-from ..utils.io import write_all
-
-__all__ = ["figure_bytes", "figure_format", "pyplot", "plot_sweep", "sweep_figure"]
-
+from ..utils.figures import figure_bytes, pyplot
 
 PANELS_PER_ROW = 2
-
-
-def plot_sweep(reports: Mapping[str, Report], path: str | os.PathLike, *, metrics: Sequence[str] | None = None,
-               title: str | None = None, ylabel: str = "score (relative accuracy / CKA)") -> str:
-    """Write a PNG (or the format of ``path``'s extension) of `sweep_figure` atomically; returns the path."""
-    path = os.fspath(path)
-    write_all({path: sweep_figure(reports, metrics=metrics, title=title, ylabel=ylabel, fmt=figure_format(path))})
-    return path
 
 
 def sweep_figure(reports: Mapping[str, Report], *, metrics: Sequence[str] | None = None, title: str | None = None,
@@ -40,7 +27,7 @@ def sweep_figure(reports: Mapping[str, Report], *, metrics: Sequence[str] | None
 
     panels = list(reports.items())
     if not panels:
-        raise ValueError("plot_sweep needs at least one report")
+        raise ValueError("sweep_figure needs at least one report")
     cols = min(len(panels), PANELS_PER_ROW)
     rows = -(-len(panels) // cols)
     fig, grid = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), sharey=True, squeeze=False)

@@ -107,7 +107,8 @@ def split_model_spec(spec: str) -> tuple[str, str, dict[str, Any], str | None]:
 # --------------------------------------------------------------------------- builders
 
 
-def _apply_cifar_stem(model: nn.Module, name: str) -> None:
+def apply_cifar_stem(model: nn.Module, name: str) -> None:
+    """Give a torchvision ResNet ``model`` the CIFAR stem in place: a 3x3 stride-1 ``conv1``, no max-pool."""
     conv1 = getattr(model, "conv1", None)
     if not isinstance(conv1, nn.Conv2d) or not hasattr(model, "maxpool"):
         raise ValueError(f"cifar_stem=true is for torchvision ResNets (conv1 + maxpool); {name!r} has no such stem")
@@ -132,7 +133,7 @@ def _build_torchvision(name: str, kwargs: dict[str, Any], num_classes: int | Non
         raise ValueError("pretrained torchvision weights would be downloaded; load a local file with @PATH instead")
     model = tvm.get_model(name, weights=None, **kwargs)
     if cifar_stem:
-        _apply_cifar_stem(model, name)
+        apply_cifar_stem(model, name)
     return model
 
 

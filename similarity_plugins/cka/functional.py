@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from .grams import _check_threshold
-from .hsic import _feature_cka, _finish, _fro2, _hsic_gram, _linear_plan, _pow2_rescale
+from .grams import check_threshold
+from .hsic import feature_cka, finish_cka, fro2, hsic_gram, linear_plan, pow2_rescale
 from .inputs import (
-    _UNDERFLOW_MSG,
+    UNDERFLOW_MSG,
     ArrayLike,
     Kernel,
     LinearMethod,
-    _as_samples,
-    _available_memory_bytes,
-    _both,
-    _centered_float64,
-    _check_min_samples,
-    _check_same_n,
-    _gib,
-    _raise_if_constant,
+    available_memory_bytes,
+    centered_float64,
+    check_min_samples,
+    cka_as_samples,
+    cka_check_same_n,
+    cka_raise_if_constant,
+    gib,
+    on_both,
 )
 
 
@@ -60,20 +60,20 @@ def cka(
             not fit in memory (RBF: use linear CKA / ``StreamingLinearCKA`` instead).
     """
     _check_kernel_and_method(kernel, method)
-    threshold = _check_threshold(threshold)
-    xa = _as_samples(X, "X")
-    ya = _as_samples(Y, "Y")
-    n = _check_same_n(xa, ya)
-    _check_min_samples(n, debiased)
-    budget = int(max_gram_bytes) if max_gram_bytes is not None else _available_memory_bytes()
+    threshold = check_threshold(threshold)
+    xa = cka_as_samples(X, "X")
+    ya = cka_as_samples(Y, "Y")
+    n = cka_check_same_n(xa, ya)
+    check_min_samples(n, debiased)
+    budget = int(max_gram_bytes) if max_gram_bytes is not None else available_memory_bytes()
     if kernel == "rbf":
         _check_rbf_fits(n, budget)
         plan = "gram"
     else:
-        plan = _linear_plan(n, xa.shape[1], ya.shape[1], method, budget)
+        plan = linear_plan(n, xa.shape[1], ya.shape[1], method, budget)
 
     if plan == "feature":
-        return _feature_cka(xa, ya, debiased)
+        return feature_cka(xa, ya, debiased)
     return _gram_cka(xa, ya, debiased, kernel, threshold)
 
 
@@ -91,8 +91,8 @@ def _check_rbf_fits(n: int, budget: int) -> None:
     need = 3 * 8 * n * n
     if need > budget:
         raise ValueError(
-            f"RBF CKA on n={n} samples needs about {_gib(need)} for its {n} x {n} float64 Gram "
-            f"matrices (3 x n^2 x 8 bytes) but only {_gib(budget)} is available (max_gram_bytes); "
+            f"RBF CKA on n={n} samples needs about {gib(need)} for its {n} x {n} float64 Gram "
+            f"matrices (3 x n^2 x 8 bytes) but only {gib(budget)} is available (max_gram_bytes); "
             "use linear CKA (cka(..., kernel='linear'), the 'cka-linear' metric) or "
             "StreamingLinearCKA, which need no n x n matrices, or subsample the inputs"
         )
@@ -100,16 +100,16 @@ def _check_rbf_fits(n: int, budget: int) -> None:
 
 def _gram_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool, kernel: str, threshold: float) -> float:
     """CKA via n x n Gram matrices of the column-centred float64 samples (linear or RBF)."""
-    (xc, mx), (yc, my) = _both(_centered_float64, (xa, "X"), (ya, "Y"), xa.size + ya.size)
+    (xc, mx), (yc, my) = on_both(centered_float64, (xa, "X"), (ya, "Y"), xa.size + ya.size)
     # check before building n x n matrices (and before the RBF bandwidth)
-    _raise_if_constant(xa, "X", _fro2(xc), mx)
-    _raise_if_constant(ya, "Y", _fro2(yc), my)
+    cka_raise_if_constant(xa, "X", fro2(xc), mx)
+    cka_raise_if_constant(ya, "Y", fro2(yc), my)
     for attempt in range(2):
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            out = _finish(_hsic_gram(xc, yc, debiased, kernel, threshold), debiased)
+            out = finish_cka(hsic_gram(xc, yc, debiased, kernel, threshold), debiased)
         if out is not None:
             return out
         if attempt == 0:  # under/overflow: rescale exactly by powers of two and retry once
-            _pow2_rescale(xc)
-            _pow2_rescale(yc)
-    raise ValueError(_UNDERFLOW_MSG)
+            pow2_rescale(xc)
+            pow2_rescale(yc)
+    raise ValueError(UNDERFLOW_MSG)

@@ -8,23 +8,23 @@ import numpy as np
 
 from .inputs import (
     ArrayLike,
-    _as_samples,
-    _centered_float64,
-    _check_debiased_n,
-    _check_min_samples,
-    _check_same_n,
-    _raise_nonfinite,
-    _to_numpy,
+    centered_float64,
+    check_debiased_n,
+    check_min_samples,
+    cka_as_samples,
+    cka_check_same_n,
+    cka_raise_nonfinite,
+    cka_to_numpy,
 )
 
 
 # --------------------------------------------------------------------------- Gram matrices
-def _gram_rows(xc: np.ndarray) -> np.ndarray:
+def gram_rows(xc: np.ndarray) -> np.ndarray:
     """``xc @ xc.T`` (n x n, float64, symmetric; NumPy uses a rank-k update for this form)."""
     return xc @ xc.T
 
 
-def _gram_cols(xc: np.ndarray) -> np.ndarray:
+def gram_cols(xc: np.ndarray) -> np.ndarray:
     """``xc.T @ xc`` (d x d, float64, symmetric).
 
     NumPy recognises the ``A.T @ A`` form and calls the symmetric rank-k update (half the flops of a
@@ -43,7 +43,7 @@ def _sq_dist_inplace(gram: np.ndarray) -> np.ndarray:
     return gram
 
 
-def _rbf_inplace(gram: np.ndarray, threshold: float, name: str) -> np.ndarray:
+def rbf_inplace(gram: np.ndarray, threshold: float, name: str) -> np.ndarray:
     """Linear Gram matrix -> RBF Gram matrix, in place, bandwidth from the median squared distance."""
     sq = _sq_dist_inplace(gram)
     sq_median = float(np.median(sq))
@@ -64,7 +64,7 @@ def _rbf_inplace(gram: np.ndarray, threshold: float, name: str) -> np.ndarray:
     return sq
 
 
-def _center_inplace(gram: np.ndarray, unbiased: bool) -> np.ndarray:
+def center_inplace(gram: np.ndarray, unbiased: bool) -> np.ndarray:
     """Kornblith's ``center_gram`` applied in place to a float64 symmetric matrix."""
     n = gram.shape[0]
     if unbiased:
@@ -82,7 +82,8 @@ def _center_inplace(gram: np.ndarray, unbiased: bool) -> np.ndarray:
     return gram
 
 
-def _check_threshold(threshold: float) -> float:
+def check_threshold(threshold: float) -> float:
+    """The RBF bandwidth factor as a float; ``ValueError`` unless it is finite and > 0."""
     threshold = float(threshold)
     if not (math.isfinite(threshold) and threshold > 0.0):
         raise ValueError(f"threshold must be a positive finite number (got {threshold})")
@@ -98,8 +99,8 @@ def gram_linear(x: ArrayLike) -> np.ndarray:
     Returns:
         (n, n) float64 NumPy array.
     """
-    arr = np.asarray(_as_samples(x, "x"), dtype=np.float64)
-    return _gram_rows(arr)
+    arr = np.asarray(cka_as_samples(x, "x"), dtype=np.float64)
+    return gram_rows(arr)
 
 
 def gram_rbf(x: ArrayLike, threshold: float = 1.0) -> np.ndarray:
@@ -119,17 +120,17 @@ def gram_rbf(x: ArrayLike, threshold: float = 1.0) -> np.ndarray:
     Raises:
         ValueError: non-finite input, threshold <= 0, or a zero median distance.
     """
-    threshold = _check_threshold(threshold)
-    xc, _ = _centered_float64(_as_samples(x, "x"), "x")
-    return _rbf_inplace(_gram_rows(xc), threshold, "x")
+    threshold = check_threshold(threshold)
+    xc, _ = centered_float64(cka_as_samples(x, "x"), "x")
+    return rbf_inplace(gram_rows(xc), threshold, "x")
 
 
 def _as_gram(gram: ArrayLike, name: str) -> np.ndarray:
-    arr = np.asarray(_to_numpy(gram, name), dtype=np.float64)
+    arr = np.asarray(cka_to_numpy(gram, name), dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
         raise ValueError(f"{name} must be a non-empty square (n, n) Gram matrix, got shape {arr.shape}")
     if not np.isfinite(arr).all():
-        _raise_nonfinite(arr, name)
+        cka_raise_nonfinite(arr, name)
     if not np.allclose(arr, arr.T):
         raise ValueError(f"{name} is not symmetric; a Gram matrix must equal its transpose")
     return arr
@@ -150,8 +151,8 @@ def center_gram(gram: ArrayLike, unbiased: bool = False) -> np.ndarray:
         A new (n, n) float64 NumPy array.
     """
     arr = _as_gram(gram, "gram")
-    _check_debiased_n(arr.shape[0], unbiased)
-    return _center_inplace(arr.copy(), unbiased)
+    check_debiased_n(arr.shape[0], unbiased)
+    return center_inplace(arr.copy(), unbiased)
 
 
 def cka_from_grams(gram_x: ArrayLike, gram_y: ArrayLike, debiased: bool = False) -> float:
@@ -167,10 +168,10 @@ def cka_from_grams(gram_x: ArrayLike, gram_y: ArrayLike, debiased: bool = False)
     """
     kx = _as_gram(gram_x, "gram_x")
     ky = _as_gram(gram_y, "gram_y")
-    n = _check_same_n(kx, ky, "gram_x", "gram_y")
-    _check_min_samples(n, debiased)
-    kx = _center_inplace(kx.copy(), debiased)
-    ky = _center_inplace(ky.copy(), debiased)
+    n = cka_check_same_n(kx, ky, "gram_x", "gram_y")
+    check_min_samples(n, debiased)
+    kx = center_inplace(kx.copy(), debiased)
+    ky = center_inplace(ky.copy(), debiased)
     hxy = float(np.vdot(kx, ky))
     hxx = float(np.vdot(kx, kx))
     hyy = float(np.vdot(ky, ky))

@@ -6,20 +6,20 @@ import math
 
 import numpy as np
 
-from .grams import _center_inplace, _gram_cols, _gram_rows, _rbf_inplace
+from .grams import center_inplace, gram_cols, gram_rows, rbf_inplace
 from .inputs import (
-    _DEGENERATE_RTOL,
-    _GRAM_PASS_FLOPS,
-    _UNDERFLOW_MSG,
-    _both,
-    _gib,
-    _raise_if_constant,
-    _raise_nonfinite,
+    DEGENERATE_RTOL,
+    GRAM_PASS_FLOPS,
+    UNDERFLOW_MSG,
+    cka_raise_if_constant,
+    cka_raise_nonfinite,
+    gib,
+    on_both,
 )
 
 
 # --------------------------------------------------------------------------- HSIC terms
-def _debiased_term(xty: float, r_dot: float, sum_rx: float, sum_ry: float, n: int) -> tuple[float, float]:
+def debiased_term(xty: float, r_dot: float, sum_rx: float, sum_ry: float, n: int) -> tuple[float, float]:
     """n(n-3) * unbiased HSIC in feature space, and the magnitude of its terms (rounding scale).
 
     With centred rows, ``K~`` = K with zero diagonal and ``r_i = |x_i|^2``: ``tr(K~L~) = xty - r.s``,
@@ -31,12 +31,12 @@ def _debiased_term(xty: float, r_dot: float, sum_rx: float, sum_ry: float, n: in
     return a - b + c, abs(a) + abs(b) + abs(c)
 
 
-def _row_sq_norms(xc: np.ndarray) -> np.ndarray:
+def row_sq_norms(xc: np.ndarray) -> np.ndarray:
     """Squared Euclidean norm of every row, (n,) float64."""
     return np.einsum("ij,ij->i", xc, xc)
 
 
-def _fro2(a: np.ndarray) -> float:
+def fro2(a: np.ndarray) -> float:
     """Squared Frobenius norm (no copy for strided views)."""
     return float(np.einsum("ij,ij->", a, a))
 
@@ -60,7 +60,7 @@ def _z_terms(
     """
     n = z.shape[0]
     dd = d1 + d2
-    g = _gram_cols(z)
+    g = gram_cols(z)
     cxx, cyy, cxy = g[:d1, :d1], g[d1:dd, d1:dd], g[:d1, d1:dd]
     sums = g[dd, :dd].copy()
     mx, my = sums[:d1] / n, sums[d1:] / n
@@ -68,13 +68,13 @@ def _z_terms(
         cxx -= np.outer(sums[:d1], mx)
         cyy -= np.outer(sums[d1:], my)
         cxy -= np.outer(sums[:d1], my)
-    hxy, hxx, hyy = _fro2(cxy), _fro2(cxx), _fro2(cyy)
+    hxy, hxx, hyy = fro2(cxy), fro2(cxx), fro2(cyy)
     ssx, ssy = float(np.trace(cxx)), float(np.trace(cyy))
     tol_x = tol_y = 0.0
     if debiased:
         zx, zy = z[:, :d1], z[:, d1:dd]
-        rx, ry = _row_sq_norms(zx), _row_sq_norms(zy)
-        rtol = _DEGENERATE_RTOL
+        rx, ry = row_sq_norms(zx), row_sq_norms(zy)
+        rtol = DEGENERATE_RTOL
         if not centred:
             rx -= 2.0 * (zx @ mx)
             rx += float(mx @ mx)
@@ -82,14 +82,14 @@ def _z_terms(
             ry += float(my @ my)
             rtol *= _CENTRING_RATIO  # rounding may be that much larger than with centred data
         sum_rx, sum_ry = float(rx.sum()), float(ry.sum())
-        hxy, _ = _debiased_term(hxy, float(rx @ ry), sum_rx, sum_ry, n)
-        hxx, mag_x = _debiased_term(hxx, float(rx @ rx), sum_rx, sum_rx, n)
-        hyy, mag_y = _debiased_term(hyy, float(ry @ ry), sum_ry, sum_ry, n)
+        hxy, _ = debiased_term(hxy, float(rx @ ry), sum_rx, sum_ry, n)
+        hxx, mag_x = debiased_term(hxx, float(rx @ rx), sum_rx, sum_rx, n)
+        hyy, mag_y = debiased_term(hyy, float(ry @ ry), sum_ry, sum_ry, n)
         tol_x, tol_y = rtol * mag_x, rtol * mag_y
     return (hxy, hxx, hyy, tol_x, tol_y, ssx, ssy), sums
 
 
-def _feature_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool) -> float:
+def feature_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool) -> float:
     """Linear CKA in feature space: no n x n matrix; O((d1 + d2)^2) memory besides one float64 copy.
 
     1. Copy X and Y into one float64 buffer ``z = [X | Y | 1]`` (two threads; the one float32 ->
@@ -102,13 +102,13 @@ def _feature_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool) -> float:
     d2 = ya.shape[1]
     dd = d1 + d2
     z = np.empty((n, dd + 1), dtype=np.float64)
-    _both(np.copyto, (z[:, :d1], xa), (z[:, d1:dd], ya), xa.size + ya.size)
+    on_both(np.copyto, (z[:, :d1], xa), (z[:, d1:dd], ya), xa.size + ya.size)
     z[:, dd] = 1.0
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         t, sums = _z_terms(z, d1, d2, False, debiased)
     for block, arr, name in ((sums[:d1], xa, "X"), (sums[d1:], ya, "Y")):
         if not np.isfinite(block).all():  # NaN/Inf propagate into the column sums
-            _raise_nonfinite(arr, name)
+            cka_raise_nonfinite(arr, name)
     mx, my = sums[:d1] / n, sums[d1:] / n
     hxy, hxx, hyy, tol_x, tol_y, ssx, ssy = t
     if (
@@ -122,20 +122,20 @@ def _feature_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool) -> float:
     z[:, :dd] -= sums / n  # exact centring
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         t, _ = _z_terms(z, d1, d2, True, debiased)
-    _raise_if_constant(xa, "X", t[5], mx)
-    _raise_if_constant(ya, "Y", t[6], my)
-    out = _finish(t, debiased)
+    cka_raise_if_constant(xa, "X", t[5], mx)
+    cka_raise_if_constant(ya, "Y", t[6], my)
+    out = finish_cka(t, debiased)
     if out is None:
-        _pow2_rescale(z[:, :d1])
-        _pow2_rescale(z[:, d1:dd])
+        pow2_rescale(z[:, :d1])
+        pow2_rescale(z[:, d1:dd])
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            out = _finish(_z_terms(z, d1, d2, True, debiased)[0], debiased)
+            out = finish_cka(_z_terms(z, d1, d2, True, debiased)[0], debiased)
     if out is None:
-        raise ValueError(_UNDERFLOW_MSG)
+        raise ValueError(UNDERFLOW_MSG)
     return out
 
 
-def _hsic_gram(
+def hsic_gram(
     xc: np.ndarray, yc: np.ndarray, debiased: bool, kernel: str, threshold: float
 ) -> tuple[float, ...]:
     """The HSIC terms of `_z_terms`, via n x n Gram matrices (at most three alive at once)."""
@@ -143,23 +143,23 @@ def _hsic_gram(
     ss = []
     scale = []
     for arr, name in ((xc, "X"), (yc, "Y")):
-        g = _gram_rows(arr)
+        g = gram_rows(arr)
         ss.append(float(np.trace(g)))
         if kernel == "rbf":
-            g = _rbf_inplace(g, threshold, name)
+            g = rbf_inplace(g, threshold, name)
         scale.append(float(np.vdot(g, g)))
-        grams.append(_center_inplace(g, debiased))
+        grams.append(center_inplace(g, debiased))
     kx, ky = grams
     hxy = float(np.vdot(kx, ky))
     hxx = float(np.vdot(kx, kx))
     hyy = float(np.vdot(ky, ky))
     n = xc.shape[0]
     # Entrywise centring error is a few eps * max|K|; summed in squares over n^2 entries.
-    tol_x, tol_y = ((_DEGENERATE_RTOL * n) ** 2 * s for s in scale) if debiased else (0.0, 0.0)
+    tol_x, tol_y = ((DEGENERATE_RTOL * n) ** 2 * s for s in scale) if debiased else (0.0, 0.0)
     return hxy, hxx, hyy, tol_x, tol_y, ss[0], ss[1]
 
 
-def _linear_plan(n: int, d1: int, d2: int, method: str, budget: int) -> str:
+def linear_plan(n: int, d1: int, d2: int, method: str, budget: int) -> str:
     """Pick feature or Gram space for linear CKA by flop count, subject to the memory budget.
 
     feature: n (d1^2 + d2^2) / 2 + n d1 d2 flops, 8 (d1 + d2)^2 bytes;
@@ -174,7 +174,7 @@ def _linear_plan(n: int, d1: int, d2: int, method: str, budget: int) -> str:
     if method == "gram":
         return "gram"
     feat_cost = n * (d1 * d1 + d2 * d2) / 2.0 + float(n) * d1 * d2
-    gram_cost = float(n) * n * (d1 + d2) / 2.0 + _GRAM_PASS_FLOPS * float(n) * n
+    gram_cost = float(n) * n * (d1 + d2) / 2.0 + GRAM_PASS_FLOPS * float(n) * n
     feat_fits, gram_fits = feat_bytes <= budget, gram_bytes <= budget
     if feat_fits and gram_fits:
         return "feature" if feat_cost <= gram_cost else "gram"
@@ -184,13 +184,13 @@ def _linear_plan(n: int, d1: int, d2: int, method: str, budget: int) -> str:
         return "gram"
     raise ValueError(
         f"linear CKA on n={n} samples with d1={d1}, d2={d2} features needs either "
-        f"{_gib(feat_bytes)} (feature space, d x d matrices) or {_gib(gram_bytes)} (Gram space, n x n "
-        f"matrices) but the budget is {_gib(budget)} (max_gram_bytes / available memory); "
+        f"{gib(feat_bytes)} (feature space, d x d matrices) or {gib(gram_bytes)} (Gram space, n x n "
+        f"matrices) but the budget is {gib(budget)} (max_gram_bytes / available memory); "
         "reduce the feature dimension (e.g. pool spatial maps) or the number of samples"
     )
 
 
-def _finish(
+def finish_cka(
     terms: tuple[float, ...], debiased: bool, names: tuple[str, str] = ("X", "Y")
 ) -> float | None:
     """CKA from HSIC terms, ``None`` if they under/overflowed (caller rescales), or raise if degenerate."""
@@ -212,7 +212,7 @@ def _finish(
     return hxy / (math.sqrt(hxx) * math.sqrt(hyy))
 
 
-def _pow2_rescale(arr: np.ndarray) -> None:
+def pow2_rescale(arr: np.ndarray) -> None:
     """Scale ``arr`` in place by a power of two so that max |arr| is about 1 (exact, CKA-invariant)."""
     m = float(np.max(np.abs(arr)))
     if m > 0.0 and math.isfinite(m):

@@ -19,16 +19,15 @@ from ..utils.arrays import (
     to_numpy,
 )
 
-__all__ = ["ArrayLike"]
 Kernel = Literal["linear", "rbf"]
 LinearMethod = Literal["auto", "feature", "gram"]
 
 _EPS = float(np.finfo(np.float64).eps)
 # Rounding-error scale (relative to the terms' magnitude) below which a debiased self-HSIC counts as 0.
-_DEGENERATE_RTOL = 1e3 * _EPS
+DEGENERATE_RTOL = 1e3 * _EPS
 # Gram-space passes over an n x n matrix (centring, dots) are memory-bound; weight per element.
-_GRAM_PASS_FLOPS = 40.0
-_UNDERFLOW_MSG = "CKA under- or overflowed float64 even after rescaling; check the magnitude of X and Y"
+GRAM_PASS_FLOPS = 40.0
+UNDERFLOW_MSG = "CKA under- or overflowed float64 even after rescaling; check the magnitude of X and Y"
 # Inputs with at least this many values (X and Y together) are converted in two threads.
 _PARALLEL_PREP_MIN_VALUES = 1 << 20
 
@@ -36,17 +35,18 @@ _PARALLEL_PREP_MIN_VALUES = 1 << 20
 
 # --------------------------------------------------------------------------- input handling
 # The checks every measure shares live in utils.arrays (one set of rules and messages); CKA names itself.
-def _to_numpy(x: ArrayLike, name: str) -> np.ndarray:
+def cka_to_numpy(x: ArrayLike, name: str) -> np.ndarray:
     """A NumPy view (or the cheapest exact copy) of ``x`` with a real floating dtype, on the CPU."""
     return to_numpy(x, name, "CKA")
 
 
-def _as_samples(x: ArrayLike, name: str) -> np.ndarray:
+def cka_as_samples(x: ArrayLike, name: str) -> np.ndarray:
     """``x`` as a 2-D (n, d) float32/float64 array; 1-D is (n, 1); higher rank flattens after axis 0."""
-    return as_samples(_to_numpy(x, name), name)
+    return as_samples(cka_to_numpy(x, name), name)
 
 
-def _check_same_n(x: np.ndarray, y: np.ndarray, xname: str = "X", yname: str = "Y") -> int:
+def cka_check_same_n(x: np.ndarray, y: np.ndarray, xname: str = "X", yname: str = "Y") -> int:
+    """The common sample count of ``x`` and ``y`` (`utils.arrays.check_same_n` with CKA's name)."""
     return check_same_n(x, y, xname, yname, "CKA")
 
 
@@ -56,7 +56,7 @@ MIN_SAMPLES = 3
 MIN_SAMPLES_DEBIASED = 4
 
 
-def _check_debiased_n(n: int, debiased: bool) -> None:
+def check_debiased_n(n: int, debiased: bool) -> None:
     """Refuse fewer samples than `MIN_SAMPLES_DEBIASED` for the debiased estimator."""
     if debiased and n < MIN_SAMPLES_DEBIASED:
         raise ValueError(
@@ -65,19 +65,20 @@ def _check_debiased_n(n: int, debiased: bool) -> None:
         )
 
 
-def _check_min_samples(n: int, debiased: bool) -> None:
+def check_min_samples(n: int, debiased: bool) -> None:
     """Refuse fewer samples than CKA means anything on: `MIN_SAMPLES`, or `MIN_SAMPLES_DEBIASED`."""
-    _check_debiased_n(n, debiased)
+    check_debiased_n(n, debiased)
     if n < MIN_SAMPLES:
         raise ValueError(f"CKA needs at least {MIN_SAMPLES} samples (with 2, every pair of representations scores 1) "
                          f"but got n={n}; use more samples")
 
 
-def _raise_nonfinite(arr: np.ndarray, name: str) -> None:
+def cka_raise_nonfinite(arr: np.ndarray, name: str) -> None:
+    """Refuse NaN/Inf in ``arr`` naming where (`utils.arrays.raise_nonfinite` with CKA's name)."""
     raise_nonfinite(arr, name, "CKA")
 
 
-def _centered_float64(arr: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+def centered_float64(arr: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     """A fresh C-contiguous float64 copy of ``arr`` with column means removed, and those means.
 
     NaN/Inf are detected for free: they make the column means non-finite.
@@ -85,7 +86,7 @@ def _centered_float64(arr: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarra
     xc = np.array(arr, dtype=np.float64, order="C", copy=True)
     mean = xc.mean(axis=0)
     if not np.isfinite(mean).all():
-        _raise_nonfinite(arr, name)
+        cka_raise_nonfinite(arr, name)
     xc -= mean
     return xc, mean
 
@@ -106,7 +107,7 @@ def _prep_pool() -> ThreadPoolExecutor | None:
     return _POOL[1]
 
 
-def _both(fn: Callable[..., Any], args_x: tuple, args_y: tuple, size: int) -> tuple[Any, Any]:
+def on_both(fn: Callable[..., Any], args_x: tuple, args_y: tuple, size: int) -> tuple[Any, Any]:
     """``(fn(*args_x), fn(*args_y))``, run concurrently when the work is large enough.
 
     Element-wise NumPy work is single-threaded while BLAS uses every core, so preparing X and Y side
@@ -125,16 +126,16 @@ def _both(fn: Callable[..., Any], args_x: tuple, args_y: tuple, size: int) -> tu
     return rx, fy.result()
 
 
-def _raise_if_constant(arr: np.ndarray, name: str, sum_sq: float, mean: np.ndarray) -> None:
+def cka_raise_if_constant(arr: np.ndarray, name: str, sum_sq: float, mean: np.ndarray) -> None:
     """Raise if every row of ``arr`` is identical (zero variance): `utils.arrays.raise_if_constant`."""
     raise_if_constant(arr, name, sum_sq, mean, "CKA")
 
 
-def _available_memory_bytes() -> int:
+def available_memory_bytes() -> int:
     """Bytes of memory available now on the CPU (`utils.arrays.available_bytes`)."""
     return available_bytes()
 
 
-def _gib(nbytes: float) -> str:
+def gib(nbytes: float) -> str:
     """Human-readable byte count."""
     return format_bytes(nbytes)

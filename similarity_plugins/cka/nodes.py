@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .grams import _center_inplace, _check_threshold, _gram_rows, _rbf_inplace
-from .hsic import _DEGENERATE_RTOL, _finish, _fro2
-from .inputs import ArrayLike, _as_samples, _centered_float64, _check_debiased_n, _raise_if_constant
+from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
+from .hsic import DEGENERATE_RTOL, finish_cka, fro2
+from .inputs import ArrayLike, centered_float64, check_debiased_n, cka_as_samples, cka_raise_if_constant
 
-__all__ = ["NodeGram", "UCentring", "node_gram", "cka_from_node_grams"]
+__all__ = ["node_gram", "cka_from_node_grams"]
 
 _BLOCK_BYTES = 1 << 20  # row blocks of the U-centred matrix materialised at once for its self inner product
 
@@ -75,15 +75,15 @@ class NodeGram:
 
 def _u_centring(kc: np.ndarray, scale: float) -> UCentring:
     """Kornblith's unbiased ``center_gram`` of ``kc`` as vectors: zero the diagonal, remove the row and column
-    means over ``n - 2``, zero the diagonal again; the same steps as `_center_inplace`, without a second matrix."""
+    means over ``n - 2``, zero the diagonal again; the same steps as `center_inplace`, without a second matrix."""
     n = kc.shape[0]
-    _check_debiased_n(n, True)
+    check_debiased_n(n, True)
     diag = kc.diagonal().copy()
     row_sums = np.sum(kc, 0, dtype=np.float64)
     means = (row_sums - diag) / (n - 2)
     means -= np.sum(means) / (2 * (n - 1))
     u, d = -means, 2.0 * means - diag
-    return UCentring(u, d, row_sums, diag, _u_self_hsic(kc, u), (_DEGENERATE_RTOL * n) ** 2 * scale)
+    return UCentring(u, d, row_sums, diag, _u_self_hsic(kc, u), (DEGENERATE_RTOL * n) ** 2 * scale)
 
 
 def _u_self_hsic(kc: np.ndarray, u: np.ndarray) -> float:
@@ -117,16 +117,16 @@ def node_gram(x: ArrayLike, kernel: str = "linear", threshold: float = 1.0, name
     """
     if kernel not in ("linear", "rbf"):
         raise ValueError(f"kernel must be 'linear' or 'rbf' (got {kernel!r})")
-    threshold = _check_threshold(threshold)
-    xa = _as_samples(x, name)
-    xc, mean = _centered_float64(xa, name)
-    _raise_if_constant(xa, name, _fro2(xc), mean)
-    g = _gram_rows(xc)
+    threshold = check_threshold(threshold)
+    xa = cka_as_samples(x, name)
+    xc, mean = centered_float64(xa, name)
+    cka_raise_if_constant(xa, name, fro2(xc), mean)
+    g = gram_rows(xc)
     del xc
     if kernel == "rbf":
-        g = _rbf_inplace(g, threshold, name)
+        g = rbf_inplace(g, threshold, name)
     scale = float(np.vdot(g, g))
-    k = _center_inplace(g, False)
+    k = center_inplace(g, False)
     return NodeGram(k, float(np.vdot(k, k)), scale, kernel)
 
 
@@ -160,5 +160,5 @@ def cka_from_node_grams(a: NodeGram, b: NodeGram, debiased: bool = False) -> flo
             terms = (hxy + _cross_terms(ua, ub, a.gram.shape[0]), ua.self_hsic, ub.self_hsic, ua.tol, ub.tol)
         else:
             terms = (hxy, a.self_hsic, b.self_hsic, 0.0, 0.0)
-        out = _finish(terms, debiased)
+        out = finish_cka(terms, debiased)
     return None if out is None or not math.isfinite(out) else out

@@ -14,12 +14,12 @@ permutation distribution (`pearson3_p_value`).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from ..utils.permutation import (
+from ..stats.permutation import (
     GATHER_COST,
     batch_size,
     check_cost,
@@ -29,9 +29,9 @@ from ..utils.permutation import (
     permuted_inner,
     summarise,
 )
-from .grams import _center_inplace, _check_threshold, _gram_rows, _rbf_inplace
-from .hsic import _debiased_term, _row_sq_norms
-from .inputs import ArrayLike, _as_samples, _available_memory_bytes, _centered_float64, _check_debiased_n, _check_same_n
+from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
+from .hsic import debiased_term, row_sq_norms
+from .inputs import ArrayLike, available_memory_bytes, centered_float64, check_debiased_n, cka_as_samples, cka_check_same_n
 
 __all__ = ["cka_permutation_test"]
 
@@ -47,11 +47,11 @@ def _compressed(xc: np.ndarray) -> np.ndarray:
 def _feature_terms(xc: np.ndarray, yc: np.ndarray, debiased: bool) -> tuple[float, float, Any]:
     """The self-HSIC terms of the feature route and a function: permutations (b, n) -> cross terms (b,)."""
     n = xc.shape[0]
-    rx, ry = _row_sq_norms(xc), _row_sq_norms(yc)
+    rx, ry = row_sq_norms(xc), row_sq_norms(yc)
     hxx, hyy = float(np.sum((xc.T @ xc) ** 2)), float(np.sum((yc.T @ yc) ** 2))
     if debiased:
-        hxx = _debiased_term(hxx, float(rx @ rx), float(rx.sum()), float(rx.sum()), n)[0]
-        hyy = _debiased_term(hyy, float(ry @ ry), float(ry.sum()), float(ry.sum()), n)[0]
+        hxx = debiased_term(hxx, float(rx @ rx), float(rx.sum()), float(rx.sum()), n)[0]
+        hyy = debiased_term(hyy, float(ry @ ry), float(ry.sum()), float(ry.sum()), n)[0]
     xt, yt, rxt, ryt = (torch.from_numpy(v) for v in (np.ascontiguousarray(xc.T), yc, rx, ry))
 
     def cross(perms: torch.Tensor) -> torch.Tensor:
@@ -71,11 +71,32 @@ def _feature_terms(xc: np.ndarray, yc: np.ndarray, debiased: bool) -> tuple[floa
 def _grams(xc: np.ndarray, yc: np.ndarray, kernel: str, debiased: bool, threshold: float) -> tuple[np.ndarray, ...]:
     out = []
     for arr, name in ((xc, "X"), (yc, "Y")):
-        g = _gram_rows(arr)
+        g = gram_rows(arr)
         if kernel == "rbf":
-            g = _rbf_inplace(g, threshold, name)
-        out.append(_center_inplace(g, debiased))
+            g = rbf_inplace(g, threshold, name)
+        out.append(center_inplace(g, debiased))
     return tuple(out)
+
+
+def _statistic(xc: np.ndarray, yc: np.ndarray, kernel: str, debiased: bool, threshold: float, feature: bool,
+               k: int) -> tuple[float, float, Callable[[torch.Tensor], torch.Tensor], int, tuple | None]:
+    """The test statistic's parts for centred ``xc`` (n, dx) and ``yc`` (n, dy): the two self-HSICs, the cross
+    term of a batch of permutations, the permutations per batch and the two Gram matrices (None in feature
+    space). ``ValueError`` when a self-HSIC is not positive."""
+    n, grams = xc.shape[0], None
+    if feature:
+        hxx, hyy, cross = _feature_terms(xc, yc, debiased)
+        batch = batch_size(8.0 * n * (yc.shape[1] + xc.shape[1]), k)
+    else:
+        grams = _grams(xc, yc, kernel, debiased, threshold)
+        kx, ky = (torch.from_numpy(g) for g in grams)
+        hxx, hyy = float(np.vdot(grams[0], grams[0])), float(np.vdot(grams[1], grams[1]))
+        cross = lambda perms: permuted_inner(kx, ky, perms)  # noqa: E731
+        batch = batch_size(8.0 * n, k)  # one at a time inside; the batch bounds the permutations' own storage
+    if not (hxx > 0.0 and hyy > 0.0):
+        raise ValueError("CKA permutation test: a side's self-HSIC is not positive (a constant or degenerate "
+                         "representation); the test is undefined")
+    return hxx, hyy, cross, batch, grams
 
 
 def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", debiased: bool = False,
@@ -105,31 +126,19 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     k = check_permutations(permutations)
     if k < 1:
         raise ValueError("option permutations: the test needs at least 1 permutation (got 0)")
-    threshold = _check_threshold(threshold)
-    xa, ya = _as_samples(X, "X"), _as_samples(Y, "Y")
-    n = _check_same_n(xa, ya)
-    _check_debiased_n(n, debiased)
-    xc, yc = _centered_float64(xa, "X")[0], _centered_float64(ya, "Y")[0]
+    threshold = check_threshold(threshold)
+    xa, ya = cka_as_samples(X, "X"), cka_as_samples(Y, "Y")
+    n = cka_check_same_n(xa, ya)
+    check_debiased_n(n, debiased)
+    xc, yc = centered_float64(xa, "X")[0], centered_float64(ya, "Y")[0]
     if kernel == "linear":
         xc, yc = _compressed(xc), _compressed(yc)
     feature = kernel == "linear" and 2.0 * xc.shape[1] * yc.shape[1] <= GATHER_COST * n
-    free = float(_available_memory_bytes())
+    free = float(available_memory_bytes())
     gram_bytes = 16.0 * n * n
     work = 2.0 * n * xc.shape[1] * yc.shape[1] if feature else 3.0 * n * n * GATHER_COST
     notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free, n)]
-    grams = None
-    if feature:
-        hxx, hyy, cross = _feature_terms(xc, yc, debiased)
-        batch = batch_size(8.0 * n * (yc.shape[1] + xc.shape[1]), k)
-    else:
-        grams = _grams(xc, yc, kernel, debiased, threshold)
-        kx, ky = (torch.from_numpy(g) for g in grams)
-        hxx, hyy = float(np.vdot(grams[0], grams[0])), float(np.vdot(grams[1], grams[1]))
-        cross = lambda perms: permuted_inner(kx, ky, perms)  # noqa: E731
-        batch = batch_size(8.0 * n, k)  # one at a time inside; the batch bounds the permutations' own storage
-    if not (hxx > 0.0 and hyy > 0.0):
-        raise ValueError("CKA permutation test: a side's self-HSIC is not positive (a constant or degenerate "
-                         "representation); the test is undefined")
+    hxx, hyy, cross, batch, grams = _statistic(xc, yc, kernel, debiased, threshold, feature, k)
     scale = math.sqrt(hxx) * math.sqrt(hyy)
     identity = torch.arange(n)[None]
     observed_t = float(cross(identity)[0])

@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from .functional import cka
-from .grams import _gram_cols
-from .hsic import _debiased_term, _finish, _fro2
+from .grams import gram_cols
+from .hsic import debiased_term, finish_cka, fro2
 from .inputs import (
-    _DEGENERATE_RTOL,
+    DEGENERATE_RTOL,
     ArrayLike,
-    _as_samples,
-    _available_memory_bytes,
-    _both,
-    _check_min_samples,
-    _check_same_n,
-    _gib,
-    _raise_nonfinite,
+    available_memory_bytes,
+    check_min_samples,
+    cka_as_samples,
+    cka_check_same_n,
+    cka_raise_nonfinite,
+    gib,
+    on_both,
 )
 
 
@@ -94,16 +94,16 @@ class StreamingLinearCKA:
     # ----------------------------------------------------------------- update
     def update(self, X_batch: ArrayLike, Y_batch: ArrayLike) -> None:
         """Add a batch: ``X_batch`` (b, d1) and ``Y_batch`` (b, d2) for the same b inputs."""
-        xb = _as_samples(X_batch, "X_batch")
-        yb = _as_samples(Y_batch, "Y_batch")
-        b = _check_same_n(xb, yb, "X_batch", "Y_batch")
+        xb = cka_as_samples(X_batch, "X_batch")
+        yb = cka_as_samples(Y_batch, "Y_batch")
+        b = cka_check_same_n(xb, yb, "X_batch", "Y_batch")
         dims = (xb.shape[1], yb.shape[1])
         if self._d is None:
             self._d = dims
             self._budget = (
                 int(self.max_state_bytes)
                 if self.max_state_bytes is not None
-                else _available_memory_bytes() // 2
+                else available_memory_bytes() // 2
             )
         elif dims != self._d:
             raise ValueError(
@@ -127,16 +127,16 @@ class StreamingLinearCKA:
         elif self.state_nbytes > self._budget:
             d1, d2 = self._d
             raise ValueError(
-                f"StreamingLinearCKA state does not fit in max_state_bytes={_gib(self._budget)}: the "
-                f"moments need {_gib(moment_bytes)} (d1={d1}, d2={d2}) and the buffered samples "
-                f"already take {_gib(self.state_nbytes)}; reduce the feature dimension (e.g. pool "
+                f"StreamingLinearCKA state does not fit in max_state_bytes={gib(self._budget)}: the "
+                f"moments need {gib(moment_bytes)} (d1={d1}, d2={d2}) and the buffered samples "
+                f"already take {gib(self.state_nbytes)}; reduce the feature dimension (e.g. pool "
                 "spatial maps), use fewer samples, or raise max_state_bytes"
             )
 
     @staticmethod
     def _check_finite_batch(arr: np.ndarray, name: str) -> None:
         if not np.isfinite(arr.sum(axis=0, dtype=np.float64)).all():
-            _raise_nonfinite(arr, name)
+            cka_raise_nonfinite(arr, name)
 
     def _track_constant(self, xb: np.ndarray, yb: np.ndarray) -> None:
         for i, arr in enumerate((xb, yb)):
@@ -182,7 +182,7 @@ class StreamingLinearCKA:
         z = self._scratch[:b]
         abo = np.empty((b, 3))  # columns a, b, 1
         abo[:, 2] = 1.0
-        _both(
+        on_both(
             self._fill_shifted,
             (z[:, :d1], xb, m["c"][:d1], abo[:, 0]),
             (z[:, d1:], yb, m["c"][d1:], abo[:, 1]),
@@ -191,10 +191,10 @@ class StreamingLinearCKA:
         with np.errstate(over="ignore", invalid="ignore"):  # NaN/Inf are reported just below
             w = z.T @ abo  # X'^T [a b 1] and Y'^T [a b 1]
         if not np.isfinite(w[:d1, 2]).all():
-            _raise_nonfinite(xb, "X_batch")
+            cka_raise_nonfinite(xb, "X_batch")
         if not np.isfinite(w[d1:, 2]).all():
-            _raise_nonfinite(yb, "Y_batch")
-        m["g"] += _gram_cols(z)
+            cka_raise_nonfinite(yb, "Y_batch")
+        m["g"] += gram_cols(z)
         m["w"] += w
         a, bb = abo[:, 0], abo[:, 1]
         m["scalars"] += (a.sum(), bb.sum(), a @ a, bb @ bb, a @ bb)
@@ -204,7 +204,7 @@ class StreamingLinearCKA:
         """Linear CKA of all samples seen so far, as a Python float."""
         if self.n == 0:
             raise ValueError("StreamingLinearCKA has seen no samples; call update(X_batch, Y_batch) first")
-        _check_min_samples(self.n, self.debiased)
+        check_min_samples(self.n, self.debiased)
         for i, name in enumerate(("X", "Y")):
             if self._const[i]:
                 raise ValueError(
@@ -219,7 +219,7 @@ class StreamingLinearCKA:
             # transient work memory is checked by cka() against the memory available now
             return cka(xs, ys, "linear", self.debiased)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            out = _finish(self._terms(), self.debiased)
+            out = finish_cka(self._terms(), self.debiased)
         if out is None:
             raise ValueError(
                 "StreamingLinearCKA: the accumulated moments under- or overflowed float64; rescale "
@@ -237,7 +237,7 @@ class StreamingLinearCKA:
         s = w[:, 2]
         c = m["g"] - np.outer(s, s / n)  # centred [X Y]^T [X Y]
         cxx, cyy, cxy = c[:d1, :d1], c[d1:, d1:], c[:d1, d1:]
-        hxy, hxx, hyy = _fro2(cxy), _fro2(cxx), _fro2(cyy)
+        hxy, hxx, hyy = fro2(cxy), fro2(cxx), fro2(cyy)
         if not self.debiased:
             return hxy, hxx, hyy, 0.0, 0.0
         sxx, syy, sxy = m["g"][:d1, :d1], m["g"][d1:, d1:], m["g"][:d1, d1:]
@@ -261,10 +261,10 @@ class StreamingLinearCKA:
         )
         rxx = saa - 4.0 * float(mx @ xa) + 4.0 * float(mx @ sxx @ mx) + 2.0 * mxx * sa - 3.0 * n * mxx**2
         ryy = sbb - 4.0 * float(my @ yb) + 4.0 * float(my @ syy @ my) + 2.0 * myy * sb - 3.0 * n * myy**2
-        hxy, _ = _debiased_term(hxy, rxy, rx, ry, n)
-        hxx, tx = _debiased_term(hxx, rxx, rx, rx, n)
-        hyy, ty = _debiased_term(hyy, ryy, ry, ry, n)
-        return hxy, hxx, hyy, _DEGENERATE_RTOL * tx, _DEGENERATE_RTOL * ty
+        hxy, _ = debiased_term(hxy, rxy, rx, ry, n)
+        hxx, tx = debiased_term(hxx, rxx, rx, rx, n)
+        hyy, ty = debiased_term(hyy, ryy, ry, ry, n)
+        return hxy, hxx, hyy, DEGENERATE_RTOL * tx, DEGENERATE_RTOL * ty
 
     # ----------------------------------------------------------------- merging (sharded data)
     def merge(self, other: "StreamingLinearCKA") -> "StreamingLinearCKA":

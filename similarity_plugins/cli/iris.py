@@ -121,8 +121,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="with --cache-dir: save the optimiser state every N batch steps; a rerun resumes from it")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the front's forward+backward (a warm-up of seconds to a minute per run; "
-                        "slower than eager on this project's CPU measurements)")
+                   help="torch.compile the front's forward+backward (a warm-up of seconds to a minute per run, "
+                        "paid back only on long runs; see the IRI guide)")
     p.add_argument("--precision", default=RUN_DEFAULTS["precision"], choices=PRECISIONS,
                    help="auto (default): bfloat16 steps far from --tol where the hardware has bfloat16 matrix units "
                         "(CUDA, AMX) and the front is large enough, then a float32 finish; float32; bfloat16 "

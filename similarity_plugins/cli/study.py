@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "`demo` is its short name), robustness (PGD-robust vs plain donors), unseen-cue (excess "
                        "agreement from a cue neither donor saw). Each writes report.json, report.csv and a figure.")
     p.add_argument("name", type=_study_name, metavar="{" + ",".join(STUDY_NAMES) + "}", help="which study")
-    p.add_argument("--quick", action="store_true", help="a smaller run (under 3 minutes on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="a smaller run (fewer stitch epochs and IRI seeds)")
     add_output_args(p, "output folder (default: study-NAME)", csv=None)
     add_run_args(p, device=None)
     p.set_defaults(func=cmd_study)

@@ -4,10 +4,9 @@ in [0, 1] and ``y`` an int64 class label."""
 
 from .digits import digits, digits_data
 from .folders import cifar10, cifar10_data, image_folder, image_folder_data
-from .spec import DATA_SPEC_FORMS, parse_data_spec
+from .spec import parse_data_spec
 from .tensors import ImageTensors, tensors_of
 from .variants import (
-    VARIANTS,
     PatchPattern,
     PixelShortcut,
     RandomMark,
@@ -20,7 +19,6 @@ from .variants import (
 ShortcutRandomized = ShortcutRandomised
 
 __all__ = [
-    "DATA_SPEC_FORMS",
     "ImageTensors",
     "PatchPattern",
     "PixelShortcut",
@@ -29,7 +27,6 @@ __all__ = [
     "ShortcutRandomized",
     "ShortcutRemoved",
     "UnseenCue",
-    "VARIANTS",
     "cifar10",
     "cifar10_data",
     "digits",

@@ -11,8 +11,6 @@ import torch.nn.functional as F
 from ..networks.data import Data
 from .tensors import ImageTensors
 
-NUM_DIGITS = 1797
-
 
 @lru_cache(maxsize=8)
 def _all_digits(size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,7 +20,8 @@ def _check_split(split: str) -> None:
         raise ValueError(f"unknown split {split!r}; expected 'train' or 'test'")
 
 
-def _to_tensor_transform(size: int | None):
+def to_tensor_transform(size: int | None):
+    """torchvision transform to (C, H, W) float32 in [0, 1], resized and centre-cropped to ``size`` unless None."""
     from torchvision import transforms
 
     steps = []
@@ -40,7 +41,7 @@ def cifar10(root: str | os.PathLike, split: str = "train", size: int | None = No
     from torchvision.datasets import CIFAR10
 
     root = os.fspath(root)
-    transform = _to_tensor_transform(None if size in (None, 32) else size)
+    transform = to_tensor_transform(None if size in (None, 32) else size)
     try:
         ds = CIFAR10(root, train=(split == "train"), transform=transform, download=False)
     except RuntimeError as exc:  # torchvision: "Dataset not found or corrupted."
@@ -74,7 +75,7 @@ def image_folder(root: str | os.PathLike, split: str = "train", size: int | None
             f"{Path(root)}/test/<class>/<image> (torchvision ImageFolder layout)"
         )
     try:
-        ds = ImageFolder(os.fspath(folder), transform=_to_tensor_transform(size))
+        ds = ImageFolder(os.fspath(folder), transform=to_tensor_transform(size))
     except (FileNotFoundError, RuntimeError) as exc:
         raise FileNotFoundError(
             f"no images found under {folder}: put each class's images in {folder}/<class>/ ({exc})"

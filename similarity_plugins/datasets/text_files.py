@@ -43,7 +43,7 @@ def pairs_file_data(images: str | os.PathLike, captions: str | os.PathLike, size
     """
     from PIL import Image
 
-    from .folders import _to_tensor_transform
+    from .folders import to_tensor_transform
 
     if not os.path.isdir(images):
         raise ValueError(f"images folder {os.fspath(images)!r} not found")
@@ -52,7 +52,7 @@ def pairs_file_data(images: str | os.PathLike, captions: str | os.PathLike, size
     if len(files) != len(texts):
         raise ValueError(f"{os.fspath(images)!r} has {len(files)} images but {os.fspath(captions)!r} has {len(texts)} "
                          "captions; give one caption a line per image, in the images' file-name order")
-    transform = _to_tensor_transform(size)
+    transform = to_tensor_transform(size)
     tensors = []
     for name in files:
         with Image.open(os.path.join(images, name)) as img:

@@ -33,7 +33,6 @@ import importlib
 import importlib.metadata
 import inspect
 import threading
-import traceback
 import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -269,8 +268,6 @@ class SimilarityPluginManager(pluggy.PluginManager):
         message = f"{what or f'plugin {name!r}'} from {package} failed to load: {type(exc).__name__}: {exc}"
         self.load_errors[name] = message
         self.info[name] = MetricInfo(name, package, "", error=message)
-        self._load_tracebacks = getattr(self, "_load_tracebacks", {})
-        self._load_tracebacks[name] = traceback.format_exc()
 
     def hookimpl_for(self, name: str) -> pluggy.HookImpl:
         """The ``similarity`` hookimpl of the metric ``name``."""

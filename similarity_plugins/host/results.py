@@ -77,17 +77,17 @@ class SimilarityResult:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of all fields."""
-        return _jsonable(asdict(self))
+        return jsonable(asdict(self))
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Convert numpy/torch scalars and arrays, tuples and non-finite floats to plain JSON values."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        return _jsonable(value.tolist())
+        return jsonable(value.tolist())
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, (str, int, float, bool)) or value is None:
@@ -174,7 +174,7 @@ class Report:
 
     def to_dict(self) -> dict:
         """``{"meta": {...}, "results": [result dicts]}``."""
-        return {"meta": _jsonable(self.meta), "results": [r.to_dict() for r in self.results]}
+        return {"meta": jsonable(self.meta), "results": [r.to_dict() for r in self.results]}
 
     def to_json(self, path: str | None = None, indent: int = 2) -> str:
         """The report as JSON text; also written to ``path`` when given."""

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from ..utils.text import did_you_mean
 
-__all__ = ["option_value_error", "check_option_values", "coerce_option_value", "coerce_option_values", "is_limit",
+__all__ = ["check_option_values", "coerce_option_value", "coerce_option_values", "is_limit",
            "TRUE_WORDS", "FALSE_WORDS", "Rule", "one_of", "check_rule", "check_rules", "POSITIVE_INT", "POSITIVE",
            "NON_NEGATIVE"]
 
@@ -101,15 +101,6 @@ def coerce_option_values(options: Mapping[str, Any], defaults: Mapping[str, Any]
     raises ``ValueError`` for the first bad value, naming the option."""
     defaults = defaults or {}
     return {name: coerce_option_value(name, value, defaults.get(name)) for name, value in options.items()}
-
-
-def option_value_error(name: str, value: Any, default: Any = None) -> str | None:
-    """Why ``value`` is not acceptable for option ``name`` whose declared default is ``default``; None if it is."""
-    try:
-        coerce_option_value(name, value, default)
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 def check_option_values(options: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> str | None:

@@ -22,7 +22,6 @@ from .optimize import optimize_iris
 from .presets import PRESETS
 from .result import IRISet
 from .settings import DEFAULT_OPTIMIZER, INITS, OPTIMIZERS, TUNING, RunOptions, Settings
-from .state import derangement
 
 __all__ = [
     "BACKENDS",
@@ -35,7 +34,6 @@ __all__ = [
     "Settings",
     "TUNING",
     "available_backends",
-    "derangement",
     "generate_iris",
     "optimize_iris",
 ]

@@ -1,7 +1,7 @@
 """Tracing the front pass, and surrogate ReLU gradients: straight through the last ReLU, leaky elsewhere.
 
 At a deep layer, many units of the target activation sit in a ReLU's dead zone for the current iterate,
-so their error has no gradient and plain Adam stalls around 5-10% relative error. The fake ReLU keeps the
+so their error has no gradient and plain Adam stalls well above the tolerance. The fake ReLU keeps the
 forward value exact (``relu(pre)``) but passes the gradient straight through to ``pre``, as if the ReLU were
 the identity: a unit that should be active but is not gets pushed up. Only gradients change, never forward
 values, so the loss (and hence ``rel_error``) is always the true one.

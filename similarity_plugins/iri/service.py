@@ -63,7 +63,7 @@ def iri_settings(options: dict) -> dict:
     return check_rules({k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}, _RULES)
 
 
-def _seeds(context: Context, max_seeds: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def training_seeds(context: Context, max_seeds: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The training split as seeds (x, y), or a seeded random subset of ``max_seeds`` of them."""
 
     train = training_set(context)
@@ -88,7 +88,7 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
            tuple(sorted({**settings, "iri_tuning": tuple(sorted(tuning.items()))}.items())))
 
     def build():
-        seeds, labels = _seeds(context, settings["iri_max_seeds"])
+        seeds, labels = training_seeds(context, settings["iri_max_seeds"])
         iris = generate_iris(
             front, layer, seeds.to(context.device),
             steps=int(settings["iri_steps"]), tol=float(settings["iri_tol"]), optimizer=settings["iri_optimizer"],

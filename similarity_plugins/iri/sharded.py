@@ -36,8 +36,6 @@ from .result import IRISet
 from .settings import RunOptions, Settings
 from .state import checkpoint_rows
 
-__all__ = ["optimize", "agreed_hit", "save_once", "rank_checkpoint_path", "SeedQueue"]
-
 
 def rank_checkpoint_path(path: str | None, world: World) -> str | None:
     """The checkpoint file of this rank's share: ``path`` in one process, ``path.rank{r}of{W}`` otherwise."""

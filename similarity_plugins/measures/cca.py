@@ -20,7 +20,7 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, compress_columns, finish, numerical_rank, pair, positive_int
 
-__all__ = ["cca", "pwcca", "svcca", "cca_node", "cca_from_nodes", "svcca_from_nodes", "pwcca_from_nodes"]
+__all__ = ["cca", "pwcca", "svcca"]
 
 
 @dataclass
@@ -44,7 +44,7 @@ class _Side:
         return self._left[:, : self.k]
 
 
-def _whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> _Side:
+def whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> _Side:
     """QR of the centred ``x`` (n, d) and the singular values of its R factor; ``k`` starts at the numerical rank.
 
     ``compress``: with d > n, first rewrite ``xc`` as n columns with the same row inner products
@@ -106,7 +106,7 @@ def cca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measure
             ``n - 1 <= rank(Xc) + rank(Yc)`` (CCA is degenerate: use more samples or ``svcca`` with ``dims``).
     """
     x, y = pair(X, Y, "CCA", min_n=3)
-    return cca_from_nodes(_whiten(x, "X", "CCA"), _whiten(y, "Y", "CCA"), details=details)
+    return cca_from_nodes(whiten(x, "X", "CCA"), whiten(y, "Y", "CCA"), details=details)
 
 
 def cca_node(X: ArrayLike, name: str = "X", what: str = "CCA", compress: bool = True) -> _Side:
@@ -114,7 +114,7 @@ def cca_node(X: ArrayLike, name: str = "X", what: str = "CCA", compress: bool = 
     (a grid's node) by [`cca`][cca], [`svcca`][svcca] and, with ``compress=False`` for the front,
     [`pwcca`][pwcca]. ``what`` names the measure in errors."""
     x, _ = pair(X, X, what, min_n=3)
-    return _whiten(x, name, what, compress)
+    return whiten(x, name, what, compress)
 
 
 def _same_n(a: _Side, b: _Side, what: str) -> int:
@@ -131,7 +131,8 @@ def cca_from_nodes(a: _Side, b: _Side, *, details: bool = False) -> float | Meas
     return finish(float(rho.mean()), _details(rho, a, b, n), details)
 
 
-def _dims_pair(dims: "int | tuple[int, int] | list[int] | None") -> tuple[int, int] | None:
+def dims_pair(dims: "int | tuple[int, int] | list[int] | None") -> tuple[int, int] | None:
+    """SVCCA's ``dims`` as (front, end) directions kept; None stays None; ``ValueError`` naming ``dims`` otherwise."""
     if dims is None:
         return None
     if isinstance(dims, (tuple, list)):
@@ -149,7 +150,8 @@ def _check_variance(variance: float) -> float:
     return variance
 
 
-def _by_variance(variance: float) -> Callable[[_Side], int]:
+def by_variance(variance: float) -> Callable[[_Side], int]:
+    """A rule giving a whitened side's kept directions: the fewest whose variance share reaches ``variance``."""
     def keep(side: _Side) -> int:
         share = torch.cumsum(side.s**2, 0) / torch.sum(side.s**2)
         # the fewest leading directions whose share reaches `variance` (rounding: 1e-12 below counts as reached)
@@ -178,22 +180,22 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple
     Raises:
         ValueError: bad input, bad ``variance``/``dims``, or ``n - 1 <= kept front + kept end`` directions.
     """
-    variance, _ = _check_variance(variance), _dims_pair(dims)
+    variance, _ = _check_variance(variance), dims_pair(dims)
     x, y = pair(X, Y, "SVCCA", min_n=3)
-    return svcca_from_nodes(_whiten(x, "X", "SVCCA"), _whiten(y, "Y", "SVCCA"), variance, dims, details=details)
+    return svcca_from_nodes(whiten(x, "X", "SVCCA"), whiten(y, "Y", "SVCCA"), variance, dims, details=details)
 
 
 def svcca_from_nodes(a: _Side, b: _Side, variance: float = 0.99, dims: "int | tuple[int, int] | None" = None, *,
                      details: bool = False) -> float | Measured:
     """[`svcca`][svcca] from two sides' `cca_node` (the nodes are not changed)."""
     variance = _check_variance(variance)
-    wanted = _dims_pair(dims)
+    wanted = dims_pair(dims)
     n = _same_n(a, b, "SVCCA")
     a, b = replace(a), replace(b)  # the kept counts are this call's
     warnings = []
     for side, label, i in ((a, "front", 0), (b, "end", 1)):
         if wanted is None:
-            side.k = _by_variance(variance)(side)
+            side.k = by_variance(variance)(side)
         else:
             side.k = min(wanted[i], side.rank)
             if wanted[i] > side.rank:
@@ -228,7 +230,7 @@ def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measu
         ValueError: bad input, a constant side, or ``n - 1 <= rank(Xc) + rank(Yc)`` (degenerate CCA).
     """
     x, y = pair(X, Y, "PWCCA", min_n=3)
-    return pwcca_from_nodes(_whiten(x, "X", "PWCCA", compress=False), _whiten(y, "Y", "PWCCA"), details=details)
+    return pwcca_from_nodes(whiten(x, "X", "PWCCA", compress=False), whiten(y, "Y", "PWCCA"), details=details)
 
 
 def pwcca_from_nodes(a: _Side, b: _Side, *, details: bool = False) -> float | Measured:

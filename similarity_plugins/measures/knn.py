@@ -7,17 +7,18 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, finish, pair, positive_int
 
-__all__ = ["mutual_knn", "knn_node", "mutual_knn_from_nodes"]
+__all__ = ["mutual_knn"]
 
 # rows of the n x n similarity matrix computed at once: about this many float64 values per block
-_BLOCK_VALUES = 1 << 22
+BLOCK_VALUES = 1 << 22
 
 
 #: With two samples each one's only neighbour is the other, in both representations: every pair scores 1.
 MIN_SAMPLES = 3
 
 
-def _unit_rows(x: torch.Tensor, name: str) -> torch.Tensor:
+def unit_rows(x: torch.Tensor, name: str) -> torch.Tensor:
+    """Rows of ``x`` (n, d) scaled to unit L2 norm; ``ValueError`` naming ``name`` for an all-zero row."""
     norms = torch.linalg.vector_norm(x, dim=1)
     zero = int((norms == 0).sum())
     if zero:
@@ -26,7 +27,7 @@ def _unit_rows(x: torch.Tensor, name: str) -> torch.Tensor:
     return x / norms[:, None]
 
 
-def _neighbours(sim: torch.Tensor, start: int, k: int) -> tuple[torch.Tensor, int]:
+def neighbour_mask(sim: torch.Tensor, start: int, k: int) -> tuple[torch.Tensor, int]:
     """Boolean (b, n) mask of each row's k most similar other rows, and how many rows had a tie at the cut.
 
     ``sim`` (b, n) holds rows ``start .. start+b-1`` of the similarity matrix (changed in place: the
@@ -87,11 +88,11 @@ def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> tuple[torch.Tenso
                          f"neighbours are all the other samples and every pair scores 1) but got n={n}; pass more "
                          f"samples or a smaller topk")
     centred(x, name, "mutual-kNN")  # refuses a constant representation like every measure
-    xn = _unit_rows(x, name)
-    block = max(1, min(n, _BLOCK_VALUES // n))
+    xn = unit_rows(x, name)
+    block = max(1, min(n, BLOCK_VALUES // n))
     parts, tied = [], 0
     for start in range(0, n, block):
-        chosen, t = _neighbours(xn[start:start + block] @ xn.T, start, k)
+        chosen, t = neighbour_mask(xn[start:start + block] @ xn.T, start, k)
         parts.append(chosen.nonzero()[:, 1].reshape(-1, k))  # exactly k per row, in column order
         tied += t
     return torch.cat(parts), tied
@@ -106,6 +107,6 @@ def mutual_knn_from_nodes(a: tuple[torch.Tensor, int], b: tuple[torch.Tensor, in
                          "must be the same inputs")
     n, k = na.shape
     nb = nb.to(na.device)
-    rows = max(1, _BLOCK_VALUES // (k * k))
+    rows = max(1, BLOCK_VALUES // (k * k))
     shared = sum(int((na[s:s + rows, :, None] == nb[s:s + rows, None, :]).sum()) for s in range(0, n, rows))
     return finish(shared / (n * k), {"n": n, "topk": k, "tied_rows": ta + tb}, details)

@@ -27,8 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..utils.arrays import ArrayLike
-from ..utils.permutation import (
+from ..stats.permutation import (
     GATHER_COST,
     batch_size,
     check_cost,
@@ -38,13 +37,14 @@ from ..utils.permutation import (
     permuted_inner,
     summarise,
 )
-from .cca import _by_variance, _dims_pair, _whiten
+from ..utils.arrays import ArrayLike
+from .cca import by_variance, dims_pair, whiten
 from .common import centred, compress_columns, pair
-from .knn import _BLOCK_VALUES, _neighbours, _unit_rows
+from .knn import BLOCK_VALUES, neighbour_mask, unit_rows
 from .regression import ridge_front
-from .rsa import _kendall, average_ranks, rdm_upper
+from .rsa import average_ranks, kendall_tau, rdm_upper
 
-__all__ = ["MEASURES", "permutation_test"]
+__all__ = ["permutation_test"]
 
 Statistic = Callable[[torch.Tensor], torch.Tensor]  # permutations (b, n) -> statistics (b,)
 
@@ -81,11 +81,11 @@ def _procrustes(x: torch.Tensor, y: torch.Tensor) -> tuple[Statistic, float]:
 def _bases(x: torch.Tensor, y: torch.Tensor, what: str, variance: float | None = None, dims: Any = None,
            compress: bool = True) -> tuple[torch.Tensor, torch.Tensor, Any, Any]:
     """Each side's kept orthonormal basis (n, k) as the CCA family keeps it, and the front's whitening."""
-    a, b = _whiten(x, "X", what, compress), _whiten(y, "Y", what)
-    wanted = _dims_pair(dims) if what == "SVCCA" else None
+    a, b = whiten(x, "X", what, compress), whiten(y, "Y", what)
+    wanted = dims_pair(dims) if what == "SVCCA" else None
     for side, i in ((a, 0), (b, 1)):
         if what == "SVCCA":
-            side.k = min(wanted[i], side.rank) if wanted else _by_variance(float(variance))(side)
+            side.k = min(wanted[i], side.rank) if wanted else by_variance(float(variance))(side)
     if a.k + b.k >= x.shape[0] - 1:
         raise ValueError(f"{what} is degenerate here (n - 1 <= {a.k} + {b.k} kept directions); no test")
     ua, ub = a.kept(), b.kept()
@@ -139,7 +139,7 @@ def _rsa(x: torch.Tensor, y: torch.Tensor, rdm: str = "correlation", compare: st
     sa, sb = _square(a, n), _square(b, n)
     if compare == "kendall":
         i, j = torch.triu_indices(n, n, 1)
-        stat = lambda p: torch.tensor([_kendall(a, sb[pk[i], pk[j]]) for pk in p])  # noqa: E731
+        stat = lambda p: torch.tensor([kendall_tau(a, sb[pk[i], pk[j]]) for pk in p])  # noqa: E731
         return stat, 30.0 * a.numel() * math.log2(max(2, a.numel())), 24.0 * a.numel(), None
     scale = 2.0 * na * nb  # the full matrices count every pair twice
     stat = lambda p: (permuted_inner(sa, sb, p) / scale).clamp(-1.0, 1.0)  # noqa: E731
@@ -152,9 +152,9 @@ def _mutual_knn(x: torch.Tensor, y: torch.Tensor, topk: int = 10) -> tuple[Stati
     centred(y, "Y", "mutual-kNN")
     sets = []
     for z, name in ((x, "X"), (y, "Y")):
-        zn, block, rows = _unit_rows(z, name), max(1, min(n, _BLOCK_VALUES // n)), []
+        zn, block, rows = unit_rows(z, name), max(1, min(n, BLOCK_VALUES // n)), []
         for start in range(0, n, block):
-            chosen = _neighbours(zn[start:start + block] @ zn.T, start, k)[0]
+            chosen = neighbour_mask(zn[start:start + block] @ zn.T, start, k)[0]
             rows.append(chosen.nonzero()[:, 1].reshape(-1, k))
         sets.append(torch.cat(rows).cpu())
     keys = torch.sort((torch.arange(n)[:, None] * n + sets[0]).reshape(-1)).values

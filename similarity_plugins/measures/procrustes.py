@@ -9,7 +9,7 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, compress_columns, finish, pair
 
-__all__ = ["procrustes", "procrustes_node", "procrustes_from_nodes"]
+__all__ = ["procrustes"]
 
 
 #: With two samples the centred sides are one line each and every pair scores 1: three is the least that means anything.

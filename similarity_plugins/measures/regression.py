@@ -11,8 +11,7 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, finish, pair
 
-__all__ = ["DEFAULT_ALPHA", "TRAIN_FRACTION", "RidgeFront", "linear_regression", "linear_regression_from_front",
-           "ridge_front"]
+__all__ = ["linear_regression", "linear_regression_from_front", "ridge_front"]
 
 #: ridge strength relative to the mean eigenvalue of the front's training covariance (see the docstring)
 DEFAULT_ALPHA = 1e-3

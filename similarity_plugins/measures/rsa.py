@@ -18,7 +18,7 @@ import torch
 from ..utils.arrays import ArrayLike, available_bytes, format_bytes
 from .common import Measured, centred, check_choice, finish, pair
 
-__all__ = ["BYTES_PER_PAIR_SQUARED", "COMPARISONS", "RDMS", "rdm_upper", "rsa"]
+__all__ = ["rsa"]
 
 RDMS = ("correlation", "euclidean", "cosine")
 COMPARISONS = ("spearman", "pearson", "kendall")
@@ -42,7 +42,7 @@ def _unit_rows(z: torch.Tensor, name: str, rdm: str) -> torch.Tensor:
 def _upper(square: torch.Tensor) -> torch.Tensor:
     """The entries strictly above the diagonal of an (n, n) matrix, row by row (``pdist``'s order)."""
     n = square.shape[0]
-    if square.device.type == "cpu":  # row slices: no n x n mask, and several times faster than boolean indexing
+    if square.device.type == "cpu":  # row slices: no n x n mask (boolean indexing builds one)
         a = square.numpy()
         return torch.from_numpy(np.concatenate([a[i, i + 1:] for i in range(n - 1)]))
     return square[torch.ones(n, n, dtype=torch.bool, device=square.device).triu_(1)]
@@ -76,7 +76,7 @@ def rdm_upper(x: torch.Tensor, rdm: str, name: str = "X") -> torch.Tensor:
 def average_ranks(v: torch.Tensor) -> torch.Tensor:
     """Ranks 1..m of ``v`` (m,), ties sharing their average rank (``scipy.stats.rankdata(method='average')``).
 
-    On the CPU the sort is NumPy's (several times faster than torch's there); elsewhere torch's.
+    On the CPU the sort is NumPy's (faster than torch's there); elsewhere torch's.
     """
     if v.device.type == "cpu":
         return torch.from_numpy(_average_ranks_numpy(v.numpy()))
@@ -121,7 +121,8 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     return max(-1.0, min(1.0, float(torch.dot(a, b)) / (na * nb)))
 
 
-def _kendall(a: torch.Tensor, b: torch.Tensor) -> float:
+def kendall_tau(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Kendall's tau-b of two 1-D dissimilarity vectors; ``ValueError`` when one of them is constant."""
     from scipy.stats import kendalltau
 
     tau = float(kendalltau(a.cpu().numpy(), b.cpu().numpy(), variant="b").statistic)
@@ -201,5 +202,5 @@ def rsa_from_vectors(a: torch.Tensor, b: torch.Tensor, compare: str = "spearman"
                          "are needed")
     if compare == "kendall":
         _pearson(a, b)  # the same refusal for a constant RDM as the other comparisons
-        return _kendall(a, b)
+        return kendall_tau(a, b)
     return _pearson(a, b)

@@ -31,8 +31,7 @@ import numpy as np
 
 from ..utils.arrays import format_bytes, paired_blocks
 
-__all__ = ["streamed_procrustes", "streamed_cca", "streamed_regression", "StreamedMoments", "STREAMED", "NXN", "check_budget",
-           "nxn_bytes", "NXN_BUDGET", "MemoryBudgetWarning"]
+__all__ = ["nxn_bytes", "MemoryBudgetWarning"]
 
 STREAMED = ("cka-linear", "cka-debiased", "procrustes", "cca", "linear-regression")
 NXN = ("cka-rbf", "rsa", "mutual-knn")

@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader, Dataset
 from ..utils.progress import progress_bar
 from .data import BadData, iterate_batches, to_device
 from .layer_calls import AmbiguousLayer, called_often
-from .split import SplitNetwork, as_model_input, frozen, model_device, model_dtype, pick_logits
+from .model_state import as_model_input, frozen, model_device, model_dtype
+from .split import SplitNetwork, pick_logits
 
 
 def extract_activations(

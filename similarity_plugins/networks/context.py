@@ -24,12 +24,12 @@ from .split import SplitNetwork
 SHARED_KINDS = ("activations", "shard", "outputs", "array rows")
 
 
-def _versions(value: Any) -> tuple[int, ...]:
+def versions(value: Any) -> tuple[int, ...]:
     """The in-place write counters (``Tensor._version``) of the tensors in ``value`` (a tensor, or tuples of them)."""
     if isinstance(value, torch.Tensor):
         return (value._version,)
     if isinstance(value, (tuple, list)):
-        return tuple(v for item in value for v in _versions(item))
+        return tuple(v for item in value for v in versions(item))
     return ()
 
 
@@ -88,7 +88,7 @@ class Context:
         if key not in self.memo:
             self.memo[key] = compute()
             if isinstance(key, tuple) and key and key[0] in SHARED_KINDS:
-                self.versions[key] = _versions(self.memo[key])
+                self.versions[key] = versions(self.memo[key])
         if train_only:
             self.train_only.add(key)
         return self.memo[key]
@@ -115,7 +115,7 @@ class Context:
         A plugin that changes ``context.activations(...)`` in place (``x -= x.mean(0)``) changes them only for
         itself. Writes through a NumPy view (``x.numpy()[:] = 0``) bypass torch's write counter and are not seen.
         """
-        changed = [key for key, seen in self.versions.items() if key in self.memo and _versions(self.memo[key]) != seen]
+        changed = [key for key, seen in self.versions.items() if key in self.memo and versions(self.memo[key]) != seen]
         for key in changed:
             del self.memo[key]
             del self.versions[key]
@@ -193,7 +193,7 @@ class Context:
             self.memo[("shard", ("activations", id(model), name), split)] = ((local[i], local[-1]), rows)
             key = ("activations", id(model), name, split)
             self.memo[key] = full[i]
-            self.versions[key] = _versions(full[i])
+            self.versions[key] = versions(full[i])
 
     def options_for(self, metric: str, metric_names: set[str] | None = None) -> dict:
         """Global options (entries that are not per-metric dicts) updated with ``options[metric]``."""

@@ -21,7 +21,7 @@ from torch import nn
 from .pooling import check_pooling, pool_tokens
 from .preprocess import Preprocessing, preprocess_images, preprocessing_of
 
-__all__ = ["HFModel", "hf"]
+__all__ = ["hf"]
 
 
 def hf(source: Any, *, tokenizer: Any = None, processor: Any = None, pooling: str | None = None,

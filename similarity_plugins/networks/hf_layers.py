@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .split import frozen
+from .model_state import frozen
 
 
 def find_blocks(model: nn.Module) -> tuple[str, nn.ModuleList]:

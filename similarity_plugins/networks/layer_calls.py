@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["AmbiguousLayer", "called_often", "count_calls", "front_by_hook"]
+__all__ = ["front_by_hook"]
 
 
 class AmbiguousLayer(ValueError):

@@ -24,7 +24,7 @@ from torch import nn
 from ..utils.digest import update_tensor_digest
 from .fingerprint import update_module_configs
 
-__all__ = ["World", "CollectiveError", "current_world", "register_world_factory", "shard_range", "module_digest"]
+__all__ = ["World", "CollectiveError", "current_world", "register_world_factory", "module_digest"]
 
 
 class CollectiveError(RuntimeError):

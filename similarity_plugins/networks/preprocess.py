@@ -20,7 +20,7 @@ from torch import nn
 
 from ..utils.text import did_you_mean
 
-__all__ = ["Preprocessing", "CONFIG_KEYS", "INTERPOLATIONS", "preprocess_images", "preprocessing_of", "preprocessed"]
+__all__ = ["preprocessed"]
 
 #: the keys of an explicit ``config`` dict
 CONFIG_KEYS = ("resize", "crop", "mean", "std", "interpolation")

@@ -14,11 +14,9 @@ hook that stops the forward pass at the cut); their end is then unavailable and 
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import inspect
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.fx
@@ -26,72 +24,10 @@ from torch import nn
 
 from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
 from .layer_lists import check_layer, layers
+from .model_state import as_model_input, frozen, model_device, model_dtype, on_device, preserved
 
-__all__ = ["frozen", "pick_logits", "preserved", "SplitNetwork", "split_network", "model_device", "model_dtype", "on_device"]
-
-
-# --------------------------------------------------------------------------------------------- state
-
-
-@contextlib.contextmanager
-def preserved(*models: nn.Module) -> Iterator[None]:
-    """Restore every module's ``training`` flag and every parameter's ``requires_grad`` on exit.
-
-    Changes nothing on entry; whatever the body does to the flags is undone (also on error).
-    """
-    saved_training = [(m, m.training) for model in models for m in model.modules()]
-    saved_grad = [(p, p.requires_grad) for model in models for p in model.parameters()]
-    try:
-        yield
-    finally:
-        for m, flag in saved_training:
-            m.training = flag
-        for p, flag in saved_grad:
-            p.requires_grad_(flag)
-
-
-@contextlib.contextmanager
-def frozen(*models: nn.Module) -> Iterator[None]:
-    """Run models in eval mode with no parameter gradients, restoring every flag afterwards.
-
-    Snapshots each module's ``training`` flag and each parameter's ``requires_grad``, sets
-    ``eval()`` and ``requires_grad_(False)``, and restores exactly the snapshot on exit (also on
-    error). BatchNorm statistics are untouched because eval mode never updates them. Nesting is safe.
-    """
-    with preserved(*models):
-        for model in models:
-            model.eval()
-            for p in model.parameters():
-                p.requires_grad_(False)
-        yield
-
-
-def model_dtype(model: nn.Module) -> torch.dtype | None:
-    """The dtype of a model's first floating-point parameter or buffer (None for a model without any)."""
-    for t in (*model.parameters(), *model.buffers()):
-        if t.is_floating_point():
-            return t.dtype
-    return None
-
-
-def as_model_input(x: Any, dtype: torch.dtype | None) -> Any:
-    """A floating-point input in the model's dtype (float32 data into a float64, float16 or bfloat16 model);
-    integer inputs (token ids), inputs already in that dtype and text are passed as they are; a dict of views
-    (paired data) has each view converted. Differentiable."""
-    if isinstance(x, dict):
-        return {name: as_model_input(view, dtype) for name, view in x.items()}
-    if dtype is None or not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype == dtype:
-        return x
-    return x.to(dtype)
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """The device of a model's first parameter or buffer (CPU for a model without any)."""
-    for t in model.parameters():
-        return t.device
-    for t in model.buffers():
-        return t.device
-    return torch.device("cpu")
+# the model-state helpers live in model_state; the ones importers have always taken from here stay listed
+__all__ = ["frozen", "preserved", "SplitNetwork", "model_device", "model_dtype", "on_device"]
 
 
 # -------------------------------------------------------------------------------------- fx tracing
@@ -281,16 +217,9 @@ class SplitNetwork:
         self._front_gm = _build_module(self.model, front)
         eliminate_dead_code(self._front_gm)   # e.g. a skip branch traced before the cut
 
-        # A clean cut: nothing after the cut reads a value computed before it (parameters excepted).
-        for node in nodes[cut_index + 1 :]:
-            for inp in node.all_input_nodes:
-                if inp in before and inp.op != "get_attr":
-                    self._trace_error = (
-                        f"layer {self.layer!r} is not a clean cut: the computation after it also reads "
-                        f"{inp.name!r}, computed before it (a skip connection around it); "
-                        f"cut at a block output instead, such as one of: {', '.join(layers(self.model))}"
-                    )
-                    return
+        self._trace_error = self._unclean_cut(nodes[cut_index + 1 :], before)
+        if self._trace_error:
+            return
 
         # An in-place op after the cut or a tap (``ReLU(inplace=True)``, the torchvision pattern) would overwrite
         # the activation as produced; where one follows, the graphs return (and the end reads) a copy taken at
@@ -325,6 +254,17 @@ class SplitNetwork:
 
         self._end_gm = _build_module(self.model, end)
         self._native_gm = _build_module(self.model, native)
+
+    def _unclean_cut(self, after: list[torch.fx.Node], before: set[torch.fx.Node]) -> str | None:
+        """Why the cut is not clean (a node ``after`` it reads a value computed ``before`` it, parameters
+        excepted), or None for a clean cut."""
+        for node in after:
+            for inp in node.all_input_nodes:
+                if inp in before and inp.op != "get_attr":
+                    return (f"layer {self.layer!r} is not a clean cut: the computation after it also reads "
+                            f"{inp.name!r}, computed before it (a skip connection around it); "
+                            f"cut at a block output instead, such as one of: {', '.join(layers(self.model))}")
+        return None
 
     # -- running -----------------------------------------------------------------------------------
 
@@ -438,24 +378,3 @@ def _copy_attr(graph: torch.fx.Graph, env: dict, node: torch.fx.Node) -> torch.f
         raise RuntimeError(f"internal error: value {node.name!r} from before the cut used after it")
     env[node] = graph.node_copy(node)
     return env[node]
-
-
-def split_network(model: nn.Module, layer: str, taps: Sequence[str] | None = None) -> SplitNetwork:
-    """Convenience constructor for `SplitNetwork` (see there)."""
-    return SplitNetwork(model, layer, taps)
-
-
-def on_device(model: nn.Module, device: torch.device | None, role: str) -> nn.Module:
-    """The model itself when it is on ``device``; otherwise a copy moved there (the user's is never moved).
-    ``ValueError`` naming ``role`` for a model whose tensors are inference tensors."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"{role} must be a torch.nn.Module, got {type(model).__name__}")
-    made_in_inference = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_inference()]
-    if made_in_inference:
-        raise ValueError(f"{role} ({type(model).__name__}) holds inference tensors ({made_in_inference[0]}, and "
-                         f"{len(made_in_inference) - 1} more): it was built or loaded inside torch.inference_mode(), "
-                         "and torch allows no flag changes or gradients through them outside it; build or load the "
-                         "model outside inference mode (calling compare inside inference mode is fine)")
-    if device is None or model_device(model) == device:
-        return model
-    return copy.deepcopy(model).to(device)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..utils.io import atomic_write, write_json
 
-__all__ = ["Store", "StoredArray", "CorruptChunk", "StoreError", "FORMAT", "chunk_name"]
+__all__ = ["Store", "StoredArray", "CorruptChunk", "StoreError"]
 
 FORMAT = "similarity-plugins-store-1"
 

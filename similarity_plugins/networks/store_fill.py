@@ -27,7 +27,7 @@ from .data import iterate_batches
 from .parallel import current_world, module_digest
 from .store import Store, entry_key
 
-__all__ = ["fill_model", "batch_digest"]
+__all__ = ["fill_model"]
 
 
 def batch_digest(x: Any, y: torch.Tensor) -> str:

@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 
 from .data import Data, split_size
 
-__all__ = ["PairedDataset", "TextDataset", "paired_data", "text_data"]
+__all__ = ["paired_data", "text_data"]
 
 
 class TextDataset(Dataset):

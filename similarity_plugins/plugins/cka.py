@@ -30,7 +30,7 @@ PERMUTATIONS = Option("permutations", 0, "K > 0: also score K seeded permutation
 def permutation_count(options: dict) -> int:
     """The metric's ``permutations`` option as an int >= 0 (its declared default when absent); ``ValueError``
     naming the option for anything else (checked before any work)."""
-    from ..utils.permutation import check_permutations
+    from ..stats.permutation import check_permutations
 
     return check_permutations(options.get(PERMUTATIONS.name, PERMUTATIONS.default))
 
@@ -95,11 +95,11 @@ class _CKAPlugin:
     def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: Context) -> float | None:
         """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);
         None when the n x n matrices would not fit in memory or a product under/overflowed (then `cka`)."""
-        from ..cka.inputs import _available_memory_bytes
+        from ..cka.inputs import available_memory_bytes
         from ..cka.nodes import cka_from_node_grams, node_gram
 
         n = int(x.shape[0])
-        if len(y) != n or n < 4 or 8 * n * n * 3 > _available_memory_bytes():
+        if len(y) != n or n < 4 or 8 * n * n * 3 > available_memory_bytes():
             return None
         threshold = kwargs.get("threshold", THRESHOLD.default)  # linear kernels ignore it
 

@@ -15,8 +15,7 @@ from ..host.contract import missing_splits
 from ..host.results import LayerPair, SimilarityResult
 from ..host.values import coerce_option_values
 
-__all__ = ["METRIC_ERRORS", "RANGE_ROUNDING", "refusal", "hook_call", "to_row", "error_row", "interrupted_row",
-           "metric_options"]
+__all__ = ["refusal", "hook_call", "to_row"]
 
 
 def refusal(pm, name: str, data: Any, options: dict, layer: str) -> tuple[SimilarityResult | None, dict]:

@@ -33,7 +33,7 @@ from .grid_results import Grid, Node
 from .grid_run import Plan, run_grid
 from .score import select_score_metrics
 
-__all__ = ["compare_grid", "PAIRS"]
+__all__ = ["compare_grid"]
 
 PAIRS = ("all", "across", "within")
 
@@ -68,6 +68,34 @@ def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
     if not chosen:
         raise ValueError("pairs selects no cell")
     return chosen
+
+
+def _checked_arguments(progress: Any, seed: Any, data: Data | None, cache_bytes: Any) -> tuple[int, Data]:
+    """The grid's ``seed`` and ``data`` (a new `Data` when None) once ``progress``, ``seed``, ``data`` and
+    ``cache_bytes`` are checked; ``TypeError`` / ``ValueError`` naming the argument otherwise."""
+    check_progress(progress)
+    seed = check_seed(seed)
+    data = data if data is not None else Data()
+    if not isinstance(data, Data):
+        raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
+    if cache_bytes is not None and (isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0):
+        raise ValueError(f"cache_bytes must be a number of bytes >= 0 or None, got {cache_bytes!r}")
+    return seed, data
+
+
+def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, progress: "bool | str") -> tuple:
+    """``(named models, {model: [layer, ...]}, data, store source or None)`` of a grid: from ``models`` and
+    ``layers``, or from the activation store ``store`` (which may also extract what it lacks)."""
+    if store is None:
+        if models is None or layers is None:
+            raise TypeError("compare_grid needs models and layers, or store= (a store folder) to run from")
+        named = as_models(models)
+        return named, as_layers(layers, named), data, None
+    from .grid_store import store_source  # it reads the models and layers with this module's rules
+
+    source = store_source(store, models, layers, data, device=torch.device(device) if device else None,
+                          progress=progress)
+    return source.named, source.per_model, source.data, source
 
 
 def compare_grid(models: Any = None, layers: Any = None, data: Data | None = None,
@@ -108,25 +136,8 @@ def compare_grid(models: Any = None, layers: Any = None, data: Data | None = Non
     holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
     returns the same grid.
     """
-    check_progress(progress)
-    seed = check_seed(seed)
-    data = data if data is not None else Data()
-    if not isinstance(data, Data):
-        raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
-    if cache_bytes is not None and (isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0):
-        raise ValueError(f"cache_bytes must be a number of bytes >= 0 or None, got {cache_bytes!r}")
-    source = None
-    if store is not None:
-        from .grid_store import store_source
-
-        source = store_source(store, models, layers, data, device=torch.device(device) if device else None,
-                              progress=progress)
-        named, per_model, data = source.named, source.per_model, source.data
-    else:
-        if models is None or layers is None:
-            raise TypeError("compare_grid needs models and layers, or store= (a store folder) to run from")
-        named = as_models(models)
-        per_model = as_layers(layers, named)
+    seed, data = _checked_arguments(progress, seed, data, cache_bytes)
+    named, per_model, data, source = _grid_models(models, layers, data, store, device, progress)
     nodes = [(m, layer) for m in named for layer in per_model[m]]
     chosen = _as_pairs(pairs, nodes)
     names = select_score_metrics(metrics)
@@ -141,9 +152,7 @@ def compare_grid(models: Any = None, layers: Any = None, data: Data | None = Non
     info = {n: {"kind": pm.info[n].kind, "range": pm.info[n].range, "symmetric": pm.info[n].symmetric} for n in names}
     meta = {"models": {m: type(model).__name__ for m, model in named.items()}, "layers": per_model, "metrics": names,
             "pairs": pairs if isinstance(pairs, str) else "explicit", "seed": seed, "device": str(device),
-            "torch": torch.__version__, "world_size": ctx.world.size}
-    if source is not None:
-        meta["store"] = source.store.path
+            "torch": torch.__version__, "world_size": ctx.world.size, **({"store": source.store.path} if source else {})}
     plan = Plan(nodes=nodes, pairs=chosen, metrics=names, symmetric={n: bool(info[n]["symmetric"]) for n in names},
                 options=metric_options, seed=seed)
     cells = run_grid(plan, named, placed, ctx, pm, info, meta, resume=resume)

@@ -18,9 +18,7 @@ import numpy as np
 import torch
 
 from ..host.results import SimilarityResult
-from ..utils.permutation import summarise
-
-__all__ = ["BlockKey", "take_nulls", "best_pair"]
+from ..stats.permutation import summarise
 
 BlockKey = tuple  # (metric, front model, end model)
 NULL_KEY = "null_values"  # the cell details key the permutation tests fill in a grid (`summarise`)

@@ -15,8 +15,6 @@ from typing import Any, Callable
 from ..host.results import SimilarityResult
 from ..utils.readback import BadFile, decode_float, encode_float, expect, line_digest, parse_json_line, read_json
 
-__all__ = ["CELLS_FORMAT", "CellsFile", "cell_result_dict", "grid_parts", "result_from_dict"]
-
 GRID_FORMAT = "similarity-plugins grid"
 CELLS_FORMAT = "similarity-plugins grid cells"
 CELLS_VERSION = 2

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..host.results import LayerPair, Report, SimilarityResult, _jsonable
+from ..host.results import Report, SimilarityResult, jsonable
+from ..stats.pvalues import adjust_p_values
 from ..utils.io import write_text
-from ..utils.pvalues import adjust_p_values
 from ..utils.text import did_you_mean
 from .grid_files import GRID_FORMAT, cell_result_dict, grid_parts, read_grid_file
 
-__all__ = ["Grid", "Node", "GRID_FORMAT"]
+__all__ = ["Grid"]
 
 Node = tuple  # (model name, layer name)
 
@@ -180,7 +180,7 @@ class Grid:
                  for (m, i, j), c in sorted(self.cells.items(), key=lambda kv: (self.metrics.index(kv[0][0]),) + kv[0][1:])]
         nulls = [{"metric": m, "front": f, "end": e, "null": list(v)} for (m, f, e), v in self.block_nulls.items()]
         return {"format": GRID_FORMAT, "version": 1, "nodes": [list(n) for n in self.nodes], "metrics": self.metrics,
-                "info": _jsonable(self.info), "meta": _jsonable(self.meta), "cells": cells, "block_nulls": nulls}
+                "info": jsonable(self.info), "meta": jsonable(self.meta), "cells": cells, "block_nulls": nulls}
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int = 2) -> str:
         """The grid as JSON text; also written (whole, atomically) to ``path`` when given."""
@@ -256,8 +256,3 @@ class Grid:
 
 def _is_p(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def cut_of(front_layer: str, end_layer: str) -> str:
-    """The row's ``layer`` text of a cell (as ``compare`` writes it)."""
-    return str(LayerPair(front_layer, end_layer))

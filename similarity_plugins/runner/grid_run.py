@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from ..host.results import LayerPair, SimilarityResult, _jsonable
+from ..host.results import LayerPair, SimilarityResult, jsonable
 from ..networks.context import Context
 from ..networks.data import split_digest
 from ..networks.parallel import World, module_digest
@@ -23,8 +23,6 @@ from .grid_results import Grid, Node
 from .isolation import Donors
 from .ranks import check_ranks_agree
 from .repeats import is_deterministic, run_repeated
-
-__all__ = ["Plan", "run_grid"]
 
 DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
 CHECK_EVERY = 256  # at most this many deterministic activation-only cells between two donor checks
@@ -240,7 +238,7 @@ def _mirror(result: SimilarityResult, nodes: list[Node], cell: Cell) -> Similari
 def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:
     """What a resume file's cells depend on: the models' tensors and configuration, the seed, each metric's
     options and the content of both data splits (`split_digest`: every input and label, not only their number)."""
-    return _jsonable({"models": {m: module_digest([model]) for m, model in named.items()}, "seed": plan.seed,
+    return jsonable({"models": {m: module_digest([model]) for m, model in named.items()}, "seed": plan.seed,
                       "options": {metric: repr(sorted(opts.items(), key=repr)) for metric, opts in plan.options.items()},
                       "data": [split_digest(ctx.data.train, ctx.batch_size, "the train split"),
                                split_digest(ctx.data.test, ctx.batch_size, "the test split")]})

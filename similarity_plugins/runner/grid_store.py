@@ -16,15 +16,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..networks.context import Context, _versions
+from ..networks.context import Context, versions
 from ..networks.data import Data
 from ..networks.split import on_device
 from ..networks.store import Store, StoreError
 from ..networks.store_fill import fill_model
 from ..utils.text import did_you_mean
 from .grid_nodes import as_layers, as_models
-
-__all__ = ["StoredModel", "StoreSource", "store_source"]
 
 
 class StoredModel(nn.Module):
@@ -66,7 +64,7 @@ class StoreSource:
                     acts = acts.reshape(len(acts), *entry["layer_shape"])
                 key = ("activations", id(placed[name]), layer, "test")
                 ctx.memo[key] = acts
-                ctx.versions[key] = _versions(acts)
+                ctx.versions[key] = versions(acts)
 
 
 def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, data: Data | None, *,

@@ -26,8 +26,6 @@ from torch.nn.modules import module as module_globals
 from ..networks.fingerprint import module_settings
 from .process import note_restored, restore_process_state
 
-__all__ = ["DonorGuard", "same_bits", "settle"]
-
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
                "_state_dict_hooks", "_load_state_dict_pre_hooks")
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",

@@ -19,8 +19,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-__all__ = ["note_restored", "outside_inference_mode", "process_state", "restore_process_state"]
-
 
 def _cwd() -> str | None:
     try:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ..host.results import SEED_INTERVAL, TEST_INTERVAL, SimilarityResult
 
-__all__ = ["check_repeats", "exact_mean", "is_deterministic", "mean_interval", "run_repeated"]
+__all__ = ["mean_interval", "run_repeated"]
 
 
 def check_repeats(repeats: Any) -> int:

@@ -38,7 +38,7 @@ from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
 from .process import note_restored, outside_inference_mode, process_state, restore_process_state
 
-__all__ = ["score", "ArrayContext", "as_activations", "check_split", "drawn_split", "TEST_FRACTION"]
+__all__ = ["score"]
 
 TEST_FRACTION = 0.2
 PAIR = LayerPair("x", "y")

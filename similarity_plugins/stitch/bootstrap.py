@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DEFAULT_RESAMPLES", "relative_accuracy_ci"]
-
 DEFAULT_RESAMPLES = 1000
 _MAX_GATHER = 4_000_000  # indices gathered at once (bounds memory to ~32 MB of int64)
 

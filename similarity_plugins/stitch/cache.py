@@ -20,7 +20,7 @@ import torch
 from ..networks.split import SplitNetwork, model_device
 from ..utils.progress import progress_bar
 
-__all__ = ["ArrayStore", "TrainingCache", "subset_indices"]
+__all__ = ["TrainingCache"]
 
 
 class ArrayStore:

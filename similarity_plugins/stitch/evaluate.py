@@ -12,7 +12,7 @@ from .bootstrap import relative_accuracy_ci
 from .objectives import relative_sq_error
 from .trainer import FittedStitch, check_labels
 
-__all__ = ["evaluate_stitch", "stitched_logits"]
+__all__ = ["evaluate_stitch"]
 
 
 @torch.no_grad()

@@ -18,8 +18,6 @@ from ..networks.parallel import World
 from .cache import TrainingCache
 from .layer import StitchLayer, fan_in_bound, to_rows
 
-__all__ = ["initialise", "least_squares_init", "identity_init", "random_init", "least_squares_solve"]
-
 
 def least_squares_solve(gram: torch.Tensor, cross: torch.Tensor) -> torch.Tensor:
     """Minimum-norm least-squares solution ``pinv(gram) @ cross`` (float64).

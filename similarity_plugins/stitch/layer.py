@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["StitchShapeError", "StitchPlan", "plan_stitch", "StitchLayer", "to_rows", "layout_of"]
+__all__ = ["StitchShapeError", "StitchLayer"]
 
 
 class StitchShapeError(ValueError):

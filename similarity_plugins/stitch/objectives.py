@@ -23,8 +23,6 @@ import torch.nn.functional as F
 
 from ..networks.split import SplitNetwork
 
-__all__ = ["hlm_loss", "slm_loss", "dm_loss", "fula_loss", "relative_sq_error", "stitched_loss", "NEEDS"]
-
 _EPS = 1e-12
 
 #: The cached targets each objective reads (keys of the ``targets`` dict of :func:`stitched_loss`).

@@ -30,7 +30,7 @@ from .layer import StitchLayer, StitchPlan, plan_stitch
 from .objectives import NEEDS, stitched_loss
 from .settings import StitchSettings, check_objective
 
-__all__ = ["FittedStitch", "StitchDivergedError", "fit_stitch", "check_labels"]
+__all__ = ["FittedStitch", "StitchDivergedError", "fit_stitch"]
 
 
 class StitchDivergedError(ValueError):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["update_tensor_digest", "payload_digest", "save_verified", "load_verified", "CorruptFileWarning"]
+__all__ = ["update_tensor_digest", "save_verified", "load_verified", "CorruptFileWarning"]
 
 FORMAT = "similarity-plugins-verified-1"
 

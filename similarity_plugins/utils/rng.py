@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["isolated_rng", "seed_all", "check_seed", "SEED_RANGE"]
+__all__ = ["isolated_rng", "seed_all", "check_seed"]
 
 #: Seeds are whole numbers in [lo, hi): what every generator seeded from one (torch, NumPy, ``random``) takes.
 SEED_RANGE = (-(2**63), 2**63)

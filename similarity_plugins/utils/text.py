@@ -12,7 +12,7 @@ import difflib
 import json
 from typing import Any, Iterable
 
-__all__ = ["close_matches", "did_you_mean", "parse_value", "parse_assignment", "parse_assignments"]
+__all__ = ["did_you_mean", "parse_value", "parse_assignment", "parse_assignments"]
 
 _WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False,
           "none": None, "null": None}

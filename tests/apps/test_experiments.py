@@ -115,7 +115,7 @@ def _reports(scores: dict) -> dict:
 
 
 def test_demo_explanation_reads_the_numbers():
-    from similarity_plugins.apps.demo import _explain
+    from similarity_plugins.apps.studies.shortcut import explain
 
     def table(std, iri, cka=None):
         rows = {}
@@ -127,7 +127,7 @@ def test_demo_explanation_reads_the_numbers():
 
     fooled = _reports({"clean -> clean": table((1.0, 0.99, 0.9), (1.0, 0.98, 0.8), cka=0.9),
                        "clean -> shortcut": table((1.0, 0.97, 0.85), (1.0, 0.5, 0.1), cka=0.5)})
-    lines = _explain(fooled, ["b1", "b2", "b3"])
+    lines = explain(fooled, ["b1", "b2", "b3"])
     assert "agree" in lines[0] and "b1" in lines[0]
     assert "close to the clean one at b2 (0.97 vs 0.99), b3 (0.85 vs 0.90)" in lines[1]
     assert "separates the pairs more at b2, b3" in lines[2] and "b3 0.70 vs 0.05" in lines[2]
@@ -136,15 +136,15 @@ def test_demo_explanation_reads_the_numbers():
     # no separation by IRIs and no CKA run: the text says so and leaves CKA out
     flat = _reports({"clean -> clean": table((1.0, 0.9, 0.9), (1.0, 0.9, 0.9)),
                      "clean -> shortcut": table((1.0, 0.3, 0.3), (1.0, 0.3, 0.3))})
-    lines = _explain(flat, ["b1", "b2", "b3"])
+    lines = explain(flat, ["b1", "b2", "b3"])
     assert not any("close to the clean one" in line for line in lines)
     assert any("does not separate the pairs more" in line for line in lines)
     assert not any(line.startswith("CKA") for line in lines)
-    assert "raise the IRI budget" in _explain(flat, [])[0]
+    assert "raise the IRI budget" in explain(flat, [])[0]
 
 
 def test_demo_explanation_reads_procrustes_svcca_and_rsa_from_the_numbers():
-    from similarity_plugins.apps.demo import METRICS, _explain
+    from similarity_plugins.apps.studies.shortcut import METRICS, explain
 
     assert {"cka-linear", "procrustes", "svcca", "rsa", "stitch-slm", "iri-slm"} <= set(METRICS)
 
@@ -155,9 +155,9 @@ def test_demo_explanation_reads_procrustes_svcca_and_rsa_from_the_numbers():
 
     reports = _reports({"clean -> clean": table(0.8, 0.70, 0.60, 0.50),
                         "clean -> shortcut": table(0.2, 0.69, 0.40, 0.30)})
-    line = _explain(reports, ["b1", "b2"])[-1]
+    line = explain(reports, ["b1", "b2"])[-1]
     assert "procrustes 0.70 vs 0.69, svcca 0.60 vs 0.40, rsa 0.50 vs 0.30" in line
     assert "svcca, rsa rate the shortcut pair lower by more than 0.05, procrustes does not" in line
     assert "iri-slm's gap there: 0.60" in line
     same = _reports({"clean -> clean": table(0.8, 0.7, 0.6, 0.5), "clean -> shortcut": table(0.2, 0.7, 0.6, 0.5)})
-    assert "none rates the shortcut pair lower" in _explain(same, ["b1", "b2"])[-1]
+    assert "none rates the shortcut pair lower" in explain(same, ["b1", "b2"])[-1]

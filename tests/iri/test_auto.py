@@ -337,7 +337,7 @@ def test_untraceable_fronts_run_unfolded_through_the_hook_path():
 
 
 def test_study_variants_by_name_or_inline_options_and_donor_lrs():
-    study = load_repo_module("scripts/iri_depth_study.py", "iri_depth_study")
+    study = load_repo_module("lab/iri_depth_study.py", "iri_depth_study")
     assert study.variant_options("lbfgs") == {"optimizer": "lbfgs"}
     assert study.variant_options("optimizer=adam+lr=0.025+cycle_steps=400+fold_bn=True+fake_relu='none'") == {
         "optimizer": "adam", "cycle_steps": 400, "tuning": {"lr": 0.025, "fold_bn": True, "fake_relu": "none"}}

@@ -1,4 +1,4 @@
-"""The IRIs of every preset ``auto`` picks are those of the code before the presets (commit 9ec21b2), bit for bit.
+"""The IRIs of every preset ``auto`` picks are those of the code before the presets, bit for bit.
 
 ``scripts/iri_identity.py`` runs one case per structure (the demo's CNN, ResNet-18 / -50 and VGG cuts, a GELU
 net); ``tests/data/iri_identity_before_presets.json`` holds the hashes it wrote on the old code. Exact bits

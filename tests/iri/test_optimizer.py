@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from similarity_plugins.iri import IRISet, RunOptions, Settings, derangement, generate_iris, optimize_iris
+from similarity_plugins.iri import IRISet, RunOptions, Settings, generate_iris, optimize_iris
 from similarity_plugins.iri.backends import cupy_backend, numpy_backend, resolve_backend, torch_backend
 from similarity_plugins.iri.kernels import update_kernel
 from similarity_plugins.iri.relu import straight_through_relu, trace_front
+from similarity_plugins.iri.state import derangement
 from tests.helpers.iri import Interrupted, fake_cupy, interrupt_at, iri_cnn, rel_error
 from tests.helpers.repo import load_repo_module
 
@@ -374,10 +375,10 @@ def test_cycles_restart_and_stay_honest(trained):
 
 
 def test_gpu_script_dry_run_on_cpu(tmp_path):
-    """benchmarks/gpu_iri.py cannot run its GPU path here; its CPU dry run exercises the same code."""
+    """lab/gpu_iri.py cannot run its GPU path here; its CPU dry run exercises the same code."""
     import json
 
-    module = load_repo_module("benchmarks/gpu_iri.py", "gpu_iri")
+    module = load_repo_module("lab/gpu_iri.py", "gpu_iri")
     assert module.main(["--out", str(tmp_path), "--device", "cpu", "--small", "--skip-tests"]) == 0
     report = json.loads((tmp_path / "gpu_iri.json").read_text())
     assert report["update_adam_torch"]["median_s"] > 0 and report["update_adam_numpy"]["median_s"] > 0
@@ -392,7 +393,7 @@ def test_gpu_script_measures_compile_on_cpu():
     """The GPU script's compiled runs, at tiny sizes on the CPU (the eager backend: no C++ toolchain needed)."""
     import functools
 
-    module = load_repo_module("benchmarks/gpu_iri.py", "gpu_iri")
+    module = load_repo_module("lab/gpu_iri.py", "gpu_iri")
     real = torch.compile
     torch.compile = functools.partial(real, backend="eager")
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, load_repo_module
 
 CI = ROOT / ".ci" / "run"
 
@@ -78,3 +78,19 @@ def test_the_readme_command_helper_refuses_what_it_cannot_read(tmp_path, kind):
     done = subprocess.run([sys.executable, str(tmp_path / ".ci" / "readme_commands.py"), kind], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode != 0 and "one command" in done.stderr
+
+
+def test_ci_fails_on_code_over_the_size_budget(tmp_path, monkeypatch, capsys):
+    """`.ci/run` runs scripts/code_size.py as a plain step (set -e: its exit status 1 stops CI), and the script
+    exits 1 when a module or a function is over its budget, 0 when none is."""
+    script = CI.read_text(encoding="utf-8")
+    assert re.search(r"^python scripts/code_size\.py$", script, re.M) and script.startswith("#!/usr/bin/env bash")
+    assert "set -euo pipefail" in script
+    code_size = load_repo_module("scripts/code_size.py", "code_size_for_test")
+    package = tmp_path / "similarity_plugins"
+    package.mkdir()
+    (package / "long.py").write_text("def f():\n    a = 1\n    b = 2\n    return a + b\n", encoding="utf-8")
+    monkeypatch.setattr(code_size, "PACKAGE", package)
+    assert code_size.main(["--max-module", "10", "--max-function", "3"]) == 1
+    assert "function similarity_plugins/long.py:1 f: 4 lines" in capsys.readouterr().out
+    assert code_size.main(["--max-module", "10", "--max-function", "4"]) == 0

@@ -1,7 +1,8 @@
 """The README's test command needs nothing but ``pip install -e ".[test]"``: every module that the tests, the
-benchmarks and the pytest plugin import is the standard library, this repository, or a distribution that the
-package or its test extra names directly (not one that some other package happens to bring). A module that is
-optional for the suite is imported through ``pytest.importorskip``, so its tests skip with the reason."""
+benchmarks, the lab scripts (some tests load them) and the pytest plugin import is the standard library, this
+repository, or a distribution that the package or its test extra names directly (not one that some other
+package happens to bring). A module that is optional for the suite is imported through ``pytest.importorskip``,
+so its tests skip with the reason."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import tomllib
 from tests.helpers.repo import ROOT
 from tests.helpers.seeding import seed_of_test
 
-SOURCES = ["tests", "benchmarks", "similarity_plugins_pytest"]
-LOCAL = {"similarity_plugins", "similarity_plugins_pytest", "tests", "benchmarks"}
+SOURCES = ["tests", "benchmarks", "lab", "similarity_plugins_pytest"]
+LOCAL = {"similarity_plugins", "similarity_plugins_pytest", "tests", "benchmarks", "lab"}
 
 
 def _normal(name: str) -> str:

@@ -642,8 +642,8 @@ def test_a_plugin_that_moves_a_donor_to_another_device_is_caught_and_undone(fres
 
 def _study_writers(tmp_path):
     """Each study's (and the demo's) writer with small synthetic results: ``{study: (write, file names)}``."""
-    from similarity_plugins.apps import demo
     from similarity_plugins.apps.studies import robustness, unseen_cue
+    from similarity_plugins.apps.studies import shortcut as demo
     from similarity_plugins.host.results import Report, SimilarityResult
     from similarity_plugins.iri.result import IRISet
 

@@ -11,7 +11,7 @@ from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 from similarity_plugins.cka import cka
-from similarity_plugins.utils.permutation import draws
+from similarity_plugins.stats.permutation import draws
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LAYERS = ["1", "2", "3"]

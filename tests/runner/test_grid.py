@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.utils.pvalues import benjamini_hochberg, holm
+from similarity_plugins.stats.pvalues import benjamini_hochberg, holm
 from tests.helpers.models import tiny_cnn
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

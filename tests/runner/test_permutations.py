@@ -15,7 +15,7 @@ import similarity_plugins as sp
 from similarity_plugins import functional as F
 from similarity_plugins.cli import main
 from similarity_plugins.networks.context import Context
-from similarity_plugins.utils import permutation as perm
+from similarity_plugins.stats import permutation as perm
 
 METRICS = ["cka-linear", "cka-debiased", "cka-rbf", "procrustes", "cca", "svcca", "pwcca", "rsa",
            "linear-regression", "mutual-knn"]

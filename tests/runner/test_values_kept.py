@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import similarity_plugins as sp
-from similarity_plugins.utils import permutation as perm
+from similarity_plugins.stats import permutation as perm
 
 
 def _xy(n: int = 12, seed: int = 0):

@@ -9,21 +9,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from similarity_plugins.networks.split import SplitNetwork
-from similarity_plugins.stitch import (
+from similarity_plugins.stitch import StitchDivergedError, StitchLayer, StitchSettings, StitchShapeError, fit_stitch
+from similarity_plugins.stitch.cache import TrainingCache
+from similarity_plugins.stitch.init import identity_init, least_squares_init, random_init
+from similarity_plugins.stitch.layer import plan_stitch
+from similarity_plugins.stitch.objectives import (
     NEEDS,
-    StitchDivergedError,
-    StitchLayer,
-    StitchSettings,
-    StitchShapeError,
-    TrainingCache,
     dm_loss,
-    fit_stitch,
     fula_loss,
     hlm_loss,
-    identity_init,
-    least_squares_init,
-    plan_stitch,
-    random_init,
     relative_sq_error,
     slm_loss,
     stitched_loss,

@@ -1,6 +1,6 @@
 """The paper's three studies as functions (and as ``similarity-plugins study NAME``).
 
-- ``shortcut``: clean vs shortcut-reading donors (the demo, `similarity_plugins.apps.demo`);
+- ``shortcut``: clean vs shortcut-reading donors (the demo, `similarity_plugins.apps.studies.shortcut`);
 - ``robustness``: robust (PGD) vs non-robust donors (`robustness`);
 - ``unseen-cue``: excess agreement from a label-coded cue neither donor saw (`unseen_cue`).
 
@@ -20,7 +20,7 @@ __all__ = ["STUDIES", "DonorPool", "check_study", "run_study"]
 
 #: study name -> (module, function) run as ``function(out_dir, quick=, seed=, progress=, donors=)``
 STUDIES = {
-    "shortcut": ("similarity_plugins.apps.demo", "run_demo"),
+    "shortcut": ("similarity_plugins.apps.studies.shortcut", "run_demo"),
     "robustness": ("similarity_plugins.apps.studies.robustness", "run_robustness"),
     "unseen-cue": ("similarity_plugins.apps.studies.unseen_cue", "run_unseen_cue"),
 }

@@ -10,10 +10,10 @@ from typing import Any, Hashable, Mapping
 
 import torch
 
-from ...host.results import Report, SimilarityResult, _jsonable
+from ...host.results import Report, SimilarityResult, jsonable
 from ...utils.io import csv_text, json_text, write_all
 
-__all__ = ["DonorPool", "DonorSpec", "ci_text", "prepare_out_dir", "say", "study_csv", "write_study"]
+__all__ = ["DonorPool"]
 
 
 def say(text: str = "") -> None:
@@ -44,7 +44,7 @@ def prepare_out_dir(out_dir: str | os.PathLike) -> str:
 
 def json_ready_text(payload: Any) -> str:
     """``payload`` made JSON-ready (tensors, dataclasses, NaN) as indented JSON text with a final newline."""
-    return json_text(_jsonable(payload))
+    return json_text(jsonable(payload))
 
 
 def write_study(out_dir: str | os.PathLike, files: Mapping[str, str | bytes]) -> list[str]:

@@ -40,7 +40,7 @@ PAIRS = {"robust -> robust": ("robust 1", "robust 2"), "robust -> non-robust": (
 
 @dataclass
 class RobustnessConfig:
-    """Sizes of the robustness study; ``quick()`` is the smaller run (under 3 minutes on 2 cores)."""
+    """Sizes of the robustness study; ``quick()`` is the smaller run (fewer stitch epochs and IRI seeds)."""
 
     layers: list[str] = field(default_factory=lambda: ["block2", "block3", "block4"])
     robust: DonorSpec = DonorSpec(width=16, epochs=6, pgd_eps=0.1, pgd_steps=3)

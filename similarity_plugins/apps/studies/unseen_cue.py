@@ -27,10 +27,9 @@ METRICS = ("stitch-slm", "iri-slm")
 
 @dataclass
 class UnseenCueConfig:
-    """Sizes of the unseen-cue study; ``quick()`` is the smaller run (under 3 minutes on 2 cores)."""
+    """Sizes of the unseen-cue study; ``quick()`` is the smaller run (fewer donor pairs, stitch epochs and IRI seeds)."""
 
-    # measured (docs/studies.md): at strength 0.5 and block2/block3 the excess is small for both families; at
-    # strength 1.0, block3/block4, standard stitching's excess is large but of either sign across donor pairs
+    # strength 1.0 at block3/block4: where standard stitching's excess is large enough to read (docs/studies.md)
     layers: list[str] = field(default_factory=lambda: ["block3", "block4"])
     donor_pairs: int = 4
     strength: float = 1.0
@@ -188,7 +187,7 @@ def _csv(rows: list[dict]) -> str:
 def excess_figure(summary: dict) -> bytes:
     """PNG bytes (120 dpi): excess agreement per layer of `summarise`'s ``summary``, one dot per donor pair
     and the mean with its 95% interval per metric (agreement fractions)."""
-    from ..plots import figure_bytes, pyplot
+    from ...utils.figures import figure_bytes, pyplot
 
     plt = pyplot()
     layers = list(summary)

@@ -1,6 +1,6 @@
 """``compile=True`` against the eager front: warm-up, time per batch step after it, and the IRIs' figures.
 
-    python scripts/iri_compile_check.py --cases resnet18:layer3,resnet18:layer4 --seeds 16 [--device cuda]
+    python lab/iri_compile_check.py --cases resnet18:layer3,resnet18:layer4 --seeds 16 [--device cuda]
 
 Uses the benchmark donors (``benchmarks/bench_iri.py``: torchvision models trained 2 epochs on 3x32x32
 digits, cached). For each case: one eager run, then one ``compile=True`` run, each with ``generate_iris``'s

@@ -3,7 +3,7 @@
 as modules of a private copy (``similarity_plugins/iri/modular.py``), against Adam's defaults, which is what
 such a front ran before.
 
-    python scripts/iri_functional_relu_check.py --cases layer3,layer4 --seeds 16   # about a minute on 2 cores
+    python lab/iri_functional_relu_check.py --cases layer3,layer4 --seeds 16   # about a minute on 2 cores
 
 Round 9 of docs/iri_depth.md: ``layer3`` 161 steps to the median and ``layer4`` 199, every sample
 converged, as the module version's 161 / 199; Adam's defaults 596 steps (88% converged) and never (0.0115).

@@ -5,7 +5,7 @@ Runs the quick shortcut study at block4 only, varying one thing at a time: more 
 tolerance (0.01 instead of 0.02, 2,000 steps), and seeds (3 stitch/IRI seeds with ``repeats``). Prints
 iri-slm clean -> clean and clean -> shortcut with their intervals. Usage (about 10 minutes on 2 cores):
 
-    PYTHONPATH=. python benchmarks/shortcut_block4.py OUT_DIR [VARIANT ...]
+    PYTHONPATH=. python lab/shortcut_block4.py OUT_DIR [VARIANT ...]
 
 VARIANT: a key of :data:`VARIANTS` (default: all).
 """
@@ -17,8 +17,8 @@ import sys
 import time
 from dataclasses import replace
 
-from similarity_plugins.apps.demo import DemoConfig, run_demo
 from similarity_plugins.apps.studies.common import DonorPool, ci_text
+from similarity_plugins.apps.studies.shortcut import DemoConfig, run_demo
 
 VARIANTS = {
     "baseline (quick)": {},

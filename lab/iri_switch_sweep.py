@@ -1,13 +1,14 @@
 """Sweep the point where a sample leaves bfloat16 (precision.SWITCH_TOL_FACTOR / SWITCH_FLOOR_FACTOR) at one cut.
 
-Run from the repository root: ``python docs/lab/scripts/iri_switch_sweep.py SEEDS STEPS CUT`` (e.g. 16 1000
+Run from the repository root: ``python lab/iri_switch_sweep.py SEEDS STEPS CUT`` (e.g. 16 1000
 layer3.1). Float32 runs first and last, to see the drift of the machine.
 """
 
+import os
 import sys
 import time
 
-sys.path.insert(0, "benchmarks")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 from bench_iri_precision import _images, resnet18_cifar  # noqa: E402
 

@@ -4,8 +4,8 @@ samples (and the IRIs' median error and converged fraction); ``--resnet`` adds a
 torchvision ResNet-18 (seeds 0 and 1) trained 2 epochs on the 3x32x32 digits' training split, A -> B at
 ``layer3`` (L-BFGS). Run from the repository root:
 
-    python scripts/iri_sensitivity.py --layers block3,block4 --tols 0.005,0.01,0.02,0.05 --seeds 64,128,256,all
-    python scripts/iri_sensitivity.py --resnet --layers layer3 --seeds 128,256,512
+    python lab/iri_sensitivity.py --layers block3,block4 --tols 0.005,0.01,0.02,0.05 --seeds 64,128,256,all
+    python lab/iri_sensitivity.py --resnet --layers layer3 --seeds 128,256,512
 
 Each setting generates its own IRIs (separate runs; the IRIs of a looser tolerance are not the snapshots of
 one run at the tightest). Everything else is the shortcut study's configuration (``DemoConfig``).
@@ -21,13 +21,13 @@ import torch
 
 def donors(cfg, seed: int = 0):
     """(clean A, shortcut S, data) as the shortcut study trains and compares them (every image marked)."""
-    from similarity_plugins.apps.demo import _train_donors
     from similarity_plugins.apps.studies.common import DonorPool
+    from similarity_plugins.apps.studies.shortcut import train_donors
     from similarity_plugins.datasets import PixelShortcut, digits_data
     from similarity_plugins.networks.data import Data
 
     clean = digits_data(size=32, seed=seed)
-    models = _train_donors(cfg, clean.train, seed, False, DonorPool())
+    models = train_donors(cfg, clean.train, seed, False, DonorPool())
     data = Data(train=PixelShortcut(clean.train, seed=seed + 3), test=PixelShortcut(clean.test, seed=seed + 4))
     return models["clean A"], models["shortcut S"], data
 
@@ -61,8 +61,8 @@ def resnets(epochs: int = 2):
 
 def main(argv: list[str] | None = None) -> None:
     """Print one line per (layer, setting): score [interval], IRI median error, converged fraction, seconds."""
-    from similarity_plugins.apps.demo import DemoConfig
     from similarity_plugins.apps.studies.common import ci_text, study_options
+    from similarity_plugins.apps.studies.shortcut import DemoConfig
     from similarity_plugins.runner.compare import compare
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -3,7 +3,7 @@ defaults (since round 7: the heavy-momentum Adam, ``AUTO_DEEP_ADAM``, at ``layer
 input's rows, and ``AUTO_WIDE_ADAM`` at ``layer4``, 1/8) vs one cosine over the budget with leaky gradients
 below the last ReLU and the straight-through gradient at it vs the best plain loop, at deep cuts.
 
-    python scripts/iri_cifar_stem_check.py --cases layer4,layer3 --seeds 4     # about 10 minutes on 2 cores
+    python lab/iri_cifar_stem_check.py --cases layer4,layer3 --seeds 4     # about 10 minutes on 2 cores
 
 The donor is cached next to the benchmark's (``IRI_BENCH_DONORS``, ``~/.cache/iri_depth_donors``). Round 6 of
 docs/iri_depth.md used it to drop one cosine over the budget at wide deep ResNet cuts: at ``layer3`` (16,384
@@ -25,18 +25,18 @@ from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
-ONE_COSINE = dict(optimizer="adam", cycle_steps=0, relu_leak=0.1, fold_bn=True)
+ONE_COSINE = dict(optimizer="adam", cycle_steps=0, tuning={"relu_leak": 0.1, "fold_bn": True})
 SHOWN = ("optimizer", "lr", "steps_to_1e-2", "median", "converged", "seed_distance", "total_s")
 
 
 def cifar_stem_resnet18(bench) -> nn.Module:
     """torchvision ResNet-18 (10 classes) with the CIFAR stem, trained 2 epochs of Adam (lr 1e-3, batch 64) on
     ``bench.donor_data()``; cached in ``bench.DONORS``. Returns it in eval mode."""
-    from similarity_plugins.apps.zoo import _apply_cifar_stem
+    from similarity_plugins.apps.zoo import apply_cifar_stem
 
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
-    _apply_cifar_stem(model, "resnet18")
+    apply_cifar_stem(model, "resnet18")
     path = os.path.join(bench.DONORS, f"resnet18cifar_{bench.DATA}_e2.pt")
     if os.path.exists(path):
         model.load_state_dict(torch.load(path))

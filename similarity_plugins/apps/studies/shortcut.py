@@ -1,4 +1,5 @@
-"""``similarity-plugins demo``: the paper's central claim on built-in digits, in minutes on a laptop.
+"""The shortcut study (``similarity-plugins study shortcut``, short name ``similarity-plugins demo``): the paper's
+central claim on built-in digits, on a CPU.
 
 Trains two clean small CNNs and one that relies on a pixel shortcut (all three adversarially robust,
 PGD-trained: non-robust models have idiosyncratic invariances that no other model shares, which hides
@@ -20,11 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..host.results import Report
-from ..networks.context import Context
-from ..networks.data import Data
-from ..runner.compare import compare
-from .studies.common import (
+from ...host.results import Report
+from ...networks.context import Context
+from ...networks.data import Data
+from ...runner.compare import compare
+from .common import (
     DonorPool,
     DonorSpec,
     begin_study,
@@ -46,7 +47,7 @@ SVCCA_DIMS = 20
 
 @dataclass
 class DemoConfig:
-    """Sizes of the demo run. ``quick()`` is the smaller run (under 90 s on 2 cores)."""
+    """Sizes of the demo run. ``quick()`` is the smaller run (fewer PGD steps, stitch epochs and IRI seeds)."""
 
     layers: list[str] = field(default_factory=lambda: ["block1", "block2", "block3", "block4"])
     width: int = 16
@@ -74,7 +75,8 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _spec(cfg: DemoConfig) -> DonorSpec:
+def donor_spec(cfg: DemoConfig) -> DonorSpec:
+    """How the demo trains each donor (width, epochs, PGD radius and steps of ``cfg``)."""
     return DonorSpec(width=cfg.width, epochs=cfg.train_epochs, pgd_eps=cfg.pgd_eps, pgd_steps=cfg.pgd_steps)
 
 
@@ -87,7 +89,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     placement, IRIs and stitches derive from it. ``donors``: a `DonorPool` to share trained donors
     with other studies in this process (a new one when None).
     """
-    from ..datasets import PixelShortcut, digits_data
+    from ...datasets import PixelShortcut, digits_data
 
     cfg = config or (DemoConfig.quick() if quick else DemoConfig())
     start, donors = begin_study(out_dir, donors)
@@ -95,7 +97,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     _say(f"similarity-plugins demo{' (quick)' if quick else ''}: scikit-learn digits at 32x32 "
          f"({len(clean.train)} train / {len(clean.test)} test images), small CNNs, seed {seed}")
     marked_test = PixelShortcut(clean.test, seed=seed + 4)
-    models = _train_donors(cfg, clean.train, seed, progress, donors)
+    models = train_donors(cfg, clean.train, seed, progress, donors)
     _say(f"trained in {time.perf_counter() - start:.0f} s")
     accuracy = _donor_accuracy(models, marked_test, seed)
 
@@ -113,26 +115,26 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     if dropped:
         _say(f"not reported (IRIs did not reach tol {cfg.iri_tol:g} within {cfg.iri_steps} steps): {', '.join(dropped)}")
 
-    explanation = _explain(reports, kept)
+    explanation = explain(reports, kept)
     _say("\nwhat this shows:")
     for line in explanation:
         _say("  " + line)
 
     iris = None
     if kept:
-        from .gallery import iris_of_sweep
+        from ..gallery import iris_of_sweep
 
-        iris = iris_of_sweep(context, models["clean A"], kept, _compare_options(cfg))
+        iris = iris_of_sweep(context, models["clean A"], kept, compare_options(cfg))
     files = write_files(out_dir, reports, accuracy, cfg, seed, explanation, dropped, iris)
     seconds = time.perf_counter() - start
     _say(f"\nwrote {', '.join(files)} in {seconds:.0f} s")
     return {"reports": reports, "accuracy": accuracy, "files": files, "seconds": seconds, "dropped": dropped}
 
 
-def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors: DonorPool) -> dict[str, nn.Module]:
+def train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors: DonorPool) -> dict[str, nn.Module]:
     """Two clean donors (marks at random: present but meaningless) and one that relies on a label-coded
     mark (half its images swapped for other digits while the mark follows the label)."""
-    from ..datasets import PixelShortcut, RandomMark
+    from ...datasets import PixelShortcut, RandomMark
 
     shortcut_train = PixelShortcut(train, swap_fraction=cfg.swap_fraction, seed=seed)
     clean_train = RandomMark(shortcut_train, seed=seed + 6)
@@ -140,16 +142,16 @@ def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors
     _say(f"training 3 donors ({cfg.train_epochs} epochs each{robust}) ...")
     marks = ("marked-at-random", cfg.swap_fraction, seed)
     return {
-        "clean A": donors.get(marks, clean_train, _spec(cfg), seed, progress),
-        "clean B": donors.get(marks, clean_train, _spec(cfg), seed + 1, progress),
-        "shortcut S": donors.get(("shortcut", cfg.swap_fraction, seed), shortcut_train, _spec(cfg), seed + 2, progress),
+        "clean A": donors.get(marks, clean_train, donor_spec(cfg), seed, progress),
+        "clean B": donors.get(marks, clean_train, donor_spec(cfg), seed + 1, progress),
+        "shortcut S": donors.get(("shortcut", cfg.swap_fraction, seed), shortcut_train, donor_spec(cfg), seed + 2, progress),
     }
 
 
 def _donor_accuracy(models: dict[str, nn.Module], marked_test: Any, seed: int) -> dict[str, dict[str, float]]:
     """Each donor's test accuracy with the mark, without it and with it randomised (printed and returned)."""
-    from ..datasets import ShortcutRandomised, ShortcutRemoved
-    from .training import evaluate_accuracy
+    from ...datasets import ShortcutRandomised, ShortcutRemoved
+    from ..training import evaluate_accuracy
 
     tests = {"with mark": marked_test, "mark removed": ShortcutRemoved(marked_test),
              "mark randomised": ShortcutRandomised(marked_test, seed=seed + 5)}
@@ -162,7 +164,7 @@ def _donor_accuracy(models: dict[str, nn.Module], marked_test: Any, seed: int) -
     return accuracy
 
 
-def _compare_options(cfg: DemoConfig) -> dict[str, Any]:
+def compare_options(cfg: DemoConfig) -> dict[str, Any]:
     """The options of the demo's comparisons (stitch training, IRI budget, SVCCA dims) from its configuration."""
     return {**study_options(cfg), "svcca": {"dims": SVCCA_DIMS}}
 
@@ -170,7 +172,7 @@ def _compare_options(cfg: DemoConfig) -> dict[str, Any]:
 def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, context: Context,
                    progress: bool) -> dict[str, Report]:
     """The layer sweep for clean -> clean and clean -> shortcut, sharing one context (and clean A's IRIs)."""
-    options, seed = _compare_options(cfg), context.seed
+    options, seed = compare_options(cfg), context.seed
     pairs = {"clean -> clean": ("clean A", "clean B"), "clean -> shortcut": ("clean A", "shortcut S")}
     reports: dict[str, Report] = {}
     for title, (front_name, end_name) in pairs.items():
@@ -203,7 +205,7 @@ def _score(report: Report, metric: str, layer: str) -> float | None:
     return None if result is None else result.score
 
 
-def _explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
+def explain(reports: dict[str, Report], layers: list[str]) -> list[str]:
     """Two to four sentences reading the measured numbers across ``layers`` (never a canned conclusion)."""
     if not layers:
         return ["No layer had converged IRIs, so no invariance-aware score is reported; raise the IRI budget."]
@@ -300,8 +302,8 @@ def write_files(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: D
                 explanation: list[str], dropped: list[str], iris: tuple[dict, torch.Tensor] | None = None) -> list[str]:
     """Write ``report.json``, ``report.csv``, ``similarity.png`` and, given ``iris`` (``({layer: IRISet}, seeds)``
     as `iris_of_sweep` returns), ``iris.png`` into ``out_dir``, all or none; returns their paths."""
-    from .gallery import iris_figure
-    from .plots import sweep_figure
+    from ..gallery import iris_figure
+    from ..plots import sweep_figure
 
     payload = {
         "meta": {"study": "shortcut", "data": "sklearn digits 32x32", "seed": seed, "config": cfg.__dict__,

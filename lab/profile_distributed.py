@@ -1,6 +1,6 @@
 """Where the time of a sharded ``generate_iris`` goes: one rank of 2 gloo ranks against one process on the same share.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/profile_distributed.py`` (env ``DIST_BENCH_SEEDS`` (64),
+Run: ``OMP_NUM_THREADS=1 python lab/profile_distributed.py`` (env ``DIST_BENCH_SEEDS`` (64),
 ``DIST_BENCH_STEPS`` (150)). The one process optimises ``seeds[:N/2]`` (the first rank's share of the
 contiguous split, the same work) and the ranks the whole set; every process runs one thread. Phases are
 ``time.perf_counter`` spans around the library's own functions (wrapped here, not edited):
@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 from bench_distributed import STEPS, _free_port, _setup  # noqa: E402
 
 SPANS: dict[str, float] = defaultdict(float)

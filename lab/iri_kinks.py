@@ -1,7 +1,6 @@
-# ruff: noqa: I001 - a record: its imports as they were in scripts/
 """How far the front's linear model holds, at IRIs, at their seeds and at the noise starts (a study, not an option).
 
-    python scripts/iri_kinks.py --case vgg16_bn:features.33 --seeds 8 [--option relu_leak=0 ...]
+    python lab/iri_kinks.py --case vgg16_bn:features.33 --seeds 8 [--option relu_leak=0 ...]
 
 A front of ReLUs, max-pools, convolutions and (eval-mode) BatchNorm is piecewise linear in its input. A step
 of a Gauss-Newton or quasi-Newton method is only as good as the linear model ``f(x + eps d) ~ f(x) + eps J d``
@@ -27,7 +26,7 @@ import sys
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "scripts")]
+sys.path[:0] = [os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "lab")]
 
 
 def mismatch(front, x: torch.Tensor, d: torch.Tensor, eps: list[float]) -> list[float]:
@@ -62,7 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     from iri_depth_study import variant_options
 
     from similarity_plugins.iri import generate_iris
-    from similarity_plugins.iri.optimizer import initial_inputs, make_settings
+    from similarity_plugins.iri.settings import make_settings
+    from similarity_plugins.iri.state import initial_inputs
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", default="vgg16_bn:features.33")
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     model, seeds = bench.case_inputs(arch, args.seeds)
     options = variant_options("+".join(args.option)) if args.option else {}
     iris = generate_iris(model, layer, seeds, steps=args.steps, batch_size=len(seeds), progress=False, **options)
-    starts = initial_inputs(seeds, range(len(seeds)), make_settings(steps=1, tol=1e-2, lr=None, init="noise", seed=0), None)
+    starts = initial_inputs(seeds, range(len(seeds)), make_settings(steps=1, tol=1e-2, init="noise", seed=0, preset="adam"), None)
     front = plain_front(model, layer)
     g = torch.Generator().manual_seed(0)
     print(f"# {args.case} {options or 'defaults'}: {len(seeds)} seeds, IRI median error {iris.summary['median_error']:.4f}, "

@@ -1,6 +1,6 @@
 """One short run on a CUDA GPU: the IRI step and an IRI run of ResNet-18 (CIFAR stem) in float32 and bfloat16.
 
-Run on a machine with a GPU: ``python benchmarks/gpu_iri_precision.py --out gpu_precision.json`` (about two
+Run on a machine with a GPU: ``python lab/gpu_iri_precision.py --out gpu_precision.json`` (about two
 minutes). Prints and writes, per cut: the step time (forward + gradient to the input, batch 128) in float32
 (the user's TF32 settings) and under bfloat16 autocast, each in the default and the channels_last layout,
 with the GFLOP/s achieved (FLOPs from ``torch.utils.flop_counter``) next to a 8192 x 8192 GEMM's rate in each
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_iri_precision import _images, _step_flops, resnet18_cifar  # noqa: E402
 
 from similarity_plugins.iri import generate_iris  # noqa: E402

@@ -5,7 +5,7 @@ a timm ViT (GELU, LayerNorm; 4x4 patches at 32x32, random weights) are cut at a 
 candidate preset runs on the same seeds. Printed per (net, cut, preset): sample-steps per sample until the
 median error reaches 1e-2, the final median and the converged fraction. Run from the repository root:
 
-    python scripts/iri_smooth_presets.py --seeds 8 --steps 1000
+    python lab/iri_smooth_presets.py --seeds 8 --steps 1000
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["WORK_BOUND", "GATHER_COST", "PERMUTATION_COST", "NULL_BYTES", "BATCH_BYTES", "PermutationCostWarning",
-           "check_permutations", "draws", "summarise", "permuted_inner", "dot", "permutation_moments",
-           "pearson3_p_value", "check_cost", "null_keys"]
+__all__ = [
+    "WORK_BOUND", "GATHER_COST", "PERMUTATION_COST", "NULL_BYTES", "PermutationCostWarning", "check_permutations",
+    "draws", "summarise", "permuted_inner", "pearson3_p_value", "check_cost"
+]
 
 #: operations of all K permutations together (multiply-adds; a gathered or looked-up value counts
 #: :data:`GATHER_COST`) above which a measure warns before the work: about ten minutes of one CPU core
@@ -39,7 +40,7 @@ WORK_BOUND = 1e13
 #: measured on a CPU); it decides between the Gram and the feature route of linear CKA
 GATHER_COST = 120.0
 #: operations one permutation costs whatever its size: drawing it (``torch.randperm``) and the per-batch Python
-#: work, about 6 microseconds of one CPU core, counted so that a small N with a huge K is not underestimated
+#: work, counted so that a small N with a huge K is not underestimated
 PERMUTATION_COST = 1e5
 #: bytes each permutation's null value holds until the summary (a float64, twice while the batches are joined)
 NULL_BYTES = 16.0
@@ -55,11 +56,6 @@ _SALT = 0x9E37  # the permutations' seed stream differs from the split draws' of
 
 class PermutationCostWarning(UserWarning):
     """A permutation test whose work or memory exceeds the documented bound (`WORK_BOUND`, free memory)."""
-
-
-def null_keys() -> tuple[str, ...]:
-    """The keys a permutation test adds to a metric's ``details``."""
-    return ("p_value", "null_mean", "null_std", "permutations")
 
 
 def check_permutations(value: Any) -> int:
@@ -206,14 +202,14 @@ def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: flo
     -------
     The warning's text (also for ``details["warnings"]``), or None when within the bounds.
     """
-    from .arrays import available_bytes
+    from ..utils.arrays import available_bytes
 
     total = float(k) * (float(work_per_permutation) + PERMUTATION_COST)
     problems = []
     if total > WORK_BOUND:
         problems.append(f"about {total:.2g} operations ({float(work_per_permutation) + PERMUTATION_COST:.2g} per "
                         f"permutation), above the bound WORK_BOUND = {WORK_BOUND:.0e} of "
-                        "similarity_plugins.utils.permutation (about ten minutes of one CPU core)")
+                        "similarity_plugins.stats.permutation (about ten minutes of one CPU core)")
     memory = float(matrix_bytes) + NULL_BYTES * float(k)
     available = float(available_bytes()) if available is None else float(available)
     if memory > available:

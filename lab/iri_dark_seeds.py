@@ -1,8 +1,8 @@
 """Why dark seeds converge slowly: the same IRI run from noise starts of other brightness (a study, not an option).
 
-    IRI_BENCH_DATA=patches python scripts/iri_dark_seeds.py --case resnet18:layer3 --seeds 64 --centres 0.5,0.25,seed
+    IRI_BENCH_DATA=patches python lab/iri_dark_seeds.py --case resnet18:layer3 --seeds 64 --centres 0.5,0.25,seed
 
-``generate_iris`` starts every sample from ``0.5 + randn/20`` (PAPER.md). This script runs the defaults
+``generate_iris`` starts every sample from ``0.5 + randn/20`` (the paper's start). This script runs the defaults
 once per start centre: ``0.5`` is that start; a number ``c`` shifts the same noise to ``c + randn/20``;
 ``seed`` shifts it to the seed's own mean brightness. ``--noise D`` scales the noise to ``randn/D``;
 ``--option KEY=VALUE`` passes options to ``generate_iris`` (``relu_leak=0.2``, ``fake_relu=none``, ``seed=1``,

@@ -2,7 +2,7 @@
 
 Run from the repository root (a few minutes per case at 16 seeds on an idle 2-core CPU):
 
-    python scripts/iri_depth_study.py --seeds 16 \\
+    python lab/iri_depth_study.py --seeds 16 \\
         --cases resnet18:layer3,resnet18:layer4,vgg16_bn:features.33,vgg16_bn:features.43,small_cnn:block3
 
 The donors, seeds, plain loop and figures are those of ``benchmarks/bench_iri.py`` (torchvision ResNet-18 /

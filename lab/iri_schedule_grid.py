@@ -3,7 +3,7 @@
 This is the study behind the IRI optimiser's default (per-sample cosine cycles of 300 then 600 steps) and
 the demo's ``iri_cycle_steps=100``. Run from the repository root, with nothing else using the CPU:
 
-    python scripts/iri_schedule_grid.py --cases small3,rn3,rn4,demo2,demo3,demo4 --seeds 32
+    python lab/iri_schedule_grid.py --cases small3,rn3,rn4,demo2,demo3,demo4 --seeds 32
 
 Cases: ``small3`` SmallCNN width 32 at block3 (the benchmark's model), ``rn3``/``rn4`` ResNet-18 at
 layer3/layer4 on 3x32x32 digits (the benchmark's model), ``demoN`` the demo's clean donor A (SmallCNN width
@@ -45,13 +45,13 @@ def _case(name: str, n: int):
     if name in ("rn3", "rn4"):
         return bench.resnet18_digits(), f"layer{name[-1]}", bench._digits_rgb32()[0][:n].clone()
     if name.startswith("demo"):
-        from similarity_plugins.apps.demo import DemoConfig, _spec
         from similarity_plugins.apps.studies.common import DonorPool
+        from similarity_plugins.apps.studies.shortcut import DemoConfig, donor_spec
         from similarity_plugins.datasets import PixelShortcut, RandomMark, digits_data
 
         clean = digits_data(size=32, seed=0)
         shortcut_train = PixelShortcut(clean.train, swap_fraction=DemoConfig().swap_fraction, seed=0)
-        model = DonorPool().get("marked-at-random", RandomMark(shortcut_train, seed=6), _spec(DemoConfig()), 0)
+        model = DonorPool().get("marked-at-random", RandomMark(shortcut_train, seed=6), donor_spec(DemoConfig()), 0)
         return model, f"block{name[-1]}", load_all(PixelShortcut(clean.train, seed=3))[0][:n].contiguous()
     raise SystemExit(f"unknown case {name!r}; use small3, rn3, rn4, demo1..demo4")
 

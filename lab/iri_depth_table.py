@@ -1,6 +1,6 @@
-"""Markdown table from ``scripts/iri_depth_study.py --json`` files: one row per (case, variant).
+"""Markdown table from ``lab/iri_depth_study.py --json`` files: one row per (case, variant).
 
-    python scripts/iri_depth_table.py study.jsonl [more.jsonl ...] [--variants default,adam]
+    python lab/iri_depth_table.py study.jsonl [more.jsonl ...] [--variants default,adam]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the donor guard costs on a ResNet-18 (46.8 MB of parameters and buffers): copy vs hash, and the guard itself.
 
-Run: ``OMP_NUM_THREADS=1 python scripts/guard_cost.py`` (best of 5 per figure; needs torchvision).
+Run: ``OMP_NUM_THREADS=1 python lab/guard_cost.py`` (best of 5 per figure; needs torchvision).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """GPU check for the IRI optimiser: a standalone script (not collected by pytest).
 
-    python benchmarks/gpu_iri.py --out DIR
+    python lab/gpu_iri.py --out DIR
 
 Measures, on one CUDA GPU, and prints + writes ``DIR/gpu_iri.json``:
 1. update-step time, CuPy fused kernel vs the torch reference, Adam, on 512 x 3 x 224 x 224

@@ -1,4 +1,4 @@
-"""The second fault campaign: rows that must correspond, values that must mean what they say, plugins that cannot
+"""Refusals and isolation: rows that must correspond, values that must mean what they say, plugins that cannot
 take the run down or change what others see, outputs that survive the shell, and clear answers for weak cases.
 
 Each probe states what a careful user or a careless plugin author would do and asserts the answer that keeps the
@@ -581,7 +581,7 @@ def test_folder_commands_refuse_an_empty_or_dash_out_before_any_work(command, pa
     import similarity_plugins.apps.studies as studies
 
     monkeypatch.setattr(studies, "run_study", lambda *a, **k: pytest.fail("the study ran"))
-    monkeypatch.setattr("similarity_plugins.apps.demo.run_demo", lambda *a, **k: pytest.fail("the demo ran"))
+    monkeypatch.setattr("similarity_plugins.apps.studies.shortcut.run_demo", lambda *a, **k: pytest.fail("the demo ran"))
     assert _cli(*command, "--out", path) == 2
     assert "--out" in capsys.readouterr().err
 
