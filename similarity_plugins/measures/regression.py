@@ -46,7 +46,12 @@ class RidgeFront:
         return (xq @ self.xc.T) @ torch.cholesky_solve(yc, self.factor)
 
 
-def _check_alpha(alpha: float) -> float:
+def check_alpha(alpha: float) -> float:
+    """The ridge strength ``alpha`` as a float.
+
+    Raises:
+        ValueError: ``alpha`` is not a positive finite number.
+    """
     alpha = float(alpha)
     if not (math.isfinite(alpha) and alpha > 0.0):
         raise ValueError(f"linear-regression: alpha must be a positive finite number (got {alpha!r})")
@@ -57,7 +62,7 @@ def ridge_front(X: ArrayLike, alpha: float = DEFAULT_ALPHA) -> RidgeFront:
     """The front's part of [`linear_regression`][linear_regression] from its training rows ``X`` (n, d): centring,
     ``lambda = alpha x tr(Xc^T Xc) / d`` and one Cholesky factorisation. Raises ``ValueError`` for bad input, a
     constant ``X`` or a system that is not positive definite."""
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     xtr, _ = pair(X, X, "linear-regression", min_n=2)
     xc, sx = centred(xtr, "X (train rows)", "linear-regression")
     lam = alpha * sx / xtr.shape[1]  # alpha x mean eigenvalue of xc^T xc (scale-free)
@@ -146,7 +151,7 @@ def linear_regression(X: ArrayLike, Y: ArrayLike, alpha: float = DEFAULT_ALPHA, 
         ValueError: bad input, ``alpha`` not a positive finite number, fewer than 2 train or test rows, a
             constant side, or a bad ``split``.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     if (X_test is None) != (Y_test is None):
         raise ValueError("linear-regression: pass both X_test and Y_test, or neither")
     if X_test is not None:

@@ -157,9 +157,9 @@ def streamed_regression(x: Any, y: Any, *, rows: int = 8192, alpha: float | None
         ValueError: fewer than 4 rows, ``dx`` over the training rows (the normal equations in feature space
             need ``dx <= n_train``; use the in-memory measure), a constant side, non-finite values.
     """
-    from .regression import DEFAULT_ALPHA, TRAIN_FRACTION, _check_alpha
+    from .regression import DEFAULT_ALPHA, TRAIN_FRACTION, check_alpha
 
-    alpha = _check_alpha(DEFAULT_ALPHA if alpha is None else alpha)
+    alpha = check_alpha(DEFAULT_ALPHA if alpha is None else alpha)
     n = len(x)
     if n < 4:
         raise ValueError(f"linear-regression needs at least 4 rows to split, got {n}")

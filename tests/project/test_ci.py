@@ -94,3 +94,8 @@ def test_ci_fails_on_code_over_the_size_budget(tmp_path, monkeypatch, capsys):
     assert code_size.main(["--max-module", "10", "--max-function", "3"]) == 1
     assert "function similarity_plugins/long.py:1 f: 4 lines" in capsys.readouterr().out
     assert code_size.main(["--max-module", "10", "--max-function", "4"]) == 0
+    # a docstring is not counted: the same body under a three-line docstring is still 4 lines
+    (package / "long.py").write_text('def f():\n    """One.\n\n    Two."""\n    a = 1\n    b = 2\n    return a + b\n',
+                                     encoding="utf-8")
+    assert code_size.main(["--max-module", "10", "--max-function", "4"]) == 0
+    assert code_size.main(["--max-module", "10", "--max-function", "3"]) == 1
