@@ -10,6 +10,7 @@ import signal
 import threading
 from typing import Any, Iterator, Sequence
 
+from ..utils.rules import as_positive_int, split_layer_pair
 from ..utils.text import parse_assignment, parse_assignments
 
 
@@ -91,17 +92,14 @@ def parse_variant_options(items: Sequence[str] | None) -> dict:
 
 
 def parse_layer(text: str) -> "str | tuple[str, str]":
-    """``layer1`` -> ``"layer1"``; ``layer1:layer2`` or ``layer1->layer2`` -> ``("layer1", "layer2")``."""
-    for sep in ("->", ":"):
-        if sep in text:
-            a, b = text.split(sep, 1)
-            return (a.strip(), b.strip())
-    return text
+    """``layer1`` -> ``"layer1"``; ``layer1:layer2`` or ``layer1->layer2`` -> ``("layer1", "layer2")``
+    (`utils.rules.split_layer_pair`, the grammar every layer reads)."""
+    return split_layer_pair(text) or text
 
 
 def subset(dataset: Any, limit: int | None) -> Any:
     """The first ``limit`` samples of ``dataset`` (all of it when ``limit`` is None); ``limit`` must be >= 1."""
-    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+    if limit is not None and as_positive_int(limit) is None:
         raise ValueError(f"a sample limit must be a positive whole number (or none for all), got {limit!r}")
     if dataset is None or limit is None or limit >= len(dataset):
         return dataset
@@ -294,10 +292,10 @@ def positive_int(text: str) -> int:
     """``argparse`` type of the sample limits (``--max-train``, ``--max-test``, ``--max-seeds``): a whole number
     >= 1; argparse reports anything else naming the option (exit 2)."""
     try:
-        value = int(text)
+        value = as_positive_int(int(text))
     except ValueError:
-        value = 0
-    if value < 1:
+        value = None
+    if value is None:
         raise argparse.ArgumentTypeError(f"expected a positive whole number of samples, got {text!r}")
     return value
 
