@@ -24,6 +24,7 @@ from ..host.results import Report
 from ..networks.context import Context
 from ..networks.data import Data
 from ..runner.compare import compare
+from ..utils.progress import Progress, check_progress
 from .studies.common import (
     DonorPool,
     DonorSpec,
@@ -78,7 +79,7 @@ def _spec(cfg: DemoConfig) -> DonorSpec:
     return DonorSpec(width=cfg.width, epochs=cfg.train_epochs, pgd_eps=cfg.pgd_eps, pgd_steps=cfg.pgd_steps)
 
 
-def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 0, progress: bool = True,
+def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 0, progress: Progress = "auto",
              config: DemoConfig | None = None, donors: DonorPool | None = None) -> dict:
     """Run the demo (see the module docstring); returns ``{"reports": {pair: Report}, "files": [...], ...}``.
 
@@ -89,6 +90,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     """
     from ..datasets import PixelShortcut, digits_data
 
+    progress = check_progress(progress)
     cfg = config or (DemoConfig.quick() if quick else DemoConfig())
     start, donors = begin_study(out_dir, donors)
     clean = digits_data(size=32, seed=seed)
@@ -129,7 +131,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     return {"reports": reports, "accuracy": accuracy, "files": files, "seconds": seconds, "dropped": dropped}
 
 
-def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors: DonorPool) -> dict[str, nn.Module]:
+def _train_donors(cfg: DemoConfig, train: Any, seed: int, progress: Progress, donors: DonorPool) -> dict[str, nn.Module]:
     """Two clean donors (marks at random: present but meaningless) and one that relies on a label-coded
     mark (half its images swapped for other digits while the mark follows the label)."""
     from ..datasets import PixelShortcut, RandomMark
@@ -168,7 +170,7 @@ def _compare_options(cfg: DemoConfig) -> dict[str, Any]:
 
 
 def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, context: Context,
-                   progress: bool) -> dict[str, Report]:
+                   progress: Progress) -> dict[str, Report]:
     """The layer sweep for clean -> clean and clean -> shortcut, sharing one context (and clean A's IRIs)."""
     options, seed = _compare_options(cfg), context.seed
     pairs = {"clean -> clean": ("clean A", "clean B"), "clean -> shortcut": ("clean A", "shortcut S")}

@@ -310,9 +310,9 @@ def add_progress_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--no-progress", action="store_true", help="never show progress bars")
 
 
-def progress_of(args: argparse.Namespace) -> "bool | str":
-    """The ``progress`` argument for the library from a command's flags: ``False`` (``--no-progress``),
-    ``"always"`` (``--progress``) or ``True`` (bars only when stderr is a terminal)."""
+def progress_of(args: argparse.Namespace) -> str:
+    """The ``progress`` argument for the library from a command's flags: ``"never"`` (``--no-progress``),
+    ``"always"`` (``--progress``) or ``"auto"`` (bars only when stderr is a terminal; `utils.progress`)."""
     if getattr(args, "no_progress", False):
-        return False
-    return "always" if getattr(args, "progress_always", False) else True
+        return "never"
+    return "always" if getattr(args, "progress_always", False) else "auto"

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..host.values import POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules, one_of
+from ..utils.progress import Progress
 from ..utils.text import did_you_mean
 from .precision import check_precision
 from .presets import PRESETS, RUN_DEFAULTS
@@ -99,7 +100,7 @@ class RunOptions:
         batch_size: slots in the working batch.
         backend: array library of the elementwise update: "auto", "numpy", "torch" or "cupy".
         device: where the front runs (None: the seeds' device).
-        progress: show a progress bar.
+        progress: the bar, as in `utils.progress`: ``"auto"``, ``"always"`` or ``"never"``.
         checkpoint_path: with ``checkpoint_every``, save the full optimiser state there atomically every that
             many batch steps and resume from the file if it exists (removed when the run completes).
         checkpoint_every: batch steps between checkpoints (None: no checkpoints).
@@ -119,7 +120,7 @@ class RunOptions:
     batch_size: int = RUN_DEFAULTS["batch_size"]
     backend: str = "auto"
     device: Any = None
-    progress: bool = True
+    progress: Progress = "auto"
     checkpoint_path: Any = None
     checkpoint_every: int | None = None
     callback: Callable[[dict], None] | None = None

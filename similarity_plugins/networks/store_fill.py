@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..utils.digest import update_tensor_digest
-from ..utils.progress import progress_bar
+from ..utils.progress import Progress, progress_bar
 from .activations import check_finite, forward_layers
 from .data import iterate_batches
 from .parallel import module_digest
@@ -40,7 +40,7 @@ def batch_digest(x: torch.Tensor, y: torch.Tensor) -> str:
 
 def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], split: Dataset | DataLoader, *,
                split_name: str = "test", batch_size: int = 256, device: torch.device | None = None,
-               progress: "bool | str" = False, pooling: str | None = None) -> int:
+               progress: Progress = "never", pooling: str | None = None) -> int:
     """Write the entries (``name``, layer) of every layer in ``layers`` on ``split`` into ``store``.
 
     Args:

@@ -27,7 +27,7 @@ from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.layer_lists import check_layer
 from ..networks.split import model_device, on_device
-from ..utils.progress import check_progress
+from ..utils.progress import Progress, check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
 from .grid_results import Grid, Node
@@ -132,7 +132,7 @@ def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
 def compare_grid(models: Any = None, layers: Any = None, data: Data | None = None,
                  metrics: "str | Iterable[str] | None" = None, *,
                  pairs: "str | Sequence[tuple[Node, Node]]" = "all", seed: int = 0, options: dict | None = None,
-                 device: "str | torch.device | None" = None, progress: "bool | str" = False,
+                 device: "str | torch.device | None" = None, progress: Progress = "never",
                  resume: "str | os.PathLike | None" = None, cache_bytes: int | None = None,
                  store: "str | os.PathLike | Any | None" = None) -> Grid:
     """Score every selected metric on every selected pair of (model, layer) nodes.
@@ -167,7 +167,7 @@ def compare_grid(models: Any = None, layers: Any = None, data: Data | None = Non
     holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
     returns the same grid.
     """
-    check_progress(progress)
+    progress = check_progress(progress)
     seed = check_seed(seed)
     data = data if data is not None else Data()
     if not isinstance(data, Data):

@@ -15,6 +15,7 @@ import importlib
 import os
 from typing import Literal, get_args
 
+from ...utils.progress import Progress, check_progress
 from .common import DonorPool, prepare_out_dir
 
 __all__ = ["STUDIES", "STUDY_NAMES", "StudyName", "DonorPool", "check_study", "run_study"]
@@ -49,12 +50,13 @@ def check_study(name: str) -> StudyName:
     return name
 
 
-def run_study(name: StudyName, out_dir: str | os.PathLike, *, quick: bool = False, seed: int = 0, progress: bool = True,
+def run_study(name: StudyName, out_dir: str | os.PathLike, *, quick: bool = False, seed: int = 0, progress: Progress = "auto",
               donors: DonorPool | None = None) -> dict:
     """Run study ``name`` (see the module docstring) writing to ``out_dir``; returns its result dict
     (``"reports"``, ``"files"``, ``"seconds"``, ...). Name and folder are checked before any training;
     pass one `DonorPool` to several calls to train shared donors once."""
     check_study(name)
+    progress = check_progress(progress)
     out = prepare_out_dir(out_dir)
     module, function = STUDIES[name]
     return getattr(importlib.import_module(module), function)(out, quick=quick, seed=seed, progress=progress,
