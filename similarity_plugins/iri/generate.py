@@ -16,10 +16,11 @@ from ..networks.split import SplitNetwork, frozen, model_device, model_dtype
 from ..utils.progress import Progress, check_progress
 from ..utils.text import did_you_mean
 from . import sharded, store
-from .backends import check_compile
+from .backends import BackendName, check_compile
 from .front import private_front
 from .optimize import optimize_iris
 from .precision import (
+    Precision,
     check_precision,
     device_has_bf16,
     laid_out,
@@ -31,7 +32,7 @@ from .precision import (
 from .presets import PRESETS, RUN_DEFAULTS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
-from .settings import AUTO, LBFGS_ONLY, TUNING, RunOptions, Settings, make_settings
+from .settings import AUTO, LBFGS_ONLY, TUNING, IriInit, OptimizerChoice, RunOptions, Settings, make_settings
 from .state import check_seeds
 
 RUN_OPTIONS = ("callback", "profile")
@@ -51,12 +52,12 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
 
 
 def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN_DEFAULTS["steps"],
-                  tol: float = RUN_DEFAULTS["tol"], optimizer: str = RUN_DEFAULTS["optimizer"],
-                  init: str = RUN_DEFAULTS["init"], cycle_steps: int | None = RUN_DEFAULTS["cycle_steps"],
+                  tol: float = RUN_DEFAULTS["tol"], optimizer: OptimizerChoice = RUN_DEFAULTS["optimizer"],
+                  init: IriInit = RUN_DEFAULTS["init"], cycle_steps: int | None = RUN_DEFAULTS["cycle_steps"],
                   tuning: dict[str, Any] | None = None, batch_size: int = RUN_DEFAULTS["batch_size"],
-                  backend: str = RUN_DEFAULTS["backend"], seed: int = 0, progress: Progress = "auto",
+                  backend: BackendName = RUN_DEFAULTS["backend"], seed: int = 0, progress: Progress = "auto",
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  compile: bool = RUN_DEFAULTS["compile"], precision: str = RUN_DEFAULTS["precision"],
+                  compile: bool = RUN_DEFAULTS["compile"], precision: Precision = RUN_DEFAULTS["precision"],
                   **run_options: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 

@@ -143,7 +143,7 @@ def test_auto_errors_name_the_fix(trained):
         generate_iris(model, "2", seeds[:2], steps=5, progress="never", lr=0.1)
     with pytest.raises(TypeError, match="must be a dict"):
         generate_iris(model, "2", seeds[:2], steps=5, progress="never", tuning="resnet")
-    with pytest.raises(ValueError, match="unknown optimizer 'lbgfs'"):
+    with pytest.raises(ValueError, match="option optimizer must be one of lbfgs, adam, auto .*got 'lbgfs'; did you mean 'lbfgs'"):
         generate_iris(model, "2", seeds[:2], steps=5, progress="never", optimizer="lbgfs")
 
 

@@ -185,3 +185,19 @@ def test_milestones_as_epochs_still_work_with_a_deprecation_warning():
         old = StitchSettings.from_options({"epochs": 4, "milestones": [2, 3]})
     assert old == StitchSettings.from_options({"epochs": 4, "milestone_epochs": [2, 3]})
     assert old.milestones == (0.5, 0.75)
+
+
+def test_iri_choices_are_literal_types_on_generate_iris():
+    from similarity_plugins.iri.backends import BACKENDS
+    from similarity_plugins.iri.generate import generate_iris
+    from similarity_plugins.iri.precision import PRECISIONS
+    from similarity_plugins.iri.settings import AUTO, OPTIMIZERS
+    from similarity_plugins.iri.settings import INITS as IRI_INITS
+    from similarity_plugins.utils.progress import PROGRESS_MODES
+
+    hints = get_type_hints(generate_iris)
+    assert set(get_args(hints["optimizer"])) == {*OPTIMIZERS, AUTO}
+    assert get_args(hints["init"]) == IRI_INITS
+    assert get_args(hints["backend"]) == BACKENDS
+    assert get_args(hints["precision"]) == PRECISIONS
+    assert get_args(hints["progress"]) == PROGRESS_MODES
