@@ -12,6 +12,7 @@ from ..networks.split import model_device, on_device
 from ..networks.store import Store
 from ..networks.store_fill import fill_model
 from ..utils.progress import Progress, check_progress
+from ..utils.rules import as_positive_int
 from .grid import _as_layers, _as_models
 
 __all__ = ["extract"]
@@ -41,7 +42,7 @@ def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | St
     progress = check_progress(progress)
     if not isinstance(data, Data):
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+    if batch_size is not None and (not isinstance(batch_size, int) or as_positive_int(batch_size) is None):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     named = _as_models(models)
     per_model = _as_layers(layers, named)
