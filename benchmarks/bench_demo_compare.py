@@ -39,7 +39,7 @@ def setup() -> tuple[torch.nn.Module, torch.nn.Module, Data, dict]:
     torch.manual_seed(2)
     b = SmallCNN(in_channels=1, width=16).eval()
     options = {k: v for k, v in compare_options(DemoConfig.quick()).items() if k != "svcca"}
-    compare(a, b, "block1", data, ["stitch-hlm"], options={"epochs": 1}, seed=0, progress=False)   # warm-up
+    compare(a, b, "block1", data, ["stitch-hlm"], options={"epochs": 1}, seed=0, progress="never")   # warm-up
     return a, b, data, options
 
 
@@ -58,7 +58,7 @@ def test_demo_metric(benchmark, metric):
 
     def run() -> None:
         cpu, faults = _usage()
-        out["report"] = compare(a, b, "block3", data, [metric], options=options, seed=0, progress=False)
+        out["report"] = compare(a, b, "block3", data, [metric], options=options, seed=0, progress="never")
         after = _usage()
         out["cpu"], out["faults"] = after[0] - cpu, after[1] - faults
 

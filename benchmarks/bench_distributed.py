@@ -65,7 +65,7 @@ def _setup(n_seeds: int = SEEDS):
 def _iris(front, seeds, steps: int):
     from similarity_plugins.iri import generate_iris
 
-    return generate_iris(front, "block3", seeds, steps=steps, tol=1e-9, batch_size=32, progress=False)
+    return generate_iris(front, "block3", seeds, steps=steps, tol=1e-9, batch_size=32, progress="never")
 
 
 def _stitch(front, end, data) -> tuple[float, float]:

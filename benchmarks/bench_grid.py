@@ -346,7 +346,7 @@ def test_zoo_six_small_cnns_all_activation_metrics(benchmark):
     for seed in range(6):
         torch.manual_seed(seed)
         zoo[f"seed{seed}"] = SmallCNN(in_channels=1, num_classes=10, width=8)
-        train_classifier(zoo[f"seed{seed}"], data.train, epochs=2, seed=seed, progress=False)
+        train_classifier(zoo[f"seed{seed}"], data.train, epochs=2, seed=seed, progress="never")
     grid = benchmark.pedantic(sp.compare_grid, args=(zoo, ["block3"], data), kwargs={"pairs": "across"},
                               rounds=1, iterations=1)
     failed = [c.error for c in grid.cells.values() if not c.ok]

@@ -156,7 +156,7 @@ def small_cnn_digits() -> nn.Module:
 
     torch.manual_seed(0)
     model = SmallCNN(width=32)
-    train_classifier(model, digits("train"), epochs=5, progress=False)
+    train_classifier(model, digits("train"), epochs=5, progress="never")
     return model.eval()
 
 
@@ -227,7 +227,7 @@ def best_plain(front, seeds: torch.Tensor, steps: int, lrs=PLAIN_LRS, stop_at_to
 def ours(model: nn.Module, layer: str, seeds: torch.Tensor, steps: int, **options: Any) -> dict[str, Any]:
     """``generate_iris`` (defaults unless ``options``); figures as in :func:`plain_loop`."""
     curve: list[tuple[int, float, float]] = []
-    iris = generate_iris(model, layer, seeds, steps=steps, tol=1e-2, batch_size=len(seeds), progress=False,
+    iris = generate_iris(model, layer, seeds, steps=steps, tol=1e-2, batch_size=len(seeds), progress="never",
                          callback=lambda i: curve.append((i["sample_steps"], i["median_error"], i["elapsed_s"])),
                          **options)
     work, secs = next(((w, t) for w, m, t in curve if m <= 1e-2), (math.inf, math.inf))

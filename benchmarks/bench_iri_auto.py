@@ -71,7 +71,7 @@ def donor(arch: str) -> torch.nn.Module:
 
         x, y = digits_data(size=32).train.tensors
         rgb = TensorDataset(x.expand(-1, 3, -1, -1).contiguous(), y)
-        train_classifier(model, rgb, epochs=EPOCHS, lr=1e-3, seed=0, progress=False)
+        train_classifier(model, rgb, epochs=EPOCHS, lr=1e-3, seed=0, progress="never")
     return model.eval()
 
 
@@ -90,7 +90,7 @@ def test_iri_auto(benchmark, cut, mode):
 
     def run() -> None:
         out["iris"] = generate_iris(model, layer, seeds, steps=STEPS, tol=1e-2, precision=mode,
-                                    batch_size=min(SEEDS, 128), progress=False)
+                                    batch_size=min(SEEDS, 128), progress="never")
 
     benchmark.pedantic(run, rounds=1, iterations=1)
     iris = out["iris"]

@@ -128,7 +128,7 @@ def test_iri_run(benchmark, cut, precision):
 
     def run() -> None:
         out["iris"] = generate_iris(model, cut, seeds, steps=IRI_STEPS, tol=1e-2, precision=precision,
-                                    batch_size=min(IRI_SEEDS, 128), progress=False)
+                                    batch_size=min(IRI_SEEDS, 128), progress="never")
 
     with frozen(model):
         benchmark.pedantic(run, rounds=1, iterations=1)

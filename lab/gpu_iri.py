@@ -91,7 +91,7 @@ def iris_per_second(layer: str, size: int, seeds: int, steps: int, batch: int, d
     _sync(device)
     t0 = time.perf_counter()
     iris = generate_iris(model, layer, x, steps=steps, tol=1e-2, batch_size=batch, backend=backend,
-                         optimizer=optimizer, progress=False, profile=True, compile=compile)
+                         optimizer=optimizer, progress="never", profile=True, compile=compile)
     _sync(device)
     wall = time.perf_counter() - t0
     s, st = iris.summary, iris.stats

@@ -76,7 +76,7 @@ def iri_runs(cut: str, seeds: int = 256, steps: int = 300) -> list[dict]:
         with frozen(model):
             torch.cuda.synchronize()
             t = time.perf_counter()
-            iris = generate_iris(model, cut, x, steps=steps, tol=1e-2, precision=precision, progress=False)
+            iris = generate_iris(model, cut, x, steps=steps, tol=1e-2, precision=precision, progress="never")
             torch.cuda.synchronize()
             seconds = time.perf_counter() - t
         converged = int(iris.converged.sum())

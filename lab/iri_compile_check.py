@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         model, seeds = model.to(args.device), seeds.to(args.device)
         for compiled in (False, True):
             t0 = time.perf_counter()
-            iris = generate_iris(model, layer, seeds, progress=False, compile=compiled)
+            iris = generate_iris(model, layer, seeds, progress="never", compile=compiled)
             wall = time.perf_counter() - t0
             st, s = iris.stats, iris.summary
             row = {"case": spec, "compile": compiled, "wall_s": round(wall, 2), "compile_s": round(st["compile_s"], 2),

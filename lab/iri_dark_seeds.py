@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         default, starts = shifted_starts(centre, args.noise)
         run.initial_inputs = starts
         try:
-            iris = generate_iris(model, layer, seeds, progress=False, **options)
+            iris = generate_iris(model, layer, seeds, progress="never", **options)
         finally:
             run.initial_inputs = default
         err, steps, dist = iris.rel_error.numpy(), iris.steps.numpy(), iris.seed_distance.numpy()

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     eps = [float(v) for v in args.eps.split(",")]
     model, seeds = bench.case_inputs(arch, args.seeds)
     options = variant_options("+".join(args.option)) if args.option else {}
-    iris = generate_iris(model, layer, seeds, steps=args.steps, batch_size=len(seeds), progress=False, **options)
+    iris = generate_iris(model, layer, seeds, steps=args.steps, batch_size=len(seeds), progress="never", **options)
     starts = initial_inputs(seeds, range(len(seeds)), make_settings(steps=1, tol=1e-2, init="noise", seed=0, preset="adam"), None)
     front = plain_front(model, layer)
     g = torch.Generator().manual_seed(0)

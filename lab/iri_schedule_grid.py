@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
             start = time.perf_counter()
             record = lambda i: curve.append((i["sample_steps"], i["median_error"]))  # noqa: E731
             iris = generate_iris(model, layer, seeds, steps=args.steps, tol=1e-2, batch_size=len(seeds),
-                                 progress=False, callback=record, **VARIANTS[name])
+                                 progress="never", callback=record, **VARIANTS[name])
             reach = next((w for w, m in curve if m <= 1e-2), math.inf) / len(seeds)
             s = iris.summary
             print(f"{case:6s} {name:20s} steps/sample to median 1e-2: {reach:6.0f}  total: "

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     for layer in args.layers.split(","):
         for name, value in settings:
             start = time.perf_counter()
-            r = compare(a, s, layer, data, ["iri-slm"], options={**base, name: value}, progress=False)["iri-slm"]
+            r = compare(a, s, layer, data, ["iri-slm"], options={**base, name: value}, progress="never")["iri-slm"]
             d = r.details
             if r.error:
                 print(f"{layer} {name}={value}: error: {r.error}", flush=True)

@@ -79,12 +79,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     for name, model, cuts, seeds in cases(args.seeds):
         for layer in cuts:
-            auto = generate_iris(model, layer, seeds[:1], steps=1, progress=False).settings["preset"]
+            auto = generate_iris(model, layer, seeds[:1], steps=1, progress="never").settings["preset"]
             print(f"{name} {layer}: auto picks {auto}", flush=True)
             for preset in args.presets.split(","):
                 curve: list[tuple[int, float]] = []
                 start = time.perf_counter()
-                iris = generate_iris(model, layer, seeds, steps=args.steps, batch_size=len(seeds), progress=False,
+                iris = generate_iris(model, layer, seeds, steps=args.steps, batch_size=len(seeds), progress="never",
                                      tuning={"preset": preset},
                                      callback=lambda i: curve.append((i["sample_steps"], i["median_error"])))
                 reach = next((w for w, m in curve if m <= 1e-2), math.inf) / len(seeds)

@@ -26,7 +26,7 @@ with frozen(model):
             P.SWITCH_TOL_FACTOR, P.SWITCH_FLOOR_FACTOR = float(factor), float(floor)
         start = time.perf_counter()
         iris = generate_iris(model, cut, seeds, steps=steps, tol=1e-2, precision=prec,
-                             batch_size=min(seeds_n, 128), progress=False)
+                             batch_size=min(seeds_n, 128), progress="never")
         seconds = time.perf_counter() - start
         converged, sample_steps = int(iris.converged.sum()), int(iris.steps.sum())
         print(f"{prec:8s} tol x{factor} floor x{floor}: {seconds:6.1f} s, {converged}/{len(iris)} converged, "

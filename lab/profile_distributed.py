@@ -83,7 +83,7 @@ def _call(front, seeds) -> dict:
     from similarity_plugins.iri import generate_iris
 
     t0, c0, f0 = time.perf_counter(), os.times(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    iris = generate_iris(front, "block3", seeds, steps=STEPS, tol=1e-9, batch_size=32, progress=False)
+    iris = generate_iris(front, "block3", seeds, steps=STEPS, tol=1e-9, batch_size=32, progress="never")
     c1, f1 = os.times(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     return {"call_s": time.perf_counter() - t0, "user_s": c1.user - c0.user, "sys_s": c1.system - c0.system,
             "page_faults": f1 - f0, "seeds_run": len(iris.stats.get("rows", [])) or None,

@@ -36,7 +36,7 @@ def main(out_dir: str, names: list[str] | None = None) -> dict:
     for name in names or list(VARIANTS):
         change = VARIANTS[name]
         began = time.perf_counter()
-        result = run_demo(f"{out_dir}/{name.split()[0].replace('=', '-')}", config=replace(base, **change), progress=False,
+        result = run_demo(f"{out_dir}/{name.split()[0].replace('=', '-')}", config=replace(base, **change), progress="never",
                           donors=pool)
         reports = result["reports"]
         row = {pair: ci_text(rep.get("iri-slm", "block4")) for pair, rep in reports.items()}

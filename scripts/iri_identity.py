@@ -149,12 +149,12 @@ def run_case(name: str) -> dict[str, Any]:
     options: dict[str, Any] = _float32()
     if extra.get("demo"):   # the demo's own options: first cycles of 100 steps on plain Adam
         options.update({"cycle_steps": 100, "tuning": {"preset": "adam"}} if _new_api() else {"cycle_steps": 100})
-    iris = generate_iris(model, layer, seeds, steps=steps, tol=tol, batch_size=batch, progress=False, **options)
+    iris = generate_iris(model, layer, seeds, steps=steps, tol=tol, batch_size=batch, progress="never", **options)
     row = {"hash": _digest(iris), "median_error": float(iris.summary["median_error"]),
            "settings": {k: iris.settings[k] for k in SETTING_KEYS if k in iris.settings}}
     preset = iris.settings.get("preset")
     if preset is not None and not extra.get("demo"):
-        again = generate_iris(model, layer, seeds, steps=steps, tol=tol, batch_size=batch, progress=False,
+        again = generate_iris(model, layer, seeds, steps=steps, tol=tol, batch_size=batch, progress="never",
                               tuning={"preset": preset}, **_float32())
         row["by_name_hash"] = _digest(again)
     return row

@@ -16,6 +16,7 @@ from .cka import *  # noqa: F401,F403
 from .cka import __all__ as _cka_all
 from .measures import *  # noqa: F401,F403
 from .measures import __all__ as _measures_all
+from .utils.rules import as_positive_int
 
 __all__ = [*_cka_all, *_measures_all]
 
@@ -50,7 +51,7 @@ def streamed(x: "Any", y: "Any", measure: str = "cka-linear", *, rows: int = 819
     from .measures import streamed as _s
     from .utils.arrays import paired_blocks
 
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+    if not isinstance(rows, int) or as_positive_int(rows) is None:
         raise ValueError(f"rows must be a positive integer, got {rows!r}")
     if permutations:
         raise ValueError(f"streamed {measure} takes no permutations ({permutations} asked): each permutation pairs "

@@ -125,7 +125,7 @@ def small_cnn_donors(digits32) -> tuple[nn.Module, nn.Module]:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)  # initial weights independent of the tests that ran before
                 model = SmallCNN(in_channels=1, num_classes=10, width=8)
-            train_classifier(model, digits32.train, epochs=3, lr=3e-3, seed=seed, progress=False)
+            train_classifier(model, digits32.train, epochs=3, lr=3e-3, seed=seed, progress="never")
             models.append(model.eval())
     return models[0], models[1]
 

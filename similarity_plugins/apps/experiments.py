@@ -19,6 +19,7 @@ from torch import nn
 from ..networks.context import Context
 from ..networks.data import Data
 from ..utils.io import text_table
+from ..utils.progress import Progress, check_progress
 
 
 @dataclass
@@ -52,7 +53,7 @@ def _check_stitching(metrics: list[str]) -> None:
 
 def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, str] | Iterable", data: Data,
                      metrics: Iterable[str] = ("stitch-slm", "iri-slm"), *, strength: float = 0.5,
-                     seed: int = 0, options: dict | None = None, progress: bool = False,
+                     seed: int = 0, options: dict | None = None, progress: Progress = "never",
                      cue_options: dict | None = None) -> list[ExcessAgreement]:
     """Run the unseen-cue experiment for each metric and layer; returns one `ExcessAgreement` each.
 
@@ -70,6 +71,7 @@ def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, 
 
     if data.train is None or data.test is None:
         raise ValueError("excess agreement needs Data(train=..., test=...): the cue is added to both splits")
+    progress = check_progress(progress)
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     _check_stitching(metrics)
     cue_kw = {"strength": strength, **(cue_options or {})}

@@ -21,6 +21,7 @@ from ..datasets.tensors import tensors_of
 from ..networks.activations import model_outputs
 from ..networks.split import frozen, model_device, preserved
 from ..utils.io import atomic_write
+from ..utils.progress import Progress, check_progress
 
 
 def _batches(dataset: Dataset | DataLoader, batch_size: int, shuffle: bool,
@@ -74,7 +75,7 @@ def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, e
                      device: str | torch.device | None = None, adversarial: dict[str, Any] | None = None,
                      optimizer: str = "adam", schedule: str | None = "cosine",
                      eval_dataset: Dataset | DataLoader | None = None, precise_bn: bool = True,
-                     progress: bool = True) -> dict[str, Any]:
+                     progress: Progress = "auto") -> dict[str, Any]:
     """Train ``model`` in place with cross-entropy on ``train_dataset`` (samples ``(x, y)``, x in [0, 1]).
 
     - ``optimizer``: "adam" (Adam) or "sgd" (SGD, momentum 0.9, Nesterov); ``schedule``: "cosine" (per-step
@@ -84,6 +85,8 @@ def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, e
       so training is deterministic on the CPU.
     - ``device``: where to train (default: where the model's parameters are); the model stays there.
     - ``eval_dataset``: if given, its accuracy is recorded after every epoch.
+    - ``progress``: ``"auto"`` and ``"always"`` print one line per epoch on stderr (lines, not a bar, so they
+      suit logs too), ``"never"`` prints nothing.
     - ``precise_bn``: after the last epoch, recompute BatchNorm running statistics as exact averages over one
       pass of the training data (no gradients), so eval-mode accuracy matches the final weights even after a
       few hundred steps (running averages lag behind). Skipped for adversarial training (the statistics
@@ -94,6 +97,7 @@ def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, e
     "final_train_accuracy"}``; loss is the mean cross-entropy (nats) over the epoch's training batches.
     """
     adv = _check_training_options(epochs, batch_size, optimizer, schedule, adversarial)
+    progress = check_progress(progress)
     dev = torch.device(device) if device is not None else model_device(model)
     model.to(dev)
     opt, sched = _optimizer_and_schedule(model, train_dataset, optimizer, schedule, lr, weight_decay, epochs, batch_size)
@@ -112,7 +116,7 @@ def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, e
             if eval_dataset is not None:
                 record["eval_accuracy"] = evaluate_accuracy(model, eval_dataset, device=dev)
             history.append(record)
-            if progress:
+            if progress != "never":
                 extra = f" eval_acc {record['eval_accuracy']:.4f}" if "eval_accuracy" in record else ""
                 print(f"epoch {epoch}/{epochs} loss {record['loss']:.4f} train_acc {record['train_accuracy']:.4f}"
                       f"{extra} ({record['seconds']:.1f}s)", file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Any, Iterator, Sequence
 
+from ..utils.rules import as_positive_int, split_layer_pair
 from ..utils.text import parse_assignment, parse_assignments
 
 
@@ -92,17 +93,14 @@ def parse_variant_options(items: Sequence[str] | None) -> dict:
 
 
 def parse_layer(text: str) -> "str | tuple[str, str]":
-    """``layer1`` -> ``"layer1"``; ``layer1:layer2`` or ``layer1->layer2`` -> ``("layer1", "layer2")``."""
-    for sep in ("->", ":"):
-        if sep in text:
-            a, b = text.split(sep, 1)
-            return (a.strip(), b.strip())
-    return text
+    """``layer1`` -> ``"layer1"``; ``layer1:layer2`` or ``layer1->layer2`` -> ``("layer1", "layer2")``
+    (`utils.rules.split_layer_pair`, the grammar every layer reads)."""
+    return split_layer_pair(text) or text
 
 
 def subset(dataset: Any, limit: int | None) -> Any:
     """The first ``limit`` samples of ``dataset`` (all of it when ``limit`` is None); ``limit`` must be >= 1."""
-    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+    if limit is not None and as_positive_int(limit) is None:
         raise ValueError(f"a sample limit must be a positive whole number (or none for all), got {limit!r}")
     if dataset is None or limit is None or limit >= len(dataset):
         return dataset
@@ -205,20 +203,20 @@ def positive_int(text: str) -> int:
     """``argparse`` type of the sample limits (``--max-train``, ``--max-test``, ``--max-seeds``): a whole number
     >= 1; argparse reports anything else naming the option (exit 2)."""
     try:
-        value = int(text)
+        value = as_positive_int(int(text))
     except ValueError:
-        value = 0
-    if value < 1:
+        value = None
+    if value is None:
         raise argparse.ArgumentTypeError(f"expected a positive whole number of samples, got {text!r}")
     return value
 
 
-def progress_of(args: argparse.Namespace) -> "bool | str":
-    """The ``progress`` argument for the library from a command's flags: ``False`` (``--no-progress``),
-    ``"always"`` (``--progress``) or ``True`` (bars only when stderr is a terminal)."""
+def progress_of(args: argparse.Namespace) -> str:
+    """The ``progress`` argument for the library from a command's flags: ``"never"`` (``--no-progress``),
+    ``"always"`` (``--progress``) or ``"auto"`` (bars only when stderr is a terminal; `utils.progress`)."""
     if getattr(args, "no_progress", False):
-        return False
-    return "always" if getattr(args, "progress_always", False) else True
+        return "never"
+    return "always" if getattr(args, "progress_always", False) else "auto"
 
 
 # Argument groups: one per concern, each flag declared once and meaning the same in every command that takes it.
@@ -294,8 +292,11 @@ def add_metric_args(p: argparse.ArgumentParser, *, default: str = "all", epochs:
     g.add_argument("--metrics", default=None, help=f"comma-separated names or wildcards (default: {default})")
     g.add_argument("--option", action="append", metavar="KEY=VALUE", help=option)
     if epochs:
+        from ..stitch.settings import StitchSettings
+
         g.add_argument("--epochs", type=int, default=None, metavar="N",
-                       help="stitch training epochs of the stitching metrics (--option epochs=N)")
+                       help=f"stitch training epochs of the stitching metrics (default {StitchSettings.epochs}); "
+                            "the same as --option epochs=N")
 
 
 def metric_options(args: argparse.Namespace, metrics: Sequence[str]) -> dict:

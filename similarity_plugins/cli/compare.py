@@ -33,7 +33,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         report = compare(front, end, layer_list if len(layer_list) > 1 else layer_list[0], data, args.metrics,
                          seed=args.seed, device=args.device, options=options, timeout=args.timeout,
-                         progress=progress_of(args) if writes_files() else False)
+                         progress=progress_of(args) if writes_files() else "never")
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the rows that finished, the others marked interrupted
         report, interrupted = getattr(exc, "report", None), exc
         if report is None:

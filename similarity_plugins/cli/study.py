@@ -5,25 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..apps.studies import STUDY_NAMES, check_study
 from .common import add_output_args, add_run_args, progress_of
-
-STUDY_NAMES = ("shortcut", "robustness", "unseen-cue")
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from ..apps.studies import check_study, prepare_out_dir, run_study
+    from ..apps.studies import prepare_out_dir, run_study
 
-    check_study(args.name)
     out = prepare_out_dir(args.out if args.out is not None else f"study-{args.name}")
     run_study(args.name, out, quick=args.quick, seed=args.seed, progress=progress_of(args))
     return 0
 
 
 def _study_name(value: str) -> str:
-    if value not in STUDY_NAMES:
-        print(f"error: unknown study {value!r}; valid studies: {', '.join(STUDY_NAMES)}", file=sys.stderr)
-        raise SystemExit(2)
-    return value
+    try:
+        return check_study(value)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..networks.data import Data
+from ..utils.rules import as_positive_int
 from .tensors import ImageTensors
 
 
@@ -43,7 +44,7 @@ def digits(split: str | None = "train", size: int = 32, test_fraction: float = 0
     ``y`` an int64 label 0..9. ``split`` is "train", "test" (a deterministic stratified split holding
     ``test_fraction`` of each class, fixed by ``seed``) or None for all 1,797 images. Nothing is downloaded.
     """
-    if not isinstance(size, int) or size < 1:
+    if not isinstance(size, int) or as_positive_int(size) is None:
         raise ValueError(f"size must be a positive integer (pixels per side), got {size!r}")
     if split not in ("train", "test", None):
         raise ValueError(f"unknown split {split!r}; expected 'train', 'test' or None (all images)")

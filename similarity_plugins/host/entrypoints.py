@@ -16,6 +16,7 @@ import re
 import warnings
 from typing import Any, Iterable
 
+from ..utils.rules import truth_of
 from ..utils.text import did_you_mean
 
 __all__ = ["ENTRY_POINT_GROUP", "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "BUILTIN_PACKAGE", "autoload_disabled",
@@ -32,7 +33,7 @@ _BAD_NAME = re.compile(r"[\s,*?\[\]=]")
 
 def autoload_disabled() -> bool:
     """True when ``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD`` is set to a true value (1, true, yes, on)."""
-    return os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return truth_of(os.environ.get(DISABLE_AUTOLOAD_ENV, "")) is True
 
 
 def normalise_distribution(name: str) -> str:

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, NamedTuple, Sequence
 
 from ..utils.io import csv_text, text_table, write_text
+from ..utils.rules import split_layer_pair
 
 
 class LayerPair(NamedTuple):
@@ -21,14 +22,13 @@ class LayerPair(NamedTuple):
 
 
 def as_layer_pair(layer: "str | Sequence[str] | LayerPair") -> LayerPair:
-    """Normalise ``"layer1"`` or ``("layer1", "layer2")`` to a [`LayerPair`][LayerPair]."""
+    """Normalise ``"layer1"``, ``"layer1->layer2"`` (or ``"layer1:layer2"``, `utils.rules.split_layer_pair`) or
+    ``("layer1", "layer2")`` to a [`LayerPair`][LayerPair]."""
     if isinstance(layer, LayerPair):
         return layer
     if isinstance(layer, str):
-        if "->" in layer:
-            a, b = (s.strip() for s in layer.split("->", 1))
-            return LayerPair(a, b)
-        return LayerPair(layer, layer)
+        pair = split_layer_pair(layer)
+        return LayerPair(*pair) if pair else LayerPair(layer, layer)
     if isinstance(layer, (tuple, list)) and len(layer) == 2 and all(isinstance(s, str) for s in layer):
         return LayerPair(layer[0], layer[1])
     raise TypeError(

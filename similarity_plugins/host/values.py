@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ..utils.rules import FALSE_WORDS, TRUE_WORDS, as_positive_int, truth_of
 from ..utils.text import did_you_mean
 
 __all__ = ["check_option_values", "coerce_option_value", "coerce_option_values", "is_limit",
@@ -37,9 +38,6 @@ __all__ = ["check_option_values", "coerce_option_value", "coerce_option_values",
 
 _LIMIT = re.compile(r"(^|_)max_(samples|train|test|seeds)$")
 _PATH = re.compile(r"(^|_)(dir|path|file)$")
-
-TRUE_WORDS = ("true", "yes", "on", "1")
-FALSE_WORDS = ("false", "no", "off", "0")
 
 
 def is_limit(name: str) -> bool:
@@ -56,8 +54,8 @@ def _as_bool(name: str, value: Any) -> bool:
         return value
     if _is_number(value) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
-        return value.strip().lower() in TRUE_WORDS
+    if truth_of(value) is not None:
+        return truth_of(value)
     raise ValueError(f"option {name}: expected true or false (also yes/no, on/off, 1/0), got {value!r}")
 
 
@@ -78,7 +76,7 @@ def coerce_option_value(name: str, value: Any, default: Any = None) -> Any:
     if isinstance(value, Mapping):
         return value
     if is_limit(name):
-        if value is not None and not (_is_number(value) and float(value).is_integer() and value > 0):
+        if value is not None and as_positive_int(value) is None:
             raise ValueError(f"option {name}: expected a positive whole number of samples (or none for all of them), "
                              f"got {value!r}")
         return value
@@ -131,7 +129,7 @@ def one_of(choices: tuple, note: str = "") -> Rule:
     return Rule(str, lambda v: v in choices, f"one of {listed}", choices)
 
 
-POSITIVE_INT = Rule(int, lambda v: v >= 1, "a positive integer")
+POSITIVE_INT = Rule(int, lambda v: as_positive_int(v) is not None, "a positive integer")
 POSITIVE = Rule(float, lambda v: v > 0.0, "> 0")
 NON_NEGATIVE = Rule(float, lambda v: v >= 0.0, ">= 0")
 

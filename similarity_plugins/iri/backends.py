@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal, get_args
 
 import numpy as np
 import torch
 
-BACKENDS = ("auto", "numpy", "torch", "cupy")
+BackendName = Literal["auto", "numpy", "torch", "cupy"]
+BACKENDS: tuple[str, ...] = get_args(BackendName)
 
 
 def _cupy() -> Any | None:

@@ -13,12 +13,14 @@ import torch
 from torch import nn
 
 from ..networks.split import SplitNetwork, frozen, model_device, model_dtype
+from ..utils.progress import Progress, check_progress
 from ..utils.text import did_you_mean
 from . import sharded, store
-from .backends import check_compile
+from .backends import BackendName, check_compile
 from .front import private_front
 from .optimize import optimize_iris
 from .precision import (
+    Precision,
     check_precision,
     device_has_bf16,
     laid_out,
@@ -30,7 +32,7 @@ from .precision import (
 from .presets import PRESETS, RUN_DEFAULTS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
-from .settings import AUTO, LBFGS_ONLY, TUNING, RunOptions, Settings, make_settings
+from .settings import AUTO, LBFGS_ONLY, TUNING, IriInit, OptimizerChoice, RunOptions, Settings, make_settings
 from .state import check_seeds
 
 RUN_OPTIONS = ("callback", "profile")
@@ -50,12 +52,12 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
 
 
 def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN_DEFAULTS["steps"],
-                  tol: float = RUN_DEFAULTS["tol"], optimizer: str = RUN_DEFAULTS["optimizer"],
-                  init: str = RUN_DEFAULTS["init"], cycle_steps: int | None = RUN_DEFAULTS["cycle_steps"],
+                  tol: float = RUN_DEFAULTS["tol"], optimizer: OptimizerChoice = RUN_DEFAULTS["optimizer"],
+                  init: IriInit = RUN_DEFAULTS["init"], cycle_steps: int | None = RUN_DEFAULTS["cycle_steps"],
                   tuning: dict[str, Any] | None = None, batch_size: int = RUN_DEFAULTS["batch_size"],
-                  backend: str = RUN_DEFAULTS["backend"], seed: int = 0, progress: bool = True,
+                  backend: BackendName = RUN_DEFAULTS["backend"], seed: int = 0, progress: Progress = "auto",
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  compile: bool = RUN_DEFAULTS["compile"], precision: str = RUN_DEFAULTS["precision"],
+                  compile: bool = RUN_DEFAULTS["compile"], precision: Precision = RUN_DEFAULTS["precision"],
                   **run_options: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 
@@ -77,7 +79,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN
         batch_size: working-batch slots (engineering: no effect on the IRIs beyond float rounding).
         backend: ``"auto"``, ``"numpy"``, ``"torch"`` or ``"cupy"``: where the update step runs.
         seed: each sample's randomness derives from (seed, index).
-        progress: show a tqdm bar.
+        progress: a bar: ``"auto"`` (default; on a terminal), ``"always"`` or ``"never"``.
         cache_dir: load/save the finished set there, keyed by a hash of the front's weights, the layer, the
             seeds and the settings.
         checkpoint_every: with ``cache_dir``, save the full optimiser state every that many batch steps and
@@ -106,6 +108,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _check_option_names(run_options)
+    progress = check_progress(progress)
     check_precision(precision)
     run_options["compile"] = check_compile(compile)
     common = dict(steps=steps, tol=tol, optimizer=optimizer, init=init, seed=seed, cycle_steps=cycle_steps,

@@ -29,14 +29,15 @@ import contextlib
 import functools
 import math
 import platform
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal, get_args
 
 import torch
 from torch import nn
 
 from ..host.values import check_rule, one_of
 
-PRECISIONS = ("auto", "float32", "bfloat16")
+Precision = Literal["auto", "float32", "bfloat16"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 #: What a precision must be (the ``precision`` argument, the ``iri_precision`` option).
 PRECISION_RULE = one_of(PRECISIONS, "(auto: bfloat16 where the hardware has it and it pays, then a float32 finish)")
 AUTO_MIN_FLOPS = 5e7          # forward+backward FLOPs per sample from which "auto" runs bfloat16 (measured)

@@ -7,18 +7,22 @@ with every IRI set (``IRISet.settings``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 import numpy as np
 
 from ..host.values import POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules, one_of
+from ..utils.progress import Progress
 from ..utils.text import did_you_mean
 from .precision import check_precision
 from .presets import PRESETS, RUN_DEFAULTS
 
-OPTIMIZERS = ("lbfgs", "adam")
+Optimizer = Literal["lbfgs", "adam"]
+OptimizerChoice = Literal["auto", "lbfgs", "adam"]   # generate_iris's: "auto", the preset from the front's structure
+IriInit = Literal["noise", "shuffle"]
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 AUTO = "auto"   # generate_iris's default: the preset chosen from the front's structure (presets.choose_preset)
-INITS = ("noise", "shuffle")
+INITS: tuple[str, ...] = get_args(IriInit)
 DEFAULT_OPTIMIZER = "adam"   # optimize_iris on a bare front function (no structure to look at)
 _PRESET = PRESETS[DEFAULT_OPTIMIZER]   # its values: the defaults of `Settings`
 FAKE_RELU = ("auto", "last", "none")
@@ -99,7 +103,7 @@ class RunOptions:
         batch_size: slots in the working batch.
         backend: array library of the elementwise update: "auto", "numpy", "torch" or "cupy".
         device: where the front runs (None: the seeds' device).
-        progress: show a progress bar.
+        progress: the bar, as in `utils.progress`: ``"auto"``, ``"always"`` or ``"never"``.
         checkpoint_path: with ``checkpoint_every``, save the full optimiser state there atomically every that
             many batch steps and resume from the file if it exists (removed when the run completes).
         checkpoint_every: batch steps between checkpoints (None: no checkpoints).
@@ -119,7 +123,7 @@ class RunOptions:
     batch_size: int = RUN_DEFAULTS["batch_size"]
     backend: str = "auto"
     device: Any = None
-    progress: bool = True
+    progress: Progress = "auto"
     checkpoint_path: Any = None
     checkpoint_every: int | None = None
     callback: Callable[[dict], None] | None = None
@@ -139,21 +143,19 @@ class RunOptions:
 
 # what the run's values must be (the optimiser's choice, with its "auto" rule, is checked by check_basic)
 _RUN_RULES: dict[str, Rule] = {
-    "steps": Rule(int, lambda v: v >= 1, "a positive integer (the per-sample step budget)"),
+    "steps": Rule(int, POSITIVE_INT.ok, "a positive integer (the per-sample step budget)"),
     "tol": Rule(float, lambda v: v > 0.0, "a positive number (relative representation error, e.g. 1e-2)"),
     "init": one_of(INITS, "(noise: 0.5 + randn/20; shuffle: another seed)"),
+    "optimizer": one_of(OPTIMIZERS + (AUTO,), "(auto: in generate_iris, the preset for the front's structure)"),
 }
 
 
 def check_basic(steps: Any, tol: Any, optimizer: Any, init: Any, *, auto_ok: bool = False) -> None:
     """Raise ValueError naming the fix for a bad ``steps``, ``tol``, ``optimizer`` or ``init``."""
-    check_rules({"steps": steps, "tol": tol, "init": init}, _RUN_RULES)
+    check_rules({"steps": steps, "tol": tol, "init": init, "optimizer": optimizer}, _RUN_RULES)
     if optimizer == AUTO and not auto_ok:
         raise ValueError("optimizer='auto' chooses from the model's structure, so it works in generate_iris (and the "
                          f"iri metrics), not on a bare front function; choose one of {', '.join(OPTIMIZERS)}")
-    if optimizer not in (*OPTIMIZERS, AUTO):
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)} (or 'auto' in "
-                         f"generate_iris){did_you_mean(str(optimizer), OPTIMIZERS)}")
 
 
 def check_tuning(tuning: Any) -> dict[str, Any]:

@@ -119,7 +119,7 @@ def optimize(optimize_iris: Callable[..., IRISet], front_fn: Callable, seeds: to
 
     def local() -> dict:
         start = time.perf_counter()
-        mine_options = dataclasses.replace(options, source=queue, progress=options.progress and world.is_main,
+        mine_options = dataclasses.replace(options, source=queue, progress=options.progress if world.is_main else "never",
                                            checkpoint_path=mine)
         part = optimize_iris(front_fn, seeds, settings, mine_options)
         ran[0] = time.perf_counter() - start

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from ..utils.arrays import ArrayLike
-from .common import Measured, centred, compress_columns, finish, numerical_rank, pair, positive_int
+from .common import Measured, centred, check_positive_int, compress_columns, finish, numerical_rank, pair
 
 __all__ = ["cca", "pwcca", "svcca"]
 
@@ -138,8 +138,8 @@ def dims_pair(dims: "int | tuple[int, int] | list[int] | None") -> tuple[int, in
     if isinstance(dims, (tuple, list)):
         if len(dims) != 2:
             raise ValueError(f"SVCCA: dims must be an integer or a pair (front, end) (got {dims!r})")
-        return positive_int(dims[0], "dims", "SVCCA"), positive_int(dims[1], "dims", "SVCCA")
-    d = positive_int(dims, "dims", "SVCCA")
+        return check_positive_int(dims[0], "dims", "SVCCA"), check_positive_int(dims[1], "dims", "SVCCA")
+    d = check_positive_int(dims, "dims", "SVCCA")
     return d, d
 
 

@@ -15,6 +15,7 @@ import torch
 
 from ..host.values import check_rule, one_of
 from ..utils.arrays import ArrayLike, as_samples, check_same_n, raise_if_constant, raise_nonfinite, to_tensor
+from ..utils.rules import as_positive_int
 
 __all__ = ["Measured"]
 
@@ -87,11 +88,13 @@ def check_choice(value: Any, option: str, choices: Iterable[str], what: str) -> 
         raise ValueError(f"{what}: {exc}") from None
 
 
-def positive_int(value: Any, option: str, what: str, minimum: int = 1) -> int:
-    """``value`` as an int >= ``minimum``; ``ValueError`` naming the option otherwise (bools refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < minimum:
+def check_positive_int(value: Any, option: str, what: str, minimum: int = 1) -> int:
+    """``value`` as an int >= ``minimum`` (the rule of `utils.rules.as_positive_int`); ``ValueError`` naming
+    the measure ``what`` and its ``option`` otherwise."""
+    number = as_positive_int(value, minimum)
+    if number is None:
         raise ValueError(f"{what}: {option} must be an integer >= {minimum} (got {value!r})")
-    return int(value)
+    return number
 
 
 def compress_columns(xc: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..utils.arrays import ArrayLike
-from .common import Measured, centred, finish, pair, positive_int
+from .common import Measured, centred, check_positive_int, finish, pair
 
 __all__ = ["mutual_knn"]
 
@@ -80,7 +80,7 @@ def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> tuple[torch.Tenso
         ``(neighbours, tied)``: (n, topk) int64 sample indices (ascending within a row) and the number of rows
         whose k-th similarity was tied (the tie rule chose). Memory O(n d + block + n topk).
     """
-    k = positive_int(topk, "topk", "mutual-kNN")
+    k = check_positive_int(topk, "topk", "mutual-kNN")
     x, _ = pair(X, X, "mutual-kNN", min_n=MIN_SAMPLES)
     n = x.shape[0]
     if k > n - 2:

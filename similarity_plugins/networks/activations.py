@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..utils.progress import progress_bar
+from ..utils.progress import Progress, progress_bar
 from .data import BadData, iterate_batches, to_device
 from .layer_calls import AmbiguousLayer, called_often
 from .model_state import as_model_input, frozen, model_device, model_dtype
@@ -26,7 +26,7 @@ def extract_activations(
     *,
     batch_size: int = 256,
     device: torch.device | None = None,
-    progress: bool = False,
+    progress: Progress = "never",
     desc: str = "activations",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Activations at the cut of ``split_net`` for every sample of ``data``, and the labels.
@@ -53,7 +53,7 @@ class _Captured(Exception):
 
 
 def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoader, *, batch_size: int = 256,
-                   device: torch.device | None = None, progress: bool = False,
+                   device: torch.device | None = None, progress: Progress = "never",
                    desc: str = "activations") -> tuple[torch.Tensor, ...]:
     """Activations of ``model`` at every layer of ``names`` in one forward pass per batch, and the labels.
 

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..utils.arrays import nbytes_of
+from ..utils.progress import Progress
 from .activations import extract_activations, extract_layers, flatten, model_outputs
 from .data import BadData, Data, split_size
 from .parallel import World, current_world, split_shard
@@ -46,7 +47,7 @@ class Context:
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,
-                 options: dict | None = None, progress: bool = False, batch_size: int = 256,
+                 options: dict | None = None, progress: Progress = "never", batch_size: int = 256,
                  world: World | None = None) -> None:
         self.data = data
         self.seed = int(seed)
@@ -63,7 +64,7 @@ class Context:
         self.train_only: set[Hashable] = set()   # memo keys whose values depend on the models and Data.train alone
 
     def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
-                 progress: bool) -> "Context":
+                 progress: Progress) -> "Context":
         """A new context with one call's settings that shares this one's memo (its caches).
 
         This context is left as it is. The memo is shared only when ``data`` holds the same split

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..utils.digest import update_inputs_digest, update_tensor_digest
-from ..utils.progress import progress_bar
+from ..utils.progress import Progress, progress_bar
 from .activations import check_finite, forward_layers
 from .data import iterate_batches
 from .parallel import current_world, module_digest
@@ -40,7 +40,7 @@ def batch_digest(x: Any, y: torch.Tensor) -> str:
 
 def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], split: Dataset | DataLoader, *,
                split_name: str = "test", batch_size: int = 256, device: torch.device | None = None,
-               progress: "bool | str" = False, pooling: str | None = None) -> int:
+               progress: Progress = "never", pooling: str | None = None) -> int:
     """Write the entries (``name``, layer) of every layer in ``layers`` on ``split`` into ``store``.
 
     Args:
@@ -83,7 +83,7 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
 
 def _forward_missing(store: Store, name: str, model: nn.Module, layers: list[str], keys: dict[str, str],
                      split: Dataset | DataLoader, ranges: list[tuple[int, int]], *, batch_size: int,
-                     device: torch.device | None, progress: "bool | str") -> tuple[int, dict[str, list[int]]]:
+                     device: torch.device | None, progress: Progress) -> tuple[int, dict[str, list[int]]]:
     """Forward this rank's batches (batch i on rank ``i mod size``) whose chunks are missing and write them;
     ``ranges`` gets every batch's rows. Returns the batches forwarded and each written layer's shape."""
     world = current_world()
@@ -91,7 +91,7 @@ def _forward_missing(store: Store, name: str, model: nn.Module, layers: list[str
 
     def missing_batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         start = 0
-        bar = progress_bar(iterate_batches(split, batch_size), progress=progress if world.is_main else False,
+        bar = progress_bar(iterate_batches(split, batch_size), progress=progress if world.is_main else "never",
                            desc=f"extract {name}", leave=False)
         for index, (x, y) in enumerate(bar):
             stop = start + len(x)

@@ -16,7 +16,7 @@ from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.layer_lists import check_layer
 from ..networks.split import model_device, on_device, preserved
-from ..utils.progress import check_progress, progress_bar
+from ..utils.progress import Progress, check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
 from .guard import DonorModified, settle
@@ -47,7 +47,7 @@ def compare(
     seed: int = 0,
     device: str | torch.device | None = None,
     options: dict | None = None,
-    progress: bool | str = False,
+    progress: Progress = "never",
     context: Context | None = None,
     repeats: int = 1,
     timeout: float | None = None,
@@ -67,8 +67,8 @@ def compare(
             never moved); ``None``: the front's device.
         options: global options, plus per-metric dicts under metric names, e.g.
             ``{"epochs": 5, "stitch-dm": {"lr": 1e-2}}`` ([Options](../options.md) lists every metric's).
-        progress: ``False`` (default) no bars; ``True`` bars on stderr when it is a terminal; ``"always"``
-            bars even into a file or pipe.
+        progress: ``"never"`` (default) no bars; ``"auto"`` bars on stderr when it is a terminal; ``"always"``
+            bars even into a file or pipe (`utils.progress`; ``False``/``True`` are deprecated spellings).
         context: reuse the caches of an earlier call (same models and data) to avoid recomputing; the
             context itself is not changed (this call works on a child that shares its memo).
         repeats: run every metric with seeds ``seed .. seed+repeats-1`` (stitch init and order, IRI starts);
@@ -97,7 +97,7 @@ def compare(
     """
     seed = check_seed(seed)
     repeats = check_repeats(repeats)
-    check_progress(progress)
+    progress = check_progress(progress)
     timeout = check_timeout(timeout)
     data = data if data is not None else Data()
     if not isinstance(data, Data):
@@ -135,7 +135,7 @@ def compare(
 
 
 def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data, metric_options: dict, seed: int,
-              repeats: int, device: torch.device, cuda_rng: bool, progress: bool, meta: dict) -> list[SimilarityResult]:
+              repeats: int, device: torch.device, cuda_rng: bool, progress: Progress, meta: dict) -> list[SimilarityResult]:
     """One row per (layer pair, metric) job, in order. On Ctrl-C the ``KeyboardInterrupt`` gets a ``report``
     attribute: the rows that finished, the others marked interrupted, ``meta["interrupted"]`` true."""
     results: list[SimilarityResult] = []

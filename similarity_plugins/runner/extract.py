@@ -11,7 +11,8 @@ from ..networks.data import Data
 from ..networks.split import model_device, on_device
 from ..networks.store import Store
 from ..networks.store_fill import fill_model
-from ..utils.progress import check_progress
+from ..utils.progress import Progress, check_progress
+from ..utils.rules import as_positive_int
 from .grid_nodes import as_layers, as_models
 
 __all__ = ["extract"]
@@ -19,7 +20,7 @@ __all__ = ["extract"]
 
 def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | Store", *, split: str = "test",
             batch_size: int | None = None, device: "str | torch.device | None" = None,
-            progress: "bool | str" = False) -> Store:
+            progress: Progress = "never") -> Store:
     """Write the activations of every (model, layer) node on a data split into an activation store.
 
     Args:
@@ -30,7 +31,7 @@ def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | St
         split: ``"test"`` (default) or ``"train"``.
         batch_size: samples per forward pass and per chunk (default 256).
         device: where the models run (default: the first model's device).
-        progress: show a bar per model.
+        progress: a bar per model: ``"never"``, ``"auto"`` (on a terminal) or ``"always"``.
 
     Returns:
         The [`Store`][Store]. Each model runs one forward pass per batch for all its layers, and only for batches
@@ -38,10 +39,10 @@ def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | St
         interrupted call resumes, and a model whose parameters, buffers or settings changed gets new entries.
         The models are left as they were.
     """
-    check_progress(progress)
+    progress = check_progress(progress)
     if not isinstance(data, Data):
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+    if batch_size is not None and (not isinstance(batch_size, int) or as_positive_int(batch_size) is None):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     named = as_models(models)
     per_model = as_layers(layers, named)

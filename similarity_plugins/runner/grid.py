@@ -25,7 +25,7 @@ from ..host.registry import options_for_metrics
 from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.split import model_device, on_device
-from ..utils.progress import check_progress
+from ..utils.progress import Progress, check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
 from .grid_nodes import as_layers, as_models
@@ -70,20 +70,20 @@ def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
     return chosen
 
 
-def _checked_arguments(progress: Any, seed: Any, data: Data | None, cache_bytes: Any) -> tuple[int, Data]:
-    """The grid's ``seed`` and ``data`` (a new `Data` when None) once ``progress``, ``seed``, ``data`` and
-    ``cache_bytes`` are checked; ``TypeError`` / ``ValueError`` naming the argument otherwise."""
-    check_progress(progress)
+def _checked_arguments(progress: Any, seed: Any, data: Data | None, cache_bytes: Any) -> tuple[Progress, int, Data]:
+    """The grid's ``progress`` (a word), ``seed`` and ``data`` (a new `Data` when None) once ``progress``, ``seed``,
+    ``data`` and ``cache_bytes`` are checked; ``TypeError`` / ``ValueError`` naming the argument otherwise."""
+    progress = check_progress(progress)
     seed = check_seed(seed)
     data = data if data is not None else Data()
     if not isinstance(data, Data):
         raise TypeError(f"data must be a similarity_plugins.Data(train=..., test=...), got {type(data).__name__}")
     if cache_bytes is not None and (isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0):
         raise ValueError(f"cache_bytes must be a number of bytes >= 0 or None, got {cache_bytes!r}")
-    return seed, data
+    return progress, seed, data
 
 
-def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, progress: "bool | str") -> tuple:
+def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, progress: Progress) -> tuple:
     """``(named models, {model: [layer, ...]}, data, store source or None)`` of a grid: from ``models`` and
     ``layers``, or from the activation store ``store`` (which may also extract what it lacks)."""
     if store is None:
@@ -101,7 +101,7 @@ def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, 
 def compare_grid(models: Any = None, layers: Any = None, data: Data | None = None,
                  metrics: "str | Iterable[str] | None" = None, *,
                  pairs: "str | Sequence[tuple[Node, Node]]" = "all", seed: int = 0, options: dict | None = None,
-                 device: "str | torch.device | None" = None, progress: "bool | str" = False,
+                 device: "str | torch.device | None" = None, progress: Progress = "never",
                  resume: "str | os.PathLike | None" = None, cache_bytes: int | None = None,
                  store: "str | os.PathLike | Any | None" = None) -> Grid:
     """Score every selected metric on every selected pair of (model, layer) nodes.
@@ -136,7 +136,7 @@ def compare_grid(models: Any = None, layers: Any = None, data: Data | None = Non
     holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
     returns the same grid.
     """
-    seed, data = _checked_arguments(progress, seed, data, cache_bytes)
+    progress, seed, data = _checked_arguments(progress, seed, data, cache_bytes)
     named, per_model, data, source = _grid_models(models, layers, data, store, device, progress)
     nodes = [(m, layer) for m in named for layer in per_model[m]]
     chosen = _as_pairs(pairs, nodes)

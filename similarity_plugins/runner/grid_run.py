@@ -246,7 +246,7 @@ def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:
 
 def _local_context(ctx: Context) -> Context:
     """A one-process context over the activations every rank already holds, for cells a rank runs on its own."""
-    local = Context(ctx.data, seed=ctx.seed, device=ctx.device, options=ctx.options, progress=False,
+    local = Context(ctx.data, seed=ctx.seed, device=ctx.device, options=ctx.options, progress="never",
                     batch_size=ctx.batch_size, world=World())
     local.memo = {k: v for k, v in ctx.memo.items() if isinstance(k, tuple) and k and k[0] == "activations"}
     local.reuse_nodes, local.derived_bytes = ctx.reuse_nodes, ctx.derived_bytes

@@ -21,6 +21,7 @@ from ..networks.data import Data
 from ..networks.split import on_device
 from ..networks.store import Store, StoreError
 from ..networks.store_fill import fill_model
+from ..utils.progress import Progress
 from ..utils.text import did_you_mean
 from .grid_nodes import as_layers, as_models
 
@@ -68,7 +69,7 @@ class StoreSource:
 
 
 def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, data: Data | None, *,
-                 device: torch.device | None, progress: "bool | str") -> StoreSource:
+                 device: torch.device | None, progress: Progress) -> StoreSource:
     """The models, layers and data of ``compare_grid(..., store=store)``, the store filled where it must be."""
     if models is None:
         store = store if isinstance(store, Store) else Store(store)

@@ -33,7 +33,7 @@ from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.parallel import World
 from ..utils.arrays import unmasked
-from ..utils.progress import check_progress, progress_bar
+from ..utils.progress import Progress, check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
 from .process import note_restored, outside_inference_mode, process_state, restore_process_state
@@ -212,7 +212,7 @@ def select_score_metrics(metrics: "str | Iterable[str] | None") -> list[str]:
 
 
 def score(x: Any, y: Any, metrics: str | Iterable[str] | None = None, options: dict | None = None,
-          split: Mapping[str, Any] | None = None, seed: int = 0, progress: bool | str = False) -> Report:
+          split: Mapping[str, Any] | None = None, seed: int = 0, progress: Progress = "never") -> Report:
     """Score two arrays of activations with every selected metric that reads only activations.
 
     Args:
@@ -226,7 +226,7 @@ def score(x: Any, y: Any, metrics: str | Iterable[str] | None = None, options: d
         split: ``{"train": rows, "test": rows}`` index arrays, or ``None``: metrics that need train then use a
             seeded 80/20 split of the rows, the others all rows.
         seed: the metrics' seed and the seed of that split.
-        progress: ``False`` (default) no bar, ``True`` a bar over the metrics when stderr is a terminal,
+        progress: ``"never"`` (default) no bar, ``"auto"`` a bar over the metrics when stderr is a terminal,
             ``"always"`` one even into a file or pipe.
 
     Returns:
@@ -237,7 +237,7 @@ def score(x: Any, y: Any, metrics: str | Iterable[str] | None = None, options: d
         ValueError: arrays with different N or fewer than 2 rows, a bad split, unknown metrics or options.
         TypeError: an input that is not an array or tensor.
     """
-    check_progress(progress)
+    progress = check_progress(progress)
     seed = check_seed(seed)
     xs, ys = as_activations(x, "x"), as_activations(y, "y")
     if len(xs) != len(ys):

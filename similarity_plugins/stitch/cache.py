@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..networks.split import SplitNetwork, model_device
-from ..utils.progress import progress_bar
+from ..utils.progress import Progress, progress_bar
 
 __all__ = ["TrainingCache"]
 
@@ -79,7 +79,7 @@ class TrainingCache:
 
     def __init__(self, front: SplitNetwork, end: SplitNetwork, x: torch.Tensor, y: torch.Tensor | None, *,
                  device: torch.device | None = None, batch_size: int = 256, limit_bytes: float = 2**30,
-                 progress: bool = False, rows: range | None = None) -> None:
+                 progress: Progress = "never", rows: range | None = None) -> None:
         if not isinstance(x, torch.Tensor) or x.ndim < 2:
             raise TypeError("training inputs must be a tensor (N, ...) with one sample per row")
         if len(x) == 0:

@@ -1,48 +1,43 @@
 """Stitch training settings: the paper's defaults, every one overridable by a plain option name.
 
-=================  ===================  ==========================================================
-option             default              meaning
-=================  ===================  ==========================================================
-``epochs``         30                   passes over the training set
-``lr``             1e-3                 Adam learning rate
-``weight_decay``   1e-4                 Adam weight decay (L2 added to the gradient, as in torch Adam)
-``batch_size``     128                  samples per optimiser step
-``milestones``     (1/3, 2/3)           where the lr is multiplied by ``gamma``: values in (0, 1) are
-                                        fractions of all training steps, values >= 1 epoch numbers
-``gamma``          0.1                  lr factor at each milestone
-``init``           "least-squares"      stitch initialisation: "least-squares", "identity", "random"
-``ls_samples``     2048                 training samples (seeded random subset) for least squares
-``stitch_bn``      False                BatchNorm before the stitch's affine map
-``max_train``      None (all)           use a seeded random subset of this many training samples
-``dm_loss``        "sum"                DM loss: "sum" = mean over samples of the per-sample sum of
-                                        squared differences (the paper's squared L2); "normalised" =
-                                        mean of per-sample ``||d||^2 / ||target||^2``
-``fula_weights``   None (all 1)         FuLA per-term weights, one per term: the stitch output, then
-                                        each tap of the end model after the cut
-``temperature``    1.0                  SLM softmax temperature (applied to both logits)
-``cache_limit_mb`` 1024                 cached activations larger than this (per array, MiB) go to a
-                                        memory-mapped file in a temporary directory
-``eval_batch_size`` 256                 batch size of the no-grad passes (caching, evaluation)
-=================  ===================  ==========================================================
+Each field of [`StitchSettings`][StitchSettings] but ``seed`` is an option of the ``stitch-*`` and ``iri-*``
+metrics with the same name. The dataclass is the one place a default is written; what each option means is
+its line of `OPTION_DOCS`; the choices of ``init``, ``dm_loss`` and the objectives are the `Literal` types
+`Init`, `DmLoss` and `Objective` (their values: `INITS`, `DM_LOSSES`, `OBJECTIVES`). `stitch_options` makes
+the metrics' declared options from these, and the options page is generated from them.
+
+The lr schedule: the lr is multiplied by ``gamma`` at each milestone, given as fractions of all training steps
+(``milestones``, each in (0, 1)) or as epoch numbers (``milestone_epochs``, each in [1, ``epochs``]).
 
 The seed comes from ``compare(seed=...)`` (or the ``seed`` argument), not from the options.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, get_args
 
 from ..host.contract import Option
-from ..host.values import NON_NEGATIVE, POSITIVE, POSITIVE_INT, check_rule, check_rules
+from ..host.values import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules, one_of
 
-__all__ = ["StitchSettings", "OBJECTIVES", "INITS", "OPTION_DOCS", "check_objective", "stitch_options"]
+__all__ = ["StitchSettings", "Objective", "Init", "DmLoss", "OBJECTIVES", "INITS", "DM_LOSSES", "OPTION_DOCS",
+           "check_objective", "stitch_options"]
 
-OBJECTIVES = ("hlm", "slm", "dm", "fula")
-INITS = ("least-squares", "identity", "random")
-_INIT_ALIASES = {"least-squares": "least-squares", "least_squares": "least-squares", "lstsq": "least-squares",
-                 "ls": "least-squares", "identity": "identity", "eye": "identity", "random": "random"}
-_DM_LOSSES = {"sum": "sum", "normalised": "normalised", "normalized": "normalised"}
+Objective = Literal["hlm", "slm", "dm", "fula"]
+Init = Literal["least-squares", "identity", "random"]
+DmLoss = Literal["sum", "normalised"]
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
+INITS: tuple[str, ...] = get_args(Init)
+DM_LOSSES: tuple[str, ...] = get_args(DmLoss)
+# other spellings accepted for a choice (any case), read as the canonical name before the rule checks it
+_ALIASES = {"init": {"least_squares": "least-squares", "lstsq": "least-squares", "ls": "least-squares",
+                     "eye": "identity"},
+            "dm_loss": {"normalized": "normalised"}}
+
+
+def _words(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + " or " + choices[-1]
 
 
 OPTION_DOCS: dict[str, str] = {
@@ -50,9 +45,11 @@ OPTION_DOCS: dict[str, str] = {
     "lr": "Adam learning rate",
     "weight_decay": "Adam weight decay (L2 added to the gradient)",
     "batch_size": "samples per optimiser step",
-    "milestones": "where the lr is multiplied by gamma: fractions of all steps in (0, 1), or epoch numbers >= 1",
+    "milestones": "where the lr is multiplied by gamma, as fractions of all training steps, each in (0, 1)",
+    "milestone_epochs": "where the lr is multiplied by gamma, as epoch numbers in [1, epochs]; in place of "
+                        "milestones (None: use milestones)",
     "gamma": "lr factor at each milestone",
-    "init": "stitch initialisation: least-squares, identity or random",
+    "init": f"stitch initialisation: {_words(INITS)}",
     "ls_samples": "training samples (seeded random subset) for the least-squares init",
     "stitch_bn": "BatchNorm before the stitch's affine map",
     "max_train": "use a seeded random subset of this many training samples (None: all)",
@@ -63,36 +60,51 @@ OPTION_DOCS: dict[str, str] = {
     "eval_batch_size": "batch size of the no-grad passes (caching, evaluation)",
 }
 
+_OBJECTIVE_RULE = one_of(OBJECTIVES)
 
-def check_objective(objective: str) -> str:
-    """Normalise an objective name ("HLM", "stitch-slm", "fula" ...) to one of `OBJECTIVES`."""
+
+def check_objective(objective: str) -> Objective:
+    """Normalise an objective name ("HLM", "stitch-slm", "fula" ...) to one of `OBJECTIVES`.
+
+    Args:
+        objective: the objective, any case, with or without a ``stitch-`` or ``iri-`` prefix.
+
+    Returns:
+        The objective's name in `OBJECTIVES`.
+
+    Raises:
+        ValueError: not a stitching objective (the message lists them).
+    """
     name = str(objective).lower().removeprefix("stitch-").removeprefix("iri-")
     if name not in OBJECTIVES:
-        raise ValueError(f"unknown stitching objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        raise ValueError(f"unknown stitching objective {objective!r}; choose {_OBJECTIVE_RULE.want}")
     return name
 
 
-# what each numeric setting must be (one table, checked by host.values.check_rules)
-_RULES = {"epochs": POSITIVE_INT, "batch_size": POSITIVE_INT, "ls_samples": POSITIVE_INT, "eval_batch_size": POSITIVE_INT,
-          "max_train": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "gamma": POSITIVE,
-          "temperature": POSITIVE, "cache_limit_mb": NON_NEGATIVE}
+# what each setting must be (one table, checked by host.values.check_rules)
+_RULES: dict[str, Rule] = {
+    "epochs": POSITIVE_INT, "batch_size": POSITIVE_INT, "ls_samples": POSITIVE_INT, "eval_batch_size": POSITIVE_INT,
+    "max_train": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "gamma": POSITIVE,
+    "temperature": POSITIVE, "cache_limit_mb": NON_NEGATIVE, "init": one_of(INITS), "dm_loss": one_of(DM_LOSSES)}
 
 
 @dataclass(frozen=True)
 class StitchSettings:
-    """How a stitch is initialised and trained (see the module docstring for each field). Hashable."""
+    """How a stitch is initialised and trained: each field's default is the option's default, `OPTION_DOCS`
+    says what it means. Hashable."""
 
     epochs: int = 30
     lr: float = 1e-3
     weight_decay: float = 1e-4
     batch_size: int = 128
     milestones: tuple[float, ...] = (1 / 3, 2 / 3)
+    milestone_epochs: tuple[int, ...] | None = None
     gamma: float = 0.1
-    init: str = "least-squares"
+    init: Init = "least-squares"
     ls_samples: int = 2048
     stitch_bn: bool = False
     max_train: int | None = None
-    dm_loss: str = "sum"
+    dm_loss: DmLoss = "sum"
     fula_weights: tuple[float, ...] | None = None
     temperature: float = 1.0
     cache_limit_mb: float = 1024.0
@@ -109,29 +121,40 @@ class StitchSettings:
         return cls(**values, seed=int(seed)).validated()
 
     def validated(self) -> "StitchSettings":
-        """A copy with values normalised (types, aliases, milestones as fractions); raises on bad ones."""
-        v = check_rules({f.name: getattr(self, f.name) for f in fields(self)
-                         if f.name in _RULES and not (f.name == "max_train" and self.max_train is None)}, _RULES)
-        init = _INIT_ALIASES.get(str(self.init).lower())
-        if init is None:
-            raise ValueError(f"option init={self.init!r} is not known; choose one of {', '.join(INITS)}")
-        dm_loss = _DM_LOSSES.get(str(self.dm_loss).lower())
-        if dm_loss is None:
-            raise ValueError(f"option dm_loss={self.dm_loss!r} is not known; choose 'sum' or 'normalised'")
-        milestones = self.milestones
-        if isinstance(milestones, (int, float)):
-            milestones = (milestones,)
-        fractions = []
-        for m in milestones or ():
-            m = check_rule("milestones", m, POSITIVE)
-            fractions.append(m if m < 1 else m / v["epochs"])
+        """A copy with values normalised (types, aliases, the milestones as sorted fractions of training, with
+        ``milestone_epochs`` folded into them); raises ``ValueError`` naming the option for a bad value."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name in _RULES and not (f.name == "max_train" and self.max_train is None)}
+        for name, aliases in _ALIASES.items():
+            word = str(given[name]).lower()
+            given[name] = aliases.get(word, word if word in _RULES[name].choices else given[name])
+        v = check_rules(given, _RULES)
         weights = self.fula_weights
         if weights is not None:
             if isinstance(weights, (int, float)):
                 raise ValueError("option fula_weights must be a list of numbers, one per FuLA term")
             weights = tuple(check_rule("fula_weights", w, NON_NEGATIVE) for w in weights)
-        return replace(self, **v, init=init, dm_loss=dm_loss, milestones=tuple(sorted(fractions)), fula_weights=weights,
-                       stitch_bn=bool(self.stitch_bn), seed=int(self.seed))
+        return replace(self, **v, milestones=self._fractions(v["epochs"]), milestone_epochs=None,
+                       fula_weights=weights, stitch_bn=bool(self.stitch_bn), seed=int(self.seed))
+
+    def _fractions(self, epochs: int) -> tuple[float, ...]:
+        """The milestones as sorted fractions of all training steps, from ``milestone_epochs`` when given."""
+        if self.milestone_epochs is not None:
+            if self.milestones != StitchSettings.milestones:
+                raise ValueError("give the lr milestones once: milestones (fractions of training) or "
+                                 "milestone_epochs (epoch numbers), not both")
+            rule = Rule(int, lambda e: 1 <= e <= epochs, f"a whole epoch number in [1, epochs={epochs}]")
+            given = self.milestone_epochs
+            given = (given,) if isinstance(given, (int, float)) else given
+            return tuple(sorted(check_rule("milestone_epochs", e, rule) / epochs for e in given))
+        milestones = self.milestones
+        milestones = (milestones,) if isinstance(milestones, (int, float)) else milestones or ()
+        given = tuple(check_rule("milestones", m, POSITIVE) for m in milestones)
+        if any(m >= 1 for m in given):
+            warnings.warn(f"milestones={list(given)}: a milestone >= 1 is read as an epoch number, which is deprecated;"
+                          " give epochs as milestone_epochs=[...], or milestones as fractions of training in (0, 1)",
+                          DeprecationWarning, stacklevel=4)
+        return tuple(sorted(m / epochs if m >= 1 else m for m in given))
 
     @property
     def cache_limit_bytes(self) -> float:
@@ -147,6 +170,8 @@ class StitchSettings:
         """Plain, JSON-ready dict of every setting."""
         d = asdict(self)
         d["milestones"] = [round(m, 6) for m in self.milestones]
+        if d["milestone_epochs"] is None:   # validated settings hold every milestone as a fraction
+            del d["milestone_epochs"]
         d["fula_weights"] = None if self.fula_weights is None else list(self.fula_weights)
         return d
 

@@ -23,7 +23,7 @@ from torch import nn
 from ..networks.parallel import World
 from ..networks.split import SplitNetwork, model_device
 from ..utils.memory import kept_heap
-from ..utils.progress import progress_bar
+from ..utils.progress import Progress, progress_bar
 from .cache import TrainingCache, subset_indices
 from .init import initialise
 from .layer import StitchLayer, StitchPlan, plan_stitch
@@ -88,7 +88,7 @@ def check_labels(labels: torch.Tensor, num_classes: int, what: str) -> None:
 
 def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | None, train_y: torch.Tensor | None,
                objective: str, settings: StitchSettings | None = None, *, device: torch.device | None = None,
-               progress: bool = False, cache: TrainingCache | None = None, world: World | None = None) -> FittedStitch:
+               progress: Progress = "never", cache: TrainingCache | None = None, world: World | None = None) -> FittedStitch:
     """Train a stitch from ``front`` (A cut at i) to ``end`` (B cut at j) with ``objective``.
 
     - ``train_x``: training inputs (N, ...) (e.g. images (N, C, H, W) in [0, 1], or IRIs); B's targets
@@ -133,7 +133,7 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
 
 def _training_cache(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | None,
                     train_y: torch.Tensor | None, settings: StitchSettings, device: torch.device,
-                    progress: bool) -> TrainingCache:
+                    progress: Progress) -> TrainingCache:
     """A [`TrainingCache`][TrainingCache] over ``train_x`` (subset to ``settings.max_train``) and its labels."""
     if train_x is None:
         raise ValueError("fit_stitch needs training inputs train_x (N, ...) or a TrainingCache")
@@ -162,7 +162,7 @@ def _check_training_set(cache: TrainingCache, objective: str, settings: StitchSe
 
 
 def _train_epochs(objective: str, stitch: StitchLayer, end: SplitNetwork, cache: TrainingCache,
-                  settings: StitchSettings, device: torch.device, progress: bool,
+                  settings: StitchSettings, device: torch.device, progress: Progress,
                   world: World | None) -> tuple[list[float], int]:
     """Adam over ``settings.epochs`` shuffled epochs; returns (mean loss per epoch, optimiser steps taken).
 

@@ -1,38 +1,76 @@
 """Progress bars that stay out of logs: one rule for every bar the package draws.
 
-``progress`` everywhere (``compare``, ``score``, ``generate_iris``, the studies, every command) takes:
+``progress`` everywhere (``compare``, ``score``, ``generate_iris``, the studies, every command) is one of three
+names, the `Progress` type:
 
-- ``False``: no bar;
-- ``True``: a bar when the bar's stream (stderr) is a terminal, none when it goes to a file or a pipe;
+- ``"never"``: no bar;
+- ``"auto"``: a bar when the bar's stream (stderr) is a terminal, none when it goes to a file or a pipe;
 - ``"always"``: a bar even into a file or a pipe (the commands' ``--progress``).
 
-``SIMILARITY_PROGRESS=always|never`` overrides ``True`` (the automatic choice) for a whole process; an
-explicit ``False`` or ``"always"`` wins over it.
+``SIMILARITY_PROGRESS=always|never`` overrides ``"auto"`` (the automatic choice) for a whole process; an
+explicit ``"never"`` or ``"always"`` wins over it. ``False`` and ``True``, the older spellings of ``"never"`` and
+``"auto"``, still work and warn (`DeprecationWarning`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable, Union
+import warnings
+from typing import Any, Iterable, Literal, get_args
 
-Progress = Union[bool, str]
+Progress = Literal["never", "auto", "always"]
+PROGRESS_MODES: tuple[str, ...] = get_args(Progress)
 
 ENV_VAR = "SIMILARITY_PROGRESS"
 _ENV_VALUES = ("always", "never", "auto", "")
+_OLD_SPELLINGS = {False: "never", True: "auto"}
+
+
+def progress_mode(progress: Any) -> Progress:
+    """The name of a ``progress`` value: one of `PROGRESS_MODES` as given, ``False`` -> ``"never"`` and ``True``
+    -> ``"auto"`` (silently: the public calls warn about those once, in `check_progress`).
+
+    Args:
+        progress: a name of `PROGRESS_MODES`, or a bool.
+
+    Returns:
+        One of `PROGRESS_MODES`.
+
+    Raises:
+        ValueError: anything else (the message lists the names).
+    """
+    if isinstance(progress, bool):
+        return _OLD_SPELLINGS[progress]
+    if isinstance(progress, str) and progress in PROGRESS_MODES:
+        return progress
+    raise ValueError(f"progress must be one of {', '.join(repr(m) for m in PROGRESS_MODES)}, got {progress!r}")
 
 
 def check_progress(progress: Any) -> Progress:
-    """``progress`` as given if it is ``True``, ``False`` or ``"always"``; raises ``ValueError`` otherwise."""
-    if progress is True or progress is False or progress == "always":
-        return progress
-    raise ValueError(f"progress must be True, False or 'always', got {progress!r}")
+    """``progress`` of a public call as its name (`progress_mode`); ``True``/``False`` give a
+    `DeprecationWarning` naming the word to use.
+
+    Args:
+        progress: a name of `PROGRESS_MODES` (or a bool, deprecated).
+
+    Returns:
+        One of `PROGRESS_MODES`.
+
+    Raises:
+        ValueError: not a progress value.
+    """
+    mode = progress_mode(progress)
+    if isinstance(progress, bool):
+        warnings.warn(f"progress={progress} is deprecated; write progress={mode!r} (one of "
+                      f"{', '.join(repr(m) for m in PROGRESS_MODES)})", DeprecationWarning, stacklevel=3)
+    return mode
 
 
 def tqdm_disable(progress: Progress) -> bool | None:
     """tqdm's ``disable`` for ``progress``: True (no bar), False (a bar), None (a bar only on a terminal)."""
-    progress = check_progress(progress)
-    if progress is False:
+    progress = progress_mode(progress)
+    if progress == "never":
         return True
     if progress == "always":
         return False

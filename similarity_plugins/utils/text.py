@@ -12,10 +12,12 @@ import difflib
 import json
 from typing import Any, Iterable
 
-__all__ = ["did_you_mean", "parse_value", "parse_assignment", "parse_assignments"]
+from .rules import FALSE_WORDS, TRUE_WORDS
 
-_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False,
-          "none": None, "null": None}
+__all__ = ["close_matches", "did_you_mean", "parse_value", "parse_assignment", "parse_assignments"]
+
+# the words of `rules` (digits never get here: JSON reads them first) and the words for "no value"
+_WORDS = {**dict.fromkeys(TRUE_WORDS, True), **dict.fromkeys(FALSE_WORDS, False), "none": None, "null": None}
 
 
 def close_matches(name: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.5) -> list[str]:

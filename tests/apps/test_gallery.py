@@ -26,7 +26,7 @@ def seeds_and_iris():
     seeds = torch.rand(6, 1, 16, 16)
     model = tiny_cnn()
     layer = "block1"
-    iris = generate_iris(model, layer, seeds, steps=30, tol=0.05, progress=False, backend="torch")
+    iris = generate_iris(model, layer, seeds, steps=30, tol=0.05, progress="never", backend="torch")
     return seeds, iris
 
 

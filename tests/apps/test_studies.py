@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from similarity_plugins.apps.studies import STUDIES, check_study, run_study
+from similarity_plugins.apps.studies import STUDIES, STUDY_NAMES, check_study, run_study
 from similarity_plugins.apps.studies.common import DonorPool, prepare_out_dir
 from similarity_plugins.apps.studies.robustness import explain_robustness
 from similarity_plugins.apps.studies.unseen_cue import explain_excess, summarise
@@ -30,6 +30,16 @@ def test_unknown_study_exits_2_naming_the_studies(capsys, monkeypatch):
     assert "robustnes" in err and all(name in err for name in STUDIES)
     with pytest.raises(ValueError, match="valid studies: shortcut, robustness, unseen-cue"):
         check_study("nope")
+
+
+def test_study_names_are_one_list():
+    """The Literal type, the run table and the command's choices name the same studies."""
+    from similarity_plugins.cli import build_parser
+
+    assert tuple(STUDIES) == STUDY_NAMES == ("shortcut", "robustness", "unseen-cue")
+    study = build_parser()._subparsers._group_actions[0].choices["study"]
+    name = next(a for a in study._actions if a.dest == "name")
+    assert name.metavar == "{" + ",".join(STUDY_NAMES) + "}"
 
 
 @pytest.mark.parametrize("name", ["shortcut", "robustness", "unseen-cue"])

@@ -68,7 +68,7 @@ def test_shortcut_reliance(train_split, test_split):
     acc = {}
     for name, data in [("clean", sub), ("swap", PixelShortcut(sub, swap_fraction=0.5, seed=0))]:
         model = SmallCNN(width=16)
-        train_classifier(model, data, epochs=6, lr=3e-3, batch_size=32, seed=0, progress=False)
+        train_classifier(model, data, epochs=6, lr=3e-3, batch_size=32, seed=0, progress="never")
         acc[name] = {k: evaluate_accuracy(model, d) for k, d in
                      [("marked", marked_test), ("removed", removed), ("randomised", randomised)]}
     print(acc)
@@ -84,7 +84,7 @@ def test_training_is_deterministic_and_keeps_global_rng(train_split):
         torch.manual_seed(123)
         model = SmallCNN(width=4)
         before = torch.random.get_rng_state()
-        out = train_classifier(model, data, epochs=2, lr=1e-2, batch_size=64, seed=5, progress=False)
+        out = train_classifier(model, data, epochs=2, lr=1e-2, batch_size=64, seed=5, progress="never")
         assert torch.equal(torch.random.get_rng_state(), before)  # the caller's RNG is not consumed
         states.append(model.state_dict())
     for k in states[0]:
@@ -92,7 +92,7 @@ def test_training_is_deterministic_and_keeps_global_rng(train_split):
     assert len(out["history"]) == 2 and {"epoch", "loss", "train_accuracy", "seconds"} <= set(out["history"][0])
     torch.manual_seed(123)
     other = SmallCNN(width=4)
-    train_classifier(other, data, epochs=2, lr=1e-2, batch_size=64, seed=6, progress=False)
+    train_classifier(other, data, epochs=2, lr=1e-2, batch_size=64, seed=6, progress="never")
     assert not torch.equal(other.fc.weight, states[0]["fc.weight"])
 
 
@@ -100,7 +100,7 @@ def test_training_learns_and_restores_flags(train_split, test_split):
     model = SmallCNN(width=8)
     model.eval()
     out = train_classifier(model, _subset(train_split, 300), epochs=3, lr=0.05, batch_size=32, seed=0,
-                           optimizer="sgd", eval_dataset=test_split, progress=False)
+                           optimizer="sgd", eval_dataset=test_split, progress="never")
     assert not any(m.training for m in model.modules())
     hist = out["history"]
     assert hist[-1]["loss"] < hist[0]["loss"]
@@ -123,12 +123,12 @@ class _Plain(Dataset):
 def test_non_tensor_dataset_and_dataloader(train_split):
     sub = _subset(train_split, 64)
     model = SmallCNN(width=4)
-    train_classifier(model, _Plain(sub), epochs=1, lr=1e-3, batch_size=16, seed=0, progress=False)
+    train_classifier(model, _Plain(sub), epochs=1, lr=1e-3, batch_size=16, seed=0, progress="never")
     loader = DataLoader(_Plain(sub), batch_size=16)
     pred_a, y_a = predict(model, loader)
     pred_b, y_b = predict(model, sub)
     assert torch.equal(pred_a, pred_b) and torch.equal(y_a, sub.y) and torch.equal(y_b, sub.y)
-    train_classifier(model, loader, epochs=1, lr=1e-3, seed=0, progress=False)
+    train_classifier(model, loader, epochs=1, lr=1e-3, seed=0, progress="never")
 
 
 def test_evaluate_accuracy_leaves_model_untouched(test_split):
@@ -153,7 +153,7 @@ def test_evaluate_accuracy_device_mismatch(test_split):
 def test_pgd_attack_bounds_loss_and_model_untouched(test_split):
     torch.manual_seed(0)
     model = SmallCNN(width=8)
-    train_classifier(model, test_split, epochs=1, lr=3e-3, seed=0, progress=False)
+    train_classifier(model, test_split, epochs=1, lr=3e-3, seed=0, progress="never")
     model.train()
     snap = _snapshot(model)
     x, y = test_split.x[:64], test_split.y[:64]
@@ -170,19 +170,19 @@ def test_pgd_attack_bounds_loss_and_model_untouched(test_split):
 def test_adversarial_training_runs(train_split):
     model = SmallCNN(width=4)
     out = train_classifier(model, _subset(train_split, 64), epochs=1, lr=1e-3, batch_size=32, seed=0,
-                           adversarial=dict(eps=8 / 255, steps=2), progress=False)
+                           adversarial=dict(eps=8 / 255, steps=2), progress="never")
     assert len(out["history"]) == 1 and all(p.grad is not None for p in model.parameters())
     with pytest.raises(ValueError, match="eps"):
-        train_classifier(model, _subset(train_split, 8), epochs=1, adversarial=dict(steps=3), progress=False)
+        train_classifier(model, _subset(train_split, 8), epochs=1, adversarial=dict(steps=3), progress="never")
 
 
 def test_bad_training_arguments(train_split):
     model = SmallCNN(width=4)
     data = _subset(train_split, 8)
     with pytest.raises(ValueError, match="optimizer"):
-        train_classifier(model, data, optimizer="lbfgs", progress=False)
+        train_classifier(model, data, optimizer="lbfgs", progress="never")
     with pytest.raises(ValueError, match="epochs"):
-        train_classifier(model, data, epochs=0, progress=False)
+        train_classifier(model, data, epochs=0, progress="never")
 
 
 def test_recompute_bn_stats_exact():

@@ -134,11 +134,11 @@ def test_iris_on_two_ranks_are_the_single_process_iris(ranks, tmp_path):
     seeds = w.seeds_tensor(10)
     for name, kw in [("one", {"batch_size": 1}), ("shuffle", {"batch_size": 1, "init": "shuffle"}),
                      ("lbfgs", {"batch_size": 1, "optimizer": "lbfgs"})]:   # ring histories, folded front
-        ref = generate_iris(front, "block2", seeds, steps=15, progress=False, **kw)
+        ref = generate_iris(front, "block2", seeds, steps=15, progress="never", **kw)
         for got in (rank0[name], rank1[name]):  # bit-identical: the same float operations per sample
             assert torch.equal(got["inputs"], ref.inputs) and torch.equal(got["steps"], ref.steps), name
             assert torch.equal(got["rel_error"], ref.rel_error)
-    ref = generate_iris(front, "block2", seeds, steps=15, batch_size=4, progress=False)
+    ref = generate_iris(front, "block2", seeds, steps=15, batch_size=4, progress="never")
     batched = rank0["batched"]  # other batch compositions: CPU kernels may round 1 ulp differently
     assert torch.equal(batched["inputs"], rank1["batched"]["inputs"])
     assert float((batched["rel_error"] - ref.rel_error).abs().max()) < 0.02
@@ -155,7 +155,7 @@ def test_a_slow_rank_takes_fewer_seeds_and_the_set_is_unchanged(ranks):
     fast, slow = rank0["rank_seeds"]
     assert slow < fast, rank0["rank_seeds"]
     front, _, _ = w.small_setup()
-    ref = generate_iris(front, "block2", w.seeds_tensor(10), steps=15, batch_size=1, progress=False)
+    ref = generate_iris(front, "block2", w.seeds_tensor(10), steps=15, batch_size=1, progress="never")
     for got in (rank0, rank1):
         assert torch.equal(got["inputs"], ref.inputs) and torch.equal(got["steps"], ref.steps)
         assert torch.equal(got["rel_error"], ref.rel_error)
@@ -194,7 +194,7 @@ def test_interrupted_ranks_resume_their_own_shares(ranks):
     assert got["resumed"] and rank1["resumed"]["resumed"]
     assert [f for f in got["left"] if ".ckpt" in f or f.startswith(".tmp")] == []  # finished: removed
     front, _, _ = w.small_setup()
-    ref = generate_iris(front, "block2", w.seeds_tensor(10), steps=15, batch_size=2, progress=False)
+    ref = generate_iris(front, "block2", w.seeds_tensor(10), steps=15, batch_size=2, progress="never")
     assert float((got["rel_error"] - ref.rel_error).abs().max()) < 0.02
     assert torch.equal(got["inputs"], rank1["resumed"]["inputs"])
 

@@ -77,13 +77,13 @@ def scenario_iris(rank: int, cache_dir: str) -> Any:
 
     front, _, _ = small_setup()
     seeds = seeds_tensor(10)
-    one = generate_iris(front, "block2", seeds, steps=15, batch_size=1, progress=False)
-    shuffled = generate_iris(front, "block2", seeds, steps=15, batch_size=1, init="shuffle", progress=False)
-    lbfgs = generate_iris(front, "block2", seeds, steps=15, batch_size=1, optimizer="lbfgs", progress=False)
-    batched = generate_iris(front, "block2", seeds, steps=15, batch_size=4, progress=False)
-    single_seed = generate_iris(front, "block2", seeds[:1], steps=5, progress=False)  # rank 1 has no share
-    cached = generate_iris(front, "block2", seeds, steps=10, progress=False, cache_dir=cache_dir)
-    again = generate_iris(front, "block2", seeds, steps=10, progress=False, cache_dir=cache_dir)
+    one = generate_iris(front, "block2", seeds, steps=15, batch_size=1, progress="never")
+    shuffled = generate_iris(front, "block2", seeds, steps=15, batch_size=1, init="shuffle", progress="never")
+    lbfgs = generate_iris(front, "block2", seeds, steps=15, batch_size=1, optimizer="lbfgs", progress="never")
+    batched = generate_iris(front, "block2", seeds, steps=15, batch_size=4, progress="never")
+    single_seed = generate_iris(front, "block2", seeds[:1], steps=5, progress="never")  # rank 1 has no share
+    cached = generate_iris(front, "block2", seeds, steps=10, progress="never", cache_dir=cache_dir)
+    again = generate_iris(front, "block2", seeds, steps=10, progress="never", cache_dir=cache_dir)
     resumed = _interrupted_then_resumed(front, seeds, os.path.join(cache_dir, "ckpt"))
     return {"one": iri_state(one), "resumed": resumed, "shuffle": iri_state(shuffled),
             "lbfgs": iri_state(lbfgs), "batched": iri_state(batched),
@@ -100,7 +100,7 @@ def _interrupted_then_resumed(front, seeds, folder: str) -> dict:
         if info["step"] == 6:
             raise RuntimeError("simulated interruption")
 
-    kw = dict(steps=15, batch_size=2, progress=False, cache_dir=folder, checkpoint_every=2)
+    kw = dict(steps=15, batch_size=2, progress="never", cache_dir=folder, checkpoint_every=2)
     try:
         generate_iris(front, "block2", seeds, callback=stop, **kw)
         interrupted = "not interrupted"
@@ -125,7 +125,7 @@ def scenario_slow_rank(rank: int, cache_dir: str) -> Any:
             return inner(*args, **kwargs)
 
         run.evaluate = slow
-    iris = generate_iris(front, "block2", seeds_tensor(10), steps=15, batch_size=1, progress=False)
+    iris = generate_iris(front, "block2", seeds_tensor(10), steps=15, batch_size=1, progress="never")
     return {**iri_state(iris), "rank_seeds": iris.stats["rank_seeds"]}
 
 
@@ -183,7 +183,7 @@ def scenario_rank_dies(rank: int, cache_dir: str) -> Any:
     front, _, _ = small_setup()
     if rank == 1:
         os._exit(3)  # dies before the collective
-    generate_iris(front, "block2", seeds_tensor(4), steps=5, progress=False)
+    generate_iris(front, "block2", seeds_tensor(4), steps=5, progress="never")
     return "no error"
 
 

@@ -264,9 +264,9 @@ def test_choice_rules_name_the_choices_and_a_close_match(data):
                                          r"hardware decides\), got 'flaot32'; did you mean 'float32'"):
         check_rule("precision", "flaot32", rule)
     with pytest.raises(ValueError, match="option fake_relu must be one of auto, last, none"):
-        generate_iris(tiny_cnn(), "block1", torch.rand(2, 1, 16, 16), tuning={"fake_relu": "first"}, progress=False)
+        generate_iris(tiny_cnn(), "block1", torch.rand(2, 1, 16, 16), tuning={"fake_relu": "first"}, progress="never")
     with pytest.raises(ValueError, match="option precision must be one of auto, float32, bfloat16"):
-        generate_iris(tiny_cnn(), "block1", torch.rand(2, 1, 16, 16), precision="half", progress=False)
+        generate_iris(tiny_cnn(), "block1", torch.rand(2, 1, 16, 16), precision="half", progress="never")
     report = sp.compare(tiny_cnn(), tiny_cnn(seed=1), "block1", data, ["iri-hlm"],
-                        options={"iri_precision": "bf16", "epochs": 1}, progress=False)
+                        options={"iri_precision": "bf16", "epochs": 1}, progress="never")
     assert "option iri_precision must be one of auto, float32, bfloat16" in report.results[0].error

@@ -100,11 +100,11 @@ def tiny_resnet() -> tuple[nn.Module, torch.Tensor]:
 def test_auto_picks_lbfgs_with_leak_at_a_deep_residual_cut_and_it_wins(tiny_resnet):
     model, seeds = tiny_resnet
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    auto = generate_iris(model, "5", seeds, steps=300, progress=False)
+    auto = generate_iris(model, "5", seeds, steps=300, progress="never")
     assert auto.settings["optimizer"] == "lbfgs" and auto.settings["relu_leak"] == 0.1
     assert auto.settings["preset"] == "lbfgs"
-    no_leak = generate_iris(model, "5", seeds, steps=300, progress=False, optimizer="lbfgs", tuning={"relu_leak": 0.0})
-    adam = generate_iris(model, "5", seeds, steps=300, progress=False, tuning={"preset": "adam"})
+    no_leak = generate_iris(model, "5", seeds, steps=300, progress="never", optimizer="lbfgs", tuning={"relu_leak": 0.0})
+    adam = generate_iris(model, "5", seeds, steps=300, progress="never", tuning={"preset": "adam"})
     assert adam.settings["relu_leak"] == 0.0 and adam.settings["optimizer"] == "adam"
     # the leak and the per-sample L-BFGS each have to pay: auto's median error clearly below both
     med = lambda s: float(s.rel_error.median())  # noqa: E731
@@ -117,39 +117,39 @@ def test_auto_picks_lbfgs_with_leak_at_a_deep_residual_cut_and_it_wins(tiny_resn
 
 def test_auto_picks_adam_where_a_maxpool_ends_the_front(trained):
     model, seeds = trained
-    iris = generate_iris(model, "2", seeds[:4], steps=20, progress=False)
+    iris = generate_iris(model, "2", seeds[:4], steps=20, progress="never")
     assert iris.settings["optimizer"] == "adam" and iris.settings["relu_leak"] == 0.0
-    same = generate_iris(model, "2", seeds[:4], steps=20, progress=False, optimizer="adam")
+    same = generate_iris(model, "2", seeds[:4], steps=20, progress="never", optimizer="adam")
     assert torch.equal(iris.inputs, same.inputs)          # auto = the optimiser it picked, bit for bit
-    named = generate_iris(model, "2", seeds[:4], steps=20, progress=False, tuning={"preset": iris.settings["preset"]})
+    named = generate_iris(model, "2", seeds[:4], steps=20, progress="never", tuning={"preset": iris.settings["preset"]})
     assert torch.equal(iris.inputs, named.inputs)         # ... and = its preset asked for by name
     with pytest.raises(ValueError, match="apply only to optimizer lbfgs"):
-        generate_iris(model, "2", seeds[:4], steps=20, progress=False, tuning={"history": 10})   # no silent switch
+        generate_iris(model, "2", seeds[:4], steps=20, progress="never", tuning={"history": 10})   # no silent switch
 
 
 def test_auto_errors_name_the_fix(trained):
     model, seeds = trained
     with pytest.raises(ValueError, match="generate_iris"):
-        optimize_iris(lambda x: x, seeds[:2], Settings.of("auto"), RunOptions(progress=False))
+        optimize_iris(lambda x: x, seeds[:2], Settings.of("auto"), RunOptions(progress="never"))
     with pytest.raises(ValueError, match="relu_leak must be in"):
-        generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning={"relu_leak": 1.5})
+        generate_iris(model, "2", seeds[:2], steps=5, progress="never", tuning={"relu_leak": 1.5})
     with pytest.raises(ValueError, match="did you mean 'relu_leak'"):
-        generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning={"relu_leek": 0.1})
+        generate_iris(model, "2", seeds[:2], steps=5, progress="never", tuning={"relu_leek": 0.1})
     with pytest.raises(ValueError, match="did you mean 'resnet'"):
-        generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning={"preset": "resnt"})
+        generate_iris(model, "2", seeds[:2], steps=5, progress="never", tuning={"preset": "resnt"})
     with pytest.raises(ValueError, match="runs optimizer 'adam', not 'lbfgs'"):
-        generate_iris(model, "2", seeds[:2], steps=5, progress=False, optimizer="lbfgs", tuning={"preset": "resnet"})
+        generate_iris(model, "2", seeds[:2], steps=5, progress="never", optimizer="lbfgs", tuning={"preset": "resnet"})
     with pytest.raises(TypeError, match="tuning value; pass tuning"):
-        generate_iris(model, "2", seeds[:2], steps=5, progress=False, lr=0.1)
+        generate_iris(model, "2", seeds[:2], steps=5, progress="never", lr=0.1)
     with pytest.raises(TypeError, match="must be a dict"):
-        generate_iris(model, "2", seeds[:2], steps=5, progress=False, tuning="resnet")
-    with pytest.raises(ValueError, match="unknown optimizer 'lbgfs'"):
-        generate_iris(model, "2", seeds[:2], steps=5, progress=False, optimizer="lbgfs")
+        generate_iris(model, "2", seeds[:2], steps=5, progress="never", tuning="resnet")
+    with pytest.raises(ValueError, match="option optimizer must be one of lbfgs, adam, auto .*got 'lbgfs'; did you mean 'lbfgs'"):
+        generate_iris(model, "2", seeds[:2], steps=5, progress="never", optimizer="lbgfs")
 
 
 def test_relu_leak_is_part_of_the_cache_key(trained, tmp_path):
     model, seeds = trained
-    common = dict(steps=5, progress=False, optimizer="lbfgs", cache_dir=tmp_path)
+    common = dict(steps=5, progress="never", optimizer="lbfgs", cache_dir=tmp_path)
     a = generate_iris(model, "2", seeds[:2], **common)
     b = generate_iris(model, "2", seeds[:2], tuning={"relu_leak": 0.0}, **common)
     assert a.key != b.key
@@ -190,12 +190,12 @@ def test_folded_front_is_the_same_function_and_leaves_the_model_alone(tiny_resne
 
 def test_fold_bn_option_is_validated_recorded_and_keyed(tiny_resnet, tmp_path):
     model, seeds = tiny_resnet
-    on = generate_iris(model, "5", seeds[:2], steps=5, progress=False, cache_dir=tmp_path)
+    on = generate_iris(model, "5", seeds[:2], steps=5, progress="never", cache_dir=tmp_path)
     assert on.settings["fold_bn"] is True and on.stats["bn_folded"] is True
-    off = generate_iris(model, "5", seeds[:2], steps=5, progress=False, tuning={"fold_bn": False}, cache_dir=tmp_path)
+    off = generate_iris(model, "5", seeds[:2], steps=5, progress="never", tuning={"fold_bn": False}, cache_dir=tmp_path)
     assert off.settings["fold_bn"] is False and off.stats["bn_folded"] is False and off.key != on.key
     with pytest.raises(ValueError, match="fold_bn must be True or False"):
-        generate_iris(model, "5", seeds[:2], steps=5, progress=False, tuning={"fold_bn": "yes"})
+        generate_iris(model, "5", seeds[:2], steps=5, progress="never", tuning={"fold_bn": "yes"})
     # the folded front reports true errors: they match the model's own front to rounding
     from similarity_plugins.networks.split import SplitNetwork
 
@@ -234,28 +234,28 @@ def test_deep_maxpool_fronts_get_a_vgg_preset_by_compression():
     seeds = torch.rand(2, 1, 16, 16)
     for size, name in ((2, "vgg-deep-pool"), (4, "vgg-last-pool")):   # 4x8x8 = 256 values (as the input), 4x4x4
         vgg_like = nn.Sequential(*layers, nn.MaxPool2d(size)).eval()
-        iris = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False)
+        iris = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress="never")
         s, want = iris.settings, PRESETS[name]
         assert s["preset"] == name and iris.stats["bn_folded"]
         assert all(s[k] == v for k, v in want.items() if k != "fake_relu"), name
     # a tuning value replaces only itself: the preset's other values stay
-    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, tuning={"fold_bn": False}).settings
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress="never", tuning={"fold_bn": False}).settings
     assert (s["preset"], s["lr"], s["beta1"], s["fold_bn"]) == ("vgg-last-pool", 0.02, 0.98, False)
-    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, tuning={"lr": 0.2}).settings
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress="never", tuning={"lr": 0.2}).settings
     assert (s["lr"], s["cycle_steps"], s["beta1"], s["beta2"]) == (0.2, 400, 0.98, 0.95)
-    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress=False, cycle_steps=100).settings
+    s = generate_iris(vgg_like, str(3 * n), seeds, steps=5, progress="never", cycle_steps=100).settings
     assert (s["lr"], s["cycle_steps"], s["beta2"]) == (0.02, 100, 0.95)
     # VGG's avgpool at 32x32 copies the last pool's values 7x7 times: the rule counts the values, not copies
     head = nn.Sequential(*layers, nn.MaxPool2d(16), nn.AdaptiveAvgPool2d(7), nn.Flatten()).eval()
     for layer in (str(3 * n + 1), str(3 * n + 2)):                      # 4x7x7 = 196 values, 4 distinct
-        s = generate_iris(head, layer, seeds, steps=5, progress=False).settings
+        s = generate_iris(head, layer, seeds, steps=5, progress="never").settings
         assert (s["preset"], s["fake_relu"]) == ("vgg-last-pool", "last"), layer
     plain = nn.Sequential(*[m for m in layers if not isinstance(m, nn.BatchNorm2d)], nn.MaxPool2d(4)).eval()
-    assert generate_iris(plain, str(2 * n), seeds, steps=5, progress=False).settings["preset"] == "vgg-last-pool-nobn"
+    assert generate_iris(plain, str(2 * n), seeds, steps=5, progress="never").settings["preset"] == "vgg-last-pool-nobn"
     assert trace_front(plain, plain, seeds[:1]).batchnorm_calls == 0
     assert trace_front(head, head, seeds[:1]).batchnorm_calls == n
     short = nn.Sequential(*layers[:6], nn.MaxPool2d(2)).eval()          # 2 ReLUs: plain Adam
-    s = generate_iris(short, "6", seeds, steps=5, progress=False).settings
+    s = generate_iris(short, "6", seeds, steps=5, progress="never").settings
     assert (s["preset"], s["lr"], s["cycle_steps"], s["fold_bn"], s["relu_leak"]) == ("adam", 0.2, 300, False, 0.0)
 
 
@@ -278,20 +278,20 @@ def test_deep_unpooled_fronts_that_barely_compress_get_the_resnet_preset():
     model = nn.Sequential(nn.Conv2d(1, w, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                           *[ResidualBlock(w) for _ in range(3)]).eval()
     seeds = torch.rand(2, 1, 32, 32)
-    s = generate_iris(model, "5", seeds, steps=5, progress=False).settings
+    s = generate_iris(model, "5", seeds, steps=5, progress="never").settings
     assert (s["preset"], s["optimizer"], s["lr"], s["cycle_steps"], s["beta1"], s["relu_leak"], s["fold_bn"],
             s["cycle_decay"]) == ("resnet", "adam", 0.2, 300, 0.98, 0.1, True, 0.5)
-    s = generate_iris(model, "5", seeds, steps=5, progress=False, tuning={"cycle_decay": 1.0}).settings
+    s = generate_iris(model, "5", seeds, steps=5, progress="never", tuning={"cycle_decay": 1.0}).settings
     assert (s["preset"], s["cycle_decay"], s["beta1"]) == ("resnet", 1.0, 0.98)     # the caller's value, only it
-    s = generate_iris(model, "5", seeds, steps=5, progress=False, cycle_steps=100, tuning={"cycle_mult": 1.0}).settings
+    s = generate_iris(model, "5", seeds, steps=5, progress="never", cycle_steps=100, tuning={"cycle_mult": 1.0}).settings
     assert (s["cycle_steps"], s["cycle_mult"], s["cycle_decay"], s["beta1"]) == (100, 1.0, 0.5, 0.98)
-    s = generate_iris(model, "5", seeds, steps=5, progress=False, tuning={"lr": 0.1, "relu_leak": 0.0}).settings
+    s = generate_iris(model, "5", seeds, steps=5, progress="never", tuning={"lr": 0.1, "relu_leak": 0.0}).settings
     assert (s["optimizer"], s["lr"], s["beta1"], s["relu_leak"]) == ("adam", 0.1, 0.98, 0.0)
     narrow = nn.Sequential(*model, nn.Conv2d(w, 2, 1)).eval()   # 2x16x16 = 512 values: compressive, L-BFGS
-    assert generate_iris(narrow, "6", seeds, steps=5, progress=False).settings["preset"] == "lbfgs"
+    assert generate_iris(narrow, "6", seeds, steps=5, progress="never").settings["preset"] == "lbfgs"
     with pytest.raises(ValueError, match="apply only to optimizer adam"):
-        generate_iris(narrow, "6", seeds, steps=5, progress=False, cycle_steps=100)   # never a switch to Adam
-    s = generate_iris(narrow, "6", seeds, steps=5, progress=False, optimizer="adam", cycle_steps=100).settings
+        generate_iris(narrow, "6", seeds, steps=5, progress="never", cycle_steps=100)   # never a switch to Adam
+    s = generate_iris(narrow, "6", seeds, steps=5, progress="never", optimizer="adam", cycle_steps=100).settings
     assert (s["preset"], s["lr"], s["cycle_steps"]) == ("resnet-compressive", 0.1, 100)
     # ... where L-BFGS's curvature pairs would not fit in memory, auto runs that Adam preset itself
     from similarity_plugins.iri.generate import _settings
@@ -329,10 +329,10 @@ def test_untraceable_fronts_run_unfolded_through_the_hook_path():
     assert SplitNetwork(model, "body.6").front_graph is None
     assert folded_front(SplitNetwork(model, "body.6").front_graph) is None
     seeds = torch.rand(2, 1, 8, 8)
-    iris = generate_iris(model, "body.6", seeds, steps=5, progress=False)   # 256 values from 64: Adam
+    iris = generate_iris(model, "body.6", seeds, steps=5, progress="never")   # 256 values from 64: Adam
     assert (iris.settings["optimizer"], iris.settings["fold_bn"], iris.stats["bn_folded"]) == ("adam", True, False)
     assert torch.isfinite(iris.rel_error).all()
-    iris = generate_iris(model, "body.6", seeds, steps=5, progress=False, optimizer="lbfgs")
+    iris = generate_iris(model, "body.6", seeds, steps=5, progress="never", optimizer="lbfgs")
     assert iris.stats["bn_folded"] is False and torch.isfinite(iris.rel_error).all()
 
 
@@ -412,7 +412,7 @@ def test_a_front_mixing_relu_modules_and_functions_runs_as_its_module_twin(tiny_
     trace = trace_front(mixed, mixed, seeds[:1])
     assert (len(trace.relu_calls), trace.functional_relu_calls) == (1, 6)
     assert trace_front(model, SplitNetwork(model, "5").front, seeds[:1]).functional_relu_calls == 0
-    common = dict(steps=40, progress=False)
+    common = dict(steps=40, progress="never")
     ours, theirs = generate_iris(model, "5", seeds[:4], **common), generate_iris(mixed, "blocks.2", seeds[:4], **common)
     for key in ("optimizer", "relu_leak", "fake_relu", "fold_bn", "lr"):
         assert ours.settings[key] == theirs.settings[key], key
@@ -446,7 +446,7 @@ def test_functional_relus_get_the_rules_and_surrogates_of_relu_modules(tiny_resn
     model, seeds = tiny_resnet
     twin = _FunctionalTwin(model).eval()
     before = {k: v.clone() for k, v in twin.state_dict().items()}
-    common = dict(steps=40, progress=False)
+    common = dict(steps=40, progress="never")
     ours, theirs = generate_iris(model, "5", seeds[:4], **common), generate_iris(twin, "blocks.2", seeds[:4], **common)
     for key in ("optimizer", "relu_leak", "fake_relu", "fold_bn", "lr"):
         assert ours.settings[key] == theirs.settings[key], key
@@ -462,8 +462,8 @@ def test_fronts_without_relu_calls_get_the_smooth_preset():
     seeds = torch.rand(2, 1, 16, 16)
     for act in (nn.GELU, nn.SiLU, nn.ReLU6):
         model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), act(), nn.MaxPool2d(2)).eval()
-        s = generate_iris(model, "3", seeds, steps=3, progress=False).settings
+        s = generate_iris(model, "3", seeds, steps=3, progress="never").settings
         assert (s["preset"], s["cycle_steps"], s["fold_bn"], s["fake_relu"]) == ("smooth", 150, True, "none"), act
     linear = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.MaxPool2d(2)).eval()   # no activation at all
-    assert generate_iris(linear, "1", seeds, steps=3, progress=False).settings["preset"] == "adam"
+    assert generate_iris(linear, "1", seeds, steps=3, progress="never").settings["preset"] == "adam"
     assert choose_preset(Structure(relu_calls=1, other_activation_calls=5)) == "adam"   # ReLU calls decide

@@ -31,7 +31,7 @@ def _rule(relu_calls: int, iv: int = 0, ov: int = 0, after: int = 0, stride: int
 
 
 def _picked(model: nn.Module, layer: str, seeds: torch.Tensor, **options) -> tuple:
-    s = generate_iris(model, layer, seeds, steps=5, progress=False, **options).settings
+    s = generate_iris(model, layer, seeds, steps=5, progress="never", **options).settings
     return tuple(s[name] for name in _SETTINGS)
 
 
@@ -57,7 +57,7 @@ def test_auto_gives_wide_pooled_cuts_one_cosine_at_adams_lr_with_leaky_gradients
         layers += [nn.Conv2d(1 if i == 0 else 8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
     pooled = nn.Sequential(*layers, nn.MaxPool2d(2)).eval()
     assert _picked(pooled, str(3 * n), seeds) == ("adam", 0.2, 0, 0.9, 0.1, True, 1.0, "none")
-    iris = generate_iris(pooled, str(3 * n), seeds, steps=5, progress=False)
+    iris = generate_iris(pooled, str(3 * n), seeds, steps=5, progress="never")
     assert iris.settings["fake_relu_at"] == []                                      # the leak covers the last too
     assert _picked(pooled, str(3 * n), seeds, tuning={"fake_relu": "last"})[-1] == "last"          # yours wins
     assert _picked(pooled, str(3 * n), seeds, tuning={"fake_relu": "auto"})[-1] == "last"
@@ -222,7 +222,7 @@ def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu(
     assert not trace(net, "layer2.0.downsample", x).ends_at_relu
     assert trace(net, "avgpool", x).ends_at_relu and not trace(net, "fc", x).ends_at_relu
     assert (trace(net, "avgpool", x).cut_values, trace(net, "fc", x).cut_values) == (512, 10)
-    inside = generate_iris(net, "layer3.1.bn2", torch.rand(2, 3, 32, 32), steps=3, progress=False)   # L-BFGS
+    inside = generate_iris(net, "layer3.1.bn2", torch.rand(2, 3, 32, 32), steps=3, progress="never")   # L-BFGS
     assert inside.stats["bn_folded"] and inside.settings["fake_relu"] == "none"   # a traced front in the block
     up = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(8), nn.AdaptiveAvgPool2d(3),
                        nn.Flatten(), nn.Linear(36, 5)).eval()
@@ -234,7 +234,7 @@ def test_fake_relu_auto_is_none_where_a_conv_or_batchnorm_follows_the_last_relu(
 
 def test_no_straight_through_gradient_after_a_batchnorm_converges_where_it_would_not(trained):
     model, seeds = trained   # the tiny CNN's second block: conv, BatchNorm, ReLU, max-pool; cut at its BatchNorm
-    common = dict(steps=200, tol=1e-2, progress=False)
+    common = dict(steps=200, tol=1e-2, progress="never")
     auto = generate_iris(model, "1.1", seeds[:8], **common)
     last = generate_iris(model, "1.1", seeds[:8], tuning={"fake_relu": "last"}, **common)
     assert auto.settings["fake_relu"] == "none" and auto.settings["fake_relu_at"] == []

@@ -32,18 +32,18 @@ def _compile_raising(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
 
 def test_compile_must_be_a_bool_and_is_checked_before_any_work():
     with pytest.raises(ValueError, match="compile must be True or False"):
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, compile="yes")
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress="never", compile="yes")
     with pytest.raises(TypeError, match="did you mean 'history'"):
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, histroy=5)
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress="never", histroy=5)
     with pytest.raises(TypeError, match="did you mean 'compile'"):
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, compiled=True)
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress="never", compiled=True)
 
 
 def test_a_failing_compiler_names_the_cause_and_the_fix(monkeypatch):
     inner = RuntimeError("no C++ compiler found\nlong traceback")
     _compile_raising(monkeypatch, torch._dynamo.exc.BackendCompilerFailed(lambda *a: None, inner, None))
     with pytest.raises(RuntimeError, match="run without compile=True") as info:
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, compile=True)
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress="never", compile=True)
     assert "RuntimeError: no C++ compiler found" in str(info.value) and "long traceback" not in str(info.value)
     assert isinstance(info.value.__cause__, torch._dynamo.exc.BackendCompilerFailed)
 
@@ -56,15 +56,15 @@ def test_the_compiled_copy_keeps_keyword_only_defaults(monkeypatch):
         return torch.tanh(x * weight)
 
     seeds = torch.rand(2, 3, generator=torch.Generator().manual_seed(0))
-    eager = optimize_iris(front, seeds, Settings.of("adam", steps=3), RunOptions(progress=False))
-    compiled = optimize_iris(front, seeds, Settings.of("adam", steps=3), RunOptions(progress=False, compile=True))
+    eager = optimize_iris(front, seeds, Settings.of("adam", steps=3), RunOptions(progress="never"))
+    compiled = optimize_iris(front, seeds, Settings.of("adam", steps=3), RunOptions(progress="never", compile=True))
     assert torch.equal(eager.inputs, compiled.inputs)
 
 
 def test_the_models_own_errors_pass_through_unchanged(monkeypatch):
     _compile_raising(monkeypatch, torch.OutOfMemoryError("out of memory"))
     with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, compile=True)
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress="never", compile=True)
 
 
 def test_compiled_front_runs_eagerly_without_gradients(monkeypatch):
@@ -89,8 +89,8 @@ def test_compiled_front_runs_eagerly_without_gradients(monkeypatch):
 def test_compile_is_a_run_option_outside_the_cache_key(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda fn, **_kw: fn)   # compile as the identity: only the plumbing
     model, seeds = tiny_cnn(), _seeds(4)
-    eager = generate_iris(model, "block2", seeds, steps=3, progress=False, cache_dir=tmp_path)
-    again = generate_iris(model, "block2", seeds, steps=3, progress=False, cache_dir=tmp_path, compile=True)
+    eager = generate_iris(model, "block2", seeds, steps=3, progress="never", cache_dir=tmp_path)
+    again = generate_iris(model, "block2", seeds, steps=3, progress="never", cache_dir=tmp_path, compile=True)
     assert again.key == eager.key and "compile" not in eager.settings
     assert eager.stats["compiled"] is False and eager.stats["compiled_graphs"] == 0 and eager.stats["compile_s"] == 0
 
@@ -102,7 +102,7 @@ def test_compile_gives_the_eager_iris_up_to_rounding_and_leaves_the_model(optimi
     model = tiny_cnn(in_channels=1, seed=1)
     before = snapshot(model)
     seeds = _seeds(5)
-    kw = dict(steps=40, tol=0.12, optimizer=optimizer, batch_size=3, progress=False, tuning={"fold_bn": True})
+    kw = dict(steps=40, tol=0.12, optimizer=optimizer, batch_size=3, progress="never", tuning={"fold_bn": True})
     eager = generate_iris(model, "block2", seeds, **kw)
     compiled = generate_iris(model, "block2", seeds, compile=True, **kw)
     assert_unchanged(model, before)
@@ -129,5 +129,5 @@ def test_every_run_compiles_its_own_front_even_with_a_graph_break(monkeypatch):
     for i in range(10):
         model = tiny_cnn(seed=i)
         model.block1.insert(1, _GraphBreak())
-        iris = generate_iris(model, "block2", _seeds(2), steps=2, progress=False, compile=True)
+        iris = generate_iris(model, "block2", _seeds(2), steps=2, progress="never", compile=True)
         assert iris.stats["compiled_graphs"] >= 1, f"run {i} compiled nothing"

@@ -125,7 +125,7 @@ def test_generate_iris_runs_the_cropped_front_and_reports_true_errors():
     model = torchvision.models.resnet18(num_classes=10).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     seeds = torch.rand(2, 3, 32, 32)
-    iris = generate_iris(model, "layer4", seeds, steps=3, progress=False)
+    iris = generate_iris(model, "layer4", seeds, steps=3, progress="never")
     assert iris.settings["optimizer"] == "lbfgs" and iris.stats["bn_folded"]
     assert len(iris.stats["convs_cropped"]) == 4
     with torch.no_grad():
@@ -134,7 +134,7 @@ def test_generate_iris_runs_the_cropped_front_and_reports_true_errors():
     true = (reached - target).flatten(1).norm(dim=1) / target.flatten(1).norm(dim=1)
     torch.testing.assert_close(iris.rel_error.float(), true, rtol=1e-4, atol=1e-6)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
-    plain = generate_iris(model, "layer4", seeds, steps=3, progress=False, tuning={"fold_bn": False})
+    plain = generate_iris(model, "layer4", seeds, steps=3, progress="never", tuning={"fold_bn": False})
     assert plain.stats["convs_cropped"] == []
 
 

@@ -70,7 +70,7 @@ def test_fused_update_matches_torch_reference():
 def test_cupy_and_torch_backends_agree_after_50_steps():
     model = _smooth_cnn()
     seeds = torch.rand(32, 3, 16, 16)
-    kw = dict(steps=50, tol=1e-9, optimizer="adam", progress=False)
+    kw = dict(steps=50, tol=1e-9, optimizer="adam", progress="never")
     a = generate_iris(model, "5", seeds, backend="cupy", **kw)
     b = generate_iris(model, "5", seeds, backend="torch", **kw)
     assert a.stats["backend"] == "cupy" and b.stats["backend"] == "torch"
@@ -85,7 +85,7 @@ def test_lbfgs_cupy_and_torch_backends_agree():
     model = _smooth_cnn()
     seeds = torch.rand(32, 3, 16, 16)
     for steps, tight in ((2, True), (50, False)):
-        kw = dict(steps=steps, tol=1e-9, optimizer="lbfgs", progress=False)
+        kw = dict(steps=steps, tol=1e-9, optimizer="lbfgs", progress="never")
         a = generate_iris(model, "5", seeds, backend="cupy", **kw)
         b = generate_iris(model, "5", seeds, backend="torch", **kw)
         if tight:
@@ -100,7 +100,7 @@ def test_gpu_run_leaves_model_unchanged_and_converges():
     model.train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     seeds = torch.rand(64, 3, 16, 16, device=DEVICE)
-    iris = generate_iris(model, "6", seeds, steps=300, progress=False, batch_size=16)
+    iris = generate_iris(model, "6", seeds, steps=300, progress="never", batch_size=16)
     assert iris.inputs.device.type == "cuda"
     assert model.training and all(m.training for m in model.modules())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_lbfgs_converges_at_a_deep_layer(trained):
     model, seeds = trained
-    iris = generate_iris(model, "2", seeds, steps=300, optimizer="lbfgs", progress=False)
+    iris = generate_iris(model, "2", seeds, steps=300, optimizer="lbfgs", progress="never")
     s = iris.summary
     assert s["settings"]["optimizer"] == "lbfgs" and s["settings"]["fake_relu"] == "last"
     assert s["settings"]["history"] == 30
@@ -30,7 +30,7 @@ def test_lbfgs_converges_at_a_deep_layer(trained):
     assert float(iris.seed_distance.mean()) > 0.2    # far from the seeds, as Adam's
     assert float(iris.inputs.min()) >= 0.0 and float(iris.inputs.max()) <= 1.0
     # fewer steps than Adam on the converged samples
-    adam = generate_iris(model, "2", seeds, steps=300, optimizer="adam", progress=False)
+    adam = generate_iris(model, "2", seeds, steps=300, optimizer="adam", progress="never")
     assert float(iris.steps.double().median()) < 0.7 * float(adam.steps.double().median())
 
 
@@ -72,7 +72,7 @@ def test_lbfgs_batch_size_independent(trained):
     model.load_state_dict(trained[0].state_dict())
     model.eval()
     seeds = trained[1].double()
-    kw = dict(steps=80, tol=3e-2, optimizer="lbfgs", progress=False)
+    kw = dict(steps=80, tol=3e-2, optimizer="lbfgs", progress="never")
     big = generate_iris(model, "2", seeds, batch_size=len(seeds), **kw)
     small = generate_iris(model, "2", seeds, batch_size=5, **kw)
     assert int(big.steps.min()) < int(big.steps.max())
@@ -82,7 +82,7 @@ def test_lbfgs_batch_size_independent(trained):
 
 def test_lbfgs_resume_is_identical(trained, tmp_path):
     model, seeds = trained
-    kw = dict(steps=60, tol=1e-2, batch_size=6, optimizer="lbfgs", progress=False)
+    kw = dict(steps=60, tol=1e-2, batch_size=6, optimizer="lbfgs", progress="never")
     reference = generate_iris(model, "2", seeds, **kw)
     with pytest.raises(Interrupted):
         generate_iris(model, "2", seeds, cache_dir=tmp_path, checkpoint_every=10, callback=interrupt_at(27), **kw)
@@ -95,7 +95,7 @@ def test_lbfgs_resume_is_identical(trained, tmp_path):
 def test_lbfgs_backends_agree_bit_for_bit(trained):
     """L-BFGS's reductions run in torch; the backend runs only arithmetic kernels, so the runs are identical."""
     model, seeds = trained
-    kw = dict(steps=40, tol=1e-9, optimizer="lbfgs", progress=False)
+    kw = dict(steps=40, tol=1e-9, optimizer="lbfgs", progress="never")
     a = generate_iris(model, "2", seeds[:6], backend="numpy", **kw)
     b = generate_iris(model, "2", seeds[:6], backend="torch", **kw)
     assert a.stats["backend"] == "numpy" and b.stats["backend"] == "torch"
@@ -124,11 +124,11 @@ def test_lbfgs_bad_settings_name_the_fix(trained):
     model, seeds = trained
     for name, value in (("history", 0), ("armijo", 0.7), ("max_backtracks", 0), ("history", 2.5)):
         with pytest.raises(ValueError, match=f"{name} must be"):
-            generate_iris(model, "2", seeds, steps=2, optimizer="lbfgs", progress=False, tuning={name: value})
+            generate_iris(model, "2", seeds, steps=2, optimizer="lbfgs", progress="never", tuning={name: value})
     with pytest.raises(ValueError, match="apply only to optimizer adam"):   # never a silent switch to Adam
-        generate_iris(model, "2", seeds, steps=2, optimizer="lbfgs", progress=False, cycle_steps=50)
+        generate_iris(model, "2", seeds, steps=2, optimizer="lbfgs", progress="never", cycle_steps=50)
     with pytest.raises(ValueError, match="apply only to optimizer lbfgs"):
-        generate_iris(model, "2", seeds, steps=2, optimizer="adam", progress=False, tuning={"history": 5})
+        generate_iris(model, "2", seeds, steps=2, optimizer="adam", progress="never", tuning={"history": 5})
 
 
 class _NanRow(torch.autograd.Function):
@@ -149,7 +149,7 @@ def test_lbfgs_nan_names_the_samples(tmp_path):
     seeds = torch.full((5, 1, 4, 4), 0.3)
     with pytest.raises(FloatingPointError, match=r"seed\(s\) \[3\]"):
         optimize_iris(lambda x: _NanRow.apply(x).mean(dim=(2, 3)), seeds, Settings.of("lbfgs", steps=5, tol=1e-9),
-                      RunOptions(progress=False))
+                      RunOptions(progress="never"))
 
 
 def test_cli_checkpoint_every_resumes(tmp_path, capsys, monkeypatch):

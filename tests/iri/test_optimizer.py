@@ -19,7 +19,7 @@ from tests.helpers.repo import load_repo_module
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-QUIET = RunOptions(progress=False)
+QUIET = RunOptions(progress="never")
 
 
 # ------------------------------------------------------------------------------------------- quality
@@ -28,7 +28,7 @@ QUIET = RunOptions(progress=False)
 def test_fidelity_at_a_deep_layer(trained):
     model, seeds = trained
     # layer "2": the third block's output, 8 x 2 x 2 = 32 values for 256 input pixels.
-    iris = generate_iris(model, "2", seeds, steps=300, tol=1e-2, optimizer="adam", progress=False)
+    iris = generate_iris(model, "2", seeds, steps=300, tol=1e-2, optimizer="adam", progress="never")
     assert isinstance(iris, IRISet)
     assert iris.inputs.shape == seeds.shape and iris.inputs.dtype == seeds.dtype
     assert float(iris.inputs.min()) >= 0.0 and float(iris.inputs.max()) <= 1.0
@@ -49,7 +49,7 @@ def test_fidelity_at_a_deep_layer(trained):
 
 def test_fake_relu_beats_plain_gradients(trained):
     model, seeds = trained
-    common = dict(steps=60, tol=1e-9, optimizer="adam", progress=False)
+    common = dict(steps=60, tol=1e-9, optimizer="adam", progress="never")
     fake = generate_iris(model, "2", seeds[:8], tuning={"fake_relu": "last"}, **common).summary["median_error"]
     plain = generate_iris(model, "2", seeds[:8], tuning={"fake_relu": "none"}, **common).summary["median_error"]
     assert fake < plain
@@ -60,7 +60,7 @@ def test_fake_relu_beats_plain_gradients(trained):
 
 def test_numpy_and_torch_backends_agree_after_50_steps(trained):
     model, seeds = trained
-    kw = dict(steps=50, tol=1e-9, progress=False)
+    kw = dict(steps=50, tol=1e-9, progress="never")
     a = generate_iris(model, "2", seeds[:8], backend="numpy", **kw)
     b = generate_iris(model, "2", seeds[:8], backend="torch", **kw)
     assert a.stats["backend"] == "numpy" and b.stats["backend"] == "torch"
@@ -119,7 +119,7 @@ def test_continuous_batching_matches_one_big_batch(trained):
     model.load_state_dict(trained[0].state_dict())
     model.eval()
     seeds = seeds.double()
-    kw = dict(steps=120, tol=3e-2, progress=False)
+    kw = dict(steps=120, tol=3e-2, progress="never")
     big = generate_iris(model, "2", seeds, batch_size=len(seeds), **kw)
     small = generate_iris(model, "2", seeds, batch_size=5, **kw)
     assert big.inputs.dtype == torch.float64
@@ -139,7 +139,7 @@ def test_batch_stays_full_until_work_runs_out():
         return nn.functional.avg_pool2d(x, 4)
 
     seeds = torch.rand(11, 1, 8, 8)
-    iris = optimize_iris(front, seeds, Settings.of(steps=30, tol=0.05), RunOptions(batch_size=4, progress=False))
+    iris = optimize_iris(front, seeds, Settings.of(steps=30, tol=0.05), RunOptions(batch_size=4, progress="never"))
     assert int(iris.steps.min()) < int(iris.steps.max())  # samples finish at different times
     first_small = next(i for i, c in enumerate(sizes) if c < 4)
     assert set(sizes[:first_small]) == {4}
@@ -152,7 +152,7 @@ def test_batch_stays_full_until_work_runs_out():
 
 def test_resume_after_interruption_is_identical(trained, tmp_path):
     model, seeds = trained
-    kw = dict(steps=40, tol=1e-2, batch_size=6, progress=False)
+    kw = dict(steps=40, tol=1e-2, batch_size=6, progress="never")
     reference = generate_iris(model, "2", seeds, **kw)
     with pytest.raises(Interrupted):
         generate_iris(model, "2", seeds, cache_dir=tmp_path, checkpoint_every=10, callback=interrupt_at(23), **kw)
@@ -173,7 +173,7 @@ def test_resume_after_interruption_is_identical(trained, tmp_path):
 
 def test_cache_key_depends_on_weights_layer_seeds_and_settings(trained, tmp_path):
     model, seeds = trained
-    kw = dict(steps=3, progress=False, cache_dir=tmp_path)
+    kw = dict(steps=3, progress="never", cache_dir=tmp_path)
     base = generate_iris(model, "2", seeds[:2], **kw).key
     assert generate_iris(model, "2", seeds[:2], **kw).key == base
     assert generate_iris(model, "2", seeds[:2], batch_size=1, **kw).key == base  # batch size is not a setting
@@ -204,7 +204,7 @@ def test_model_is_not_changed(trained):
     flags = [m.training for m in model.modules()]
     grads = [p.requires_grad for p in model.parameters()]
     hooks = [(len(m._forward_hooks), len(m._forward_pre_hooks)) for m in model.modules()]
-    generate_iris(model, "2", seeds[:4], steps=10, progress=False)
+    generate_iris(model, "2", seeds[:4], steps=10, progress="never")
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # weights and BatchNorm buffers
     assert [m.training for m in model.modules()] == flags
@@ -218,7 +218,7 @@ def test_front_runs_only_up_to_the_cut(trained):
     ran = []
     handles = [m.register_forward_pre_hook(lambda mod, inp, n=n: ran.append(n)) for n, m in model.named_modules() if n]
     try:
-        generate_iris(model, "1", seeds[:2], steps=2, progress=False)
+        generate_iris(model, "1", seeds[:2], steps=2, progress="never")
     finally:
         for h in handles:
             h.remove()
@@ -282,7 +282,7 @@ def test_inits_are_deterministic_and_shuffle_is_a_derangement(trained):
     n2 = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[2:6], Settings.of(steps=1, tuning={"lr": 1e-9}, tol=1e-9), QUIET)
     assert not torch.allclose(n1.inputs[2:], n2.inputs)  # noise depends on the sample index ...
     n3 = optimize_iris(lambda x: x.mean(dim=(2, 3)), seeds[:6], Settings.of(steps=1, tuning={"lr": 1e-9}, tol=1e-9, seed=0),
-                       RunOptions(batch_size=2, progress=False))
+                       RunOptions(batch_size=2, progress="never"))
     assert torch.equal(n1.inputs, n3.inputs)  # ... and on the seed, not on the batch
     assert abs(float(n1.inputs.mean()) - 0.5) < 0.02 and float(n1.inputs.std()) < 0.07
 
@@ -291,7 +291,7 @@ def test_progress_bar_runs(trained, capsys):
     model, seeds = trained
     generate_iris(model, "2", seeds[:3], steps=3, progress="always")  # "always": a bar even into a pipe
     assert "IRIs" in capsys.readouterr().err
-    generate_iris(model, "2", seeds[:3], steps=3, progress=True)      # True: a bar only on a terminal
+    generate_iris(model, "2", seeds[:3], steps=3, progress="auto")      # "auto": a bar only on a terminal
     assert "IRIs" not in capsys.readouterr().err
 
 
@@ -301,35 +301,35 @@ def test_progress_bar_runs(trained, capsys):
 def test_bad_inputs_raise_clear_errors(trained):
     model, seeds = trained
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        generate_iris(model, "2", seeds * 2.0, steps=2, progress=False)
+        generate_iris(model, "2", seeds * 2.0, steps=2, progress="never")
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        generate_iris(model, "2", seeds - 0.5, steps=2, progress=False)
+        generate_iris(model, "2", seeds - 0.5, steps=2, progress="never")
     with pytest.raises(ValueError, match="not found") as info:
-        generate_iris(model, "block9", seeds, steps=2, progress=False)
+        generate_iris(model, "block9", seeds, steps=2, progress="never")
     assert "available" in str(info.value)
     for steps in (0, -5):
         with pytest.raises(ValueError, match="steps"):
-            generate_iris(model, "2", seeds, steps=steps, progress=False)
+            generate_iris(model, "2", seeds, steps=steps, progress="never")
     for tol in (0, -1e-3, float("nan")):
         with pytest.raises(ValueError, match="tol"):
-            generate_iris(model, "2", seeds, tol=tol, progress=False)
+            generate_iris(model, "2", seeds, tol=tol, progress="never")
     with pytest.raises(ValueError, match="optimizer"):
-        generate_iris(model, "2", seeds, optimizer="sgd", progress=False)
+        generate_iris(model, "2", seeds, optimizer="sgd", progress="never")
     with pytest.raises(ValueError, match="init"):
-        generate_iris(model, "2", seeds, init="zeros", progress=False)
+        generate_iris(model, "2", seeds, init="zeros", progress="never")
     with pytest.raises(TypeError, match="unknown option"):
-        generate_iris(model, "2", seeds, lr_schedule="cosine", progress=False)
+        generate_iris(model, "2", seeds, lr_schedule="cosine", progress="never")
     with pytest.raises(ValueError, match="cache_dir"):
-        generate_iris(model, "2", seeds, checkpoint_every=5, progress=False)
+        generate_iris(model, "2", seeds, checkpoint_every=5, progress="never")
     for value in (-1, 2.5):
         with pytest.raises(ValueError, match="cycle_steps must be") as info:
-            generate_iris(model, "2", seeds, steps=2, progress=False, cycle_steps=value)
+            generate_iris(model, "2", seeds, steps=2, progress="never", cycle_steps=value)
         assert repr(value) in str(info.value)
     bad_tuning = [("cycle_mult", 0.5), ("cycle_decay", 0.0), ("beta1", 1.0), ("beta2", -0.1), ("eps", 0.0),
                   ("lr", 0.0), ("lr", float("nan")), ("relu_leak", 1.0), ("beta1", True)]
     for name, value in bad_tuning:
         with pytest.raises(ValueError, match=f"{name} must be") as info:
-            generate_iris(model, "2", seeds, steps=2, progress=False, optimizer="adam", tuning={name: value})
+            generate_iris(model, "2", seeds, steps=2, progress="never", optimizer="adam", tuning={name: value})
         assert repr(value) in str(info.value)
 
 
@@ -364,7 +364,7 @@ def test_nan_gradients_name_the_samples():
 def test_cycles_restart_and_stay_honest(trained):
     model, seeds = trained
     for options in (dict(cycle_steps=20), dict(cycle_steps=10, tuning={"cycle_mult": 1.0, "cycle_decay": 0.5})):
-        iris = generate_iris(model, "2", seeds[:4], steps=60, tol=1e-9, optimizer="adam", progress=False, **options)
+        iris = generate_iris(model, "2", seeds[:4], steps=60, tol=1e-9, optimizer="adam", progress="never", **options)
         assert iris.stats["restarts"] > 0, options
         true = rel_error(model, "2", iris.inputs, seeds[:4])
         assert torch.allclose(true.double(), iris.rel_error, rtol=1e-3, atol=1e-6)

@@ -84,7 +84,7 @@ def test_generate_iris_reports_the_folded_head_and_true_errors():
     model = torchvision.models.vgg11_bn(num_classes=10).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     seeds = torch.rand(2, 3, 32, 32)
-    iris = generate_iris(model, "classifier.6", seeds, steps=3, progress=False)
+    iris = generate_iris(model, "classifier.6", seeds, steps=3, progress="never")
     assert iris.stats["linears_folded"] == ["classifier.0"]
     with torch.no_grad():
         front = SplitNetwork(model, "classifier.6").front
@@ -100,7 +100,7 @@ def test_fronts_without_batchnorm_get_the_private_copy_too():
 
     torch.manual_seed(0)
     model = torchvision.models.vgg11(num_classes=10).eval()
-    iris = generate_iris(model, "classifier.6", torch.rand(2, 3, 32, 32), steps=2, progress=False)
+    iris = generate_iris(model, "classifier.6", torch.rand(2, 3, 32, 32), steps=2, progress="never")
     assert iris.settings["fold_bn"] is True
     assert (iris.stats["bn_folded"], iris.stats["convs_cropped"], iris.stats["linears_folded"]) == \
         (False, [], ["classifier.0"])

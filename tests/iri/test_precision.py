@@ -42,7 +42,7 @@ def test_unknown_precision_is_refused_naming_the_values():
     with pytest.raises(ValueError, match="iri_precision"):
         iri_settings({"iri_precision": "float16"})
     with pytest.raises(ValueError, match="precision"):
-        generate_iris(_cnn(), "5", _seeds(2), steps=2, precision="half", progress=False)
+        generate_iris(_cnn(), "5", _seeds(2), steps=2, precision="half", progress="never")
 
 
 def test_auto_rule(monkeypatch):
@@ -66,8 +66,8 @@ def test_step_flops_counts_forward_and_backward():
 
 def test_auto_on_a_small_front_is_float32_bit_for_bit():
     model, seeds = _cnn(), _seeds()
-    a = generate_iris(model, "5", seeds, steps=25, tol=1e-3, precision="float32", progress=False)
-    b = generate_iris(model, "5", seeds, steps=25, tol=1e-3, progress=False)
+    a = generate_iris(model, "5", seeds, steps=25, tol=1e-3, precision="float32", progress="never")
+    b = generate_iris(model, "5", seeds, steps=25, tol=1e-3, progress="never")
     assert b.settings["precision"] == "float32" and "MFLOP" in b.settings["precision_rule"] or \
         "no bfloat16" in b.settings["precision_rule"]
     assert torch.equal(a.inputs, b.inputs) and torch.equal(a.rel_error, b.rel_error)
@@ -78,7 +78,7 @@ def test_auto_on_a_small_front_is_float32_bit_for_bit():
 def test_bfloat16_finishes_in_float32(preset):
     model, seeds = _cnn(), _seeds()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    iris = generate_iris(model, "5", seeds, steps=80, tol=2e-2, precision="bfloat16", progress=False,
+    iris = generate_iris(model, "5", seeds, steps=80, tol=2e-2, precision="bfloat16", progress="never",
                          tuning={"preset": preset})
     assert iris.settings["precision"] == "bfloat16" and iris.settings["memory_format"] == "channels_last"
     assert iris.stats["lowp_sample_steps"] > 0
@@ -91,7 +91,7 @@ def test_bfloat16_finishes_in_float32(preset):
 
 def test_a_short_budget_still_ends_in_float32():
     model, seeds = _cnn(), _seeds(4)
-    iris = generate_iris(model, "5", seeds, steps=2, tol=1e-6, precision="bfloat16", progress=False)
+    iris = generate_iris(model, "5", seeds, steps=2, tol=1e-6, precision="bfloat16", progress="never")
     # every sample switches after its last-but-one step at the latest: 2 bfloat16 evaluations, then float32
     assert iris.stats["lowp_switched"] == 4 and iris.stats["lowp_sample_steps"] == 4 * 2
     np.testing.assert_allclose(iris.rel_error.numpy(), _f32_errors(model, "5", iris, seeds), rtol=1e-4, atol=1e-6)
@@ -99,17 +99,17 @@ def test_a_short_budget_still_ends_in_float32():
 
 def test_precision_is_in_the_cache_key(tmp_path):
     model, seeds = _cnn(), _seeds(3)
-    a = generate_iris(model, "5", seeds, steps=3, precision="float32", progress=False, cache_dir=tmp_path)
-    b = generate_iris(model, "5", seeds, steps=3, precision="bfloat16", progress=False, cache_dir=tmp_path)
+    a = generate_iris(model, "5", seeds, steps=3, precision="float32", progress="never", cache_dir=tmp_path)
+    b = generate_iris(model, "5", seeds, steps=3, precision="bfloat16", progress="never", cache_dir=tmp_path)
     assert a.key != b.key
-    again = generate_iris(model, "5", seeds, steps=3, precision="bfloat16", progress=False, cache_dir=tmp_path)
+    again = generate_iris(model, "5", seeds, steps=3, precision="bfloat16", progress="never", cache_dir=tmp_path)
     assert again.stats.get("from_cache") and again.settings["precision"] == "bfloat16"
 
 
 def test_optimize_iris_on_a_bare_function():
     model, seeds = _cnn(), _seeds(3)
     front = nn.Sequential(*list(model.children())[:6])
-    iris = optimize_iris(front, seeds, Settings.of(steps=20, tol=1e-2, precision="bfloat16"), RunOptions(progress=False))
+    iris = optimize_iris(front, seeds, Settings.of(steps=20, tol=1e-2, precision="bfloat16"), RunOptions(progress="never"))
     assert iris.settings["precision"] == "bfloat16"
     np.testing.assert_allclose(iris.rel_error.numpy(), _f32_errors(model, "5", iris, seeds), rtol=1e-4, atol=1e-6)
 

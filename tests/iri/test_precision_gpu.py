@@ -40,7 +40,7 @@ def test_auto_uses_bfloat16_on_a_bfloat16_gpu():
 def test_bfloat16_on_cuda_reports_float32_errors_and_restores_tf32():
     model, seeds = _cnn(), _seeds()
     before = torch.get_float32_matmul_precision()
-    iris = generate_iris(model, "5", seeds, steps=60, tol=2e-2, precision="bfloat16", progress=False)
+    iris = generate_iris(model, "5", seeds, steps=60, tol=2e-2, precision="bfloat16", progress="never")
     assert torch.get_float32_matmul_precision() == before
     assert iris.settings["precision"] == "bfloat16" and iris.inputs.device.type == "cuda"
     with torch.no_grad():

@@ -37,7 +37,7 @@ def test_a_link_planted_as_a_cache_entry_is_neither_read_nor_written_through(tmp
 
 def test_generate_iris_replaces_a_planted_link_and_leaves_its_target(tmp_path):
     model, seeds, cache = tiny_cnn(), _seeds(), tmp_path / "cache"
-    first = generate_iris(model, "block2", seeds, steps=2, progress=False, cache_dir=cache)
+    first = generate_iris(model, "block2", seeds, steps=2, progress="never", cache_dir=cache)
     (entry,) = glob.glob(str(cache / "iris-*.pt"))
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -45,7 +45,7 @@ def test_generate_iris_replaces_a_planted_link_and_leaves_its_target(tmp_path):
     os.symlink(victim, entry)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        again = generate_iris(model, "block2", seeds, steps=2, progress=False, cache_dir=cache)
+        again = generate_iris(model, "block2", seeds, steps=2, progress="never", cache_dir=cache)
     assert any("symbolic link" in str(w.message) for w in caught)
     assert victim.read_text() == "precious" and not os.path.islink(entry)
     assert torch.equal(again.inputs, first.inputs)
@@ -61,7 +61,7 @@ def test_an_unusable_cache_folder_is_refused_before_the_iri_work(tmp_path, monke
 
     monkeypatch.setattr(generate, "_optimize", lambda *a, **k: pytest.fail("the IRI work ran"))
     with pytest.raises(OSError, match=message):
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, cache_dir=make(tmp_path))
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress="never", cache_dir=make(tmp_path))
 
 
 def test_a_read_only_cache_folder_is_refused_before_the_iri_work(tmp_path, monkeypatch):
@@ -73,7 +73,7 @@ def test_a_read_only_cache_folder_is_refused_before_the_iri_work(tmp_path, monke
     monkeypatch.setattr("similarity_plugins.utils.io.tempfile.NamedTemporaryFile",  # root ignores mode bits
                         lambda **k: (_ for _ in ()).throw(PermissionError(errno.EACCES, "Permission denied")))
     with pytest.raises(OSError, match="not writable"):
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, cache_dir=cache)
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress="never", cache_dir=cache)
 
 
 def test_file_too_large_names_the_path(tmp_path):
@@ -109,4 +109,4 @@ def test_a_cache_disk_without_room_for_the_set_is_refused_before_the_iri_work(tm
     monkeypatch.setattr(generate, "_optimize", lambda *a, **k: pytest.fail("the IRI work ran"))
     monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**9, 10**9 - 100, 100))
     with pytest.raises(OSError, match="100 bytes free"):
-        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress=False, cache_dir=tmp_path / "cache")
+        generate_iris(tiny_cnn(), "block2", _seeds(), steps=2, progress="never", cache_dir=tmp_path / "cache")

@@ -215,7 +215,7 @@ def _variants():
 
 
 def _iri_kw(tmp_path, **kw):
-    return dict(steps=4, batch_size=8, progress=False, cache_dir=tmp_path, optimizer="adam", **kw)
+    return dict(steps=4, batch_size=8, progress="never", cache_dir=tmp_path, optimizer="adam", **kw)
 
 
 def test_module_settings_enter_every_cache_key(tmp_path):

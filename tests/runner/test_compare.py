@@ -281,8 +281,8 @@ def test_compare_leaves_the_global_rngs_as_they_were(data, fresh_manager):
 def test_compare_does_not_change_a_context_passed_in(data):
     a, b = tiny_cnn(seed=0), tiny_cnn(seed=1)
     ctx = Context(data, seed=5, options={"max_samples": 20})
-    sp.compare(a, b, "block2", data, metrics="cka-linear", context=ctx, seed=1, options={"max_samples": 30}, progress=True)
-    assert (ctx.data, ctx.seed, ctx.options, ctx.progress) == (data, 5, {"max_samples": 20}, False)
+    sp.compare(a, b, "block2", data, metrics="cka-linear", context=ctx, seed=1, options={"max_samples": 30}, progress="auto")
+    assert (ctx.data, ctx.seed, ctx.options, ctx.progress) == (data, 5, {"max_samples": 20}, "never")
     shared = dict(ctx.memo)
     assert any(k[0] == "activations" for k in shared)  # same data: the caches are shared (the point of passing it)
     other = sp.Data(test=TensorDataset(torch.rand(40, 1, 16, 16), torch.zeros(40, dtype=torch.long)))

@@ -92,7 +92,7 @@ def donors():
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = SmallCNN(in_channels=1, num_classes=10, width=8)
-        train_classifier(model, data.train, epochs=2, lr=3e-3, seed=seed, progress=False)
+        train_classifier(model, data.train, epochs=2, lr=3e-3, seed=seed, progress="never")
         models.append(model.eval())
     return data, models
 

@@ -389,10 +389,15 @@ def test_settings_defaults_follow_the_paper():
 
 
 def test_settings_from_options():
-    s = StitchSettings.from_options({"epochs": 6, "milestones": [2, 4], "init": "LSTSQ", "max_samples": 9}, seed=3)
+    s = StitchSettings.from_options({"epochs": 6, "milestone_epochs": [4, 2], "init": "LSTSQ", "max_samples": 9}, seed=3)
     assert s.milestones == (pytest.approx(1 / 3), pytest.approx(2 / 3)) and s.init == "least-squares" and s.seed == 3
-    with pytest.raises(ValueError, match="init='svd' is not known"):
+    assert s.milestone_epochs is None and "milestone_epochs" not in s.as_dict()
+    with pytest.raises(ValueError, match="option init must be one of least-squares, identity, random, got 'svd'"):
         StitchSettings.from_options({"init": "svd"})
+    with pytest.raises(ValueError, match="option dm_loss must be one of sum, normalised, got 'mean'"):
+        StitchSettings.from_options({"dm_loss": "mean"})
+    assert StitchSettings.from_options({"init": "Eye", "dm_loss": "Normalized"}).validated() == \
+        StitchSettings(init="identity", dm_loss="normalised").validated()
     with pytest.raises(ValueError, match="lr must be > 0"):
         StitchSettings.from_options({"lr": -1})
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):

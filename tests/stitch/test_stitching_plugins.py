@@ -134,7 +134,7 @@ def test_service_trains_on_other_inputs_than_the_training_split(trained, data):
 
     x, y = data.train.tensors
     noisy = (x[:256] + 0.05 * torch.randn(256, *x.shape[1:], generator=torch.Generator().manual_seed(0))).clamp(0, 1)
-    ctx = Context(Data(test=data.test), seed=0, progress=True)  # no training split needed
+    ctx = Context(Data(test=data.test), seed=0, progress="auto")  # no training split needed
     source = TrainingSet(noisy, y[:256], key=("noisy-digits", 0), name="IRIs")
     result = stitch_result(ctx, trained, trained, "block2", "slm", {"epochs": 1, "batch_size": 64}, train_source=source)
     assert result.details["train_source"] == "IRIs" and result.details["train_size"] == 256

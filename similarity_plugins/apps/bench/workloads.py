@@ -108,7 +108,7 @@ def _trained(spec: str, train: Any, seed: int, epochs: int, in_channels: int) ->
     from ..zoo import build_model
 
     model = build_model(spec, num_classes=10, in_channels=in_channels, seed=seed)
-    train_classifier(model, train, epochs=epochs, lr=3e-3, batch_size=64, seed=seed, progress=False)
+    train_classifier(model, train, epochs=epochs, lr=3e-3, batch_size=64, seed=seed, progress="never")
     return model.eval()
 
 

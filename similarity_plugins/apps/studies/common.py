@@ -12,6 +12,7 @@ import torch
 
 from ...host.results import Report, SimilarityResult, jsonable
 from ...utils.io import csv_text, json_text, write_all
+from ...utils.progress import Progress
 
 __all__ = ["DonorPool"]
 
@@ -142,7 +143,7 @@ class DonorPool:
         self.models: dict[Hashable, torch.nn.Module] = {}
         self.seconds = 0.0
 
-    def get(self, data_key: Hashable, dataset: Any, spec: DonorSpec, seed: int, progress: bool = False) -> torch.nn.Module:
+    def get(self, data_key: Hashable, dataset: Any, spec: DonorSpec, seed: int, progress: Progress = "never") -> torch.nn.Module:
         """The donor trained on ``dataset`` (identified by ``data_key``) with ``spec`` and ``seed``; trained once."""
         import time
 

@@ -20,6 +20,7 @@ from ...host.results import Report
 from ...networks.context import Context
 from ...networks.data import Data
 from ...runner.compare import compare
+from ...utils.progress import Progress, check_progress
 from .common import (
     DonorPool,
     DonorSpec,
@@ -63,7 +64,7 @@ class RobustnessConfig:
         return study_options(self)
 
 
-def train_donors(cfg: RobustnessConfig, data: Data, seed: int, donors: DonorPool, progress: bool) -> dict:
+def train_donors(cfg: RobustnessConfig, data: Data, seed: int, donors: DonorPool, progress: Progress) -> dict:
     """Two robust and two plain SmallCNNs on ``data.train`` (seeds ``seed``, ``seed + 1``), from ``donors``."""
     key = ("digits-32", seed)
     return {"robust 1": donors.get(key, data.train, cfg.robust, seed, progress),
@@ -72,12 +73,13 @@ def train_donors(cfg: RobustnessConfig, data: Data, seed: int, donors: DonorPool
             "plain 2": donors.get(key, data.train, cfg.plain, seed + 1, progress)}
 
 
-def run_robustness(out_dir: str = "study-robustness", *, quick: bool = False, seed: int = 0, progress: bool = True,
+def run_robustness(out_dir: str = "study-robustness", *, quick: bool = False, seed: int = 0, progress: Progress = "auto",
                    donors: DonorPool | None = None, config: RobustnessConfig | None = None) -> dict:
     """Run the robustness study (module docstring); returns ``{"reports", "accuracy", "files", "seconds", ...}``."""
     from ...datasets import digits_data
     from ..training import evaluate_accuracy
 
+    progress = check_progress(progress)
     cfg = config or (RobustnessConfig.quick() if quick else RobustnessConfig())
     start, donors = begin_study(out_dir, donors)
     data = digits_data(size=32, seed=seed)

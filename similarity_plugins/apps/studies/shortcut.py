@@ -25,6 +25,7 @@ from ...host.results import Report
 from ...networks.context import Context
 from ...networks.data import Data
 from ...runner.compare import compare
+from ...utils.progress import Progress, check_progress
 from .common import (
     DonorPool,
     DonorSpec,
@@ -80,7 +81,7 @@ def donor_spec(cfg: DemoConfig) -> DonorSpec:
     return DonorSpec(width=cfg.width, epochs=cfg.train_epochs, pgd_eps=cfg.pgd_eps, pgd_steps=cfg.pgd_steps)
 
 
-def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 0, progress: bool = True,
+def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 0, progress: Progress = "auto",
              config: DemoConfig | None = None, donors: DonorPool | None = None) -> dict:
     """Run the demo (see the module docstring); returns ``{"reports": {pair: Report}, "files": [...], ...}``.
 
@@ -91,6 +92,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     """
     from ...datasets import PixelShortcut, digits_data
 
+    progress = check_progress(progress)
     cfg = config or (DemoConfig.quick() if quick else DemoConfig())
     start, donors = begin_study(out_dir, donors)
     clean = digits_data(size=32, seed=seed)
@@ -131,7 +133,7 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     return {"reports": reports, "accuracy": accuracy, "files": files, "seconds": seconds, "dropped": dropped}
 
 
-def train_donors(cfg: DemoConfig, train: Any, seed: int, progress: bool, donors: DonorPool) -> dict[str, nn.Module]:
+def train_donors(cfg: DemoConfig, train: Any, seed: int, progress: Progress, donors: DonorPool) -> dict[str, nn.Module]:
     """Two clean donors (marks at random: present but meaningless) and one that relies on a label-coded
     mark (half its images swapped for other digits while the mark follows the label)."""
     from ...datasets import PixelShortcut, RandomMark
@@ -170,7 +172,7 @@ def compare_options(cfg: DemoConfig) -> dict[str, Any]:
 
 
 def _compare_pairs(cfg: DemoConfig, models: dict[str, nn.Module], data: Data, context: Context,
-                   progress: bool) -> dict[str, Report]:
+                   progress: Progress) -> dict[str, Report]:
     """The layer sweep for clean -> clean and clean -> shortcut, sharing one context (and clean A's IRIs)."""
     options, seed = compare_options(cfg), context.seed
     pairs = {"clean -> clean": ("clean A", "clean B"), "clean -> shortcut": ("clean A", "shortcut S")}

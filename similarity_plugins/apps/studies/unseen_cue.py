@@ -20,6 +20,7 @@ import torch
 from ...networks.data import Data
 from ...runner.compare import compare
 from ...runner.repeats import mean_interval
+from ...utils.progress import Progress, check_progress
 from .common import DonorPool, DonorSpec, begin_study, json_ready_text, say, study_options, write_study
 
 METRICS = ("stitch-slm", "iri-slm")
@@ -51,7 +52,7 @@ class UnseenCueConfig:
         return study_options(self)
 
 
-def measure_excess(cfg: UnseenCueConfig, seed: int, donors: DonorPool, progress: bool = False) -> list[dict]:
+def measure_excess(cfg: UnseenCueConfig, seed: int, donors: DonorPool, progress: Progress = "never") -> list[dict]:
     """Excess agreement of each metric at each layer for each donor pair: a list of row dicts
     (``donor_seeds``, ``metric``, ``layer``, agreements with/without the cue, ``excess``, ``iri_median_error``),
     plus ``cka-linear`` rows with the CKA on cue-carrying and on plain test digits."""
@@ -127,9 +128,10 @@ def explain_excess(summary: dict, tol: float) -> list[str]:
     return lines
 
 
-def run_unseen_cue(out_dir: str = "study-unseen-cue", *, quick: bool = False, seed: int = 0, progress: bool = True,
+def run_unseen_cue(out_dir: str = "study-unseen-cue", *, quick: bool = False, seed: int = 0, progress: Progress = "auto",
                    donors: DonorPool | None = None, config: UnseenCueConfig | None = None) -> dict:
     """Run the unseen-cue study (module docstring); returns ``{"rows", "summary", "files", "seconds", ...}``."""
+    progress = check_progress(progress)
     cfg = config or (UnseenCueConfig.quick() if quick else UnseenCueConfig())
     start, donors = begin_study(out_dir, donors)
     say(f"study unseen-cue{' (quick)' if quick else ''}: {cfg.donor_pairs} pairs of PGD-robust SmallCNNs on digits, "
