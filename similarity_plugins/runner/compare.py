@@ -23,7 +23,7 @@ from .guard import DonorModified, settle
 from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
 from .process import outside_inference_mode, process_state, restore_process_state
 from .ranks import agree_on_result, check_ranks_agree
-from .repeats import check_repeats, is_deterministic, run_repeated
+from .repeats import check_repeats, run_repeated
 
 
 def as_layer_list(layer: Any) -> list[LayerPair]:
@@ -145,8 +145,8 @@ def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data,
             bar.set_postfix_str(f"{name} @ {pair}")
             run = lambda s: run_metric(pm, name, pair, donors, data, metric_options[name], s,  # noqa: E731
                                        device, cuda_rng)
-            deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
-            results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=donors.ctx))
+            results.append(run_repeated(run, seed, repeats, deterministic=pm.info[name].deterministic,
+                                        context=donors.ctx))
     except KeyboardInterrupt as exc:  # the finished rows travel with the exception (the CLI writes them)
         exc.report = Report(results + [interrupted_row(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
         raise

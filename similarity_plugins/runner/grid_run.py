@@ -22,7 +22,7 @@ from .grid_files import CellsFile
 from .grid_results import Grid, Node
 from .isolation import Donors
 from .ranks import check_ranks_agree
-from .repeats import is_deterministic, run_repeated
+from .repeats import run_repeated
 
 __all__ = ["Plan", "run_grid"]
 
@@ -159,8 +159,7 @@ class _Runner:
 
     def _cheap(self, cell: Cell) -> bool:
         info = self.pm.info.get(cell[0])
-        plugin = None if cell[0] in self.pm.load_errors else self.pm.hookimpl_for(cell[0]).plugin
-        return bool(info is not None and info.activations_only and plugin is not None and is_deterministic(plugin))
+        return bool(info is not None and info.error is None and info.activations_only and info.deterministic)
 
     def run_many(self, cells: list[Cell], cuda_rng: bool, on_done=None) -> list[SimilarityResult]:
         """The results of ``cells`` in order (see the class docstring for when the guard checks); ``on_done(cell,
@@ -224,8 +223,7 @@ class _Runner:
                 return run_metric(pm, metric, pair, donors, self.ctx.data, self.plan.options[metric], s,
                                    self.ctx.device, cuda_rng)
 
-            deterministic = metric not in pm.load_errors and is_deterministic(pm.hookimpl_for(metric).plugin)
-            result = run_repeated(run, self.plan.seed, 1, deterministic=deterministic, context=self.ctx)
+            result = run_repeated(run, self.plan.seed, 1, deterministic=pm.info[metric].deterministic, context=self.ctx)
         result.details["front_model"], result.details["end_model"] = fm, em
         return result
 
