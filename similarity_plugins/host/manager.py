@@ -85,6 +85,7 @@ class MetricInfo:
         package: the distribution it came from.
         description: one line for ``similarity-plugins list``.
         error: why the plugin failed to load; None when it loaded.
+        error_type: the class name of the exception behind ``error`` (``"ImportError"``, ...); None when it loaded.
         options: ``{option: default}`` as declared, or None when it declares none (it then takes any option).
         option_docs: ``{option: one-line doc}``.
         needs: the data splits it reads (``("train", "test")``), or None when undeclared.
@@ -111,6 +112,7 @@ class MetricInfo:
     activations_only: bool = False
     deterministic: bool = False
     family: str | None = None
+    error_type: str | None = None
 
 
 class SimilarityPluginManager(pluggy.PluginManager):
@@ -271,7 +273,7 @@ class SimilarityPluginManager(pluggy.PluginManager):
     def _keep_error(self, name: str, package: str, exc: BaseException, what: str | None = None) -> None:
         message = f"{what or f'plugin {name!r}'} from {package} failed to load: {type(exc).__name__}: {exc}"
         self.load_errors[name] = message
-        self.info[name] = MetricInfo(name, package, "", error=message)
+        self.info[name] = MetricInfo(name, package, "", error=message, error_type=type(exc).__name__)
         self._load_tracebacks = getattr(self, "_load_tracebacks", {})
         self._load_tracebacks[name] = traceback.format_exc()
 
