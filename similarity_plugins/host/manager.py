@@ -37,7 +37,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 import pluggy
 
@@ -105,7 +105,7 @@ class MetricInfo:
     options: dict[str, Any] | None = None
     option_docs: dict[str, str] = field(default_factory=dict)
     needs: tuple[str, ...] | None = None
-    kind: str | None = None
+    kind: Literal["similarity", "distance"] | None = None
     range: tuple[float, float] | None = None
     symmetric: bool | None = None
     invariances: tuple[str, ...] | None = None

@@ -42,11 +42,12 @@ def test_the_declaration_is_the_class_its_types_and_its_docstring():
             "family", "description"} == set(names)
     for a in ATTRIBUTES:
         assert a.default == getattr(MetricPlugin, a.name) and a.type and a.meaning.strip()
-    # every attribute of the contract is a field of MetricInfo, with the same default
-    fields = {f.name: f.default for f in dataclasses.fields(MetricInfo)}
+    # every attribute of the contract is a field of MetricInfo, with the same type and default (options and
+    # description are stored resolved: a dict of defaults, the text)
+    fields = {f.name: (f.type, f.default) for f in dataclasses.fields(MetricInfo)}
     for a in ATTRIBUTES:
         if a.name not in ("description", "options"):
-            assert fields[a.name] == a.default, a.name
+            assert fields[a.name] == (a.type, a.default), a.name
 
 
 def test_a_plain_object_with_no_attributes_gets_every_default(fresh_manager):
