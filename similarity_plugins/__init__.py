@@ -3,8 +3,8 @@
 The public face: [`compare`][compare] (one call, every metric), [`compare_grid`][compare_grid] (many models and layers,
 a [`Grid`][Grid]), [`score`][score] (the same report from two arrays
 of activations), [`list_metrics`][list_metrics], [`metric_info`][metric_info],
-[`layers`][layers], [`Data`][Data], the result types, and [`hookimpl`][hookimpl], [`Option`][Option] and
-[`register_metric`][register_metric] for writing metric plugins.
+[`layers`][layers], [`Data`][Data], the result types, and [`hookimpl`][hookimpl], [`MetricPlugin`][MetricPlugin],
+[`Option`][Option] and [`register_metric`][register_metric] for writing metric plugins.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with the networks services
 from .host.contract import Option, UnknownOption
 from .host.hookspecs import hookimpl
+from .host.plugin import MetricPlugin
 from .host.registry import UnknownMetric, list_metrics, metric_info
 from .host.results import LayerPair, Report, SimilarityResult
 from .networks.data import Data
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "compare", "score", "compare_grid", "Grid", "Data", "Report", "SimilarityResult", "LayerPair", "layers",
-    "list_metrics", "metric_info", "hookimpl", "Option", "register_metric", "UnknownMetric", "UnknownOption",
+    "list_metrics", "metric_info", "hookimpl", "MetricPlugin", "Option", "register_metric", "UnknownMetric", "UnknownOption",
     "LayerNotFound", "hf", "text_data", "paired_data", "preprocessed", "extract", "Store", "StoreError",
     "CorruptChunk", "__version__",
 ]
@@ -40,8 +41,8 @@ def register_metric(plugin: object, name: str, replace: bool = False) -> str:
     """Register a metric plugin at run time (module, class, instance, or ``@hookimpl`` function) as ``name``.
 
     Args:
-        plugin: the object that implements the ``similarity`` hook. Its ``options`` and ``needs`` attributes,
-            if any, declare what it takes (see [`Option`][Option]).
+        plugin: the object that implements the ``similarity`` hook. Its attributes declare what it takes and
+            what its score means, each optional (the contract, with types and defaults: [`MetricPlugin`][MetricPlugin]).
         name: the metric's name in ``metrics=[...]``, reports and the command line.
         replace: replace a metric already registered under ``name``.
 

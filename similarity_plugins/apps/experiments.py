@@ -16,6 +16,7 @@ from typing import Iterable
 
 from torch import nn
 
+from ..host.registry import metric_info, select_metrics
 from ..networks.context import Context
 from ..networks.data import Data
 from ..utils.io import text_table
@@ -44,10 +45,15 @@ class ExcessAgreement:
         return {**self.__dict__, "excess": self.excess}
 
 
+#: The metric families that train a stitch (their ``family`` attribute): excess agreement takes their metrics only.
+STITCHING_FAMILIES = ("stitching", "invariance")
+
+
 def _check_stitching(metrics: list[str]) -> None:
-    """Excess agreement compares a stitched model's predictions, so every metric must train a stitch."""
-    for metric in metrics:
-        if metric.partition("-")[0] not in ("stitch", "iri"):
+    """Excess agreement compares a stitched model's predictions, so every metric must train a stitch: its declared
+    family is one of `STITCHING_FAMILIES` (names and wildcards resolve as in ``compare``)."""
+    for metric in select_metrics(metrics):
+        if metric_info(metric).family not in STITCHING_FAMILIES:
             raise ValueError(f"excess agreement needs a stitching metric (stitch-* or iri-*), got {metric!r}")
 
 

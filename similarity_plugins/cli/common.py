@@ -82,7 +82,7 @@ def emit_interrupted(report: Any, out: str | None, csv: str | None, seconds: flo
     SIGTERM's included, or None): the finished rows are written and printed; returns 130/143 when stopped."""
     if interrupted is None:
         return emit_report(report, out, csv, seconds)
-    finished = sum(r.error is None or not r.error.startswith("KeyboardInterrupt") for r in report)
+    finished = sum(r.error_type != "KeyboardInterrupt" for r in report)
     emit_report(report, out, csv, seconds, f" (interrupted: {finished} finished)")
     return interrupted_code(interrupted)
 

@@ -1,30 +1,12 @@
-"""What a metric takes: its declared options (name, default, one-line doc) and the data splits it needs.
+"""The checks behind the plugin contract: declared options (name, default, one-line doc), the data splits a
+metric needs, and what its score means.
 
-A metric plugin opts in by giving its plugin object (class, instance or module; for a bare function,
-the function itself) an ``options`` attribute, and optionally ``needs``::
-
-    class MyMetric:
-        options = (Option("alpha", 0.5, "mixing weight in [0, 1]"), Option("max_samples", None, "first N"))
-        needs = ("test",)
-
-``options`` may also be a dict ``{name: default}`` or a sequence of ``(name, default[, doc])`` tuples.
-A plugin without ``options`` is *open*: it takes any option, receives every global option plus its own
-``options[metric]`` dict, and counts as taking every global option when `resolve_options`
-checks that each global option is taken by at least one selected metric.
-
-What a score means is declared with four more attributes, read by `read_meaning` (each
-``None`` when undeclared: unknown)::
-
-    class MyDistance:
-        kind = "distance"              # "similarity" (higher: more alike) or "distance" (lower: more alike)
-        range = (0.0, float("inf"))    # (lo, hi), or None (unbounded or unknown)
-        symmetric = True               # score(A, B) == score(B, A)
-        invariances = ("orthogonal",)  # transforms of one side's (N, D) activations that leave the score
-                                       # unchanged, words of `INVARIANCES`; () for none
-
-``activations_only = True`` (read by `read_flag`) says the metric reads nothing but activations,
-through ``context.activations(front, layer.front, split)`` and ``context.activations(end, layer.end,
-split)``, so it also runs on arrays (``similarity_plugins.score``).
+The attributes themselves are declared once, with their types and defaults, by
+[`MetricPlugin`][similarity_plugins.host.plugin.MetricPlugin]; `plugin.plugin_attributes` reads a plugin through
+that declaration and checks each value here. ``options`` may be a sequence of `Option` (or of names, or of
+``(name, default[, doc])`` tuples) or a dict ``{name: default}``. A plugin without ``options`` is *open*: it takes
+any option, receives every global option plus its own ``options[metric]`` dict, and counts as taking every
+global option when `resolve_options` checks that each global option is taken by at least one selected metric.
 """
 
 from __future__ import annotations
@@ -33,8 +15,8 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..utils.text import did_you_mean
 
-__all__ = ["Option", "UnknownOption", "declared_value", "read_declaration", "read_needs", "resolve_options", "missing_splits",
-           "Meaning", "read_meaning", "read_flag", "INVARIANCES", "KINDS"]
+__all__ = ["Option", "UnknownOption", "read_declaration", "read_needs", "resolve_options", "missing_splits",
+           "Meaning", "check_meaning", "check_flag", "check_family", "INVARIANCES", "KINDS"]
 
 SPLIT_NAMES = {"train": "training split", "test": "test split"}
 
@@ -97,20 +79,6 @@ def read_declaration(declared: Any, metric: str) -> tuple[dict[str, Any], dict[s
     return defaults, docs
 
 
-
-def declared_value(plugin: Any, options: Mapping[str, Any], name: str) -> Any:
-    """The value of option ``name`` for a call of ``plugin``: ``options[name]`` when given, else the default the
-    plugin declares (its ``options`` attribute is the one place a default is written).
-
-    Raises ``KeyError`` when the plugin declares no option ``name`` (a programming error in the plugin).
-    """
-    if name in options:
-        return options[name]
-    label = getattr(plugin, "name", None) or type(plugin).__name__
-    defaults = (read_declaration(getattr(plugin, "options", None), label) or ({}, {}))[0]
-    if name not in defaults:
-        raise KeyError(f"{label} declares no option {name!r} (declared: {', '.join(defaults) or 'none'})")
-    return defaults[name]
 
 def read_needs(declared: Any, metric: str) -> tuple[str, ...] | None:
     """A plugin's ``needs`` attribute as a tuple of split names ("train", "test"); ``None`` when undeclared."""
@@ -196,29 +164,43 @@ class Meaning(NamedTuple):
     invariances: tuple[str, ...] | None = None
 
 
-def read_meaning(plugin: Any, metric: str) -> Meaning:
-    """A plugin's ``kind``, ``range``, ``symmetric`` and ``invariances`` attributes, checked.
+def check_meaning(kind: Any, range_: Any, symmetric: Any, invariances: Any, metric: str) -> Meaning:
+    """A plugin's ``kind``, ``range``, ``symmetric`` and ``invariances`` values, checked.
 
     ``kind``: one of `KINDS`; ``range``: a pair of numbers ``lo < hi`` (``float("inf")`` allowed),
     returned as floats; ``symmetric``: a bool; ``invariances``: a tuple of distinct words of
-    `INVARIANCES` (one word alone is taken as a 1-tuple). A missing attribute (or None) stays None.
-    Raises ``TypeError`` naming the metric and the attribute for a malformed value.
+    `INVARIANCES` (one word alone is taken as a 1-tuple). None stays None (undeclared).
+
+    Raises:
+        TypeError: naming the metric and the attribute, for a malformed value.
     """
-    kind = getattr(plugin, "kind", None)
     if kind is not None and kind not in KINDS:
         raise TypeError(f"metric {metric!r}: `kind` must be 'similarity' or 'distance', got {kind!r}")
-    symmetric = getattr(plugin, "symmetric", None)
     if symmetric is not None and not isinstance(symmetric, bool):
         raise TypeError(f"metric {metric!r}: `symmetric` must be True or False, got {symmetric!r}")
-    return Meaning(kind, _read_range(getattr(plugin, "range", None), metric), symmetric,
-                   _read_invariances(getattr(plugin, "invariances", None), metric))
+    return Meaning(kind, _read_range(range_, metric), symmetric, _read_invariances(invariances, metric))
 
 
-def read_flag(plugin: Any, attribute: str, metric: str) -> bool:
-    """A plugin's boolean attribute (``activations_only``, ...): False when missing; ``TypeError`` unless a bool."""
-    value = getattr(plugin, attribute, False)
+def check_flag(value: Any, attribute: str, metric: str) -> bool:
+    """A plugin's boolean attribute (``activations_only``, ``deterministic``) ``value``, checked.
+
+    Raises:
+        TypeError: naming the metric and the attribute, unless ``value`` is a bool.
+    """
     if not isinstance(value, bool):
         raise TypeError(f"metric {metric!r}: `{attribute}` must be True or False, got {value!r}")
+    return value
+
+
+def check_family(value: Any, metric: str) -> str | None:
+    """A plugin's ``family`` ``value``: None (undeclared) or a non-empty word.
+
+    Raises:
+        TypeError: naming the metric, for anything else.
+    """
+    if value is not None and (not isinstance(value, str) or not value or value != value.strip()):
+        raise TypeError(f"metric {metric!r}: `family` must be a non-empty word such as 'stitching', or None, "
+                        f"got {value!r}")
     return value
 
 

@@ -14,15 +14,11 @@ it under for the built-in ones (the first to take a name keeps it). Example, a c
         y = context.activations(end, layer.end, "test")
         return float(similarity_plugins.functional.cka(x, y))
 
-Optional attributes on the plugin object: ``description`` (one line for ``similarity-plugins list``),
-``needs`` (the splits it reads, e.g. ``("train", "test")``: a missing one gives the metric's row an
-error before it runs) and ``options`` (the options it takes, with defaults and docs, e.g.
-``(Option("alpha", 0.5, "mixing weight"),)`` or ``{"alpha": 0.5}``; without it the metric takes any
-option; see `contract`); what the score means: ``kind``
-(``"similarity"`` or ``"distance"``), ``range`` (``(lo, hi)`` or None), ``symmetric`` (bool),
-``invariances`` (a tuple of words of `INVARIANCES`); and
-``activations_only = True`` when it reads nothing but ``context.activations(front, layer.front, split)``
-and ``context.activations(end, layer.end, split)`` (it then also runs on arrays, in ``score``).
+Optional attributes on the plugin object declare what the metric takes and what its score means:
+``description``, ``options``, ``needs``, ``kind``, ``range``, ``symmetric``, ``invariances``,
+``activations_only``, ``deterministic`` and ``family``. Each is declared once, with its type, default and
+meaning, by [`MetricPlugin`][similarity_plugins.host.plugin.MetricPlugin]: subclass it, or set the attributes
+on any plugin object (each one missing takes the default).
 """
 
 from __future__ import annotations

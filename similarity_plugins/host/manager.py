@@ -36,12 +36,11 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 import pluggy
 
 from . import hookspecs
-from .contract import read_declaration, read_flag, read_meaning, read_needs
 from .entrypoints import (
     BUILTIN_PACKAGE,
     DISABLE_AUTOLOAD_ENV,
@@ -51,6 +50,7 @@ from .entrypoints import (
     check_metric_name,
     selected_entry_points,
 )
+from .plugin import ATTRIBUTES, plugin_attributes
 
 __all__ = ["MetricInfo", "SimilarityPluginManager", "DEFAULT_PLUGINS", "BUILTIN_PACKAGE", "ENTRY_POINT_GROUP",
            "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "autoload_disabled", "build_plugin_manager", "get_plugin_manager",
@@ -76,16 +76,25 @@ class OptionNameClash(ValueError):
 
 @dataclass
 class MetricInfo:
-    """What the registry knows of a metric.
+    """What the registry knows of a metric: its name, package and load error, and every attribute of the
+    contract as `plugin_attributes` resolves it (the meanings and defaults: [`MetricPlugin`][MetricPlugin]).
 
-    ``name``; ``package`` it came from; one-line ``description``; ``error`` when the plugin failed to
-    load; ``options``: ``{option: default}`` as declared by the plugin, or ``None`` when it declares
-    none (it then takes any option); ``option_docs``: ``{option: one-line doc}``; ``needs``: the data
-    splits it reads (``("train", "test")``), or ``None`` when undeclared. What the score means (each
-    ``None`` when undeclared: unknown): ``kind`` (``"similarity"``: higher is more alike, or
-    ``"distance"``), ``range`` (``(lo, hi)`` floats, or ``None``), ``symmetric`` (bool) and
-    ``invariances`` (a tuple of words of `INVARIANCES`). ``activations_only``: True when
-    the metric reads nothing but activations (it then also runs in ``similarity_plugins.score``).
+    Attributes:
+        name: the metric's registered name.
+        package: the distribution it came from.
+        description: one line for ``similarity-plugins list``.
+        error: why the plugin failed to load; None when it loaded.
+        error_type: the class name of the exception behind ``error`` (``"ImportError"``, ...); None when it loaded.
+        options: ``{option: default}`` as declared, or None when it declares none (it then takes any option).
+        option_docs: ``{option: one-line doc}``.
+        needs: the data splits it reads (``("train", "test")``), or None when undeclared.
+        kind: ``"similarity"`` (higher is more alike) or ``"distance"``; None: undeclared.
+        range: ``(lo, hi)`` floats, or None.
+        symmetric: whether the score is symmetric; None: undeclared.
+        invariances: a tuple of words of `INVARIANCES`; None: undeclared.
+        activations_only: True when the metric reads nothing but activations (it also runs in ``score``).
+        deterministic: True when no seed enters the score (``repeats`` computes it once).
+        family: the family it declares (``"stitching"``, ...), or None.
     """
 
     name: str
@@ -95,11 +104,14 @@ class MetricInfo:
     options: dict[str, Any] | None = None
     option_docs: dict[str, str] = field(default_factory=dict)
     needs: tuple[str, ...] | None = None
-    kind: str | None = None
+    kind: Literal["similarity", "distance"] | None = None
     range: tuple[float, float] | None = None
     symmetric: bool | None = None
     invariances: tuple[str, ...] | None = None
     activations_only: bool = False
+    deterministic: bool = False
+    family: str | None = None
+    error_type: str | None = None
 
 
 class SimilarityPluginManager(pluggy.PluginManager):
@@ -120,9 +132,8 @@ class SimilarityPluginManager(pluggy.PluginManager):
         """Register ``plugin`` as the metric ``name`` (module, class, instance or hookimpl function).
 
         Returns the name. A class is instantiated with no arguments; a bare function decorated with
-        ``@hookimpl`` is wrapped. The plugin's ``options``, ``needs``, ``kind``, ``range``, ``symmetric``,
-        ``invariances`` and ``activations_only`` attributes are read into its `MetricInfo` (see
-        `contract`). Raises ``ValueError`` when ``name`` is taken, naming
+        ``@hookimpl`` is wrapped. The attributes of the contract (`MetricPlugin`) are read into its
+        `MetricInfo` by `plugin_attributes`. Raises ``ValueError`` when ``name`` is taken, naming
         its package, unless ``replace=True`` (then the old one is dropped), or cannot name a metric;
         ``TypeError`` when the plugin has no ``similarity`` hookimpl or a malformed declaration.
         """
@@ -141,17 +152,11 @@ class SimilarityPluginManager(pluggy.PluginManager):
             obj = _as_plugin_object(plugin)
             if getattr(obj, "similarity", None) is None:
                 raise TypeError(f"metric {name!r}: {plugin!r} has no `similarity` hookimpl")
-            declared = read_declaration(getattr(obj, "options", None), name)
-            needs = read_needs(getattr(obj, "needs", None), name)
-            meaning = read_meaning(obj, name)
-            activations_only = read_flag(obj, "activations_only", name)
+            attributes = plugin_attributes(obj, name)
             if self.get_plugin(name) is not None:
                 self.unregister(name=name)
             self.register(obj, name=name)
-            description = getattr(obj, "description", None) or _first_line(inspect.getdoc(obj) or "")
-            options, docs = declared if declared is not None else (None, {})
-            self.info[name] = MetricInfo(name, package, description, options=options, option_docs=docs, needs=needs,
-                                         activations_only=activations_only, **meaning._asdict())
+            self.info[name] = MetricInfo(name, package, **attributes)
             self.load_errors.pop(name, None)
             return name
 
@@ -267,7 +272,7 @@ class SimilarityPluginManager(pluggy.PluginManager):
     def _keep_error(self, name: str, package: str, exc: BaseException, what: str | None = None) -> None:
         message = f"{what or f'plugin {name!r}'} from {package} failed to load: {type(exc).__name__}: {exc}"
         self.load_errors[name] = message
-        self.info[name] = MetricInfo(name, package, "", error=message)
+        self.info[name] = MetricInfo(name, package, "", error=message, error_type=type(exc).__name__)
 
     def hookimpl_for(self, name: str) -> pluggy.HookImpl:
         """The ``similarity`` hookimpl of the metric ``name``."""
@@ -284,20 +289,12 @@ def _warn_taken(name: str, package: str, owner: str, replace: bool = False) -> N
                   f"{owner}{note}; rename it to use both", stacklevel=3)
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
 def _import_reference(reference: str) -> Any:
     module_name, _, attr = reference.partition(":")
     obj = importlib.import_module(module_name)
     for part in attr.split(".") if attr else []:
         obj = getattr(obj, part)
     return obj
-
-
-_FUNCTION_ATTRIBUTES = ("options", "needs", "kind", "range", "symmetric", "invariances", "activations_only",
-                        "deterministic")
 
 
 def _as_plugin_object(plugin: Any) -> Any:
@@ -309,9 +306,8 @@ def _as_plugin_object(plugin: Any) -> Any:
         if plugin.__name__ != "similarity":
             raise TypeError(f"a function plugin must be named `similarity` (or `register_metrics` for a family), "
                             f"got {plugin.__name__!r}")
-        attributes = {a: getattr(plugin, a) for a in _FUNCTION_ATTRIBUTES if hasattr(plugin, a)}
-        return SimpleNamespace(similarity=plugin, __doc__=plugin.__doc__, description=_first_line(plugin.__doc__ or ""),
-                               **attributes)
+        declared = {a.name: getattr(plugin, a.name) for a in ATTRIBUTES if hasattr(plugin, a.name)}
+        return SimpleNamespace(similarity=plugin, __doc__=plugin.__doc__, **declared)
     return plugin
 
 

@@ -46,8 +46,10 @@ class SimilarityResult:
 
     ``score`` is a float (``None`` when the metric failed), ``details`` a JSON-serialisable dict
     (sample counts, accuracies, IRI quality, warnings, ...), ``seconds`` the wall time of the metric
-    in seconds, ``error`` the error message (``None`` on success), ``layer`` the cut as a string
-    (``"layer1"`` or ``"layer1->layer2"``).
+    in seconds, ``error`` the error message (``None`` on success; ``"ExceptionType: message"``), ``layer``
+    the cut as a string (``"layer1"`` or ``"layer1->layer2"``), ``error_type`` the class name of the
+    exception behind ``error`` (``"ValueError"``, ``"MetricTimeout"``, ...; ``None`` on success or when
+    unknown), set where the error was caught.
 
     Two ``details`` keys have a meaning for every metric: ``TEST_INTERVAL`` (``"test_ci95"``), a metric's
     own 95% interval ``[low, high]`` of its score over test samples (stitching reports a bootstrap one),
@@ -61,6 +63,7 @@ class SimilarityResult:
     seconds: float = 0.0
     error: str | None = None
     layer: str | None = None
+    error_type: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -69,11 +72,30 @@ class SimilarityResult:
 
     @classmethod
     def failed(cls, metric: str, error: str, layer: Any = None, *, details: dict | None = None,
-               seconds: float = 0.0) -> SimilarityResult:
-        """The row of a metric that produced no score: ``error`` says what went wrong and how to fix it
-        (``"ExceptionType: message"``); ``layer`` the cut (a `LayerPair` or its string)."""
+               seconds: float = 0.0, error_type: str | None = None) -> SimilarityResult:
+        """The row of a metric that produced no score.
+
+        Args:
+            metric: the metric's name.
+            error: what went wrong and how to fix it, as users read it (``"ExceptionType: message"``).
+            layer: the cut (a `LayerPair` or its string).
+            details: the row's details (a traceback, ...).
+            seconds: the wall time of the call.
+            error_type: the class name of the exception behind ``error``, when known.
+
+        Returns:
+            The row, without a score.
+        """
         return cls(metric, None, dict(details or {}), float(seconds), str(error),
-                   None if layer is None else str(layer))
+                   None if layer is None else str(layer), error_type)
+
+    @classmethod
+    def from_exception(cls, metric: str, exc: BaseException, layer: Any = None, *, details: dict | None = None,
+                       seconds: float = 0.0) -> SimilarityResult:
+        """The row of a metric whose call raised (or was refused with) ``exc``: the error ``"Type: message"`` and
+        its ``error_type`` taken from the exception (see `failed` for the other arguments)."""
+        kind = type(exc).__name__
+        return cls.failed(metric, f"{kind}: {exc}", layer, details=details, seconds=seconds, error_type=kind)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of all fields."""

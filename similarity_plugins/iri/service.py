@@ -1,7 +1,8 @@
 """The invariance-aware stitching service: IRIs of the training split as a stitch training set, and the
 scored result (fit on IRIs, evaluate on the real test split, IRI quality in the details).
 
-``plugins/invariance.py`` adapts this to the ``similarity`` hook; the options are documented there.
+``plugins/invariance.py`` adapts this to the ``similarity`` hook; the options are `iri_options`: `IRI_DEFAULTS`
+with the lines of `IRI_DOCS`.
 """
 
 from __future__ import annotations

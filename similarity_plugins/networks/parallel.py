@@ -28,7 +28,21 @@ __all__ = ["World", "CollectiveError", "current_world", "register_world_factory"
 
 
 class CollectiveError(RuntimeError):
-    """An exception on one rank, raised identically on every rank (the message names the rank)."""
+    """An exception on one rank, raised identically on every rank (the message names the rank).
+
+    Attributes:
+        error_types: the class names of the failed ranks' exceptions, in rank order (empty when the ranks
+            disagreed rather than failed).
+    """
+
+    def __init__(self, message: str, error_types: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.error_types = tuple(error_types)
+
+
+def _status(error: BaseException | None) -> tuple[str, str] | None:
+    """What a rank tells the others of its failure: its exception's class name and message (None: it succeeded)."""
+    return None if error is None else (type(error).__name__, str(error))
 
 
 def shard_range(n: int, rank: int, size: int) -> range:
@@ -101,8 +115,7 @@ class World:
             if error is not None:
                 raise error
             return [value]
-        status = None if error is None else f"{type(error).__name__}: {error}"
-        gathered = self._all_gather_objects((status, value if error is None else None))
+        gathered = self._all_gather_objects((_status(error), value if error is None else None))
         self._raise_if_failed([s for s, _ in gathered], phase, error)
         return [v for _, v in gathered]
 
@@ -125,20 +138,21 @@ class World:
                                                                                       dtype=torch.float64)])
         total = self._all_reduce(flat)
         if float(total[-1]) > 0:
-            status = None if error is None else f"{type(error).__name__}: {error}"
-            self._raise_if_failed([s for s in self._all_gather_objects(status)], phase, error)
+            self._raise_if_failed([s for s in self._all_gather_objects(_status(error))], phase, error)
         return total[:-1].reshape(like.shape).to(like.dtype)
 
-    def _raise_if_failed(self, statuses: list[str | None], phase: str, error: BaseException | None) -> None:
+    def _raise_if_failed(self, statuses: list[tuple[str, str] | None], phase: str,
+                         error: BaseException | None) -> None:
         failed = [(rank, s) for rank, s in enumerate(statuses) if s is not None]
         if not failed:
             return
-        first = failed[0]
+        rank, (kind, text) = failed[0]
         more = f" (and {len(failed) - 1} other rank(s))" if len(failed) > 1 else ""
-        message = f"rank {first[0]} of {self.size} failed{more}: {first[1]}"  # the same text on every rank
+        message = f"rank {rank} of {self.size} failed{more}: {kind}: {text}"  # the same text on every rank
+        collective = CollectiveError(message, tuple(s[0] for _, s in failed))
         if error is not None and not isinstance(error, CollectiveError):
-            raise CollectiveError(message) from error
-        raise CollectiveError(message)
+            raise collective from error
+        raise collective
 
     def control(self) -> "World":
         """A world for ``compare``'s own small messages (agreeing on a row) on a channel of its own, so that a

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..host.contract import Option, declared_value
+from ..host.contract import Option
 from ..host.hookspecs import hookimpl
+from ..host.plugin import MetricPlugin, declared_value
 from ..host.results import LayerPair, SimilarityResult
 from ..networks.context import Context
 
@@ -55,7 +56,8 @@ def with_permutation_test(details: dict, k: int, test: Callable[[], dict[str, An
     return details
 
 
-class _CKAPlugin:
+class _CKAPlugin(MetricPlugin):
+    family = "cka"
     kernel = "linear"
     debiased = False
     needs = ("test",)

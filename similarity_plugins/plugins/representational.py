@@ -17,8 +17,9 @@ measures' own memory comes on top (RSA: about 40 N^2 bytes).
 
 from __future__ import annotations
 
-from ..host.contract import Option, declared_value
+from ..host.contract import Option
 from ..host.hookspecs import hookimpl
+from ..host.plugin import MetricPlugin, declared_value
 from ..host.results import LayerPair, SimilarityResult
 from ..networks.context import Context
 from .cka import MAX_SAMPLES, PERMUTATIONS, keeps_nulls, permutation_count, with_permutation_test
@@ -26,9 +27,10 @@ from .cka import MAX_SAMPLES, PERMUTATIONS, keeps_nulls, permutation_count, with
 _ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
 
-class _Representational:
+class _Representational(MetricPlugin):
     """One measure of `similarity_plugins.measures` on the test activations at the layer."""
 
+    family = "representational"
     needs = ("test",)
     options: tuple[Option, ...] = (MAX_SAMPLES, PERMUTATIONS)
     deterministic = True  # no seed enters the score: compare(repeats=k) computes it once

@@ -15,18 +15,18 @@ from ..host.contract import missing_splits
 from ..host.results import LayerPair, SimilarityResult
 from ..host.values import coerce_option_values
 
-__all__ = ["refusal", "hook_call", "to_row"]
+__all__ = ["refusal", "hook_call", "to_row", "ReturnedError"]
 
 
 def refusal(pm, name: str, data: Any, options: dict, layer: str) -> tuple[SimilarityResult | None, dict]:
     """The row of a metric that cannot run (it failed to load, a split it needs is missing, an option value is
     bad), or None; and the options it receives (`metric_options`)."""
     if name in pm.load_errors:
-        return SimilarityResult.failed(name, pm.load_errors[name], layer), options
+        return SimilarityResult.failed(name, pm.load_errors[name], layer, error_type=pm.info[name].error_type), options
     missing = missing_splits(name, pm.info[name].needs, data)
     options, problem = metric_options(options, pm.info[name].options)
     if missing or problem:
-        return SimilarityResult.failed(name, f"ValueError: {missing or problem}", layer), options
+        return SimilarityResult.from_exception(name, ValueError(missing or problem), layer), options
     return None, options
 
 
@@ -43,7 +43,7 @@ def to_row(value: Any, metric: str, layer: str, bounds: "tuple[float, float] | N
     for a non-finite score and the declared ``bounds`` applied (`check_range`)."""
     if isinstance(value, SimilarityResult):
         result = SimilarityResult(metric, as_float(value.score) if value.score is not None else None,
-                                  copy.deepcopy(value.details), value.seconds, value.error, layer)
+                                  copy.deepcopy(value.details), value.seconds, value.error, layer, value.error_type)
     elif isinstance(value, dict) and "score" in value:
         result = SimilarityResult(metric, as_float(value["score"]), dict(value.get("details", {})), layer=layer)
     else:
@@ -77,8 +77,12 @@ def check_range(result: SimilarityResult, bounds: tuple[float, float]) -> None:
 def error_row(exc: BaseException, metric: str, layer: str) -> SimilarityResult:
     """The row of a metric call that raised ``exc`` (any exception, ``SystemExit`` and ``GeneratorExit``
     included): no score, the error as ``"Type: message"`` and a short traceback in the details."""
-    return SimilarityResult.failed(metric, f"{type(exc).__name__}: {exc}", layer,
-                                   details={"traceback": short_traceback(exc)})
+    return SimilarityResult.from_exception(metric, exc, layer, details={"traceback": short_traceback(exc)})
+
+
+class ReturnedError(RuntimeError):
+    """The error of a row a metric returned (a `SimilarityResult` with ``error`` set) instead of raising, raised after
+    the call so that under torchrun every rank reports it (the message is the row's error)."""
 
 
 #: What a metric call may raise and still become that metric's error row (Ctrl-C stops the run instead).
@@ -119,4 +123,4 @@ def short_traceback(exc: BaseException) -> str:
 
 def interrupted_row(name: str, layer: "str | LayerPair") -> SimilarityResult:
     """The row of a metric that Ctrl-C (or SIGTERM) stopped before it finished."""
-    return SimilarityResult.failed(name, "KeyboardInterrupt: interrupted before this metric finished", layer)
+    return SimilarityResult.from_exception(name, KeyboardInterrupt("interrupted before this metric finished"), layer)

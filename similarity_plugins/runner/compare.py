@@ -18,12 +18,12 @@ from ..networks.layer_lists import check_layer
 from ..networks.split import model_device, on_device, preserved
 from ..utils.progress import Progress, check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
-from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
-from .guard import DonorModified, settle
+from .call import METRIC_ERRORS, ReturnedError, error_row, hook_call, interrupted_row, refusal, to_row
+from .guard import settle
 from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
 from .process import outside_inference_mode, process_state, restore_process_state
 from .ranks import agree_on_result, check_ranks_agree
-from .repeats import check_repeats, is_deterministic, run_repeated
+from .repeats import check_repeats, run_repeated
 
 
 def as_layer_list(layer: Any) -> list[LayerPair]:
@@ -145,8 +145,8 @@ def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data,
             bar.set_postfix_str(f"{name} @ {pair}")
             run = lambda s: run_metric(pm, name, pair, donors, data, metric_options[name], s,  # noqa: E731
                                        device, cuda_rng)
-            deterministic = name not in pm.load_errors and is_deterministic(pm.hookimpl_for(name).plugin)
-            results.append(run_repeated(run, seed, repeats, deterministic=deterministic, context=donors.ctx))
+            results.append(run_repeated(run, seed, repeats, deterministic=pm.info[name].deterministic,
+                                        context=donors.ctx))
     except KeyboardInterrupt as exc:  # the finished rows travel with the exception (the CLI writes them)
         exc.report = Report(results + [interrupted_row(n, p) for p, n in jobs[len(results):]], {**meta, "interrupted": True})
         raise
@@ -162,9 +162,9 @@ def _after_call(result: SimilarityResult, error: BaseException | None, donors: D
         restore_process_state(saved)
         donors.renew(memo_before, error)
         return result, error
-    result = settle(result, donors.guard, donors.ctx.memo, memo_before, saved)
+    result, changed = settle(result, donors.guard, donors.ctx.memo, memo_before, saved)
     if error is None and result.error:
-        error = DonorModified(result.error.partition(": ")[2])
+        error = changed or ReturnedError(result.error)
     if donors.running:
         result.details.setdefault("warnings", []).append(
             f"{donors.running} timed-out metric thread(s) of this call were still running (they share CPU time and "
@@ -180,7 +180,7 @@ def run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, optio
     ctx, front, end = donors.ctx, donors.front, donors.end
     ctx.seed = seed
     if donors.halted and name not in pm.load_errors:
-        return SimilarityResult.failed(name, f"MetricTimeout: {donors.halted}", layer_str)
+        return SimilarityResult.from_exception(name, MetricTimeout(donors.halted), layer_str)
     refused, options = refusal(pm, name, data, options, layer_str)
     if refused is not None:
         return refused
@@ -210,6 +210,6 @@ def run_metric(pm, name: str, pair: LayerPair, donors: Donors, data: Data, optio
             "anew (work on a copy: x = x.clone())")
     result.seconds = time.perf_counter() - start
     if ctx.world.distributed:
-        result = agree_on_result(donors.world, result, error)
-        donors.after_agreement(result)
+        result, failed_types = agree_on_result(donors.world, result, error)
+        donors.after_agreement(result, failed_types)
     return result

@@ -12,6 +12,7 @@ all the block's cells, at the cost of the block's own permutation tests.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ def take_nulls(cells: dict[tuple, SimilarityResult], nodes: list[tuple], info: d
         if NULL_KEY in cell.details:
             details = dict(cell.details)
             null = details.pop(NULL_KEY)
-            cell = SimilarityResult(cell.metric, cell.score, details, cell.seconds, cell.error, cell.layer)
+            cell = replace(cell, details=details)
         else:
             null = None
         clean[key] = cell

@@ -31,14 +31,15 @@ def result_from_dict(d: Any, where: Callable[[], str] = lambda: "a result") -> S
     `BadFile` (``where()`` names the place) when a field is missing or of the wrong type."""
     expect(isinstance(d, dict), where, f"a result must be an object, got {type(d).__name__}")
     expect(isinstance(d.get("metric"), str), where, "the result has no metric name")
-    details, error, layer = d.get("details") or {}, d.get("error"), d.get("layer")
+    details, error, layer, error_type = d.get("details") or {}, d.get("error"), d.get("layer"), d.get("error_type")
     expect(isinstance(details, dict), where, "the result's details must be an object")
     expect(error is None or isinstance(error, str), where, "the result's error must be text or null")
+    expect(error_type is None or isinstance(error_type, str), where, "the result's error_type must be text or null")
     expect(layer is None or isinstance(layer, str), where, "the result's layer must be text or null")
     seconds = d.get("seconds") or 0.0
     expect(isinstance(seconds, (int, float)) and not isinstance(seconds, bool), where, "seconds must be a number")
     return SimilarityResult(d["metric"], decode_float(d.get("score"), where), dict(details), float(seconds), error,
-                            layer)
+                            layer, error_type)
 
 
 def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict, dict]:

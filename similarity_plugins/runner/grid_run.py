@@ -5,7 +5,7 @@ a finished-cells file to resume from."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
@@ -22,7 +22,7 @@ from .grid_files import CellsFile
 from .grid_results import Grid, Node
 from .isolation import Donors
 from .ranks import check_ranks_agree
-from .repeats import is_deterministic, run_repeated
+from .repeats import run_repeated
 
 DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
 CHECK_EVERY = 256  # at most this many deterministic activation-only cells between two donor checks
@@ -89,13 +89,14 @@ def _needed_splits(plan: Plan, pm) -> dict[str, bool]:
 
 
 def _capture(ctx: Context, named: dict[str, nn.Module], placed: dict[str, nn.Module], plan: Plan, pm) -> dict:
-    """One forward pass per model and split for all its layers; ``{(model, layer, split): error}`` for what failed.
+    """One forward pass per model and split for all its layers; ``{(model, layer, split): (error type, error)}`` for
+    what failed.
 
     When the pass for all layers fails, each layer is tried alone, so a layer that cannot be captured (one that
     runs twice per forward pass, one whose output is not a tensor) errors only its own cells; a forward pass
     that fails whatever the layer errors every layer of the model on that split. A split that is missing is
     left to the metrics that need it (their cells get compare's error)."""
-    failed: dict[tuple[str, str, str], str] = {}
+    failed: dict[tuple[str, str, str], tuple[str, str]] = {}
     splits = [s for s, need in _needed_splits(plan, pm).items() if need and getattr(ctx.data, s, None) is not None]
     for name in named:
         layers = [layer for m, layer in plan.nodes if m == name]
@@ -115,12 +116,13 @@ def _capture(ctx: Context, named: dict[str, nn.Module], placed: dict[str, nn.Mod
     return failed
 
 
-def _capture_error(model: str, exc: Exception) -> str:
-    return f"{type(exc).__name__}: the forward pass of model {model!r} failed: {exc}"
+def _capture_error(model: str, exc: Exception) -> tuple[str, str]:
+    kind = type(exc).__name__
+    return kind, f"{kind}: the forward pass of model {model!r} failed: {exc}"
 
 
-def _failed_cell(metric: str, pair: LayerPair, message: str) -> SimilarityResult:
-    return SimilarityResult.failed(metric, message, pair)
+def _failed_cell(metric: str, pair: LayerPair, failure: tuple[str, str]) -> SimilarityResult:
+    return SimilarityResult.failed(metric, failure[1], pair, error_type=failure[0])
 
 
 class _Unchecked:
@@ -144,7 +146,7 @@ class _Runner:
     """
 
     def __init__(self, plan: Plan, placed: dict[str, nn.Module], ctx: Context, pm,
-                 failed: dict[tuple[str, str, str], str]) -> None:
+                 failed: dict[tuple[str, str, str], tuple[str, str]]) -> None:
         self.plan, self.placed, self.ctx, self.pm, self.failed = plan, placed, ctx, pm, failed
         self._pair: tuple[str, str] | None = None
         self._donors: Donors | None = None
@@ -157,8 +159,7 @@ class _Runner:
 
     def _cheap(self, cell: Cell) -> bool:
         info = self.pm.info.get(cell[0])
-        plugin = None if cell[0] in self.pm.load_errors else self.pm.hookimpl_for(cell[0]).plugin
-        return bool(info is not None and info.activations_only and plugin is not None and is_deterministic(plugin))
+        return bool(info is not None and info.error is None and info.activations_only and info.deterministic)
 
     def run_many(self, cells: list[Cell], cuda_rng: bool, on_done=None) -> list[SimilarityResult]:
         """The results of ``cells`` in order (see the class docstring for when the guard checks); ``on_done(cell,
@@ -200,7 +201,7 @@ class _Runner:
             del self.ctx.memo[key]
         return [self(cell, cuda_rng) for cell in group]
 
-    def _capture_failure(self, metric: str, model: str, layer: str) -> str | None:
+    def _capture_failure(self, metric: str, model: str, layer: str) -> tuple[str, str] | None:
         """Why the activations of ``(model, layer)`` that ``metric`` reads could not be captured, or None: a
         test-split failure concerns every metric, a train-split one those that read the train split."""
         needs = () if metric in self.pm.load_errors else (self.pm.info[metric].needs or ())
@@ -222,8 +223,7 @@ class _Runner:
                 return run_metric(pm, metric, pair, donors, self.ctx.data, self.plan.options[metric], s,
                                    self.ctx.device, cuda_rng)
 
-            deterministic = metric not in pm.load_errors and is_deterministic(pm.hookimpl_for(metric).plugin)
-            result = run_repeated(run, self.plan.seed, 1, deterministic=deterministic, context=self.ctx)
+            result = run_repeated(run, self.plan.seed, 1, deterministic=pm.info[metric].deterministic, context=self.ctx)
         result.details["front_model"], result.details["end_model"] = fm, em
         return result
 
@@ -232,7 +232,7 @@ def _mirror(result: SimilarityResult, nodes: list[Node], cell: Cell) -> Similari
     """The copy of a symmetric metric's cell for the other order of its nodes."""
     _, i, j = cell
     details = {**result.details, "front_model": nodes[i][0], "end_model": nodes[j][0], "mirrored": True}
-    return SimilarityResult(result.metric, result.score, details, 0.0, result.error, str(LayerPair(nodes[i][1], nodes[j][1])))
+    return replace(result, details=details, seconds=0.0, layer=str(LayerPair(nodes[i][1], nodes[j][1])))
 
 
 def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:

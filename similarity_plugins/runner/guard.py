@@ -188,22 +188,25 @@ class DonorModified(RuntimeError):
     """A metric changed a donor (the row's error names the metric and what it changed)."""
 
 
-def settle(result: Any, guard: DonorGuard, memo: dict, memo_before: set, saved: dict[str, Any]) -> Any:
+def settle(result: Any, guard: DonorGuard, memo: dict, memo_before: set,
+           saved: dict[str, Any]) -> tuple[Any, DonorModified | None]:
     """After one metric call: restore the donors and the global torch settings, and judge the row.
 
     ``result``: the metric's [`SimilarityResult`][similarity_plugins.SimilarityResult]; ``memo``: the context's memo, of which the
     entries added since ``memo_before`` (its keys before the call) are dropped when a donor had changed
     (they may have been computed from the changed donor); ``saved``: `process_state` before the call.
     A changed donor turns the row into an error naming the metric and the change, without a score; a
-    changed global setting is restored and noted in ``details["warnings"]``.
+    changed global setting is restored and noted in ``details["warnings"]``. Returns the row and the
+    `DonorModified` its error came from (None when the donors were unchanged).
     """
     changed_globals = restore_process_state(saved)
     problem = guard.check()
+    changed = None
     if problem:
         for key in [k for k in memo if k not in memo_before]:
             del memo[key]
-        result.score = None
-        result.error = (f"{DonorModified.__name__}: metric {result.metric!r} changed {problem}; the donors were "
-                        f"restored, this row has no score and what was cached during the call was dropped"
-                        + (f" (it had failed with {result.error})" if result.error else ""))
-    return note_restored(result, result.metric, changed_globals)
+        changed = DonorModified(f"metric {result.metric!r} changed {problem}; the donors were restored, this row has "
+                                f"no score and what was cached during the call was dropped"
+                                + (f" (it had failed with {result.error})" if result.error else ""))
+        result.score, result.error, result.error_type = None, f"{DonorModified.__name__}: {changed}", DonorModified.__name__
+    return note_restored(result, result.metric, changed_globals), changed

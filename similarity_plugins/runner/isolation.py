@@ -113,11 +113,12 @@ class Donors:
         self.front, self.end = front, end
         self.guard = DonorGuard({"front": front, "end": end})
 
-    def after_agreement(self, result: Any) -> None:
-        """Under torchrun: once any rank's call timed out (the agreed row says so), stop running metrics on every
-        rank: the abandoned thread may still be in a collective on the services' channel, where later metrics
-        would pair up with it. The later rows get `halted` as their error."""
-        if self.world.distributed and result.error and MetricTimeout.__name__ in result.error and self.halted is None:
+    def after_agreement(self, result: Any, failed_types: tuple[str, ...]) -> None:
+        """Under torchrun: once any rank's call timed out (``failed_types``, the class names of the failed ranks'
+        exceptions, holds `MetricTimeout`), stop running metrics on every rank: the abandoned thread may still be
+        in a collective on the services' channel, where later metrics would pair up with it. The later rows get
+        `halted` as their error."""
+        if self.world.distributed and MetricTimeout.__name__ in failed_types and self.halted is None:
             self.halted = (f"not run: {result.metric!r} at layer {result.layer} timed out under torchrun, and its "
                            "abandoned call may still be inside a collective; rerun without the slow metric or with a "
                            "longer --timeout")

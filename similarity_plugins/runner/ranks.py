@@ -21,16 +21,19 @@ def check_ranks_agree(world: World, front: nn.Module, end: nn.Module, data: Data
     world.check_same("compare settings (layers, metrics, seed, options)", repr(settings))
 
 
-def agree_on_result(world: World, result: SimilarityResult, error: BaseException | None) -> SimilarityResult:
+def agree_on_result(world: World, result: SimilarityResult,
+                    error: BaseException | None) -> tuple[SimilarityResult, tuple[str, ...]]:
     """Every rank returns rank 0's result for one metric; a failure on any rank becomes the same error row.
 
     ``error``: the exception this rank's metric raised, if any. A [`CollectiveError`][CollectiveError] was raised on
     every rank at once and needs no further exchange; any other outcome is exchanged once (this is also
     how a plugin that fails on one rank only, outside the services' collectives, reaches the others).
+    Returns the row and the class names of the failed ranks' exceptions (`CollectiveError.error_types`; empty
+    when no rank failed), the same on every rank.
     """
     if isinstance(error, CollectiveError):
         result.details = {}  # tracebacks differ by rank; the message names the failing rank
-        return result
+        return result, error.error_types
 
     def outcome() -> SimilarityResult:
         if error is not None:
@@ -40,11 +43,11 @@ def agree_on_result(world: World, result: SimilarityResult, error: BaseException
     try:
         results = world.exchange(outcome, f"metric {result.metric}")
     except CollectiveError as exc:
-        return SimilarityResult.failed(result.metric, f"CollectiveError: {exc}", result.layer, seconds=result.seconds)
+        return SimilarityResult.from_exception(result.metric, exc, result.layer, seconds=result.seconds), exc.error_types
     chosen = results[0]
     scores = [r.score for r in results]
     if any(s != scores[0] for s in scores):
         chosen.details.setdefault("warnings", []).append(
             f"the ranks computed different scores {scores}; reporting rank 0's (a plugin that computes on its "
             "own must be deterministic to give the same score on every rank)")
-    return chosen
+    return chosen, ()

@@ -4,8 +4,8 @@ The row's ``score`` is the mean of the k scores; ``details["scores"]`` lists the
 their seeds and ``details["seed_ci95"]`` is a 95% Student-t interval of the mean over seeds (it covers the
 randomness of stitch initialisation, data order and IRI starts, not the test-sample uncertainty, which a
 metric may report per run as ``details["test_ci95"]``; the rows average it). A metric plugin that declares
-``deterministic = True`` (CKA) is computed once: its ``score`` is that value, ``scores`` is ``[value] * k``,
-``seed_ci95`` is ``[value, value]`` (exactly, not a float mean of equal values) and
+``deterministic = True`` (CKA; `MetricInfo.deterministic`) is computed once: its ``score`` is that value,
+``scores`` is ``[value] * k``, ``seed_ci95`` is ``[value, value]`` (exactly, not a float mean of equal values) and
 ``details["deterministic"]`` is True.
 """
 
@@ -28,11 +28,6 @@ def check_repeats(repeats: Any) -> int:
     if int(repeats) < 1:
         raise ValueError(f"repeats must be at least 1 (the number of seeds per metric), got {repeats}")
     return int(repeats)
-
-
-def is_deterministic(plugin: Any) -> bool:
-    """True when a metric plugin declares ``deterministic = True`` (its score does not depend on the seed)."""
-    return bool(getattr(plugin, "deterministic", False))
 
 
 def exact_mean(values: list[float]) -> float:

@@ -269,14 +269,14 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
                cuda_rng: bool) -> SimilarityResult:
     info = pm.info[name]
     if name not in pm.load_errors and not info.activations_only:
-        return SimilarityResult.failed(name, f"ValueError: {name} needs the models, not only their activations (it does "
-                                       f"not declare activations_only); use similarity_plugins.compare(front, end, "
-                                       f"layer, data) or `similarity-plugins compare`", PAIR)
+        return SimilarityResult.from_exception(name, ValueError(
+            f"{name} needs the models, not only their activations (it does not declare activations_only); use "
+            f"similarity_plugins.compare(front, end, layer, data) or `similarity-plugins compare`"), PAIR)
     n = len(sides[front])
     if given is not None and "train" in (info.needs or ()) and "train" not in given:
-        return SimilarityResult.failed(name, f"ValueError: {name} fits on train rows and scores on test rows, but "
-                                       f"split has no 'train'; pass split={{'train': rows, 'test': rows}}, or "
-                                       f"split=None for a seeded 80/20 split", PAIR)
+        return SimilarityResult.from_exception(name, ValueError(
+            f"{name} fits on train rows and scores on test rows, but split has no 'train'; pass "
+            f"split={{'train': rows, 'test': rows}}, or split=None for a seeded 80/20 split"), PAIR)
     if given is not None:
         rows = given if info.needs is None or "train" in info.needs else {"test": given["test"]}
         note = "given: " + " / ".join(f"{len(r)} {k}" for k, r in rows.items()) + " rows"

@@ -161,3 +161,33 @@ def test_demo_explanation_reads_procrustes_svcca_and_rsa_from_the_numbers():
     assert "iri-slm's gap there: 0.60" in line
     same = _reports({"clean -> clean": table(0.8, 0.7, 0.6, 0.5), "clean -> shortcut": table(0.2, 0.7, 0.6, 0.5)})
     assert "none rates the shortcut pair lower" in explain(same, ["b1", "b2"])[-1]
+
+
+def test_excess_agreement_selects_metrics_by_declared_family(fresh_manager):
+    """The family attribute decides, not the name: a ``stitch-`` name without the family is refused, a metric of
+    the family ``stitching`` under any name runs."""
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from similarity_plugins import Data, MetricPlugin, hookimpl, register_metric
+
+    class Agreeing(MetricPlugin):
+        needs = ("train", "test")
+
+        @hookimpl
+        def similarity(self):
+            return {"score": 1.0, "details": {"agreement": 0.75}}
+
+    class Stitching(Agreeing):
+        family = "stitching"
+
+    register_metric(Agreeing, "stitch-lookalike")
+    register_metric(Stitching, "my-stitch")
+    g = torch.Generator().manual_seed(0)
+    split = TensorDataset(torch.rand(8, 1, 8, 8, generator=g), torch.arange(8) % 2)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 2))
+    with pytest.raises(ValueError, match="stitching metric .* got 'stitch-lookalike'"):
+        excess_agreement(model, model, "1", Data(train=split, test=split), ["stitch-lookalike"])
+    (row,) = excess_agreement(model, model, "1", Data(train=split, test=split), ["my-*"])
+    assert (row.metric, row.excess) == ("my-stitch", 0.0)
