@@ -1,11 +1,13 @@
 """What a metric takes: its declared options (name, default, one-line doc) and the data splits it needs.
 
 A metric plugin opts in by giving its plugin object (class, instance or module; for a bare function,
-the function itself) an ``options`` attribute, and optionally ``needs``::
+the function itself) an ``options`` attribute, and optionally ``needs``:
 
-    class MyMetric:
-        options = (Option("alpha", 0.5, "mixing weight in [0, 1]"), Option("max_samples", None, "first N"))
-        needs = ("test",)
+```python
+class MyMetric:
+    options = (Option("alpha", 0.5, "mixing weight in [0, 1]"), Option("max_samples", None, "first N"))
+    needs = ("test",)
+```
 
 ``options`` may also be a dict ``{name: default}`` or a sequence of ``(name, default[, doc])`` tuples.
 A plugin without ``options`` is *open*: it takes any option, receives every global option plus its own
@@ -13,14 +15,16 @@ A plugin without ``options`` is *open*: it takes any option, receives every glob
 checks that each global option is taken by at least one selected metric.
 
 What a score means is declared with four more attributes, read by `read_meaning` (each
-``None`` when undeclared: unknown)::
+``None`` when undeclared: unknown):
 
-    class MyDistance:
-        kind = "distance"              # "similarity" (higher: more alike) or "distance" (lower: more alike)
-        range = (0.0, float("inf"))    # (lo, hi), or None (unbounded or unknown)
-        symmetric = True               # score(A, B) == score(B, A)
-        invariances = ("orthogonal",)  # transforms of one side's (N, D) activations that leave the score
-                                       # unchanged, words of `INVARIANCES`; () for none
+```python
+class MyDistance:
+    kind = "distance"              # "similarity" (higher: more alike) or "distance" (lower: more alike)
+    range = (0.0, float("inf"))    # (lo, hi), or None (unbounded or unknown)
+    symmetric = True               # score(A, B) == score(B, A)
+    invariances = ("orthogonal",)  # transforms of one side's (N, D) activations that leave the score
+                                   # unchanged, words of `INVARIANCES`; () for none
+```
 
 ``activations_only = True`` (read by `read_flag`) says the metric reads nothing but activations,
 through ``context.activations(front, layer.front, split)`` and ``context.activations(end, layer.end,

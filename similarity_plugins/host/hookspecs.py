@@ -4,15 +4,17 @@ A metric is a plugin object (a module, a class or an instance) with one ``simila
 Its name is the name it was registered under: the entry-point name for a third-party package's
 single-metric entry point (group ``similarity_plugins``), the name given to ``register(name, plugin)``
 for a family (see [`register_metrics`][register_metrics]), the name its family module (``host.manager.DEFAULT_PLUGINS``) registers
-it under for the built-in ones (the first to take a name keeps it). Example, a complete plugin::
+it under for the built-in ones (the first to take a name keeps it). Example, a complete plugin:
 
-    import similarity_plugins
+```python
+import similarity_plugins
 
-    @similarity_plugins.hookimpl
-    def similarity(front, end, layer, context):
-        x = context.activations(front, layer.front, "test")   # (N, D) float32, flattened
-        y = context.activations(end, layer.end, "test")
-        return float(similarity_plugins.functional.cka(x, y))
+@similarity_plugins.hookimpl
+def similarity(front, end, layer, context):
+    x = context.activations(front, layer.front, "test")   # (N, D) float32, flattened
+    y = context.activations(end, layer.end, "test")
+    return float(similarity_plugins.functional.cka(x, y))
+```
 
 Optional attributes on the plugin object: ``description`` (one line for ``similarity-plugins list``),
 ``needs`` (the splits it reads, e.g. ``("train", "test")``: a missing one gives the metric's row an
@@ -68,16 +70,18 @@ def register_metrics(register) -> None:  # type: ignore[empty-body]
     """Add a family of metrics from one entry point: call ``register(name, plugin)`` once per metric.
 
     The entry point of the group ``similarity_plugins`` names an object (usually a module) with this
-    hookimpl instead of ``similarity``; its own name is then only a label (use the package's name)::
+    hookimpl instead of ``similarity``; its own name is then only a label (use the package's name):
 
-        # pyproject.toml:  [project.entry-points.similarity_plugins]
-        #                  my-package = "my_package.metrics"
-        import similarity_plugins
+    ```python
+    # pyproject.toml:  [project.entry-points.similarity_plugins]
+    #                  my-package = "my_package.metrics"
+    import similarity_plugins
 
-        @similarity_plugins.hookimpl
-        def register_metrics(register):
-            register("my-distance", MyDistance)      # a class, instance, module or @hookimpl function
-            register("my-similarity", MySimilarity)
+    @similarity_plugins.hookimpl
+    def register_metrics(register):
+        register("my-distance", MyDistance)      # a class, instance, module or @hookimpl function
+        register("my-similarity", MySimilarity)
+    ```
 
     ``register(name, plugin, *, replace=False)`` registers ``plugin`` (with a ``similarity`` hookimpl
     and the optional attributes listed in this module's docstring) as the metric ``name``. A name that

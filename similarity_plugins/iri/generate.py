@@ -27,7 +27,7 @@ from .precision import (
     resolve_precision,
     step_flops,
 )
-from .presets import PRESETS, RUN_DEFAULTS, Structure, choose_preset
+from .presets import PRESETS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
 from .settings import AUTO, LBFGS_ONLY, TUNING, RunOptions, Settings, make_settings
@@ -49,13 +49,13 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
     return x
 
 
-def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN_DEFAULTS["steps"],
-                  tol: float = RUN_DEFAULTS["tol"], optimizer: str = RUN_DEFAULTS["optimizer"],
-                  init: str = RUN_DEFAULTS["init"], cycle_steps: int | None = RUN_DEFAULTS["cycle_steps"],
-                  tuning: dict[str, Any] | None = None, batch_size: int = RUN_DEFAULTS["batch_size"],
-                  backend: str = RUN_DEFAULTS["backend"], seed: int = 0, progress: bool = True,
+def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 1000,
+                  tol: float = 0.01, optimizer: str = 'auto',
+                  init: str = 'noise', cycle_steps: int | None = None,
+                  tuning: dict[str, Any] | None = None, batch_size: int = 128,
+                  backend: str = 'auto', seed: int = 0, progress: bool = True,
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  compile: bool = RUN_DEFAULTS["compile"], precision: str = RUN_DEFAULTS["precision"],
+                  compile: bool = False, precision: str = 'auto',
                   **run_options: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 

@@ -11,7 +11,7 @@ import torch
 class Summary(dict):
     """A plain dict of summary figures that can also be called (``iris.summary`` and ``iris.summary()``)."""
 
-    def __call__(self) -> "Summary":
+    def __call__(self) -> Summary:
         return self
 
 
@@ -80,7 +80,7 @@ class IRISet:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], device: torch.device | str | None = None) -> "IRISet":
+    def from_state(cls, state: dict[str, Any], device: torch.device | str | None = None) -> IRISet:
         """Rebuild a set saved with [`to_state`][to_state]; ``inputs`` moved to ``device`` when given."""
         inputs = state["inputs"]
         if device is not None:

@@ -26,7 +26,7 @@ __all__ = ["HFModel", "hf"]
 
 def hf(source: Any, *, tokenizer: Any = None, processor: Any = None, pooling: str | None = None,
        exclude_special: bool = False, view: str | None = None, padding_side: str | None = None,
-       max_length: int | None = None, preprocess: bool = True) -> "HFModel":
+       max_length: int | None = None, preprocess: bool = True) -> HFModel:
     """Wrap a Hugging Face ``transformers`` model so that `compare`, `compare_grid`, `layers` and the CLI take it.
 
     Args:
@@ -191,7 +191,7 @@ class HFModel(nn.Module):
         finally:
             root.training = saved
 
-    def _apply(self, fn: Any, recurse: bool = True) -> "HFModel":
+    def _apply(self, fn: Any, recurse: bool = True) -> HFModel:
         # .to(), .half(), .cuda() reach the transformers model's own root parameters and buffers too, if any
         self.hf_model._apply(fn, recurse)
         return self

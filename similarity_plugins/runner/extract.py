@@ -17,9 +17,9 @@ from .grid import _as_layers, _as_models
 __all__ = ["extract"]
 
 
-def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | Store", *, split: str = "test",
-            batch_size: int | None = None, device: "str | torch.device | None" = None,
-            progress: "bool | str" = False) -> Store:
+def extract(models: Any, layers: Any, data: Data, store: str | os.PathLike | Store, *, split: str = "test",
+            batch_size: int | None = None, device: str | torch.device | None = None,
+            progress: bool | str = False) -> Store:
     """Write the activations of every (model, layer) node on a data split into an activation store.
 
     Args:

@@ -130,42 +130,43 @@ def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
 
 
 def compare_grid(models: Any = None, layers: Any = None, data: Data | None = None,
-                 metrics: "str | Iterable[str] | None" = None, *,
-                 pairs: "str | Sequence[tuple[Node, Node]]" = "all", seed: int = 0, options: dict | None = None,
-                 device: "str | torch.device | None" = None, progress: "bool | str" = False,
-                 resume: "str | os.PathLike | None" = None, cache_bytes: int | None = None,
-                 store: "str | os.PathLike | Any | None" = None) -> Grid:
+                 metrics: str | Iterable[str] | None = None, *,
+                 pairs: str | Sequence[tuple[Node, Node]] = "all", seed: int = 0, options: dict | None = None,
+                 device: str | torch.device | None = None, progress: bool | str = False,
+                 resume: str | os.PathLike | None = None, cache_bytes: int | None = None,
+                 store: str | os.PathLike | Any | None = None) -> Grid:
     """Score every selected metric on every selected pair of (model, layer) nodes.
 
-    Parameters
-    ----------
-    models: ``{name: nn.Module}`` or a list (named ``m0``, ``m1``, ...); one model gives its own layer x layer grid.
-    layers: layer names used for every model, or ``{model name: [layer, ...]}``.
-    data: [`Data`][Data] (test: scoring; train: fitting stitches, IRI seeds), as for ``compare``.
-    metrics: names or wildcards; None: every activation-only metric (stitching and IRI metrics only when named).
-    pairs: ``"all"`` (every ordered pair, each node with itself included), ``"across"`` (nodes of different
-        models), ``"within"`` (nodes of one model), or a list of ``((model, layer), (model, layer))``.
-    seed, options, device, progress: as for ``compare`` (``progress``: a bar over the cells).
-    resume: a finished-cells file (JSON lines, each with its SHA-256): cells already in it (same models, the same
-        data content, seed and options) are read back instead of computed, and every cell computed is appended
-        as it finishes, so an interrupted grid loses nothing finished. Only the cells this call asks for are read
-        back (a file written with ``pairs="all"`` serves ``"across"`` its cells and no others); cells that failed
-        are computed again; a last line cut short by an interruption is dropped. A damaged or edited file
-        raises `BadFile` (a ``ValueError``) naming the file and line.
-    cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once; beyond it
-        the least recently used are dropped and rebuilt when needed (same values, more time). None: no bound.
-    store: an activation store folder (or [`Store`][Store]). With models and layers, what it lacks is extracted
-        into it first (one forward pass per batch, only for missing chunks) and every node's test activations
-        are read from it. With models and layers left out, the grid runs from the store alone: every entry, or
-        ``layers={model: [layer, ...]}`` to choose; metrics that run the models then get an error row.
+    Args:
+        models: ``{name: nn.Module}`` or a list (named ``m0``, ``m1``, ...); one model gives its own layer x layer grid.
+        layers: layer names used for every model, or ``{model name: [layer, ...]}``.
+        data: [`Data`][Data] (test: scoring; train: fitting stitches, IRI seeds), as for ``compare``.
+        metrics: names or wildcards; None: every activation-only metric (stitching and IRI metrics only when named).
+        pairs: ``"all"`` (every ordered pair, each node with itself included), ``"across"`` (nodes of different
+            models), ``"within"`` (nodes of one model), or a list of ``((model, layer), (model, layer))``.
+        seed: as for [`compare`][compare].
+        options: as for [`compare`][compare].
+        device: as for [`compare`][compare].
+        progress: as for [`compare`][compare], with one bar over the cells.
+        resume: a finished-cells file (JSON lines, each with its SHA-256): cells already in it (same models, the same
+            data content, seed and options) are read back instead of computed, and every cell computed is appended
+            as it finishes, so an interrupted grid loses nothing finished. Only the cells this call asks for are read
+            back (a file written with ``pairs="all"`` serves ``"across"`` its cells and no others); cells that failed
+            are computed again; a last line cut short by an interruption is dropped. A damaged or edited file
+            raises `BadFile` (a ``ValueError``) naming the file and line.
+        cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once; beyond it
+            the least recently used are dropped and rebuilt when needed (same values, more time). None: no bound.
+        store: an activation store folder (or [`Store`][Store]). With models and layers, what it lacks is extracted
+            into it first (one forward pass per batch, only for missing chunks) and every node's test activations
+            are read from it. With models and layers left out, the grid runs from the store alone: every entry, or
+            ``layers={model: [layer, ...]}`` to choose; metrics that run the models then get an error row.
 
-    Returns
-    -------
-    [`Grid`][grid_results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
-    naming the valid ones. A failing cell (or a model whose forward pass fails: all its cells) gets an error
-    row; every other cell keeps its value. Ctrl-C raises ``KeyboardInterrupt`` with a ``grid`` attribute
-    holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
-    returns the same grid.
+    Returns:
+        [`Grid`][grid_results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
+        naming the valid ones. A failing cell (or a model whose forward pass fails: all its cells) gets an error
+        row; every other cell keeps its value. Ctrl-C raises ``KeyboardInterrupt`` with a ``grid`` attribute
+        holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
+        returns the same grid.
     """
     check_progress(progress)
     seed = check_seed(seed)

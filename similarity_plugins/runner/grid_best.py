@@ -69,7 +69,9 @@ def best_pair(grid: Any, metric: str, front: str, end: str) -> dict[str, Any]:
 
     Args:
         grid: a [`Grid`][similarity_plugins.runner.grid_results.Grid].
-        metric: a metric of the grid. front, end: model names of the grid (the same name: a model's own block).
+        metric: a metric of the grid.
+        front: a model name of the grid.
+        end: a model name of the grid (``front`` again: that model's own block).
 
     Returns:
         ``{"front_layer", "end_layer", "score", "p_value"}``: the highest score (lowest for a metric declared a

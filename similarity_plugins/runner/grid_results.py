@@ -90,14 +90,14 @@ class Grid:
     def matrix(self, metric: str, front: str | None = None, end: str | None = None) -> np.ndarray:
         """Scores of ``metric`` as a float64 array.
 
-        Parameters
-        ----------
-        metric: a metric of the grid. front, end: model names, or None for every node.
+        Args:
+            metric: a metric of the grid.
+            front: a model name (its layers are the rows), or None for every node.
+            end: a model name (its layers are the columns), or None for every node.
 
-        Returns
-        -------
-        (rows, columns): rows are front nodes (all nodes, or ``front``'s layers), columns end nodes (all, or
-        ``end``'s layers), in ``nodes`` order; NaN where a cell was not asked for or failed.
+        Returns:
+            (rows, columns): rows are front nodes (all nodes, or ``front``'s layers), columns end nodes (all, or
+            ``end``'s layers), in ``nodes`` order; NaN where a cell was not asked for or failed.
         """
         return self._matrix(metric, front, end, lambda cell: float(cell.score))
 
@@ -125,7 +125,9 @@ class Grid:
         p-value under the max-statistic null.
 
         Args:
-            metric: a metric of the grid. front, end: model names (the same name: a model's own block).
+            metric: a metric of the grid.
+            front: a model name of the grid.
+            end: a model name of the grid (``front`` again: that model's own block).
 
         Returns:
             ``{"front_layer", "end_layer", "score", "p_value"}``. ``score`` is the block's highest (lowest for a
@@ -192,7 +194,7 @@ class Grid:
         return text
 
     @classmethod
-    def from_dict(cls, payload: dict) -> "Grid":
+    def from_dict(cls, payload: dict) -> Grid:
         """The grid of [`to_dict`][to_dict]; `BadFile` (a ``ValueError``) naming the first problem when
         ``payload`` is not one (a missing field, a cell index out of range, a score that is not a number)."""
         from .grid_files import grid_parts
@@ -200,7 +202,7 @@ class Grid:
         return cls(*grid_parts(payload, "the grid dict"))
 
     @classmethod
-    def from_json(cls, path: str | os.PathLike) -> "Grid":
+    def from_json(cls, path: str | os.PathLike) -> Grid:
         """Read a grid written by [`to_json`][to_json]; `BadFile` (a ``ValueError``) naming the file when it is
         not valid JSON or not a grid, ``FileNotFoundError`` when it does not exist."""
         from .grid_files import read_grid_file

@@ -68,8 +68,8 @@ class StoreSource:
                 ctx.versions[key] = _versions(acts)
 
 
-def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, data: Data | None, *,
-                 device: torch.device | None, progress: "bool | str") -> StoreSource:
+def store_source(store: str | os.PathLike | Store, models: Any, layers: Any, data: Data | None, *,
+                 device: torch.device | None, progress: bool | str) -> StoreSource:
     """The models, layers and data of ``compare_grid(..., store=store)``, the store filled where it must be."""
     from .grid import _as_layers, _as_models
 
