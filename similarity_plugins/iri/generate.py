@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from ..networks.split import SplitNetwork, frozen, model_device, model_dtype
 from ..utils.text import did_you_mean
@@ -49,13 +50,13 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
     return x
 
 
-def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = 1000,
-                  tol: float = 0.01, optimizer: str = 'auto',
-                  init: str = 'noise', cycle_steps: int | None = None,
+def generate_iris(model: nn.Module, layer: str, inputs: torch.Tensor | Dataset, *, steps: int = 1000,
+                  tol: float = 0.01, optimizer: str = "auto",
+                  init: str = "noise", cycle_steps: int | None = None,
                   tuning: dict[str, Any] | None = None, batch_size: int = 128,
-                  backend: str = 'auto', seed: int = 0, progress: bool = True,
+                  backend: str = "auto", seed: int = 0, progress: bool = True,
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  compile: bool = False, precision: str = 'auto',
+                  compile: bool = False, precision: str = "auto",
                   **run_options: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 

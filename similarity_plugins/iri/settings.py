@@ -53,7 +53,7 @@ class Settings:
     optimizer: str = "adam"
     preset: str = "adam"
     lr: float = 0.2
-    init: str = 'noise'
+    init: str = "noise"
     seed: int = 0
     cycle_steps: int = 300
     cycle_mult: float = 2.0
@@ -75,15 +75,28 @@ class Settings:
 
     @classmethod
     def of(cls, optimizer: str = "adam", *, steps: int = 1000,
-           tol: float = 0.01, init: str = 'noise', seed: int = 0,
+           tol: float = 0.01, init: str = "noise", seed: int = 0,
            cycle_steps: int | None = None, tuning: dict[str, Any] | None = None, precision: str = "auto") -> Settings:
-        """The settings of a run on a bare front function: the preset named ``optimizer`` ("adam" or "lbfgs";
-        a ``tuning["preset"]`` replaces it) with each of ``tuning``'s values and ``cycle_steps`` (None: the
-        preset's) in place of its own. ``steps``: per-sample budget of forward+backward evaluations; ``tol``:
-        the relative error at which a sample stops; ``init``: "noise" or "shuffle"; ``seed``: each sample's
-        randomness derives from (seed, index); ``precision``: "auto" (chosen by
-        [`optimize_iris`][similarity_plugins.iri.optimize_iris] from the device and the front's work per
-        sample), "float32" or "bfloat16". Raises ValueError / TypeError naming the option and the fix."""
+        """The settings of a run on a bare front function.
+
+        Args:
+            optimizer: the preset to start from, ``"adam"`` or ``"lbfgs"`` (a ``tuning["preset"]`` replaces it).
+            steps: per-sample budget of forward+backward evaluations.
+            tol: the relative error at which a sample stops.
+            init: ``"noise"`` or ``"shuffle"``.
+            seed: each sample's randomness derives from (seed, index).
+            cycle_steps: the schedule's first cycle in steps; None: the preset's.
+            tuning: tuning values that replace the preset's own (the keys of `TUNING`).
+            precision: ``"auto"`` (chosen by [`optimize_iris`][similarity_plugins.iri.optimize_iris] from the
+                device and the front's work per sample), ``"float32"`` or ``"bfloat16"``.
+
+        Returns:
+            The preset's values with ``tuning``, ``cycle_steps`` and the run's own settings in their place.
+
+        Raises:
+            ValueError: a value out of range or an unknown name (naming the option and the valid values).
+            TypeError: a value of the wrong type (naming the option).
+        """
         check_basic(steps, tol, optimizer, init)
         return make_settings(steps=steps, tol=tol, optimizer=optimizer, init=init, seed=seed, cycle_steps=cycle_steps,
                              tuning=tuning, preset=optimizer, precision=precision)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Hashable
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
 from ..utils.arrays import nbytes_of
 from .activations import extract_activations, extract_layers, flatten, model_outputs
@@ -93,7 +94,7 @@ class Context:
             self.train_only.add(key)
         return self.memo[key]
 
-    def with_test(self, test: Any) -> Context:
+    def with_test(self, test: Dataset | DataLoader) -> Context:
         """A context with this one's settings and training split and ``test`` as its test split.
 
         It starts with this context's entries that depend on the models and the training split alone (those

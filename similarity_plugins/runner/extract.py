@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Mapping, Sequence
 
 import torch
+from torch import nn
 
 from ..networks.data import Data
 from ..networks.split import model_device, on_device
@@ -17,7 +18,9 @@ from .grid import _as_layers, _as_models
 __all__ = ["extract"]
 
 
-def extract(models: Any, layers: Any, data: Data, store: str | os.PathLike | Store, *, split: str = "test",
+def extract(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module,
+            layers: str | Sequence[str] | Mapping[str, Sequence[str]], data: Data, store: str | os.PathLike | Store, *,
+            split: str = "test",
             batch_size: int | None = None, device: str | torch.device | None = None,
             progress: bool | str = False) -> Store:
     """Write the activations of every (model, layer) node on a data split into an activation store.

@@ -129,7 +129,8 @@ def _as_pairs(pairs: Any, nodes: list[Node]) -> list[tuple[int, int]]:
     return chosen
 
 
-def compare_grid(models: Any = None, layers: Any = None, data: Data | None = None,
+def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module | None = None,
+                 layers: str | Sequence[str] | Mapping[str, Sequence[str]] | None = None, data: Data | None = None,
                  metrics: str | Iterable[str] | None = None, *,
                  pairs: str | Sequence[tuple[Node, Node]] = "all", seed: int = 0, options: dict | None = None,
                  device: str | torch.device | None = None, progress: bool | str = False,

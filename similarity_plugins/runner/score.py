@@ -211,8 +211,9 @@ def select_score_metrics(metrics: str | Iterable[str] | None) -> list[str]:
     return names
 
 
-def score(x: Any, y: Any, metrics: str | Iterable[str] | None = None, options: dict | None = None,
-          split: Mapping[str, Any] | None = None, seed: int = 0, progress: bool | str = False) -> Report:
+def score(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, metrics: str | Iterable[str] | None = None,
+          options: dict | None = None, split: Mapping[str, Any] | None = None, seed: int = 0,
+          progress: bool | str = False) -> Report:
     """Score two arrays of activations with every selected metric that reads only activations.
 
     Args:
