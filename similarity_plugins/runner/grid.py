@@ -145,10 +145,10 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
         metrics: names or wildcards; None: every activation-only metric (stitching and IRI metrics only when named).
         pairs: ``"all"`` (every ordered pair, each node with itself included), ``"across"`` (nodes of different
             models), ``"within"`` (nodes of one model), or a list of ``((model, layer), (model, layer))``.
-        seed: as for [`compare`][compare].
-        options: as for [`compare`][compare].
-        device: as for [`compare`][compare].
-        progress: as for [`compare`][compare], with one bar over the cells.
+        seed: as for [`compare`][similarity_plugins.compare].
+        options: as for [`compare`][similarity_plugins.compare].
+        device: as for [`compare`][similarity_plugins.compare].
+        progress: as for [`compare`][similarity_plugins.compare], with one bar over the cells.
         resume: a finished-cells file (JSON lines, each with its SHA-256): cells already in it (same models, the same
             data content, seed and options) are read back instead of computed, and every cell computed is appended
             as it finishes, so an interrupted grid loses nothing finished. Only the cells this call asks for are read
