@@ -43,25 +43,27 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def similarity(front, end, layer, data, options, context, seed, device) -> Any:  # type: ignore[empty-body]
     """Score how similar ``front`` (network A) and ``end`` (network B) are at ``layer``.
 
-    A hookimpl may take any subset of these arguments (pluggy passes only those it names):
+    A hookimpl may take any subset of these arguments (pluggy passes only those it names). The donors must be
+    as they were when it returns (parameters, buffers, ``training`` and ``requires_grad`` flags);
+    [`frozen`][similarity_plugins.networks.split.frozen] does that for you.
 
-    - ``front``, ``end``: the two ``torch.nn.Module`` donors (never change them: parameters,
-      buffers, ``training`` and ``requires_grad`` flags must be as before when you return;
-      ``similarity_plugins.networks.split.frozen`` does that for you);
-    - ``layer``: a [`LayerPair`][similarity_plugins.host.results.LayerPair] with ``.front`` (the cut in A)
-      and ``.end`` (the cut in B), both ``named_modules()`` names;
-    - ``data``: a [`Data`][similarity_plugins.networks.data.Data] with ``train`` and ``test`` splits yielding ``(x, y)``;
-    - ``options``: a dict of this metric's options: for a metric that declares ``options``, every
-      declared option (its default unless given, globally or in ``options[name]``); for one that
-      declares none, the global options merged with ``options[name]``;
-    - ``context``: the shared services of one ``compare`` call (cached activations, network splits,
-      memoisation, progress), see [`Context`][similarity_plugins.networks.context.Context];
-    - ``seed``: an int; every random choice must derive from it;
-    - ``device``: the ``torch.device`` the donors run on.
+    Args:
+        front (torch.nn.Module): network A, a donor.
+        end (torch.nn.Module): network B, a donor.
+        layer (LayerPair): ``.front`` (the cut in A) and ``.end`` (the cut in B), both ``named_modules()`` names.
+        data (Data): ``train`` and ``test`` splits yielding ``(x, y)``.
+        options (dict): this metric's options: for a metric that declares ``options``, every declared option (its
+            default unless given, globally or in ``options[name]``); for one that declares none, the global
+            options merged with ``options[name]``.
+        context (Context): the shared services of one ``compare`` call (cached activations, network splits, memos,
+            progress), see [`Context`][similarity_plugins.networks.context.Context].
+        seed (int): every random choice must derive from it.
+        device (torch.device): the device the donors run on.
 
-    Return a float score, or a [`SimilarityResult`][similarity_plugins.host.results.SimilarityResult] (its ``metric`` and
-    ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to
-    report an error: the error goes into this metric's row and the other metrics still run.
+    Returns:
+        A float score, or a [`SimilarityResult`][similarity_plugins.host.results.SimilarityResult] (its ``metric``
+        and ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to report
+        an error: the error goes into this metric's row and the other metrics still run.
     """
 
 

@@ -27,6 +27,7 @@ from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.layer_lists import check_layer
 from ..networks.split import model_device, on_device
+from ..networks.store import Store
 from ..utils.progress import check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
@@ -135,7 +136,7 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
                  pairs: str | Sequence[tuple[Node, Node]] = "all", seed: int = 0, options: dict | None = None,
                  device: str | torch.device | None = None, progress: bool | str = False,
                  resume: str | os.PathLike | None = None, cache_bytes: int | None = None,
-                 store: str | os.PathLike | Any | None = None) -> Grid:
+                 store: str | os.PathLike | Store | None = None) -> Grid:
     """Score every selected metric on every selected pair of (model, layer) nodes.
 
     Args:

@@ -93,6 +93,37 @@ def docstring_problems(obj) -> list[str]:
     return problems
 
 
+def reference_objects() -> list:
+    """The objects the API reference renders: each ``::: path`` of docs/reference/, a class's members and a
+    module's public members with them."""
+    found = []
+    for page in sorted((ROOT / "docs" / "reference").glob("*.md")):
+        for path in re.findall(r"^::: (\S+)", page.read_text(encoding="utf-8"), re.M):
+            obj = package() if path == "similarity_plugins" else package()[path.split(".", 1)[1]]
+            obj = obj.final_target if obj.is_alias else obj
+            found.append(obj)
+            if obj.is_class or obj.is_module:
+                members = [m.final_target if m.is_alias else m for m in obj.members.values() if m.is_public]
+                found += [m for m in members if not m.name.startswith("_")]
+    return found
+
+
+def prose_arguments(obj) -> list[str]:
+    """Arguments described in running text (``x``: ..., ``y``: ...) instead of an Args: section."""
+    params = {p.name for p in getattr(obj, "parameters", [])} - {"self", "cls"}
+    if not obj.docstring or not params:
+        return []
+    text = " ".join(s.value for s in obj.docstring.parse("google", warnings=False) if s.kind.value == "text")
+    prose = sorted(p for p in params if re.search(rf"``{re.escape(p)}(?:\([^)]*\))?``: ", text))
+    return [f"arguments {prose} described in running text: write an Args: section"] if len(prose) >= 2 else []
+
+
+def test_reference_entries_document_arguments_in_tables():
+    found = {obj.path: problems for obj in reference_objects() if obj.is_function
+             if (problems := prose_arguments(obj))}
+    assert not found, found
+
+
 def test_every_public_docstring_parses_as_google_style():
     found = {obj.path: problems for obj in public_objects() if (problems := docstring_problems(obj))}
     assert not found, "\n".join(f"{path}: {p}" for path, problems in found.items() for p in problems)
