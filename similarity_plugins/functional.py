@@ -43,7 +43,7 @@ def streamed(x: np.ndarray | torch.Tensor | StoredArray, y: np.ndarray | torch.T
 
     Returns:
         The measure's value, equal to the in-memory function on the whole arrays up to float64 rounding
-        (the same sums in another order).
+            (the same sums in another order).
 
     Raises:
         ValueError: an unknown measure, rows that differ in number, non-finite values, a constant side.

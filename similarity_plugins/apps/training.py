@@ -99,8 +99,8 @@ def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, e
 
     Returns:
         ``{"history": [{"epoch", "loss", "train_accuracy", "seconds"[, "eval_accuracy"]}, ...], "seconds":
-        total, "final_loss", "final_train_accuracy"}``; loss is the mean cross-entropy (nats) over the epoch's
-        training batches.
+            total, "final_loss", "final_train_accuracy"}``; loss is the mean cross-entropy (nats) over the epoch's
+            training batches.
     """
     adv = _check_training_options(epochs, batch_size, optimizer, schedule, adversarial)
     dev = torch.device(device) if device is not None else model_device(model)

@@ -146,7 +146,7 @@ def cka_from_node_grams(a: NodeGram, b: NodeGram, debiased: bool = False) -> flo
 
     Returns:
         The score, or None when an inner product under/overflowed (the caller then uses [`cka`][cka], which
-        rescales). Raises ``ValueError`` for mismatched inputs or a degenerate debiased representation.
+            rescales). Raises ``ValueError`` for mismatched inputs or a degenerate debiased representation.
     """
     if a.gram.shape != b.gram.shape:
         raise ValueError(f"X and Y must have the same number of samples, got {a.gram.shape[0]} and {b.gram.shape[0]}")

@@ -97,7 +97,7 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
 
     Returns:
         ``{"p_value", "null_mean", "null_std", "permutations"[, "p_value_analytic"][, "warnings"][, "null_values"]}``: the
-        one-sided p-value (1 + #null >= observed) / (K + 1), the null's mean and standard deviation (CKA units).
+            one-sided p-value (1 + #null >= observed) / (K + 1), the null's mean and standard deviation (CKA units).
 
     Raises:
         ValueError: bad input (as [`cka`][similarity_plugins.cka.functional.cka]) or ``permutations`` not a whole number >= 1.

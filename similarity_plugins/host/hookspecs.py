@@ -62,8 +62,8 @@ def similarity(front, end, layer, data, options, context, seed, device) -> Any: 
 
     Returns:
         A float score, or a [`SimilarityResult`][similarity_plugins.host.results.SimilarityResult] (its ``metric``
-        and ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to report
-        an error: the error goes into this metric's row and the other metrics still run.
+            and ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to report
+            an error: the error goes into this metric's row and the other metrics still run.
     """
 
 

@@ -80,7 +80,7 @@ def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> tuple[torch.Tenso
 
     Returns:
         ``(neighbours, tied)``: (n, topk) int64 sample indices (ascending within a row) and the number of rows
-        whose k-th similarity was tied (the tie rule chose). Memory O(n d + block + n topk).
+            whose k-th similarity was tied (the tie rule chose). Memory O(n d + block + n topk).
     """
     k = positive_int(topk, "topk", "mutual-kNN")
     x, _ = pair(X, X, "mutual-kNN", min_n=MIN_SAMPLES)

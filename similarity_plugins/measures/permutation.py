@@ -214,9 +214,9 @@ def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: 
 
     Returns:
         ``{"p_value", "null_mean", "null_std", "permutations"}`` (null values in the measure's units), with
-        ``p_value_analytic`` for RSA with Pearson or Spearman (the Mantel test's Pearson type III p-value),
-        ``permuted`` (which rows were permuted), ``warnings`` when the cost exceeds its bound and ``null_values``
-        when asked.
+            ``p_value_analytic`` for RSA with Pearson or Spearman (the Mantel test's Pearson type III p-value),
+            ``permuted`` (which rows were permuted), ``warnings`` when the cost exceeds its bound and ``null_values``
+            when asked.
 
     Raises:
         ValueError: an unknown measure, bad input, ``permutations`` not a whole number >= 1, or a degenerate case

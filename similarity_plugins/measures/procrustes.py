@@ -50,7 +50,7 @@ def procrustes_node(X: ArrayLike, name: str = "X") -> tuple[torch.Tensor, float]
 
     Returns:
         ``(xc, sum_sq)``: the centred rows with at most n columns (`compress_columns`: the same row inner
-        products), float64 (n, min(n, d)), and their squared Frobenius norm.
+            products), float64 (n, min(n, d)), and their squared Frobenius norm.
     """
     x, _ = pair(X, X, "Procrustes", min_n=MIN_SAMPLES)
     xc, sum_sq = centred(x, name, "Procrustes")

@@ -187,7 +187,7 @@ def rsa_vector(X: ArrayLike, rdm: str = "correlation", compare: str = "spearman"
 
     Returns:
         (n(n-1)/2,) float64 tensor: the RDM's upper triangle, as average ranks for ``compare="spearman"``.
-        ``rsa_from_vectors(rsa_vector(X), rsa_vector(Y), compare)`` equals ``rsa(X, Y)``.
+            ``rsa_from_vectors(rsa_vector(X), rsa_vector(Y), compare)`` equals ``rsa(X, Y)``.
     """
     check_choice(rdm, "rdm", RDMS, "RSA")
     check_choice(compare, "compare", COMPARISONS, "RSA")

@@ -66,9 +66,9 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
 
     Returns:
         ``(A_1, ..., A_k, y)``: each ``A_i`` (N, ...) float32 on the CPU in the layer's own shape, equal bit for bit
-        to `extract_activations` at that layer (the same modules run on the same inputs); ``y`` (N,) int64.
-        The forward pass stops as soon as the last of the layers has produced its output. Raises ``ValueError``
-        for NaN/Inf activations and ``TypeError`` for a layer whose output is not a tensor (naming the layer).
+            to `extract_activations` at that layer (the same modules run on the same inputs); ``y`` (N,) int64.
+            The forward pass stops as soon as the last of the layers has produced its output. Raises ``ValueError``
+            for NaN/Inf activations and ``TypeError`` for a layer whose output is not a tensor (naming the layer).
     """
     chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     labels = []

@@ -37,9 +37,9 @@ def extract(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module,
 
     Returns:
         The [`Store`][Store]. Each model runs one forward pass per batch for all its layers, and only for batches
-        whose chunks are missing: a second call with the same models and data runs no forward pass, an
-        interrupted call resumes, and a model whose parameters, buffers or settings changed gets new entries.
-        The models are left as they were.
+            whose chunks are missing: a second call with the same models and data runs no forward pass, an
+            interrupted call resumes, and a model whose parameters, buffers or settings changed gets new entries.
+            The models are left as they were.
     """
     check_progress(progress)
     if not isinstance(data, Data):

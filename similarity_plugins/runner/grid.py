@@ -165,10 +165,10 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
 
     Returns:
         [`Grid`][grid_results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
-        naming the valid ones. A failing cell (or a model whose forward pass fails: all its cells) gets an error
-        row; every other cell keeps its value. Ctrl-C raises ``KeyboardInterrupt`` with a ``grid`` attribute
-        holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
-        returns the same grid.
+            naming the valid ones. A failing cell (or a model whose forward pass fails: all its cells) gets an error
+            row; every other cell keeps its value. Ctrl-C raises ``KeyboardInterrupt`` with a ``grid`` attribute
+            holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
+            returns the same grid.
     """
     check_progress(progress)
     seed = check_seed(seed)

@@ -96,8 +96,8 @@ class Grid:
             end: a model name (its layers are the columns), or None for every node.
 
         Returns:
-            (rows, columns): rows are front nodes (all nodes, or ``front``'s layers), columns end nodes (all, or
-            ``end``'s layers), in ``nodes`` order; NaN where a cell was not asked for or failed.
+            A (rows, columns) array. Rows are front nodes (all nodes, or ``front``'s layers), columns end nodes
+                (all, or ``end``'s layers), in ``nodes`` order; NaN where a cell was not asked for or failed.
         """
         return self._matrix(metric, front, end, lambda cell: float(cell.score))
 
@@ -131,11 +131,11 @@ class Grid:
 
         Returns:
             ``{"front_layer", "end_layer", "score", "p_value"}``. ``score`` is the block's highest (lowest for a
-            distance); with ``compare_grid(..., options={"permutations": K})``, ``p_value = (1 + #{k: the best
-            null value over all the block's cells under permutation k is at least as extreme as score}) /
-            (K + 1)``, every cell of the block scored under the same K permutations of the end's test rows.
-            It is never below that cell's own p-value and is 1/(K+1) for a model against itself; None
-            without permutations. See `similarity_plugins.runner.grid_best`.
+                distance); with ``compare_grid(..., options={"permutations": K})``, ``p_value = (1 + #{k: the best
+                null value over all the block's cells under permutation k is at least as extreme as score}) /
+                (K + 1)``, every cell of the block scored under the same K permutations of the end's test rows.
+                It is never below that cell's own p-value and is 1/(K+1) for a model against itself; None
+                without permutations. See `similarity_plugins.runner.grid_best`.
         """
         from .grid_best import best_pair
 

@@ -56,9 +56,9 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
 
     Returns:
         ``relative_accuracy`` (stitched accuracy / B's accuracy, the score), ``agreement`` (fraction where h and
-        B predict the same class), ``stitched_accuracy``, ``end_accuracy``, ``front_accuracy`` (fractions in
-        [0, 1]), ``test_size`` and ``test_ci95`` (``[low, high]``: 95% bootstrap interval of the relative
-        accuracy over test samples, 1,000 resamples with a fixed seed; see `bootstrap`).
+            B predict the same class), ``stitched_accuracy``, ``end_accuracy``, ``front_accuracy`` (fractions in
+            [0, 1]), ``test_size`` and ``test_ci95`` (``[low, high]``: 95% bootstrap interval of the relative
+            accuracy over test samples, 1,000 resamples with a fixed seed; see `bootstrap`).
 
     Raises:
         ValueError: labels outside B's classes, or B's accuracy is 0 (the ratio is undefined).

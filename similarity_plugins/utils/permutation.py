@@ -110,8 +110,8 @@ def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: 
 
     Returns:
         ``{"p_value": float in [1/(K+1), 1], "null_mean": float, "null_std": float, "permutations": K}``, and
-        ``"null_values"`` (a list of K floats) when ``keep_null``; ``null_std`` is NaN for K = 1 (a standard
-        deviation with ddof 1 needs two values).
+            ``"null_values"`` (a list of K floats) when ``keep_null``; ``null_std`` is NaN for K = 1 (a standard
+            deviation with ddof 1 needs two values).
     """
     values = null.double().cpu()
     k = int(values.numel())

@@ -28,7 +28,7 @@ def holm(p: Sequence[float]) -> np.ndarray:
 
     Returns:
         (m,) float64: with the k finite values sorted ascending, ``adj_(i) = max_{j<=i} min(1, (k - j + 1) p_(j))``,
-        in the input's order; NaN where the input is NaN.
+            in the input's order; NaN where the input is NaN.
     """
     arr, keep = _finite(p)
     out = np.full(arr.shape, np.nan)
@@ -51,7 +51,7 @@ def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
 
     Returns:
         (m,) float64: with the k finite values sorted ascending, ``adj_(i) = min_{j>=i} min(1, k p_(j) / j)``,
-        in the input's order; NaN where the input is NaN.
+            in the input's order; NaN where the input is NaN.
     """
     arr, keep = _finite(p)
     out = np.full(arr.shape, np.nan)

@@ -79,6 +79,11 @@ def docstring_problems(obj) -> list[str]:
             if RST_MARKER.search(section.value):
                 problems.append("a reST '::' marker: use a fenced code block or end the sentence with a colon")
             continue
+        if kind in ("returns", "yields") and len(section.value) > 1:
+            problems.append(f"{kind}: {len(section.value)} rows; indent the lines that continue the first")
+        if kind == "returns" and getattr(obj, "returns", None) is not None \
+                and str(section.value[0].annotation) != str(obj.returns):
+            problems.append(f"returns: {section.value[0].annotation!r} read as the type (text before a colon)")
         if kind in TABLE_KINDS:
             for item in section.value:
                 name, text = getattr(item, "name", "") or "", item.description or ""
@@ -184,6 +189,10 @@ def f(x, y, z):
         x: one. y: two.
         y, z: three.
 
+    Returns:
+        The sum,
+        of three.
+
     Raises:
         ValueError for bad input, TypeError otherwise.
 
@@ -208,7 +217,7 @@ def g(x: int, steps: int = RUN_DEFAULTS["steps"], lr: "float | None" = _LR) -> N
     module = griffe.load("demo_doc", search_paths=[str(tmp_path)], docstring_parser="google")
     problems = " | ".join(docstring_problems(module["f"]))
     for expected in ("underlined", "'::' marker", "also describes 'y'", "one argument per row",
-                     "exception: description"):
+                     "exception: description", "returns: 2 rows"):
         assert expected in problems, (expected, problems)
     assert not docstring_problems(module["g"])
     shown = " | ".join(signature_problems(module["g"]))
