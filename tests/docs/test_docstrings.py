@@ -103,14 +103,30 @@ def reference_objects() -> list:
     module's public members with them."""
     found = []
     for page in sorted((ROOT / "docs" / "reference").glob("*.md")):
-        for path in re.findall(r"^::: (\S+)", page.read_text(encoding="utf-8"), re.M):
+        for path, options in re.findall(r"^::: (\S+)\n((?:[ \t]+\S.*\n)*)", page.read_text(encoding="utf-8"), re.M):
             obj = package() if path == "similarity_plugins" else package()[path.split(".", 1)[1]]
             obj = obj.final_target if obj.is_alias else obj
             found.append(obj)
+            chosen = re.search(r"members:\s*\[([^\]]*)\]", options)
             if obj.is_class or obj.is_module:
                 members = [m.final_target if m.is_alias else m for m in obj.members.values() if m.is_public]
-                found += [m for m in members if not m.name.startswith("_")]
+                found += [m for m in members if not m.name.startswith("_")
+                          and (chosen is None or m.name in re.findall(r"\w+", chosen.group(1)))]
     return found
+
+
+def test_reference_pages_list_entry_points():
+    """The reference names the objects the user pages use, and lists a package by its entry points, not by a
+    directive that renders everything the package exports (internals included)."""
+    paths = {obj.path for obj in reference_objects()}
+    for used in ("similarity_plugins.networks.split.SplitNetwork", "similarity_plugins.apps.zoo.SmallCNN",
+                 "similarity_plugins.datasets.folders.image_folder_data", "similarity_plugins.datasets.folders.cifar10_data",
+                 "similarity_plugins.stitch.trainer.fit_stitch", "similarity_plugins.stitch.evaluate.evaluate_stitch"):
+        assert used in paths, used
+    for internal in ("ArrayStore", "to_rows", "check_labels", "check_progress", "tqdm_disable"):
+        assert not [p for p in paths if p.rsplit(".", 1)[-1] == internal], internal
+    stitch_page = (ROOT / "docs" / "reference" / "stitch.md").read_text(encoding="utf-8")
+    assert not re.search(r"^::: similarity_plugins\.stitch\s*$", stitch_page, re.M)
 
 
 def prose_arguments(obj) -> list[str]:
