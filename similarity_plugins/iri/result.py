@@ -19,14 +19,15 @@ class Summary(dict):
 class IRISet:
     """IRIs for a set of seeds, in the seeds' order.
 
-    - ``inputs``: (N, ...) float tensor, same shape, dtype and device as the seeds, values in [0, 1].
-    - ``rel_error``: (N,) float64, ``||f(x') - f(x)|| / ||f(x)||`` of each returned IRI (its best iterate).
-    - ``steps``: (N,) int64, optimiser steps each sample used (fewer than the budget when it reached ``tol``).
-    - ``seed_distance``: (N,) float64, RMS pixel distance ``sqrt(mean((x' - x)**2))`` between IRI and seed.
-    - ``settings``: the settings that produced the set: ``preset`` (the named preset that ran), optimiser,
-      every tuning value, tol, budget, init, seed, ...
-    - ``stats``: timing and work counters of the run that produced it (empty when loaded from cache).
-    - ``key``: the cache key (a hex digest) when the set came from ``generate_iris``, else None.
+    Attributes:
+        inputs: (N, ...) float tensor, same shape, dtype and device as the seeds, values in [0, 1].
+        rel_error: (N,) float64, ``||f(x') - f(x)|| / ||f(x)||`` of each returned IRI (its best iterate).
+        steps: (N,) int64, optimiser steps each sample used (fewer than the budget when it reached ``tol``).
+        seed_distance: (N,) float64, RMS pixel distance ``sqrt(mean((x' - x)**2))`` between IRI and seed.
+        settings: the settings that produced the set: ``preset`` (the named preset that ran), optimiser, every
+            tuning value, tol, budget, init, seed, ...
+        stats: timing and work counters of the run that produced it (empty when loaded from cache).
+        key: the cache key (a hex digest) when the set came from ``generate_iris``, else None.
     """
 
     inputs: torch.Tensor

@@ -41,12 +41,18 @@ class StitchDivergedError(ValueError):
 class FittedStitch:
     """A trained stitch and how it was trained.
 
-    ``stitch``: the [`StitchLayer`][StitchLayer] (eval mode, on the training device); ``losses``: mean training
-    loss per epoch (objective units: nats for HLM/SLM, squared activation units for DM "sum",
-    unitless for DM "normalised" and FuLA); ``init``: the initialisation's details (least squares adds
-    its relative residual); ``train_size``: samples trained on; ``steps``: optimiser steps;
-    ``seconds``: wall time of fitting (caching included); ``cache``: the [`TrainingCache`][TrainingCache] used
-    (or ``None`` once dropped).
+    Attributes:
+        stitch: the [`StitchLayer`][StitchLayer] (eval mode, on the training device).
+        objective: ``"hlm"``, ``"slm"``, ``"dm"`` or ``"fula"``.
+        settings: the validated settings it was trained with.
+        plan: the shapes and resizing of the cut pair (`StitchPlan`).
+        losses: mean training loss per epoch (objective units: nats for HLM/SLM, squared activation units for
+            DM "sum", unitless for DM "normalised" and FuLA).
+        init: the initialisation's details (least squares adds its relative residual).
+        train_size: samples trained on.
+        steps: optimiser steps.
+        seconds: wall time of fitting (caching included).
+        cache: the [`TrainingCache`][TrainingCache] used (or ``None`` once dropped).
     """
 
     stitch: StitchLayer

@@ -140,7 +140,7 @@ def prose_arguments(obj) -> list[str]:
 
 
 def test_reference_entries_document_arguments_in_tables():
-    found = {obj.path: problems for obj in reference_objects() if obj.is_function
+    found = {obj.path: problems for obj in reference_objects() if obj.is_function or obj.is_class
              if (problems := prose_arguments(obj))}
     assert not found, found
 
