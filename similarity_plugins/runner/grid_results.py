@@ -29,11 +29,14 @@ GRID_FORMAT = "similarity-plugins grid"
 class Grid:
     """Every cell of a grid of comparisons, as matrices, best pairs, a flat report, JSON and heatmaps.
 
-    Attributes: ``nodes`` (list of ``(model, layer)`` in order: models as given, each model's layers as given),
-    ``metrics`` (names, in order), ``info`` (``{metric: {"kind", "range", "symmetric"}}`` as the metrics
-    declare), ``meta`` (the call's settings), ``cells`` (``{(metric, front index, end index): result}``),
-    ``block_nulls`` (``{(metric, front model, end model): [K floats]}``: with permutations, each permutation's
-    best null value over the block's cells, for [`best_pair`][best_pair]).
+    Attributes:
+        nodes: ``(model, layer)`` pairs in order: models as given, each model's layers as given.
+        metrics: metric names, in order.
+        cells: ``{(metric, front index, end index): result}``.
+        info: ``{metric: {"kind", "range", "symmetric"}}`` as the metrics declare.
+        meta: the call's settings.
+        block_nulls: ``{(metric, front model, end model): [K floats]}``: with permutations, each permutation's
+            best null value over the block's cells, for [`best_pair`][similarity_plugins.Grid.best_pair].
     """
 
     def __init__(self, nodes: list[Node], metrics: list[str], cells: dict[tuple[str, int, int], SimilarityResult],
