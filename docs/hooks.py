@@ -58,10 +58,21 @@ def metric_list() -> str:
     return "\n".join(rows)
 
 
-def metric_options() -> str:
-    """One section per registered metric: its description and a table of its options (default, doc)."""
+def _shared_iri_options() -> dict:
+    """The ``iri_*`` options every invariance-aware metric declares alike (the table of iris.md lists them once)."""
     import similarity_plugins as sp
 
+    info = sp.metric_info("iri-slm")
+    return {key: (default, info.option_docs.get(key, "")) for key, default in info.options.items()
+            if key.startswith("iri_")}
+
+
+def metric_options() -> str:
+    """One section per registered metric: its description and a table of its options (default, doc). The ``iri_*``
+    options that the ``iri-*`` metrics share are a link to their one table on the IRIs page, not four copies."""
+    import similarity_plugins as sp
+
+    shared = _shared_iri_options()
     parts = []
     for name in builtin_metrics():
         info = sp.metric_info(name)
@@ -69,10 +80,15 @@ def metric_options() -> str:
         if not info.options:
             parts.append("No options.\n")
             continue
+        own = {key: default for key, default in info.options.items()
+               if shared.get(key) != (default, info.option_docs.get(key, ""))}
         rows = ["| option | default | what it sets |", "|---|---|---|"]
         rows += [f"| `{key}` | `{_cell(default)}` | {_cell(info.option_docs.get(key, ''))} |"
-                 for key, default in info.options.items()]
+                 for key, default in own.items()]
         parts.append("\n".join(rows) + "\n")
+        if len(own) < len(info.options):
+            parts.append(f"And the {len(info.options) - len(own)} IRI options (`iri_steps`, `iri_tol`, ...) that "
+                         "every `iri-*` metric takes: [IRIs: Options](iris.md#options).\n")
     return "\n".join(parts)
 
 
@@ -93,8 +109,8 @@ def speed(path: Path = _DOCS / "results" / "bench-small.json") -> str:
     machine = run["machine_info"]
     cpu = machine["cpu"]
     rows.append(f"\n{cpu['brand_raw']} ({cpu['count']} cores, {cpu['arch']}), {machine['system']}, Python "
-                f"{machine['python_version']}, pytest-benchmark {run['version']}; file: "
-                f"[`{path.name}`]({path.name}).")
+                f"{machine['python_version']}, pytest-benchmark {run['version']}; "
+                f"[the saved run]({path.name}) (`{path.name}`).")
     return "\n".join(rows)
 
 

@@ -10,7 +10,9 @@ return a [`Measured`][Measured] (``.score``, the same float, and ``.details``, a
 ``correlations`` or ``angular_distance``; ``float(result)`` is the score): the dict a metric's row shows.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from .cka import *  # noqa: F401,F403
 from .cka import __all__ as _cka_all
@@ -18,10 +20,17 @@ from .measures import *  # noqa: F401,F403
 from .measures import __all__ as _measures_all
 from .utils.rules import as_positive_int
 
+if TYPE_CHECKING:  # names for the annotations only
+    import numpy as np
+    import torch
+
+    from .networks.store import StoredArray
+
 __all__ = [*_cka_all, *_measures_all]
 
 
-def streamed(x: "Any", y: "Any", measure: str = "cka-linear", *, rows: int = 8192, memory_budget: int | None = None,
+def streamed(x: np.ndarray | torch.Tensor | StoredArray, y: np.ndarray | torch.Tensor | StoredArray,
+             measure: str = "cka-linear", *, rows: int = 8192, memory_budget: int | None = None,
              permutations: int = 0) -> float:
     """A measure of ``x`` and ``y`` computed ``rows`` samples at a time, in memory that does not grow with n.
 
@@ -39,7 +48,7 @@ def streamed(x: "Any", y: "Any", measure: str = "cka-linear", *, rows: int = 819
 
     Returns:
         The measure's value, equal to the in-memory function on the whole arrays up to float64 rounding
-        (the same sums in another order).
+            (the same sums in another order).
 
     Raises:
         ValueError: an unknown measure, rows that differ in number, non-finite values, a constant side,

@@ -57,7 +57,7 @@ def _check_stitching(metrics: list[str]) -> None:
             raise ValueError(f"excess agreement needs a stitching metric (stitch-* or iri-*), got {metric!r}")
 
 
-def excess_agreement(front: nn.Module, end: nn.Module, layer: "str | tuple[str, str] | Iterable", data: Data,
+def excess_agreement(front: nn.Module, end: nn.Module, layer: str | tuple[str, str] | Iterable, data: Data,
                      metrics: Iterable[str] = ("stitch-slm", "iri-slm"), *, strength: float = 0.5,
                      seed: int = 0, options: dict | None = None, progress: Progress = "never",
                      cue_options: dict | None = None) -> list[ExcessAgreement]:

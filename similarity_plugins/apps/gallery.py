@@ -24,7 +24,7 @@ def _image(x: torch.Tensor) -> Any:
     return x[0].numpy() if x.shape[0] == 1 else x[:3].permute(1, 2, 0).numpy()
 
 
-def plot_iris(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, path: str | os.PathLike, *, count: int = 8,
+def plot_iris(iris: IRISet | Mapping[str, IRISet], seeds: torch.Tensor, path: str | os.PathLike, *, count: int = 8,
               title: str | None = None) -> str:
     """Write the PNG gallery of `iris_figure` to ``path`` atomically (parent folders created; a new file gets
     the umask's permissions); returns the path."""
@@ -35,7 +35,7 @@ def plot_iris(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, path: 
     return path
 
 
-def iris_figure(iris: "IRISet | Mapping[str, IRISet]", seeds: torch.Tensor, *, count: int = 8, title: str | None = None,
+def iris_figure(iris: IRISet | Mapping[str, IRISet], seeds: torch.Tensor, *, count: int = 8, title: str | None = None,
                 fmt: str = "png") -> bytes:
     """The gallery image (``fmt``, 110 dpi): the first ``count`` seeds on the top row, their IRIs below (one row
     per layer). Returns the file contents (bytes), for writing with other files all or none.

@@ -76,25 +76,33 @@ def train_classifier(model: nn.Module, train_dataset: Dataset | DataLoader, *, e
                      optimizer: str = "adam", schedule: str | None = "cosine",
                      eval_dataset: Dataset | DataLoader | None = None, precise_bn: bool = True,
                      progress: Progress = "auto") -> dict[str, Any]:
-    """Train ``model`` in place with cross-entropy on ``train_dataset`` (samples ``(x, y)``, x in [0, 1]).
+    """Train ``model`` in place with cross-entropy; its ``training`` flags are restored at the end.
 
-    - ``optimizer``: "adam" (Adam) or "sgd" (SGD, momentum 0.9, Nesterov); ``schedule``: "cosine" (per-step
-      cosine decay to 0) or None (constant ``lr``).
-    - ``adversarial``: ``dict(eps=8/255, steps=7, alpha=None)`` trains on L-inf PGD examples in [0, 1] (Madry).
-    - ``seed`` fixes shuffling, initial noise and dropout (the caller's global RNG state is restored afterwards),
-      so training is deterministic on the CPU.
-    - ``device``: where to train (default: where the model's parameters are); the model stays there.
-    - ``eval_dataset``: if given, its accuracy is recorded after every epoch.
-    - ``progress``: ``"auto"`` and ``"always"`` print one line per epoch on stderr (lines, not a bar, so they
-      suit logs too), ``"never"`` prints nothing.
-    - ``precise_bn``: after the last epoch, recompute BatchNorm running statistics as exact averages over one
-      pass of the training data (no gradients), so eval-mode accuracy matches the final weights even after a
-      few hundred steps (running averages lag behind). Skipped for adversarial training (the statistics
-      there come from adversarial batches).
+    Args:
+        model: the network to train.
+        train_dataset: samples ``(x, y)``, x in [0, 1].
+        epochs: passes over ``train_dataset``.
+        lr: the learning rate (the start of the schedule).
+        batch_size: samples per step.
+        weight_decay: the optimiser's weight decay.
+        seed: fixes shuffling, initial noise and dropout (the caller's global RNG state is restored
+            afterwards), so training is deterministic on the CPU.
+        device: where to train (default: where the model's parameters are); the model stays there.
+        adversarial: ``dict(eps=8/255, steps=7, alpha=None)`` trains on L-inf PGD examples in [0, 1] (Madry).
+        optimizer: ``"adam"`` (Adam) or ``"sgd"`` (SGD, momentum 0.9, Nesterov).
+        schedule: ``"cosine"`` (per-step cosine decay to 0) or None (constant ``lr``).
+        eval_dataset: if given, its accuracy is recorded after every epoch.
+        precise_bn: after the last epoch, recompute BatchNorm running statistics as exact averages over one
+            pass of the training data (no gradients), so eval-mode accuracy matches the final weights even after
+            a few hundred steps (running averages lag behind). Skipped for adversarial training (the statistics
+            there come from adversarial batches).
+        progress: ``"auto"`` and ``"always"`` print one line per epoch on stderr (lines, not a bar, so they
+            suit logs too), ``"never"`` prints nothing.
 
-    The model's ``training`` flags are restored at the end. Returns ``{"history": [{"epoch", "loss",
-    "train_accuracy", "seconds"[, "eval_accuracy"]}, ...], "seconds": total, "final_loss",
-    "final_train_accuracy"}``; loss is the mean cross-entropy (nats) over the epoch's training batches.
+    Returns:
+        ``{"history": [{"epoch", "loss", "train_accuracy", "seconds"[, "eval_accuracy"]}, ...], "seconds":
+            total, "final_loss", "final_train_accuracy"}``; loss is the mean cross-entropy (nats) over the epoch's
+            training batches.
     """
     adv = _check_training_options(epochs, batch_size, optimizer, schedule, adversarial)
     progress = check_progress(progress)

@@ -1,17 +1,19 @@
 """Models: a small CNN for quick experiments, and ``build_model`` to turn a spec string into a network.
 
-Spec grammar (as typed on the command line)::
+Spec grammar (as typed on the command line):
 
-    SCHEME:NAME[?key=value&key=value][@path/to/weights.pt]
+```text
+SCHEME:NAME[?key=value&key=value][@path/to/weights.pt]
 
-    small-cnn                       SmallCNN (keys: width, in_channels, num_classes)
-    torchvision:NAME                torchvision.models.get_model(NAME, weights=None, ...)
-                                    (ResNets accept cifar_stem=true: 3x3 stride-1 conv1, no maxpool)
-    timm:NAME                       timm.create_model(NAME, pretrained=False, ...), e.g.
-                                    timm:vit_tiny_patch16_224?img_size=32&patch_size=4
-    python:MODULE:CALLABLE          MODULE.CALLABLE(**kwargs) must return an nn.Module
-    hf:DIR                          a transformers save_pretrained folder with its tokenizer or image
-                                    processor (keys: pooling, exclude_special, view, padding_side, max_length)
+small-cnn                       SmallCNN (keys: width, in_channels, num_classes)
+torchvision:NAME                torchvision.models.get_model(NAME, weights=None, ...)
+                                (ResNets accept cifar_stem=true: 3x3 stride-1 conv1, no maxpool)
+timm:NAME                       timm.create_model(NAME, pretrained=False, ...), e.g.
+                                timm:vit_tiny_patch16_224?img_size=32&patch_size=4
+python:MODULE:CALLABLE          MODULE.CALLABLE(**kwargs) must return an nn.Module
+hf:DIR                          a transformers save_pretrained folder with its tokenizer or image
+                                processor (keys: pooling, exclude_special, view, padding_side, max_length)
+```
 
 Values in the query are read by the one KEY=VALUE grammar of ``--option`` (`similarity_plugins.utils.text`):
 JSON numbers, lists and true/false/null, yes/no/on/off, none, else strings. ``@PATH`` loads a

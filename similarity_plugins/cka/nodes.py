@@ -105,15 +105,14 @@ def _u_self_hsic(kc: np.ndarray, u: np.ndarray) -> float:
 def node_gram(x: ArrayLike, kernel: str = "linear", threshold: float = 1.0, name: str = "X") -> NodeGram:
     """The centred Gram matrix of one representation, for either estimator.
 
-    Parameters
-    ----------
-    x: (n, d) array or tensor (higher rank is flattened after axis 0).
-    kernel: ``"linear"`` or ``"rbf"``; ``threshold``: RBF bandwidth factor (times the median distance).
-    name: the argument's name in errors.
+    Args:
+        x: (n, d) array or tensor (higher rank is flattened after axis 0).
+        kernel: ``"linear"`` or ``"rbf"``.
+        threshold: RBF bandwidth factor (times the median distance).
+        name: the argument's name in errors.
 
-    Returns
-    -------
-    `NodeGram` (float64 (n, n) matrix). Raises ``ValueError`` for NaN/Inf or a constant representation.
+    Returns:
+        `NodeGram` (float64 (n, n) matrix). Raises ``ValueError`` for NaN/Inf or a constant representation.
     """
     if kernel not in ("linear", "rbf"):
         raise ValueError(f"kernel must be 'linear' or 'rbf' (got {kernel!r})")
@@ -140,14 +139,14 @@ def _cross_terms(a: UCentring, b: UCentring, n: int) -> float:
 def cka_from_node_grams(a: NodeGram, b: NodeGram, debiased: bool = False) -> float | None:
     """CKA of two representations of the same n inputs from their `NodeGram` (same kernel).
 
-    Parameters
-    ----------
-    a, b: the two nodes; ``debiased``: the unbiased HSIC estimator (Song et al.; n >= 4) instead of the biased.
+    Args:
+        a: the front's node.
+        b: the end's node, of the same n inputs and kernel.
+        debiased: the unbiased HSIC estimator (Song et al.; n >= 4) instead of the biased.
 
-    Returns
-    -------
-    The score, or None when an inner product under/overflowed (the caller then uses [`cka`][cka], which
-    rescales). Raises ``ValueError`` for mismatched inputs or a degenerate debiased representation.
+    Returns:
+        The score, or None when an inner product under/overflowed (the caller then uses [`cka`][cka], which
+            rescales). Raises ``ValueError`` for mismatched inputs or a degenerate debiased representation.
     """
     if a.gram.shape != b.gram.shape:
         raise ValueError(f"X and Y must have the same number of samples, got {a.gram.shape[0]} and {b.gram.shape[0]}")

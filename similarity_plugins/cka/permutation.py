@@ -104,24 +104,24 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
                          analytic: bool = True, null_values: bool = False) -> dict[str, Any]:
     """The permutation test of [`cka`][similarity_plugins.cka.functional.cka] between X and row-permuted copies of Y.
 
-    Parameters
-    ----------
-    X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
-    kernel, debiased, threshold: as [`cka`][similarity_plugins.cka.functional.cka].
-    permutations: K, the number of seeded permutations of Y's rows (>= 1).
-    seed: the permutations' seed (`draws`).
-    analytic: also compute ``p_value_analytic`` (needs the two n x n matrices; left out, with a warning in
-        ``warnings``, when they do not fit in a quarter of the free memory).
-    null_values: also return the K null values in permutation order (``null_values``, `summarise`).
+    Args:
+        X: (n, dx) array or tensor (higher rank flattens after axis 0).
+        Y: (n, dy), the same n inputs.
+        kernel: as [`cka`][similarity_plugins.cka.functional.cka].
+        debiased: as [`cka`][similarity_plugins.cka.functional.cka].
+        threshold: as [`cka`][similarity_plugins.cka.functional.cka].
+        permutations: K, the number of seeded permutations of Y's rows (>= 1).
+        seed: the permutations' seed (`draws`).
+        analytic: also compute ``p_value_analytic`` (needs the two n x n matrices; left out, with a warning in
+            ``warnings``, when they do not fit in a quarter of the free memory).
+        null_values: also return the K null values in permutation order (``null_values``, `summarise`).
 
-    Returns
-    -------
-    ``{"p_value", "null_mean", "null_std", "permutations"[, "p_value_analytic"][, "warnings"][, "null_values"]}``: the
-    one-sided p-value (1 + #null >= observed) / (K + 1), the null's mean and standard deviation (CKA units).
+    Returns:
+        ``{"p_value", "null_mean", "null_std", "permutations"[, "p_value_analytic"][, "warnings"][, "null_values"]}``: the
+            one-sided p-value (1 + #null >= observed) / (K + 1), the null's mean and standard deviation (CKA units).
 
-    Raises
-    ------
-    ValueError: bad input (as [`cka`][similarity_plugins.cka.functional.cka]) or ``permutations`` not a whole number >= 1.
+    Raises:
+        ValueError: bad input (as [`cka`][similarity_plugins.cka.functional.cka]) or ``permutations`` not a whole number >= 1.
     """
     k = check_permutations(permutations)
     if k < 1:

@@ -267,7 +267,7 @@ class StreamingLinearCKA:
         return hxy, hxx, hyy, DEGENERATE_RTOL * tx, DEGENERATE_RTOL * ty
 
     # ----------------------------------------------------------------- merging (sharded data)
-    def merge(self, other: "StreamingLinearCKA") -> "StreamingLinearCKA":
+    def merge(self, other: StreamingLinearCKA) -> StreamingLinearCKA:
         """Add every sample ``other`` has seen, exactly, as if its batches had been ``update``-d here.
 
         Buffered batches are replayed; moments about another shift are moved to this one's shift (exact
@@ -345,7 +345,7 @@ class StreamingLinearCKA:
         self._scratch = None
 
     @classmethod
-    def merged(cls, states: "list[dict]", debiased: bool = False) -> "StreamingLinearCKA":
+    def merged(cls, states: list[dict], debiased: bool = False) -> StreamingLinearCKA:
         """One accumulator holding the samples of every state in ``states`` (merged in list order)."""
         total = cls(debiased)
         for state in states:

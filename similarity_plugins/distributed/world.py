@@ -69,7 +69,7 @@ class TorchWorld(World):
 
         return add
 
-    def control(self) -> "TorchWorld":
+    def control(self) -> TorchWorld:
         """A gloo group of all ranks for ``compare``'s own messages (see [`World.control`][World.control]), created on the
         first call (collectively) and kept for the default group's lifetime."""
         default = dist.distributed_c10d._get_default_group()

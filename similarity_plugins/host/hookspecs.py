@@ -4,15 +4,17 @@ A metric is a plugin object (a module, a class or an instance) with one ``simila
 Its name is the name it was registered under: the entry-point name for a third-party package's
 single-metric entry point (group ``similarity_plugins``), the name given to ``register(name, plugin)``
 for a family (see [`register_metrics`][register_metrics]), the name its family module (``host.manager.DEFAULT_PLUGINS``) registers
-it under for the built-in ones (the first to take a name keeps it). Example, a complete plugin::
+it under for the built-in ones (the first to take a name keeps it). Example, a complete plugin:
 
-    import similarity_plugins
+```python
+import similarity_plugins
 
-    @similarity_plugins.hookimpl
-    def similarity(front, end, layer, context):
-        x = context.activations(front, layer.front, "test")   # (N, D) float32, flattened
-        y = context.activations(end, layer.end, "test")
-        return float(similarity_plugins.functional.cka(x, y))
+@similarity_plugins.hookimpl
+def similarity(front, end, layer, context):
+    x = context.activations(front, layer.front, "test")   # (N, D) float32, flattened
+    y = context.activations(end, layer.end, "test")
+    return float(similarity_plugins.functional.cka(x, y))
+```
 
 Optional attributes on the plugin object declare what the metric takes and what its score means:
 ``description``, ``options``, ``needs``, ``kind``, ``range``, ``symmetric``, ``invariances``,
@@ -37,25 +39,27 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def similarity(front, end, layer, data, options, context, seed, device) -> Any:  # type: ignore[empty-body]
     """Score how similar ``front`` (network A) and ``end`` (network B) are at ``layer``.
 
-    A hookimpl may take any subset of these arguments (pluggy passes only those it names):
+    A hookimpl may take any subset of these arguments (pluggy passes only those it names). The donors must be
+    as they were when it returns (parameters, buffers, ``training`` and ``requires_grad`` flags);
+    [`frozen`][similarity_plugins.networks.split.frozen] does that for you.
 
-    - ``front``, ``end``: the two ``torch.nn.Module`` donors (never change them: parameters,
-      buffers, ``training`` and ``requires_grad`` flags must be as before when you return;
-      ``similarity_plugins.networks.split.frozen`` does that for you);
-    - ``layer``: a [`LayerPair`][similarity_plugins.host.results.LayerPair] with ``.front`` (the cut in A)
-      and ``.end`` (the cut in B), both ``named_modules()`` names;
-    - ``data``: a [`Data`][similarity_plugins.networks.data.Data] with ``train`` and ``test`` splits yielding ``(x, y)``;
-    - ``options``: a dict of this metric's options: for a metric that declares ``options``, every
-      declared option (its default unless given, globally or in ``options[name]``); for one that
-      declares none, the global options merged with ``options[name]``;
-    - ``context``: the shared services of one ``compare`` call (cached activations, network splits,
-      memoisation, progress), see [`Context`][similarity_plugins.networks.context.Context];
-    - ``seed``: an int; every random choice must derive from it;
-    - ``device``: the ``torch.device`` the donors run on.
+    Args:
+        front (torch.nn.Module): network A, a donor.
+        end (torch.nn.Module): network B, a donor.
+        layer (LayerPair): ``.front`` (the cut in A) and ``.end`` (the cut in B), both ``named_modules()`` names.
+        data (Data): ``train`` and ``test`` splits yielding ``(x, y)``.
+        options (dict): this metric's options: for a metric that declares ``options``, every declared option (its
+            default unless given, globally or in ``options[name]``); for one that declares none, the global
+            options merged with ``options[name]``.
+        context (Context): the shared services of one ``compare`` call (cached activations, network splits, memos,
+            progress), see [`Context`][similarity_plugins.networks.context.Context].
+        seed (int): every random choice must derive from it.
+        device (torch.device): the device the donors run on.
 
-    Return a float score, or a [`SimilarityResult`][similarity_plugins.host.results.SimilarityResult] (its ``metric`` and
-    ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to
-    report an error: the error goes into this metric's row and the other metrics still run.
+    Returns:
+        A float score, or a [`SimilarityResult`][similarity_plugins.host.results.SimilarityResult] (its ``metric``
+            and ``layer`` are filled in for you), or a dict ``{"score": float, "details": {...}}``. Raise to report
+            an error: the error goes into this metric's row and the other metrics still run.
     """
 
 
@@ -64,16 +68,18 @@ def register_metrics(register) -> None:  # type: ignore[empty-body]
     """Add a family of metrics from one entry point: call ``register(name, plugin)`` once per metric.
 
     The entry point of the group ``similarity_plugins`` names an object (usually a module) with this
-    hookimpl instead of ``similarity``; its own name is then only a label (use the package's name)::
+    hookimpl instead of ``similarity``; its own name is then only a label (use the package's name):
 
-        # pyproject.toml:  [project.entry-points.similarity_plugins]
-        #                  my-package = "my_package.metrics"
-        import similarity_plugins
+    ```python
+    # pyproject.toml:  [project.entry-points.similarity_plugins]
+    #                  my-package = "my_package.metrics"
+    import similarity_plugins
 
-        @similarity_plugins.hookimpl
-        def register_metrics(register):
-            register("my-distance", MyDistance)      # a class, instance, module or @hookimpl function
-            register("my-similarity", MySimilarity)
+    @similarity_plugins.hookimpl
+    def register_metrics(register):
+        register("my-distance", MyDistance)      # a class, instance, module or @hookimpl function
+        register("my-similarity", MySimilarity)
+    ```
 
     ``register(name, plugin, *, replace=False)`` registers ``plugin`` (with a ``similarity`` hookimpl
     and the optional attributes listed in this module's docstring) as the metric ``name``. A name that

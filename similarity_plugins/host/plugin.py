@@ -116,9 +116,9 @@ def plugin_attributes(plugin: Any, metric: str) -> dict[str, Any]:
 
     Returns:
         ``{attribute: value}`` with ``options`` as ``{name: default}`` (None: open) plus ``option_docs``
-        (``{name: doc}``), ``range`` as floats, ``needs`` and ``invariances`` as tuples and ``description``
-        filled in from the docstring when undeclared: the fields of a `MetricInfo` beside its name, package and
-        error.
+            (``{name: doc}``), ``range`` as floats, ``needs`` and ``invariances`` as tuples and ``description``
+            filled in from the docstring when undeclared: the fields of a `MetricInfo` beside its name, package
+            and error.
 
     Raises:
         TypeError: naming the metric and the attribute, for a malformed value.

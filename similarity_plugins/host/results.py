@@ -21,7 +21,7 @@ class LayerPair(NamedTuple):
         return self.front if self.front == self.end else f"{self.front}->{self.end}"
 
 
-def as_layer_pair(layer: "str | Sequence[str] | LayerPair") -> LayerPair:
+def as_layer_pair(layer: str | Sequence[str] | LayerPair) -> LayerPair:
     """Normalise ``"layer1"``, ``"layer1->layer2"`` (or ``"layer1:layer2"``, `utils.rules.split_layer_pair`) or
     ``("layer1", "layer2")`` to a [`LayerPair`][LayerPair]."""
     if isinstance(layer, LayerPair):

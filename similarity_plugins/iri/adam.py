@@ -34,7 +34,7 @@ class AdamSlots(Slots):
     scale: np.ndarray         # (capacity,) float64 step-size scale of the current cycle
 
     @classmethod
-    def allocate(cls, capacity: int, dim: int, device: torch.device, dtype: torch.dtype) -> "AdamSlots":
+    def allocate(cls, capacity: int, dim: int, device: torch.device, dtype: torch.dtype) -> AdamSlots:
         """Empty state for ``capacity`` slots of ``dim`` pixels."""
         return cls(m=tensor_slots(capacity, (dim,), device, dtype), v=tensor_slots(capacity, (dim,), device, dtype),
                    t_adam=host_slots(capacity, np.int64, 0), cycle_start=host_slots(capacity, np.int64, 0),

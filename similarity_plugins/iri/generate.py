@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from ..networks.split import SplitNetwork, frozen, model_device, model_dtype
 from ..utils.progress import Progress, check_progress
@@ -29,7 +30,7 @@ from .precision import (
     resolve_precision,
     step_flops,
 )
-from .presets import PRESETS, RUN_DEFAULTS, Structure, choose_preset
+from .presets import PRESETS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
 from .result import IRISet
 from .settings import AUTO, LBFGS_ONLY, TUNING, IriInit, OptimizerChoice, RunOptions, Settings, make_settings
@@ -51,13 +52,13 @@ def _as_tensor(inputs: Any) -> torch.Tensor:
     return x
 
 
-def generate_iris(model: nn.Module, layer: str, inputs: Any, *, steps: int = RUN_DEFAULTS["steps"],
-                  tol: float = RUN_DEFAULTS["tol"], optimizer: OptimizerChoice = RUN_DEFAULTS["optimizer"],
-                  init: IriInit = RUN_DEFAULTS["init"], cycle_steps: int | None = RUN_DEFAULTS["cycle_steps"],
-                  tuning: dict[str, Any] | None = None, batch_size: int = RUN_DEFAULTS["batch_size"],
-                  backend: BackendName = RUN_DEFAULTS["backend"], seed: int = 0, progress: Progress = "auto",
+def generate_iris(model: nn.Module, layer: str, inputs: torch.Tensor | Dataset, *, steps: int = 1000,
+                  tol: float = 0.01, optimizer: OptimizerChoice = "auto",
+                  init: IriInit = "noise", cycle_steps: int | None = None,
+                  tuning: dict[str, Any] | None = None, batch_size: int = 128,
+                  backend: BackendName = "auto", seed: int = 0, progress: Progress = "auto",
                   cache_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                  compile: bool = RUN_DEFAULTS["compile"], precision: Precision = RUN_DEFAULTS["precision"],
+                  compile: bool = False, precision: Precision = "auto",
                   **run_options: Any) -> IRISet:
     """IRIs of ``model`` at ``layer`` for the seed ``inputs``: ``x'`` with ``f_{<=layer}(x') ~= f_{<=layer}(x)``.
 

@@ -112,7 +112,7 @@ class LbfgsSlots(Slots):
     fresh: np.ndarray      # (capacity,) int8 1: the next evaluation is accepted as the start
 
     @classmethod
-    def allocate(cls, capacity: int, dim: int, history: int, device: torch.device, dtype: torch.dtype) -> "LbfgsSlots":
+    def allocate(cls, capacity: int, dim: int, history: int, device: torch.device, dtype: torch.dtype) -> LbfgsSlots:
         """Empty state for ``capacity`` slots of ``dim`` pixels with ``history`` pairs each."""
         def t(*shape: int) -> torch.Tensor:
             return tensor_slots(capacity, shape, device, dtype)

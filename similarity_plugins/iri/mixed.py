@@ -39,7 +39,7 @@ class PrecisionSlots(Slots):
     gain_at: np.ndarray   # (capacity,) int64 the slot's step count at that gain
 
     @classmethod
-    def allocate(cls, capacity: int) -> "PrecisionSlots":
+    def allocate(cls, capacity: int) -> PrecisionSlots:
         """Empty state for ``capacity`` slots."""
         return cls(lowp=host_slots(capacity, np.int8, 0), floor=host_slots(capacity, np.float64, 0.0),
                    best_low=host_slots(capacity, np.float64, np.inf), gain_at=host_slots(capacity, np.int64, 0))

@@ -31,26 +31,23 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     evaluations, returning its best iterate. A sample's trajectory depends only on its seed, its index and
     the settings, never on the batch it shares.
 
-    Parameters
-    ----------
-    front_fn: maps a batch (B, ...) on the run's device to activations (B, ...); it must treat samples
-        independently and be differentiable in its input.
-    seeds: (N, ...) float in [0, 1], on any device.
-    settings: what to run, e.g. ``Settings.of("lbfgs", steps=500, tuning={"lr": 0.5})``
-        ([`Settings.of`][similarity_plugins.iri.Settings.of]; None: ``Settings.of()``, the Adam
-        preset). ``settings.precision == "auto"`` is resolved here: bfloat16 evaluations far from ``tol`` where
-        the device has bfloat16 matrix units and the front does enough work per sample (``precision.py``).
-    options: how to run it ([`RunOptions`][similarity_plugins.iri.RunOptions]; None: the defaults).
+    Args:
+        front_fn: maps a batch (B, ...) on the run's device to activations (B, ...); it must treat samples
+            independently and be differentiable in its input.
+        seeds: (N, ...) float in [0, 1], on any device.
+        settings: what to run, e.g. ``Settings.of("lbfgs", steps=500, tuning={"lr": 0.5})``
+            ([`Settings.of`][similarity_plugins.iri.Settings.of]; None: ``Settings.of()``, the Adam
+            preset). ``settings.precision == "auto"`` is resolved here: bfloat16 evaluations far from ``tol`` where
+            the device has bfloat16 matrix units and the front does enough work per sample (``precision.py``).
+        options: how to run it ([`RunOptions`][similarity_plugins.iri.RunOptions]; None: the defaults).
 
-    Returns
-    -------
-    An [`IRISet`][IRISet] whose ``settings`` are the resolved ones.
+    Returns:
+        An [`IRISet`][IRISet] whose ``settings`` are the resolved ones.
 
-    Raises
-    ------
-    ValueError for bad settings or seeds outside [0, 1], FloatingPointError naming the samples when the model
-    yields NaN/inf activations or gradients, RuntimeError naming the fix when ``options.compile`` is set and
-    torch.compile fails.
+    Raises:
+        ValueError: bad settings, or seeds outside [0, 1].
+        FloatingPointError: the model yields NaN/inf activations or gradients (naming the samples).
+        RuntimeError: ``options.compile`` is set and torch.compile fails (naming the fix).
     """
     settings = settings if settings is not None else Settings.of()
     options = options if options is not None else RunOptions()

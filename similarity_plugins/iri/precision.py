@@ -157,7 +157,7 @@ def probe_speedup(front: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Te
 
     Returns:
         The best of `PROBE_REPEATS` float32 step times over the best of as many bfloat16 ones, after one
-        warm-up step each (a step: the forward and the gradient to the input, as the optimiser runs it).
+            warm-up step each (a step: the forward and the gradient to the input, as the optimiser runs it).
     """
     import copy
     import time

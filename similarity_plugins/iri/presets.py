@@ -22,8 +22,9 @@ _RESNET = {**_ADAM, "beta1": 0.98, "relu_leak": 0.1, "fold_bn": True, "cycle_dec
 _WIDE = {**_ADAM, "cycle_steps": 0, "fold_bn": True, "relu_leak": 0.1, "fake_relu": "none"}
 _VGG_LAST = {**_ADAM, "lr": 0.02, "cycle_steps": 400, "fold_bn": True, "beta1": 0.98, "beta2": 0.95, "relu_leak": 0.1}
 
-#: The run's own defaults, besides a preset's tuning values: the one place they are written. `generate_iris`'s
-#: signature, the ``iri_*`` options of the metrics, `settings.Settings` and the ``iris`` command read them here.
+#: The run's own defaults, besides a preset's tuning values: the one place they are decided. The ``iri_*`` options
+#: of the metrics and the ``iris`` command read them here; `generate_iris`'s and `settings.Settings`'s signatures
+#: show them as literals (what the reference prints), held equal to this table by tests/iri/test_defaults.py.
 RUN_DEFAULTS: dict[str, Any] = {
     "steps": 1000, "tol": 1e-2, "optimizer": "auto", "init": "noise", "cycle_steps": None, "batch_size": 128,
     "backend": "auto", "compile": False, "precision": "auto",

@@ -11,7 +11,7 @@ import torch
 class Summary(dict):
     """A plain dict of summary figures that can also be called (``iris.summary`` and ``iris.summary()``)."""
 
-    def __call__(self) -> "Summary":
+    def __call__(self) -> Summary:
         return self
 
 
@@ -19,14 +19,15 @@ class Summary(dict):
 class IRISet:
     """IRIs for a set of seeds, in the seeds' order.
 
-    - ``inputs``: (N, ...) float tensor, same shape, dtype and device as the seeds, values in [0, 1].
-    - ``rel_error``: (N,) float64, ``||f(x') - f(x)|| / ||f(x)||`` of each returned IRI (its best iterate).
-    - ``steps``: (N,) int64, optimiser steps each sample used (fewer than the budget when it reached ``tol``).
-    - ``seed_distance``: (N,) float64, RMS pixel distance ``sqrt(mean((x' - x)**2))`` between IRI and seed.
-    - ``settings``: the settings that produced the set: ``preset`` (the named preset that ran), optimiser,
-      every tuning value, tol, budget, init, seed, ...
-    - ``stats``: timing and work counters of the run that produced it (empty when loaded from cache).
-    - ``key``: the cache key (a hex digest) when the set came from ``generate_iris``, else None.
+    Attributes:
+        inputs: (N, ...) float tensor, same shape, dtype and device as the seeds, values in [0, 1].
+        rel_error: (N,) float64, ``||f(x') - f(x)|| / ||f(x)||`` of each returned IRI (its best iterate).
+        steps: (N,) int64, optimiser steps each sample used (fewer than the budget when it reached ``tol``).
+        seed_distance: (N,) float64, RMS pixel distance ``sqrt(mean((x' - x)**2))`` between IRI and seed.
+        settings: the settings that produced the set: ``preset`` (the named preset that ran), optimiser, every
+            tuning value, tol, budget, init, seed, ...
+        stats: timing and work counters of the run that produced it (empty when loaded from cache).
+        key: the cache key (a hex digest) when the set came from ``generate_iris``, else None.
     """
 
     inputs: torch.Tensor
@@ -80,7 +81,7 @@ class IRISet:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], device: torch.device | str | None = None) -> "IRISet":
+    def from_state(cls, state: dict[str, Any], device: torch.device | str | None = None) -> IRISet:
         """Rebuild a set saved with [`to_state`][to_state]; ``inputs`` moved to ``device`` when given."""
         inputs = state["inputs"]
         if device is not None:

@@ -15,7 +15,7 @@ from ..host.values import POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules,
 from ..utils.progress import Progress
 from ..utils.text import did_you_mean
 from .precision import check_precision
-from .presets import PRESETS, RUN_DEFAULTS
+from .presets import PRESETS
 
 Optimizer = Literal["lbfgs", "adam"]
 OptimizerChoice = Literal["auto", "lbfgs", "adam"]   # generate_iris's: "auto", the preset from the front's structure
@@ -24,7 +24,6 @@ OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 AUTO = "auto"   # generate_iris's default: the preset chosen from the front's structure (presets.choose_preset)
 INITS: tuple[str, ...] = get_args(IriInit)
 DEFAULT_OPTIMIZER = "adam"   # optimize_iris on a bare front function (no structure to look at)
-_PRESET = PRESETS[DEFAULT_OPTIMIZER]   # its values: the defaults of `Settings`
 FAKE_RELU = ("auto", "last", "none")
 ADAM_ONLY = ("cycle_steps", "cycle_mult", "cycle_decay", "beta1", "beta2", "eps")
 LBFGS_ONLY = ("history", "armijo", "max_backtracks")
@@ -53,25 +52,25 @@ TUNING_DOCS = {
 class Settings:
     """Every setting that shapes the result (used for the cache key and saved with the set)."""
 
-    steps: int = RUN_DEFAULTS["steps"]
-    tol: float = RUN_DEFAULTS["tol"]
-    optimizer: str = DEFAULT_OPTIMIZER
-    preset: str = DEFAULT_OPTIMIZER
-    lr: float = _PRESET["lr"]
-    init: str = RUN_DEFAULTS["init"]
+    steps: int = 1000
+    tol: float = 0.01
+    optimizer: str = "adam"
+    preset: str = "adam"
+    lr: float = 0.2
+    init: str = "noise"
     seed: int = 0
-    cycle_steps: int = _PRESET["cycle_steps"]
-    cycle_mult: float = _PRESET["cycle_mult"]
-    cycle_decay: float = _PRESET["cycle_decay"]
-    beta1: float = _PRESET["beta1"]
-    beta2: float = _PRESET["beta2"]
-    eps: float = _PRESET["eps"]
-    history: int = _PRESET["history"]
-    armijo: float = _PRESET["armijo"]
-    max_backtracks: int = _PRESET["max_backtracks"]
+    cycle_steps: int = 300
+    cycle_mult: float = 2.0
+    cycle_decay: float = 1.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-08
+    history: int = 30
+    armijo: float = 0.0001
+    max_backtracks: int = 8
     fake_relu: str = "none"   # a bare front function has no ReLU modules to replace
-    relu_leak: float = _PRESET["relu_leak"]
-    fold_bn: bool = _PRESET["fold_bn"]
+    relu_leak: float = 0.0
+    fold_bn: bool = False
     precision: str = "float32"   # "float32" or "bfloat16" (precision.py); "auto" is resolved before a run
 
     def as_dict(self) -> dict[str, Any]:
@@ -79,16 +78,29 @@ class Settings:
         return dict(self.__dict__)
 
     @classmethod
-    def of(cls, optimizer: str = DEFAULT_OPTIMIZER, *, steps: int = RUN_DEFAULTS["steps"],
-           tol: float = RUN_DEFAULTS["tol"], init: str = RUN_DEFAULTS["init"], seed: int = 0,
-           cycle_steps: int | None = None, tuning: dict[str, Any] | None = None, precision: str = "auto") -> "Settings":
-        """The settings of a run on a bare front function: the preset named ``optimizer`` ("adam" or "lbfgs";
-        a ``tuning["preset"]`` replaces it) with each of ``tuning``'s values and ``cycle_steps`` (None: the
-        preset's) in place of its own. ``steps``: per-sample budget of forward+backward evaluations; ``tol``:
-        the relative error at which a sample stops; ``init``: "noise" or "shuffle"; ``seed``: each sample's
-        randomness derives from (seed, index); ``precision``: "auto" (chosen by
-        [`optimize_iris`][similarity_plugins.iri.optimize_iris] from the device and the front's work per
-        sample), "float32" or "bfloat16". Raises ValueError / TypeError naming the option and the fix."""
+    def of(cls, optimizer: str = "adam", *, steps: int = 1000,
+           tol: float = 0.01, init: str = "noise", seed: int = 0,
+           cycle_steps: int | None = None, tuning: dict[str, Any] | None = None, precision: str = "auto") -> Settings:
+        """The settings of a run on a bare front function.
+
+        Args:
+            optimizer: the preset to start from, ``"adam"`` or ``"lbfgs"`` (a ``tuning["preset"]`` replaces it).
+            steps: per-sample budget of forward+backward evaluations.
+            tol: the relative error at which a sample stops.
+            init: ``"noise"`` or ``"shuffle"``.
+            seed: each sample's randomness derives from (seed, index).
+            cycle_steps: the schedule's first cycle in steps; None: the preset's.
+            tuning: tuning values that replace the preset's own (the keys of `TUNING`).
+            precision: ``"auto"`` (chosen by [`optimize_iris`][similarity_plugins.iri.optimize_iris] from the
+                device and the front's work per sample), ``"float32"`` or ``"bfloat16"``.
+
+        Returns:
+            The preset's values with ``tuning``, ``cycle_steps`` and the run's own settings in their place.
+
+        Raises:
+            ValueError: a value out of range or an unknown name (naming the option and the valid values).
+            TypeError: a value of the wrong type (naming the option).
+        """
         check_basic(steps, tol, optimizer, init)
         return make_settings(steps=steps, tol=tol, optimizer=optimizer, init=init, seed=seed, cycle_steps=cycle_steps,
                              tuning=tuning, preset=optimizer, precision=precision)
@@ -120,7 +132,7 @@ class RunOptions:
         lowp_fn: the front to run under bfloat16 autocast (e.g. a channels_last copy; None: the front itself).
     """
 
-    batch_size: int = RUN_DEFAULTS["batch_size"]
+    batch_size: int = 128
     backend: str = "auto"
     device: Any = None
     progress: Progress = "auto"
@@ -175,7 +187,7 @@ def check_tuning(tuning: Any) -> dict[str, Any]:
     return dict(tuning)
 
 
-def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, optimizer: str = AUTO,
+def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, optimizer: str = "auto",
                   cycle_steps: int | None = None, tuning: dict[str, Any] | None = None,
                   ends_at_relu: bool = False, precision: str = "float32") -> Settings:
     """The settings of one run: ``preset``'s values (``presets.PRESETS``; a ``tuning["preset"]`` replaces it),

@@ -53,7 +53,7 @@ class SampleSlots(Slots):
     best_err: np.ndarray     # (capacity,) float64 its best relative error so far
 
     @classmethod
-    def allocate(cls, capacity: int, dim: int, act_dim: int, device: torch.device, dtype: torch.dtype) -> "SampleSlots":
+    def allocate(cls, capacity: int, dim: int, act_dim: int, device: torch.device, dtype: torch.dtype) -> SampleSlots:
         """Empty slots for ``capacity`` samples of ``dim`` pixels whose activations have ``act_dim`` values."""
         return cls(x=tensor_slots(capacity, (dim,), device, dtype), best=tensor_slots(capacity, (dim,), device, dtype),
                    target=tensor_slots(capacity, (act_dim,), device, dtype), tnorm=tensor_slots(capacity, (), device, dtype),

@@ -131,7 +131,7 @@ def cca_from_nodes(a: _Side, b: _Side, *, details: bool = False) -> float | Meas
     return finish(float(rho.mean()), _details(rho, a, b, n), details)
 
 
-def dims_pair(dims: "int | tuple[int, int] | list[int] | None") -> tuple[int, int] | None:
+def dims_pair(dims: int | tuple[int, int] | list[int] | None) -> tuple[int, int] | None:
     """SVCCA's ``dims`` as (front, end) directions kept; None stays None; ``ValueError`` naming ``dims`` otherwise."""
     if dims is None:
         return None
@@ -159,7 +159,7 @@ def by_variance(variance: float) -> Callable[[_Side], int]:
     return keep
 
 
-def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple[int, int] | None" = None, *,
+def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: int | tuple[int, int] | None = None, *,
           details: bool = False) -> float | Measured:
     """SVCCA (Raghu et al. 2017): SVD-reduce each side, then the mean canonical correlation.
 
@@ -168,7 +168,8 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple
     pair (front, end); capped at the side's rank, with a warning in ``details``).
 
     Args:
-        X: (n, dx) array or tensor (the front). Y: (n, dy) array or tensor of the same n inputs.
+        X: (n, dx) array or tensor (the front).
+        Y: (n, dy) array or tensor of the same n inputs.
         variance: share of variance to keep per side, in (0, 1]. Ignored when ``dims`` is given.
         dims: directions to keep per side (int or (front, end)), or None to use ``variance``.
         details: return a [`Measured`][Measured] (``correlations``, ``yanai_r2``, ``front_dims_kept``,
@@ -185,7 +186,7 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: "int | tuple
     return svcca_from_nodes(whiten(x, "X", "SVCCA"), whiten(y, "Y", "SVCCA"), variance, dims, details=details)
 
 
-def svcca_from_nodes(a: _Side, b: _Side, variance: float = 0.99, dims: "int | tuple[int, int] | None" = None, *,
+def svcca_from_nodes(a: _Side, b: _Side, variance: float = 0.99, dims: int | tuple[int, int] | None = None, *,
                      details: bool = False) -> float | Measured:
     """[`svcca`][svcca] from two sides' `cca_node` (the nodes are not changed)."""
     variance = _check_variance(variance)
@@ -219,7 +220,8 @@ def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measu
     directions in its whitened basis).
 
     Args:
-        X: (n, dx) array or tensor (the front, which gives the weights). Y: (n, dy), same n inputs.
+        X: (n, dx) array or tensor (the front, which gives the weights).
+        Y: (n, dy), same n inputs.
         details: return a [`Measured`][Measured] (``correlations``, ``weights``, ``weights_from="front"``,
             ``yanai_r2``, ``front_dims_kept``, ``end_dims_kept``, ``n``).
 

@@ -55,7 +55,8 @@ def mutual_knn(X: ArrayLike, Y: ArrayLike, topk: int = 10, *, details: bool = Fa
     computed in row blocks (about 32 MiB each), so memory is O(n d + block).
 
     Args:
-        X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
+        X: (n, dx) array or tensor (higher rank flattens after axis 0).
+        Y: (n, dy), the same n inputs.
         topk: neighbours per sample, 1 <= topk <= n - 1 (default 10).
         details: return a [`Measured`][Measured] with ``topk``, ``n`` and ``tied_rows`` (rows whose k-th
             similarity was tied in X or Y, so the tie rule chose).
@@ -74,11 +75,13 @@ def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> tuple[torch.Tenso
     """Each sample's ``topk`` nearest other samples by cosine similarity, for reuse across many pairs.
 
     Args:
-        X: (n, d) array or tensor. topk: as for [`mutual_knn`][mutual_knn]. name: the argument in errors.
+        X: (n, d) array or tensor.
+        topk: as for [`mutual_knn`][mutual_knn].
+        name: the argument in errors.
 
     Returns:
         ``(neighbours, tied)``: (n, topk) int64 sample indices (ascending within a row) and the number of rows
-        whose k-th similarity was tied (the tie rule chose). Memory O(n d + block + n topk).
+            whose k-th similarity was tied (the tie rule chose). Memory O(n d + block + n topk).
     """
     k = check_positive_int(topk, "topk", "mutual-kNN")
     x, _ = pair(X, X, "mutual-kNN", min_n=MIN_SAMPLES)

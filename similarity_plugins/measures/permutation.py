@@ -201,27 +201,26 @@ def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: 
                      null_values: bool = False, **options: Any) -> dict[str, Any]:
     """The permutation test of one measure of `similarity_plugins.measures` between X and row-permuted Y.
 
-    Parameters
-    ----------
-    measure: ``"procrustes"``, ``"cca"``, ``"svcca"``, ``"pwcca"``, ``"rsa"``, ``"mutual_knn"`` or
-        ``"linear_regression"`` (then X, Y are the training rows and ``X_test``, ``Y_test`` the test rows).
-    X: (n, dx) array or tensor (the front). Y: (n, dy), the same n inputs (the end; its rows are permuted).
-    permutations: K >= 1 seeded permutations (`draws`).
-    seed: the permutations' seed. kind: ``"similarity"`` (extreme: high) or ``"distance"`` (extreme: low).
-    null_values: also return the K null values in permutation order (``null_values``, `summarise`).
-    options: the measure's own options (``rdm``, ``compare``, ``topk``, ``variance``, ``dims``, ``alpha``).
+    Args:
+        measure: ``"procrustes"``, ``"cca"``, ``"svcca"``, ``"pwcca"``, ``"rsa"``, ``"mutual_knn"`` or
+            ``"linear_regression"`` (then X, Y are the training rows and ``X_test``, ``Y_test`` the test rows).
+        X: (n, dx) array or tensor (the front).
+        Y: (n, dy), the same n inputs (the end; its rows are permuted).
+        permutations: K >= 1 seeded permutations (`draws`).
+        seed: the permutations' seed.
+        kind: ``"similarity"`` (extreme: high) or ``"distance"`` (extreme: low).
+        null_values: also return the K null values in permutation order (``null_values``, `summarise`).
+        options: the measure's own options (``rdm``, ``compare``, ``topk``, ``variance``, ``dims``, ``alpha``).
 
-    Returns
-    -------
-    ``{"p_value", "null_mean", "null_std", "permutations"}`` (null values in the measure's units), with
-    ``p_value_analytic`` for RSA with Pearson or Spearman (the Mantel test's Pearson type III p-value),
-    ``permuted`` (which rows were permuted), ``warnings`` when the cost exceeds its bound and ``null_values``
-    when asked.
+    Returns:
+        ``{"p_value", "null_mean", "null_std", "permutations"}`` (null values in the measure's units), with
+            ``p_value_analytic`` for RSA with Pearson or Spearman (the Mantel test's Pearson type III p-value),
+            ``permuted`` (which rows were permuted), ``warnings`` when the cost exceeds its bound and ``null_values``
+            when asked.
 
-    Raises
-    ------
-    ValueError: an unknown measure, bad input, ``permutations`` not a whole number >= 1, or a degenerate case
-        the measure itself refuses.
+    Raises:
+        ValueError: an unknown measure, bad input, ``permutations`` not a whole number >= 1, or a degenerate case
+            the measure itself refuses.
     """
     if measure not in MEASURES:
         raise ValueError(f"no permutation test for measure {measure!r}; one of {', '.join(MEASURES)}")

@@ -27,7 +27,8 @@ def procrustes(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | 
     with the same row inner products (`compress_columns`).
 
     Args:
-        X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
+        X: (n, dx) array or tensor (higher rank flattens after axis 0).
+        Y: (n, dy), the same n inputs.
         details: return a [`Measured`][Measured] with ``angular_distance`` (radians, in [0, pi/2]) and ``n``.
 
     Returns:
@@ -44,11 +45,12 @@ def procrustes_node(X: ArrayLike, name: str = "X") -> tuple[torch.Tensor, float]
     """What Procrustes derives from one side, for reuse across many pairs (a grid's node).
 
     Args:
-        X: (n, d) array or tensor. name: the argument in errors.
+        X: (n, d) array or tensor.
+        name: the argument in errors.
 
     Returns:
         ``(xc, sum_sq)``: the centred rows with at most n columns (`compress_columns`: the same row inner
-        products), float64 (n, min(n, d)), and their squared Frobenius norm.
+            products), float64 (n, min(n, d)), and their squared Frobenius norm.
     """
     x, _ = pair(X, X, "Procrustes", min_n=MIN_SAMPLES)
     xc, sum_sq = centred(x, name, "Procrustes")

@@ -58,7 +58,7 @@ def check_alpha(alpha: float) -> float:
     return alpha
 
 
-def ridge_front(X: ArrayLike, alpha: float = DEFAULT_ALPHA) -> RidgeFront:
+def ridge_front(X: ArrayLike, alpha: float = 1e-3) -> RidgeFront:
     """The front's part of [`linear_regression`][linear_regression] from its training rows ``X`` (n, d): centring,
     ``lambda = alpha x tr(Xc^T Xc) / d`` and one Cholesky factorisation. Raises ``ValueError`` for bad input, a
     constant ``X`` or a system that is not positive definite."""
@@ -121,7 +121,7 @@ def _rows(split: dict, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
     return np.asarray(split["train"], dtype=np.int64), np.asarray(split["test"], dtype=np.int64), "given"
 
 
-def linear_regression(X: ArrayLike, Y: ArrayLike, alpha: float = DEFAULT_ALPHA, *, X_test: ArrayLike = None,
+def linear_regression(X: ArrayLike, Y: ArrayLike, alpha: float = 1e-3, *, X_test: ArrayLike = None,
                       Y_test: ArrayLike = None, split: dict | None = None, seed: int = 0,
                       details: bool = False) -> float | Measured:
     """Variance-weighted R^2 of a ridge map from X (front) to Y (end), fitted and scored on separate rows.
@@ -140,8 +140,10 @@ def linear_regression(X: ArrayLike, Y: ArrayLike, alpha: float = DEFAULT_ALPHA, 
     its first ceil(0.8 n) rows for training (``details["split"]`` says which was used).
 
     Args:
-        X: (n, dx) front activations. Y: (n, dy) end activations of the same inputs.
-        alpha: relative ridge strength, > 0. details: return a [`Measured`][Measured] (``alpha``,
+        X: (n, dx) front activations.
+        Y: (n, dy) end activations of the same inputs.
+        alpha: relative ridge strength, > 0.
+        details: return a [`Measured`][Measured] (``alpha``,
             ``ridge_lambda``, ``n_train``, ``n_test``, ``split``).
 
     Returns:

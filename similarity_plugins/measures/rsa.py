@@ -146,7 +146,8 @@ def rsa(X: ArrayLike, Y: ArrayLike, rdm: str = "correlation", compare: str = "sp
     """RSA: the correlation between the upper triangles of the RDMs of X and of Y.
 
     Args:
-        X: (n, dx) array or tensor (higher rank flattens after axis 0). Y: (n, dy), the same n inputs.
+        X: (n, dx) array or tensor (higher rank flattens after axis 0).
+        Y: (n, dy), the same n inputs.
         rdm: ``"correlation"`` (default), ``"euclidean"`` or ``"cosine"``, as ``scipy.spatial.distance.pdist``.
         compare: ``"spearman"`` (default; average ranks for ties), ``"pearson"`` or ``"kendall"`` (tau-b).
         max_bytes: memory budget for the O(n^2) work; default: free memory of the device now.
@@ -179,11 +180,15 @@ def rsa_vector(X: ArrayLike, rdm: str = "correlation", compare: str = "spearman"
     """One representation's RDM as [`rsa`][rsa] compares it, for reuse across many pairs (a grid's node).
 
     Args:
-        X: (n, d) array or tensor. rdm, compare, max_bytes: as for [`rsa`][rsa]. name: the argument in errors.
+        X: (n, d) array or tensor.
+        rdm: as for [`rsa`][rsa].
+        compare: as for [`rsa`][rsa].
+        max_bytes: as for [`rsa`][rsa].
+        name: the argument in errors.
 
     Returns:
         (n(n-1)/2,) float64 tensor: the RDM's upper triangle, as average ranks for ``compare="spearman"``.
-        ``rsa_from_vectors(rsa_vector(X), rsa_vector(Y), compare)`` equals ``rsa(X, Y)``.
+            ``rsa_from_vectors(rsa_vector(X), rsa_vector(Y), compare)`` equals ``rsa(X, Y)``.
     """
     check_choice(rdm, "rdm", RDMS, "RSA")
     check_choice(compare, "compare", COMPARISONS, "RSA")

@@ -146,9 +146,11 @@ def streamed_regression(x: Any, y: Any, *, rows: int = 8192, alpha: float | None
     ``rows`` at a time, on the same seeded split of the rows (its first ``ceil(0.8 n)`` for fitting).
 
     Args:
-        x: (n, dx) front rows; y: (n, dy) end rows of the same samples.
+        x: (n, dx) front rows.
+        y: (n, dy) end rows of the same samples.
         rows: samples read per block.
-        alpha: relative ridge strength (default `DEFAULT_ALPHA`); seed: the split's seed.
+        alpha: relative ridge strength (default `DEFAULT_ALPHA`).
+        seed: the seed of the train/test split.
 
     Returns:
         R^2 on the held-out rows, equal to ``linear_regression(x, y, alpha, seed=seed)`` up to float64 rounding.

@@ -57,21 +57,19 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
                    desc: str = "activations") -> tuple[torch.Tensor, ...]:
     """Activations of ``model`` at every layer of ``names`` in one forward pass per batch, and the labels.
 
-    Parameters
-    ----------
-    model: the network; forward hooks are added for the pass and removed afterwards (also on error).
-    names: module names (``named_modules()``); each must run once per forward pass (``AmbiguousLayer`` for a
-        shared module that runs more, counted on the first batch, which runs the whole model). A model
-        with a ``layer_activation(output)`` method (a wrapped transformers model) gives each output through it
-        (the block's hidden states, pooled per batch); others must output tensors.
-    data: a Dataset or DataLoader of ``(x, y)``.
+    Args:
+        model: the network; forward hooks are added for the pass and removed afterwards (also on error).
+        names: module names (``named_modules()``); each must run once per forward pass (``AmbiguousLayer`` for a
+            shared module that runs more, counted on the first batch, which runs the whole model). A model
+            with a ``layer_activation(output)`` method (a wrapped transformers model) gives each output through it
+            (the block's hidden states, pooled per batch); others must output tensors.
+        data: a Dataset or DataLoader of ``(x, y)``.
 
-    Returns
-    -------
-    ``(A_1, ..., A_k, y)``: each ``A_i`` (N, ...) float32 on the CPU in the layer's own shape, equal bit for bit
-    to `extract_activations` at that layer (the same modules run on the same inputs); ``y`` (N,) int64.
-    The forward pass stops as soon as the last of the layers has produced its output. Raises ``ValueError``
-    for NaN/Inf activations and ``TypeError`` for a layer whose output is not a tensor (naming the layer).
+    Returns:
+        ``(A_1, ..., A_k, y)``: each ``A_i`` (N, ...) float32 on the CPU in the layer's own shape, equal bit for bit
+            to `extract_activations` at that layer (the same modules run on the same inputs); ``y`` (N,) int64.
+            The forward pass stops as soon as the last of the layers has produced its output. Raises ``ValueError``
+            for NaN/Inf activations and ``TypeError`` for a layer whose output is not a tensor (naming the layer).
     """
     chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     labels = []

@@ -13,6 +13,7 @@ from typing import Any, Callable, Hashable
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
 from ..utils.arrays import nbytes_of
 from ..utils.progress import Progress
@@ -64,7 +65,7 @@ class Context:
         self.train_only: set[Hashable] = set()   # memo keys whose values depend on the models and Data.train alone
 
     def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
-                 progress: Progress) -> "Context":
+                 progress: Progress) -> Context:
         """A new context with one call's settings that shares this one's memo (its caches).
 
         This context is left as it is. The memo is shared only when ``data`` holds the same split
@@ -94,7 +95,7 @@ class Context:
             self.train_only.add(key)
         return self.memo[key]
 
-    def with_test(self, test: Any) -> "Context":
+    def with_test(self, test: Dataset | DataLoader) -> Context:
         """A context with this one's settings and training split and ``test`` as its test split.
 
         It starts with this context's entries that depend on the models and the training split alone (those
@@ -125,16 +126,16 @@ class Context:
     def derived(self, model: nn.Module, layer: str, split: str, what: Hashable, compute: Callable[[], Any]) -> Any:
         """A quantity a measure derives from one node's activations (a centred Gram matrix, an RDM), memoised per node.
 
-        Parameters
-        ----------
-        model, layer, split: the node and split the quantity comes from.
-        what: what it is and everything else it depends on (e.g. ``("cka-gram", debiased, max_samples)``).
-        compute: ``compute()`` builds it from ``context.activations(model, layer, split)``; it must be
-            deterministic, since under ``derived_bytes`` an entry may be dropped and built again.
+        Args:
+            model: the model of the node the quantity comes from.
+            layer: the layer of that node.
+            split: the split of the activations (``"train"`` or ``"test"``).
+            what: what it is and everything else it depends on (e.g. ``("cka-gram", debiased, max_samples)``).
+            compute: ``compute()`` builds it from ``context.activations(model, layer, split)``; it must be
+                deterministic, since under ``derived_bytes`` an entry may be dropped and built again.
 
-        Returns
-        -------
-        The memoised value. Entries count their NumPy arrays' and tensors' bytes against ``derived_bytes``.
+        Returns:
+            The memoised value. Entries count their NumPy arrays' and tensors' bytes against ``derived_bytes``.
         """
         key = ("derived", id(model), layer, split, what)
         if key in self.memo:

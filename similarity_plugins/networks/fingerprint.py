@@ -56,7 +56,7 @@ def module_config(module: nn.Module) -> str:
     return repr((_name(module), module.extra_repr(), settings, functions, hooks, code))
 
 
-def update_module_configs(h: "hashlib._Hash", named_modules: Iterable[tuple[str, nn.Module]]) -> None:
+def update_module_configs(h: hashlib._Hash, named_modules: Iterable[tuple[str, nn.Module]]) -> None:
     """Feed ``(name, module_config(module))`` of every given module, in the given order, into hash ``h``."""
     for name, module in named_modules:
         h.update(f"module|{name}|{module_config(module)}|".encode())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import inspect
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -21,12 +21,16 @@ from torch import nn
 from .pooling import check_pooling, pool_tokens
 from .preprocess import Preprocessing, preprocess_images, preprocessing_of
 
+if TYPE_CHECKING:  # transformers is optional: its types name the arguments, the module never imports it here
+    from transformers import BaseImageProcessor, PreTrainedTokenizerBase, ProcessorMixin
+
 __all__ = ["hf"]
 
 
-def hf(source: Any, *, tokenizer: Any = None, processor: Any = None, pooling: str | None = None,
+def hf(source: nn.Module | str | os.PathLike, *, tokenizer: PreTrainedTokenizerBase | None = None,
+       processor: BaseImageProcessor | ProcessorMixin | None = None, pooling: str | None = None,
        exclude_special: bool = False, view: str | None = None, padding_side: str | None = None,
-       max_length: int | None = None, preprocess: bool = True) -> "HFModel":
+       max_length: int | None = None, preprocess: bool = True) -> HFModel:
     """Wrap a Hugging Face ``transformers`` model so that `compare`, `compare_grid`, `layers` and the CLI take it.
 
     Args:
@@ -191,7 +195,7 @@ class HFModel(nn.Module):
         finally:
             root.training = saved
 
-    def _apply(self, fn: Any, recurse: bool = True) -> "HFModel":
+    def _apply(self, fn: Any, recurse: bool = True) -> HFModel:
         # .to(), .half(), .cuda() reach the transformers model's own root parameters and buffers too, if any
         self.hf_model._apply(fn, recurse)
         return self

@@ -154,7 +154,7 @@ class World:
             raise collective from error
         raise collective
 
-    def control(self) -> "World":
+    def control(self) -> World:
         """A world for ``compare``'s own small messages (agreeing on a row) on a channel of its own, so that a
         metric thread abandoned inside a collective cannot pair up with them; every rank must call it at the
         same point (a distributed world creates the channel collectively). In one process: ``self``."""

@@ -269,9 +269,9 @@ def preprocessed(model: nn.Module, config: Any = None) -> nn.Module:
 
     Returns:
         A module of a subclass of ``type(model)`` that shares the model's submodules, parameters and buffers
-        (same ``named_modules()`` names, so [`layers`][similarity_plugins.layers] and every layer name are the
-        model's): ``forward(x)`` with ``x`` (N, C, H, W) in [0, 1] runs the preprocessing, then the model. The
-        model itself is not changed. ``ValueError``/``TypeError`` for a config it cannot read, naming the fix.
+            (same ``named_modules()`` names, so [`layers`][similarity_plugins.layers] and every layer name are the
+            model's): ``forward(x)`` with ``x`` (N, C, H, W) in [0, 1] runs the preprocessing, then the model. The
+            model itself is not changed. ``ValueError``/``TypeError`` for a config it cannot read, naming the fix.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"preprocessed takes a torch.nn.Module, got {type(model).__name__}")

@@ -1,11 +1,13 @@
 """An activation store on disk: one entry per (model, layer), chunked ``.npy`` files with a checksum each.
 
-Layout of a store folder ``STORE`` (every file written atomically with `atomic_write`)::
+Layout of a store folder ``STORE`` (every file written atomically with `atomic_write`):
 
-    STORE/store.json                         {"format": "similarity-plugins-store-1"}
-    STORE/<model>/<layer>/manifest.json      the entry: names, key, fingerprints, shape, dtype, chunks, provenance
-    STORE/<model>/<layer>/<key>/<start>-<stop>.npy    rows start..stop-1, an (n_i, D) array (NumPy format)
-    STORE/<model>/<layer>/<key>/<start>-<stop>.json   that chunk's SHA-256 and data digest, written after it
+```text
+STORE/store.json                         {"format": "similarity-plugins-store-1"}
+STORE/<model>/<layer>/manifest.json      the entry: names, key, fingerprints, shape, dtype, chunks, provenance
+STORE/<model>/<layer>/<key>/<start>-<stop>.npy    rows start..stop-1, an (n_i, D) array (NumPy format)
+STORE/<model>/<layer>/<key>/<start>-<stop>.json   that chunk's SHA-256 and data digest, written after it
+```
 
 ``<model>`` and ``<layer>`` are the names, percent-quoted for the file system. ``<key>`` is the entry's content
 address: a digest of the model's fingerprint, the layer and the pooling. The manifest is written once, when
@@ -153,7 +155,7 @@ class Store:
             raise StoreError(f"{self.path} holds a store of format {fmt!r}; this version reads {FORMAT!r}")
 
     @classmethod
-    def create(cls, path: str | os.PathLike) -> "Store":
+    def create(cls, path: str | os.PathLike) -> Store:
         """Make a store folder at ``path`` (or open the store already there) and return it."""
         marker = os.path.join(os.fspath(path), "store.json")
         if os.path.exists(os.fspath(path)) and not os.path.isdir(os.fspath(path)):
@@ -274,8 +276,8 @@ class Store:
             shutil.rmtree(self.entry_folder(model, layer, previous), ignore_errors=True)
         return manifest
 
-    def put(self, model: str, layer: str, chunks: "np.ndarray | Iterable[np.ndarray]",
-            sample_ids: "np.ndarray | None" = None, *, produced_by: dict | None = None) -> StoredArray:
+    def put(self, model: str, layer: str, chunks: np.ndarray | Iterable[np.ndarray],
+            sample_ids: np.ndarray | None = None, *, produced_by: dict | None = None) -> StoredArray:
         """Write an entry from activations made elsewhere: an (N, D) array or an iterable of (n_i, D) chunks.
 
         Args:

@@ -49,8 +49,11 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
         model: the network (never changed: eval mode and no gradients only for the pass, flags restored).
         layers: module names; each entry holds that layer's output flattened to (N, D) float32.
         split: a Dataset or DataLoader of ``(x, y)``, read in order.
-        split_name, pooling: recorded in each entry (``pooling`` also enters its key).
-        batch_size, device, progress: as for `extract_layers`.
+        split_name: the split's name, recorded in each entry.
+        pooling: the pooling, recorded in each entry and part of its key.
+        batch_size: as for `extract_layers`.
+        device: as for `extract_layers`.
+        progress: as for `extract_layers`.
 
     Returns:
         The number of batches forwarded, on all ranks together (0 when every chunk was already there).

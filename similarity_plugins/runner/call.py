@@ -37,7 +37,7 @@ def hook_call(pm, name: str, arguments: dict[str, Any]) -> Callable[[], Any]:
     return lambda: impl.function(**{a: arguments[a] for a in impl.argnames})
 
 
-def to_row(value: Any, metric: str, layer: str, bounds: "tuple[float, float] | None" = None) -> SimilarityResult:
+def to_row(value: Any, metric: str, layer: str, bounds: tuple[float, float] | None = None) -> SimilarityResult:
     """A plugin's return value as a new row of ``metric`` at ``layer`` (always those, whatever a returned
     [`SimilarityResult`][SimilarityResult] says: it may be another call's row, which is left as it was), with a warning
     for a non-finite score and the declared ``bounds`` applied (`check_range`)."""
@@ -101,7 +101,7 @@ def as_float(value: Any) -> float | None:
     raise TypeError(f"the plugin returned {type(value).__name__}; return a float, a dict with 'score', or a SimilarityResult")
 
 
-def metric_options(options: dict, defaults: "dict | None") -> tuple[dict, str | None]:
+def metric_options(options: dict, defaults: dict | None) -> tuple[dict, str | None]:
     """One metric's options for its call: a private deep copy (a plugin that changes it changes nothing for the
     next metric or the caller) with every value read by `coerce_option_values`; and the first
     bad value's message (then the dict is the copy as given)."""
@@ -121,6 +121,6 @@ def short_traceback(exc: BaseException) -> str:
 
 
 
-def interrupted_row(name: str, layer: "str | LayerPair") -> SimilarityResult:
+def interrupted_row(name: str, layer: str | LayerPair) -> SimilarityResult:
     """The row of a metric that Ctrl-C (or SIGTERM) stopped before it finished."""
     return SimilarityResult.from_exception(name, KeyboardInterrupt("interrupted before this metric finished"), layer)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Mapping, Sequence
 
 import torch
+from torch import nn
 
 from ..networks.data import Data
 from ..networks.split import model_device, on_device
@@ -18,8 +19,10 @@ from .grid_nodes import as_layers, as_models
 __all__ = ["extract"]
 
 
-def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | Store", *, split: str = "test",
-            batch_size: int | None = None, device: "str | torch.device | None" = None,
+def extract(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module,
+            layers: str | Sequence[str] | Mapping[str, Sequence[str]], data: Data, store: str | os.PathLike | Store, *,
+            split: str = "test",
+            batch_size: int | None = None, device: str | torch.device | None = None,
             progress: Progress = "never") -> Store:
     """Write the activations of every (model, layer) node on a data split into an activation store.
 
@@ -35,9 +38,9 @@ def extract(models: Any, layers: Any, data: Data, store: "str | os.PathLike | St
 
     Returns:
         The [`Store`][Store]. Each model runs one forward pass per batch for all its layers, and only for batches
-        whose chunks are missing: a second call with the same models and data runs no forward pass, an
-        interrupted call resumes, and a model whose parameters, buffers or settings changed gets new entries.
-        The models are left as they were.
+            whose chunks are missing: a second call with the same models and data runs no forward pass, an
+            interrupted call resumes, and a model whose parameters, buffers or settings changed gets new entries.
+            The models are left as they were.
     """
     progress = check_progress(progress)
     if not isinstance(data, Data):

@@ -16,15 +16,17 @@ cell is the call ``compare`` makes for that pair (the same guard, rng isolation 
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
+from torch import nn
 
 from ..host.manager import get_plugin_manager
 from ..host.registry import options_for_metrics
 from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.split import model_device, on_device
+from ..networks.store import Store
 from ..utils.progress import Progress, check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
@@ -98,43 +100,45 @@ def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, 
     return source.named, source.per_model, source.data, source
 
 
-def compare_grid(models: Any = None, layers: Any = None, data: Data | None = None,
-                 metrics: "str | Iterable[str] | None" = None, *,
-                 pairs: "str | Sequence[tuple[Node, Node]]" = "all", seed: int = 0, options: dict | None = None,
-                 device: "str | torch.device | None" = None, progress: Progress = "never",
-                 resume: "str | os.PathLike | None" = None, cache_bytes: int | None = None,
-                 store: "str | os.PathLike | Any | None" = None) -> Grid:
+def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module | None = None,
+                 layers: str | Sequence[str] | Mapping[str, Sequence[str]] | None = None, data: Data | None = None,
+                 metrics: str | Iterable[str] | None = None, *,
+                 pairs: str | Sequence[tuple[Node, Node]] = "all", seed: int = 0, options: dict | None = None,
+                 device: str | torch.device | None = None, progress: Progress = "never",
+                 resume: str | os.PathLike | None = None, cache_bytes: int | None = None,
+                 store: str | os.PathLike | Store | None = None) -> Grid:
     """Score every selected metric on every selected pair of (model, layer) nodes.
 
-    Parameters
-    ----------
-    models: ``{name: nn.Module}`` or a list (named ``m0``, ``m1``, ...); one model gives its own layer x layer grid.
-    layers: layer names used for every model, or ``{model name: [layer, ...]}``.
-    data: [`Data`][Data] (test: scoring; train: fitting stitches, IRI seeds), as for ``compare``.
-    metrics: names or wildcards; None: every activation-only metric (stitching and IRI metrics only when named).
-    pairs: ``"all"`` (every ordered pair, each node with itself included), ``"across"`` (nodes of different
-        models), ``"within"`` (nodes of one model), or a list of ``((model, layer), (model, layer))``.
-    seed, options, device, progress: as for ``compare`` (``progress``: a bar over the cells).
-    resume: a finished-cells file (JSON lines, each with its SHA-256): cells already in it (same models, the same
-        data content, seed and options) are read back instead of computed, and every cell computed is appended
-        as it finishes, so an interrupted grid loses nothing finished. Only the cells this call asks for are read
-        back (a file written with ``pairs="all"`` serves ``"across"`` its cells and no others); cells that failed
-        are computed again; a last line cut short by an interruption is dropped. A damaged or edited file
-        raises `BadFile` (a ``ValueError``) naming the file and line.
-    cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once; beyond it
-        the least recently used are dropped and rebuilt when needed (same values, more time). None: no bound.
-    store: an activation store folder (or [`Store`][Store]). With models and layers, what it lacks is extracted
-        into it first (one forward pass per batch, only for missing chunks) and every node's test activations
-        are read from it. With models and layers left out, the grid runs from the store alone: every entry, or
-        ``layers={model: [layer, ...]}`` to choose; metrics that run the models then get an error row.
+    Args:
+        models: ``{name: nn.Module}`` or a list (named ``m0``, ``m1``, ...); one model gives its own layer x layer grid.
+        layers: layer names used for every model, or ``{model name: [layer, ...]}``.
+        data: [`Data`][Data] (test: scoring; train: fitting stitches, IRI seeds), as for ``compare``.
+        metrics: names or wildcards; None: every activation-only metric (stitching and IRI metrics only when named).
+        pairs: ``"all"`` (every ordered pair, each node with itself included), ``"across"`` (nodes of different
+            models), ``"within"`` (nodes of one model), or a list of ``((model, layer), (model, layer))``.
+        seed: as for [`compare`][similarity_plugins.compare].
+        options: as for [`compare`][similarity_plugins.compare].
+        device: as for [`compare`][similarity_plugins.compare].
+        progress: as for [`compare`][similarity_plugins.compare], with one bar over the cells.
+        resume: a finished-cells file (JSON lines, each with its SHA-256): cells already in it (same models, the same
+            data content, seed and options) are read back instead of computed, and every cell computed is appended
+            as it finishes, so an interrupted grid loses nothing finished. Only the cells this call asks for are read
+            back (a file written with ``pairs="all"`` serves ``"across"`` its cells and no others); cells that failed
+            are computed again; a last line cut short by an interruption is dropped. A damaged or edited file
+            raises `BadFile` (a ``ValueError``) naming the file and line.
+        cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once; beyond it
+            the least recently used are dropped and rebuilt when needed (same values, more time). None: no bound.
+        store: an activation store folder (or [`Store`][Store]). With models and layers, what it lacks is extracted
+            into it first (one forward pass per batch, only for missing chunks) and every node's test activations
+            are read from it. With models and layers left out, the grid runs from the store alone: every entry, or
+            ``layers={model: [layer, ...]}`` to choose; metrics that run the models then get an error row.
 
-    Returns
-    -------
-    [`Grid`][grid_results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
-    naming the valid ones. A failing cell (or a model whose forward pass fails: all its cells) gets an error
-    row; every other cell keeps its value. Ctrl-C raises ``KeyboardInterrupt`` with a ``grid`` attribute
-    holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
-    returns the same grid.
+    Returns:
+        [`Grid`][grid_results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
+            naming the valid ones. A failing cell (or a model whose forward pass fails: all its cells) gets an error
+            row; every other cell keeps its value. Ctrl-C raises ``KeyboardInterrupt`` with a ``grid`` attribute
+            holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank
+            returns the same grid.
     """
     progress, seed, data = _checked_arguments(progress, seed, data, cache_bytes)
     named, per_model, data, source = _grid_models(models, layers, data, store, device, progress)

@@ -37,8 +37,8 @@ def take_nulls(cells: dict[tuple, SimilarityResult], nodes: list[tuple], info: d
 
     Returns:
         ``(cells, {(metric, front model, end model): [K floats]})``: the results copied without
-        ``null_values`` (the others are the same objects), and the block nulls of every block whose scored
-        cells all have null values of one length K.
+            ``null_values`` (the others are the same objects), and the block nulls of every block whose scored
+            cells all have null values of one length K.
     """
     clean: dict[tuple, SimilarityResult] = {}
     per_block: dict[BlockKey, list] = {}
@@ -68,15 +68,17 @@ def best_pair(grid: Any, metric: str, front: str, end: str) -> dict[str, Any]:
 
     Args:
         grid: a [`Grid`][similarity_plugins.runner.grid_results.Grid].
-        metric: a metric of the grid. front, end: model names of the grid (the same name: a model's own block).
+        metric: a metric of the grid.
+        front: a model name of the grid.
+        end: a model name of the grid (``front`` again: that model's own block).
 
     Returns:
         ``{"front_layer", "end_layer", "score", "p_value"}``: the highest score (lowest for a metric declared a
-        distance; the first in row-major order on a tie) and ``p_value = (1 + #{k: best null value of
-        permutation k at least as extreme as score}) / (K + 1)``, never below that cell's own p-value (a
-        permutation's best over the block is at least that cell's null value; the maximum with the cell's
-        own p-value only absorbs float rounding between the two paths); None when the grid ran without
-        permutations or a scored cell of the block has no null values (a metric without a permutation test).
+            distance; the first in row-major order on a tie) and ``p_value = (1 + #{k: best null value of
+            permutation k at least as extreme as score}) / (K + 1)``, never below that cell's own p-value (a
+            permutation's best over the block is at least that cell's null value; the maximum with the cell's
+            own p-value only absorbs float rounding between the two paths); None when the grid ran without
+            permutations or a scored cell of the block has no null values (a metric without a permutation test).
 
     Raises:
         ValueError: an unknown metric or model (naming the valid ones), or a block without any scored cell.

@@ -29,11 +29,14 @@ Node = tuple  # (model name, layer name)
 class Grid:
     """Every cell of a grid of comparisons, as matrices, best pairs, a flat report, JSON and heatmaps.
 
-    Attributes: ``nodes`` (list of ``(model, layer)`` in order: models as given, each model's layers as given),
-    ``metrics`` (names, in order), ``info`` (``{metric: {"kind", "range", "symmetric"}}`` as the metrics
-    declare), ``meta`` (the call's settings), ``cells`` (``{(metric, front index, end index): result}``),
-    ``block_nulls`` (``{(metric, front model, end model): [K floats]}``: with permutations, each permutation's
-    best null value over the block's cells, for [`best_pair`][best_pair]).
+    Attributes:
+        nodes: ``(model, layer)`` pairs in order: models as given, each model's layers as given.
+        metrics: metric names, in order.
+        cells: ``{(metric, front index, end index): result}``.
+        info: ``{metric: {"kind", "range", "symmetric"}}`` as the metrics declare.
+        meta: the call's settings.
+        block_nulls: ``{(metric, front model, end model): [K floats]}``: with permutations, each permutation's
+            best null value over the block's cells, for [`best_pair`][similarity_plugins.Grid.best_pair].
     """
 
     def __init__(self, nodes: list[Node], metrics: list[str], cells: dict[tuple[str, int, int], SimilarityResult],
@@ -90,14 +93,14 @@ class Grid:
     def matrix(self, metric: str, front: str | None = None, end: str | None = None) -> np.ndarray:
         """Scores of ``metric`` as a float64 array.
 
-        Parameters
-        ----------
-        metric: a metric of the grid. front, end: model names, or None for every node.
+        Args:
+            metric: a metric of the grid.
+            front: a model name (its layers are the rows), or None for every node.
+            end: a model name (its layers are the columns), or None for every node.
 
-        Returns
-        -------
-        (rows, columns): rows are front nodes (all nodes, or ``front``'s layers), columns end nodes (all, or
-        ``end``'s layers), in ``nodes`` order; NaN where a cell was not asked for or failed.
+        Returns:
+            A (rows, columns) array. Rows are front nodes (all nodes, or ``front``'s layers), columns end nodes
+                (all, or ``end``'s layers), in ``nodes`` order; NaN where a cell was not asked for or failed.
         """
         return self._matrix(metric, front, end, lambda cell: float(cell.score))
 
@@ -125,15 +128,17 @@ class Grid:
         p-value under the max-statistic null.
 
         Args:
-            metric: a metric of the grid. front, end: model names (the same name: a model's own block).
+            metric: a metric of the grid.
+            front: a model name of the grid.
+            end: a model name of the grid (``front`` again: that model's own block).
 
         Returns:
             ``{"front_layer", "end_layer", "score", "p_value"}``. ``score`` is the block's highest (lowest for a
-            distance); with ``compare_grid(..., options={"permutations": K})``, ``p_value = (1 + #{k: the best
-            null value over all the block's cells under permutation k is at least as extreme as score}) /
-            (K + 1)``, every cell of the block scored under the same K permutations of the end's test rows.
-            It is never below that cell's own p-value and is 1/(K+1) for a model against itself; None
-            without permutations. See `similarity_plugins.runner.grid_best`.
+                distance); with ``compare_grid(..., options={"permutations": K})``, ``p_value = (1 + #{k: the best
+                null value over all the block's cells under permutation k is at least as extreme as score}) /
+                (K + 1)``, every cell of the block scored under the same K permutations of the end's test rows.
+                It is never below that cell's own p-value and is 1/(K+1) for a model against itself; None
+                without permutations. See `similarity_plugins.runner.grid_best`.
         """
         from .grid_best import best_pair
 
@@ -190,13 +195,13 @@ class Grid:
         return text
 
     @classmethod
-    def from_dict(cls, payload: dict) -> "Grid":
+    def from_dict(cls, payload: dict) -> Grid:
         """The grid of [`to_dict`][to_dict]; `BadFile` (a ``ValueError``) naming the first problem when
         ``payload`` is not one (a missing field, a cell index out of range, a score that is not a number)."""
         return cls(*grid_parts(payload, "the grid dict"))
 
     @classmethod
-    def from_json(cls, path: str | os.PathLike) -> "Grid":
+    def from_json(cls, path: str | os.PathLike) -> Grid:
         """Read a grid written by [`to_json`][to_json]; `BadFile` (a ``ValueError``) naming the file when it is
         not valid JSON or not a grid, ``FileNotFoundError`` when it does not exist."""
         return cls(*read_grid_file(path))

@@ -68,7 +68,7 @@ class StoreSource:
                 ctx.versions[key] = versions(acts)
 
 
-def store_source(store: "str | os.PathLike | Store", models: Any, layers: Any, data: Data | None, *,
+def store_source(store: str | os.PathLike | Store, models: Any, layers: Any, data: Data | None, *,
                  device: torch.device | None, progress: Progress) -> StoreSource:
     """The models, layers and data of ``compare_grid(..., store=store)``, the store filled where it must be."""
     if models is None:

@@ -198,7 +198,7 @@ def drawn_split(n: int, seed: int) -> dict[str, torch.Tensor]:
     return {"train": perm[n_test:].sort().values, "test": perm[:n_test].sort().values}
 
 
-def select_score_metrics(metrics: "str | Iterable[str] | None") -> list[str]:
+def select_score_metrics(metrics: str | Iterable[str] | None) -> list[str]:
     """The metric names ``score`` runs: ``metrics`` resolved as in ``compare``, or, for ``None``, every
     registered metric that declares ``activations_only``. Raises ``ValueError`` when there is none."""
     if metrics is not None:
@@ -211,8 +211,9 @@ def select_score_metrics(metrics: "str | Iterable[str] | None") -> list[str]:
     return names
 
 
-def score(x: Any, y: Any, metrics: str | Iterable[str] | None = None, options: dict | None = None,
-          split: Mapping[str, Any] | None = None, seed: int = 0, progress: Progress = "never") -> Report:
+def score(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, metrics: str | Iterable[str] | None = None,
+          options: dict | None = None, split: Mapping[str, Any] | None = None, seed: int = 0,
+          progress: Progress = "never") -> Report:
     """Score two arrays of activations with every selected metric that reads only activations.
 
     Args:

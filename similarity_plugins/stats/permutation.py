@@ -95,21 +95,19 @@ def batch_size(bytes_per_permutation: float, k: int) -> int:
 def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: bool = False) -> dict[str, Any]:
     """The permutation test's details: ``p_value``, ``null_mean``, ``null_std`` (ddof 1) and ``permutations``.
 
-    Parameters
-    ----------
-    observed: the statistic on the unpermuted pairing, computed the way the null values are.
-    null: (K,) float64 statistics of the K permutations.
-    kind: ``"distance"``: extreme means at most ``observed``; otherwise (a similarity) at least ``observed``.
-        Values within `TIE_RTOL` of ``observed`` (relative to the largest magnitude) count as ties,
-        which are extreme: rounding of the same number never lowers a p-value.
-    keep_null: also return the K null values, in the order of the permutations (``null_values``), so that a
-        grid can form the maximum over its cells per permutation.
+    Args:
+        observed: the statistic on the unpermuted pairing, computed the way the null values are.
+        null: (K,) float64 statistics of the K permutations.
+        kind: ``"distance"``: extreme means at most ``observed``; otherwise (a similarity) at least ``observed``.
+            Values within `TIE_RTOL` of ``observed`` (relative to the largest magnitude) count as ties,
+            which are extreme: rounding of the same number never lowers a p-value.
+        keep_null: also return the K null values, in the order of the permutations (``null_values``), so that a
+            grid can form the maximum over its cells per permutation.
 
-    Returns
-    -------
-    ``{"p_value": float in [1/(K+1), 1], "null_mean": float, "null_std": float, "permutations": K}``, and
-    ``"null_values"`` (a list of K floats) when ``keep_null``; ``null_std`` is NaN for K = 1 (a standard
-    deviation with ddof 1 needs two values).
+    Returns:
+        ``{"p_value": float in [1/(K+1), 1], "null_mean": float, "null_std": float, "permutations": K}``, and
+            ``"null_values"`` (a list of K floats) when ``keep_null``; ``null_std`` is NaN for K = 1 (a standard
+            deviation with ddof 1 needs two values).
     """
     values = null.double().cpu()
     k = int(values.numel())
@@ -126,14 +124,13 @@ def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: 
 def permuted_inner(a: torch.Tensor, b: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
     """``sum_ij a_ij b_{p(i) p(j)}`` for each row ``p`` of ``perms``: (K,) float64.
 
-    Parameters
-    ----------
-    a, b: (n, n) symmetric float64 matrices on one device (centred Gram matrices, RDMs).
-    perms: (K, n) int64 permutations.
+    Args:
+        a: (n, n) symmetric float64 matrix (a centred Gram matrix, an RDM).
+        b: (n, n) symmetric float64 matrix on the same device as ``a``.
+        perms: (K, n) int64 permutations.
 
-    Returns
-    -------
-    (K,) float64 tensor on the CPU, exact up to float64 rounding of the sum.
+    Returns:
+        (K,) float64 tensor on the CPU, exact up to float64 rounding of the sum.
 
     O(n^2) per permutation. On the CPU, by symmetry, only the pairs ``i <= j`` are visited (`_upper_blocks`):
     for each row block of about ``GATHER_BLOCK_BYTES``, every permutation's rows ``p(i)`` of ``b`` are gathered
@@ -186,21 +183,19 @@ def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: flo
                available: float | None = None, n: int | None = None) -> str | None:
     """Warn (`PermutationCostWarning`) before the work when ``k`` permutations would exceed a bound.
 
-    Parameters
-    ----------
-    k: the number of permutations.
-    work_per_permutation: operations one permutation costs (multiply-adds; gathers weighted by GATHER_COST);
-        `PERMUTATION_COST` is added for drawing each permutation.
-    what: the measure, for the message.
-    matrix_bytes: bytes of the derived matrices the test holds besides the score's own (n x n Grams).
-    available: bytes of memory available (None: the machine's, `available_bytes`); the matrices and the
-        null values (`NULL_BYTES` per permutation) must fit.
-    n: the number of samples; with it, a note when ``k`` is near or above the ``n!`` distinct permutations
-        (draws then repeat, so more permutations add little).
+    Args:
+        k: the number of permutations.
+        work_per_permutation: operations one permutation costs (multiply-adds; gathers weighted by GATHER_COST);
+            `PERMUTATION_COST` is added for drawing each permutation.
+        what: the measure, for the message.
+        matrix_bytes: bytes of the derived matrices the test holds besides the score's own (n x n Grams).
+        available: bytes of memory available (None: the machine's, `available_bytes`); the matrices and the
+            null values (`NULL_BYTES` per permutation) must fit.
+        n: the number of samples; with it, a note when ``k`` is near or above the ``n!`` distinct permutations
+            (draws then repeat, so more permutations add little).
 
-    Returns
-    -------
-    The warning's text (also for ``details["warnings"]``), or None when within the bounds.
+    Returns:
+        The warning's text (also for ``details["warnings"]``), or None when within the bounds.
     """
     from ..utils.arrays import available_bytes
 
@@ -338,13 +333,12 @@ def _raw_moment(a: np.ndarray, b: np.ndarray, order: int, memos: tuple[dict, dic
 def permutation_moments(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
     """Exact mean, variance and skewness of ``T = sum_ij a_ij b_{p(i) p(j)}`` over all n! permutations p.
 
-    Parameters
-    ----------
-    a, b: (n, n) symmetric float64 matrices (diagonals included in T).
+    Args:
+        a: (n, n) symmetric float64 matrix (its diagonal included in T).
+        b: (n, n) symmetric float64 matrix (its diagonal included in T).
 
-    Returns
-    -------
-    ``(mean, variance, skewness)`` of T; the skewness is 0 when the variance is 0.
+    Returns:
+        ``(mean, variance, skewness)`` of T; the skewness is 0 when the variance is 0.
 
     Every moment is a sum over the patterns in which the 2m indices of T^m coincide (Bell(6) = 203 for the
     third), each a contraction of the matrices (at most one n x n x n product per matrix); exact up to float64

@@ -23,14 +23,12 @@ def _finite(p: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
 def holm(p: Sequence[float]) -> np.ndarray:
     """Holm's step-down adjusted p-values.
 
-    Parameters
-    ----------
-    p: m p-values in [0, 1] (NaN: not in the family).
+    Args:
+        p: m p-values in [0, 1] (NaN: not in the family).
 
-    Returns
-    -------
-    (m,) float64: with the k finite values sorted ascending, ``adj_(i) = max_{j<=i} min(1, (k - j + 1) p_(j))``,
-    in the input's order; NaN where the input is NaN.
+    Returns:
+        (m,) float64: with the k finite values sorted ascending, ``adj_(i) = max_{j<=i} min(1, (k - j + 1) p_(j))``,
+            in the input's order; NaN where the input is NaN.
     """
     arr, keep = _finite(p)
     out = np.full(arr.shape, np.nan)
@@ -48,14 +46,12 @@ def holm(p: Sequence[float]) -> np.ndarray:
 def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
     """Benjamini-Hochberg adjusted p-values (q-values of the step-up FDR procedure).
 
-    Parameters
-    ----------
-    p: m p-values in [0, 1] (NaN: not in the family).
+    Args:
+        p: m p-values in [0, 1] (NaN: not in the family).
 
-    Returns
-    -------
-    (m,) float64: with the k finite values sorted ascending, ``adj_(i) = min_{j>=i} min(1, k p_(j) / j)``,
-    in the input's order; NaN where the input is NaN.
+    Returns:
+        (m,) float64: with the k finite values sorted ascending, ``adj_(i) = min_{j>=i} min(1, k p_(j) / j)``,
+            in the input's order; NaN where the input is NaN.
     """
     arr, keep = _finite(p)
     out = np.full(arr.shape, np.nan)

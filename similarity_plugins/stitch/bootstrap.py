@@ -16,7 +16,7 @@ _MAX_GATHER = 4_000_000  # indices gathered at once (bounds memory to ~32 MB of 
 
 
 def relative_accuracy_ci(stitched_correct: torch.Tensor, end_correct: torch.Tensor, *,
-                         resamples: int = DEFAULT_RESAMPLES, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+                         resamples: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of ``mean(stitched_correct) / mean(end_correct)``.
 
     - ``stitched_correct``, ``end_correct``: (N,) bool or 0/1 tensors, one entry per test sample.

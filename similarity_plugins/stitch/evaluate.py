@@ -40,21 +40,28 @@ def evaluate_stitch(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.T
                     reduce: Callable[[Callable[[], torch.Tensor], torch.Tensor], torch.Tensor] | None = None) -> dict:
     """Evaluate the stitched model ``h`` on test samples.
 
-    - ``front_acts``: A's activations at cut i on the test inputs, (N, *front_shape);
-    - ``labels``: (N,) int64; ``end_logits``: B's logits (N, K) on the same inputs;
-    - ``front_logits``: A's logits (N, K_A), optional, for A's own accuracy (``None`` in the result
-      when A's outputs do not cover the labels);
-    - ``end_acts``: B's activations at cut j (N, *end_shape), optional: adds ``dm_relative_error``, the
-      mean over samples of ``||T(f(x)) - g_{<=j}(x)||^2 / ||g_{<=j}(x)||^2``.
-    - ``reduce(compute, like)``: sums the count vector ``compute()`` over ranks (e.g.
-      ``world.reduce_sum(..., phase)``) when each rank holds a shard of the test set; None in one process.
+    Args:
+        fitted: the stitch [`fit_stitch`][similarity_plugins.stitch.fit_stitch] returned.
+        end: network B cut at j, as it was given to ``fit_stitch``.
+        front_acts: A's activations at cut i on the test inputs, (N, *front_shape).
+        labels: (N,) int64 labels.
+        end_logits: B's logits (N, K) on the same inputs.
+        front_logits: A's logits (N, K_A), optional, for A's own accuracy (``None`` in the result when A's
+            outputs do not cover the labels).
+        end_acts: B's activations at cut j (N, *end_shape), optional: adds ``dm_relative_error``, the mean over
+            samples of ``||T(f(x)) - g_{<=j}(x)||^2 / ||g_{<=j}(x)||^2``.
+        batch_size: test samples per forward pass.
+        reduce: ``reduce(compute, like)`` sums the count vector ``compute()`` over ranks (e.g.
+            ``world.reduce_sum(..., phase)``) when each rank holds a shard of the test set; None in one process.
 
-    Returns a dict with ``relative_accuracy`` (stitched accuracy / B's accuracy, the score),
-    ``agreement`` (fraction where h and B predict the same class), ``stitched_accuracy``,
-    ``end_accuracy``, ``front_accuracy`` (fractions in [0, 1]), ``test_size`` and ``test_ci95``
-    (``[low, high]``: 95% bootstrap interval of the relative accuracy over test samples, 1,000
-    resamples with a fixed seed; see `bootstrap`). Raises
-    ``ValueError`` for labels outside B's classes or when B's accuracy is 0 (ratio undefined).
+    Returns:
+        ``relative_accuracy`` (stitched accuracy / B's accuracy, the score), ``agreement`` (fraction where h and
+            B predict the same class), ``stitched_accuracy``, ``end_accuracy``, ``front_accuracy`` (fractions in
+            [0, 1]), ``test_size`` and ``test_ci95`` (``[low, high]``: 95% bootstrap interval of the relative
+            accuracy over test samples, 1,000 resamples with a fixed seed; see `bootstrap`).
+
+    Raises:
+        ValueError: labels outside B's classes, or B's accuracy is 0 (the ratio is undefined).
     """
     labels = torch.as_tensor(labels).long().cpu()
     if not (len(front_acts) == len(labels) == len(end_logits)):

@@ -112,7 +112,7 @@ class StitchSettings:
     seed: int = 0
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any] | None = None, *, seed: int = 0) -> "StitchSettings":
+    def from_options(cls, options: Mapping[str, Any] | None = None, *, seed: int = 0) -> StitchSettings:
         """Settings from an options dict; keys that are not settings are ignored (they belong to other
         metrics). Raises ``ValueError`` naming the option and the accepted values for a bad value."""
         options = dict(options or {})
@@ -120,7 +120,7 @@ class StitchSettings:
         values = {k: v for k, v in options.items() if k in known}
         return cls(**values, seed=int(seed)).validated()
 
-    def validated(self) -> "StitchSettings":
+    def validated(self) -> StitchSettings:
         """A copy with values normalised (types, aliases, the milestones as sorted fractions of training, with
         ``milestone_epochs`` folded into them); raises ``ValueError`` naming the option for a bad value."""
         given = {f.name: getattr(self, f.name) for f in fields(self)

@@ -41,12 +41,18 @@ class StitchDivergedError(ValueError):
 class FittedStitch:
     """A trained stitch and how it was trained.
 
-    ``stitch``: the [`StitchLayer`][StitchLayer] (eval mode, on the training device); ``losses``: mean training
-    loss per epoch (objective units: nats for HLM/SLM, squared activation units for DM "sum",
-    unitless for DM "normalised" and FuLA); ``init``: the initialisation's details (least squares adds
-    its relative residual); ``train_size``: samples trained on; ``steps``: optimiser steps;
-    ``seconds``: wall time of fitting (caching included); ``cache``: the [`TrainingCache`][TrainingCache] used
-    (or ``None`` once dropped).
+    Attributes:
+        stitch: the [`StitchLayer`][StitchLayer] (eval mode, on the training device).
+        objective: ``"hlm"``, ``"slm"``, ``"dm"`` or ``"fula"``.
+        settings: the validated settings it was trained with.
+        plan: the shapes and resizing of the cut pair (`StitchPlan`).
+        losses: mean training loss per epoch (objective units: nats for HLM/SLM, squared activation units for
+            DM "sum", unitless for DM "normalised" and FuLA).
+        init: the initialisation's details (least squares adds its relative residual).
+        train_size: samples trained on.
+        steps: optimiser steps.
+        seconds: wall time of fitting (caching included).
+        cache: the [`TrainingCache`][TrainingCache] used (or ``None`` once dropped).
     """
 
     stitch: StitchLayer
@@ -91,24 +97,34 @@ def fit_stitch(front: SplitNetwork, end: SplitNetwork, train_x: torch.Tensor | N
                progress: Progress = "never", cache: TrainingCache | None = None, world: World | None = None) -> FittedStitch:
     """Train a stitch from ``front`` (A cut at i) to ``end`` (B cut at j) with ``objective``.
 
-    - ``train_x``: training inputs (N, ...) (e.g. images (N, C, H, W) in [0, 1], or IRIs); B's targets
-      are computed on these same inputs. ``train_y``: (N,) int64 labels (needed by HLM only; may be
-      ``None`` otherwise). Both may be ``None`` when ``cache`` is given (its inputs are used).
-    - ``objective``: "hlm", "slm", "dm" or "fula". ``settings``: [`StitchSettings`][StitchSettings] (defaults:
-      the paper's; ``settings.seed`` seeds initialisation and shuffling; ``max_train`` subsets).
-    - ``cache``: a [`TrainingCache`][TrainingCache] over the same inputs to share across objectives.
-    - ``world``: with several ranks, training is data-parallel: each global batch (the same shuffled
-      indices on every rank) is split by the ranks' cache rows (``cache.rows``), each rank backpropagates
-      its part of the batch mean, and the summed gradients (one all-reduce per step) equal the
-      single-process mean gradient up to float reduction order; every rank ends with the same stitch.
-      (With ``stitch_bn`` each rank normalises by its own part's batch statistics.)
+    A training set smaller than one batch is one batch. The donors are unchanged afterwards, also on error. The
+    stitch is float32 for donors of any floating dtype (its output is cast to the end's), and it trains with
+    autograd also when called inside ``torch.no_grad()`` or ``torch.inference_mode()``.
 
-    Returns a [`FittedStitch`][FittedStitch]. A training set smaller than one batch is one batch. Raises
-    ``ValueError`` for an empty training set,
-    labels outside B's classes, shapes that cannot be stitched, or a NaN/Inf loss
-    ([`StitchDivergedError`][StitchDivergedError]). The donors are unchanged afterwards, also on error. The stitch
-    is float32 for donors of any floating dtype (its output is cast to the end's), and it trains with autograd
-    also when called inside ``torch.no_grad()`` or ``torch.inference_mode()``.
+    Args:
+        front: network A cut at i (the stitch's input side).
+        end: network B cut at j (the stitch's output side).
+        train_x: training inputs (N, ...) (e.g. images (N, C, H, W) in [0, 1], or IRIs); B's targets are
+            computed on these same inputs. May be ``None`` when ``cache`` is given (its inputs are used).
+        train_y: (N,) int64 labels, needed by HLM only (``None`` otherwise, or when ``cache`` is given).
+        objective: ``"hlm"``, ``"slm"``, ``"dm"`` or ``"fula"``.
+        settings: [`StitchSettings`][StitchSettings]; None: the paper's defaults. ``settings.seed`` seeds
+            initialisation and shuffling; ``max_train`` subsets.
+        device: where the stitch trains; None: the end model's device.
+        progress: show progress bars (caching the targets, the epochs).
+        cache: a [`TrainingCache`][TrainingCache] over the same inputs, to share across objectives.
+        world: with several ranks, training is data-parallel: each global batch (the same shuffled indices on
+            every rank) is split by the ranks' cache rows (``cache.rows``), each rank backpropagates its part of
+            the batch mean, and the summed gradients (one all-reduce per step) equal the single-process mean
+            gradient up to float reduction order; every rank ends with the same stitch. (With ``stitch_bn`` each
+            rank normalises by its own part's batch statistics.)
+
+    Returns:
+        The trained stitch, its losses and timings.
+
+    Raises:
+        ValueError: an empty training set, labels outside B's classes, or shapes that cannot be stitched.
+        StitchDivergedError: a NaN/Inf loss (a ``ValueError``).
     """
     start_time = time.perf_counter()
     objective = check_objective(objective)

@@ -28,7 +28,7 @@ class CorruptFileWarning(UserWarning):
     """A cache or checkpoint file that failed verification (it is ignored and the work recomputed)."""
 
 
-def update_tensor_digest(h: "hashlib._Hash", label: str, t: torch.Tensor) -> None:
+def update_tensor_digest(h: hashlib._Hash, label: str, t: torch.Tensor) -> None:
     """Feed ``label``, the dtype, the shape and the exact bytes of tensor ``t`` (any device) into hash ``h``."""
     t = t.detach()
     h.update(f"{label}|{t.dtype}|{tuple(t.shape)}|".encode())
@@ -39,7 +39,7 @@ def update_tensor_digest(h: "hashlib._Hash", label: str, t: torch.Tensor) -> Non
         h.update(data.numpy().tobytes())
 
 
-def update_inputs_digest(h: "hashlib._Hash", label: str, x: Any) -> None:
+def update_inputs_digest(h: hashlib._Hash, label: str, x: Any) -> None:
     """Feed one batch's inputs into hash ``h``: a tensor (`update_tensor_digest`), a sequence of strings (each
     one's length and UTF-8 bytes, so ``["ab", "c"]`` and ``["a", "bc"]`` differ), or a dict of views (each view
     under its name, in key order)."""
@@ -58,7 +58,7 @@ def update_inputs_digest(h: "hashlib._Hash", label: str, x: Any) -> None:
                         "of views")
 
 
-def _feed(h: "hashlib._Hash", label: str, value: Any) -> None:
+def _feed(h: hashlib._Hash, label: str, value: Any) -> None:
     if isinstance(value, torch.Tensor):
         update_tensor_digest(h, label, value)
     elif isinstance(value, np.ndarray):

@@ -54,17 +54,16 @@ def _draw_panel(ax, panel: dict, plt) -> None:
 def heatmap_bytes(panels: Sequence[dict], fmt: str = "png", dpi: int = 120) -> bytes:
     """One heatmap panel per entry of ``panels``, side by side, as the contents of a ``fmt`` file (png, svg, pdf).
 
-    Parameters
-    ----------
-    panels: dicts with ``title`` (str), ``values`` ((n, m) floats; NaN: blank), ``failed`` ((n, m) bools: hatched
-        grey), ``best`` (``(row, column)`` cells outlined in red), ``labels`` (n row labels, also the columns'),
-        ``bounds`` (indices where a new model's block starts: lines), ``kind`` (``"distance"`` reverses the colour
-        scale) and ``range`` (the colour scale, or None: the data's).
-    fmt: the image format; dpi: dots per inch.
+    Args:
+        panels: dicts with ``title`` (str), ``values`` ((n, m) floats; NaN: blank), ``failed`` ((n, m) bools: hatched
+            grey), ``best`` (``(row, column)`` cells outlined in red), ``labels`` (n row labels, also the columns'),
+            ``bounds`` (indices where a new model's block starts: lines), ``kind`` (``"distance"`` reverses the colour
+            scale) and ``range`` (the colour scale, or None: the data's).
+        fmt: the image format.
+        dpi: dots per inch.
 
-    Returns
-    -------
-    The file contents (bytes).
+    Returns:
+        The file contents (bytes).
     """
     if fmt not in ("png", "svg", "pdf"):
         raise ValueError(f"heatmap format must be png, svg or pdf (by the file's extension), got {fmt!r}")

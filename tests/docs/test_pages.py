@@ -34,9 +34,12 @@ WORKING_NOTES = {
     "a round": re.compile(r"\bround\s+\d+|\bround by round\b", re.I),
     "a date": re.compile(r"\b20\d\d-\d\d-\d\d\b|\b(?:measured|run|ran)\s+on\s+\d{1,2}\s+\w+\s+20\d\d", re.I),
     "the state of a machine": re.compile(r"\b(?:loaded|busy|idle)\s+(?:\d+-core\s+)?(?:machine|box|host|cores?)\b"
-                                         r"|\bother jobs\b|\b1-minute load\b|\bnot reproduced in\b|\bseen once\b",
-                                         re.I),
+                                         r"|\bother jobs\b|\b1-minute load\b|\bnot reproduced in\b|\bseen once\b"
+                                         r"|\bunder load\b|\bmachine (?:was )?quiet\b|\bquiet machine\b"
+                                         r"|\b\d+-core (?:machine|box|host)\b", re.I),
 }
+# How a measurement's machine was doing belongs with the measurement: the benchmarking guide may say it.
+MACHINE_STATE_PAGES = {"benchmarking.md"}
 
 
 def user_pages(root: Path = ROOT) -> list[Path]:
@@ -94,10 +97,12 @@ def raw_roles(page_html: str) -> list[str]:
     return [text[max(m.start() - 20, 0):m.end() + 30] for m in SHOWN_ROLE.finditer(text)]
 
 
-def working_notes(page_html: str) -> list[str]:
-    """Phrases of working notes in a page's text: issue numbers, rounds, dates of measurement, machine states."""
+def working_notes(page_html: str, machine_states: bool = True) -> list[str]:
+    """Phrases of working notes in a page's text: issue numbers, rounds, dates of measurement and (unless
+    ``machine_states`` is false) machine states."""
     text = html.unescape(re.sub(r"<[^>]+>", "", page_html))
-    return [f"{what}: {m.group(0)!r}" for what, pattern in WORKING_NOTES.items() for m in pattern.finditer(text)]
+    return [f"{what}: {m.group(0)!r}" for what, pattern in WORKING_NOTES.items() for m in pattern.finditer(text)
+            if machine_states or what != "the state of a machine"]
 
 
 def lab_links(page_html: str) -> list[str]:
@@ -138,11 +143,50 @@ def test_no_page_and_no_docstring_shows_a_raw_sphinx_role():
 
 def test_no_user_page_holds_working_notes():
     """Issue numbers, rounds, dates of measurement and the mood of the machine belong in commits and docs/lab/."""
-    assert not _per_page(working_notes)
+    found = {}
+    for path in user_pages():
+        hits = working_notes(render(path), machine_states=path.name not in MACHINE_STATE_PAGES)
+        if hits:
+            found[path.relative_to(ROOT).as_posix()] = hits
+    assert not found
 
 
 def test_no_user_page_links_into_the_research_notes():
     assert not _per_page(lab_links)
+
+
+YEAR_LINE = re.compile(r"^\s*(?:1[89]|20)\d\d\.\s", re.M)  # Markdown reads "2026. " at a line's start as a list item
+MATH_AS_EMPHASIS = re.compile(r"\d<(?:strong|em)>")
+PAPER_MENTION = re.compile(r"\bthe paper\b|\bpaper's\b", re.I)
+AUTHOR_YEAR = re.compile(r"\b(?:et al\.|Felsberg|[A-Z][a-z]+),? \(?(?:19|20)\d\d\b")
+LINK_TEXT_PATH = re.compile(r'<a href="[^"]*">(?:<code>)?[\w./-]+\.(?:md|py|json|yml|toml)(?:</code>)?</a>')
+
+
+def typography(page_html: str) -> list[str]:
+    """Arithmetic (``2**63``) taken for emphasis, a link whose text is a file path, and "the paper" on a page that
+    cites no paper with its year."""
+    found = [m.group(0) for pattern in (MATH_AS_EMPHASIS, LINK_TEXT_PATH) for m in pattern.finditer(page_html)]
+    text = html.unescape(re.sub(r"<[^>]+>", "", page_html))
+    if PAPER_MENTION.search(text) and not AUTHOR_YEAR.search(text):
+        found.append("'the paper' without an author and year")
+    return found
+
+
+def year_lines(path: Path) -> list[str]:
+    """``page:line`` of every line outside code blocks that starts with a year and a full stop."""
+    text = re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), path.read_text(encoding="utf-8"),
+                  flags=re.M | re.S)
+    return [f"{path.name}:{text[:m.start()].count(chr(10)) + 1}" for m in YEAR_LINE.finditer(text)]
+
+
+def test_pages_cite_with_years_and_link_with_titles():
+    assert not _per_page(typography)
+    assert not [hit for path in user_pages() for hit in year_lines(path)]
+    bad = markdown.markdown("In [-2**63, 2**63). As the paper says: [docs/grids.md](grids.md).")
+    assert len(typography(bad)) == 3, typography(bad)
+    good = markdown.markdown("- Doe, Roe (2026). *A title*.\n\nIn `[-2**63, 2**63)`, as the paper (Doe et al. 2026) "
+                             "says: [Grids and zoos](grids.md).")
+    assert not typography(good)
 
 
 CODE_WIDTH = 100  # characters of code the page column shows on a desktop without scrolling (docs/stylesheets)
@@ -167,6 +211,8 @@ def test_code_blocks_fit_the_column():
 
 
 def test_the_checks_find_what_they_look_for():
+    assert working_notes(markdown.markdown("Timed under load on a 2-core machine, then with the machine quiet."))
+    assert len(working_notes(markdown.markdown("Timed under load on a 2-core machine."))) == 2
     page = ("Two kinds:\n- one\n- two\n\nMeasured on 2026-12-01 on the loaded machine (issue 32, round 4); "
             "see :class:`Report` and [notes](lab/iri_depth.md).\n")
     rendered = markdown.markdown(page)
@@ -181,13 +227,16 @@ def test_generated_tables_list_every_registered_metric():
 
     options_page = render(ROOT / "docs" / "options.md")
     metrics_page = render(ROOT / "docs" / "metrics.md")
+    iris_page = render(ROOT / "docs" / "iris.md")
     names = _hook().builtin_metrics()
     assert len(names) >= 18 and set(names) <= set(sp.list_metrics())
     for name in names:
         assert f'id="{name}"' in options_page or f"<code>{name}</code>" in options_page, name
         assert f"<code>{name}</code>" in metrics_page, name
         for option in sp.metric_info(name).options:
-            assert f"<code>{option}</code>" in options_page, (name, option)
+            page = iris_page if option.startswith("iri_") else options_page  # one table for the iri_* options
+            assert f"<code>{option}</code>" in page, (name, option)
+    assert "<td><code>iri_precision</code></td>" not in options_page, "the IRI options table is repeated per metric"
 
 
 def test_iri_page_tables_come_from_the_package():

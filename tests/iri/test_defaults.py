@@ -1,5 +1,6 @@
-"""The IRI defaults are written once (iri.presets): the function, the metrics' options, the settings object and the
-command line all read them from there."""
+"""The IRI defaults are decided once (iri.presets): the metrics' options and the command line read them from there;
+the signatures of the function and the settings objects show them as literals (what the reference prints), held
+equal to that table here."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import inspect
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri.presets import PRESETS, RUN_DEFAULTS
 from similarity_plugins.iri.service import IRI_DEFAULTS
-from similarity_plugins.iri.settings import DEFAULT_OPTIMIZER, Settings
+from similarity_plugins.iri.settings import AUTO, DEFAULT_OPTIMIZER, RunOptions, Settings, make_settings
 
 
 def test_generate_iris_and_the_iri_options_take_the_run_defaults():
@@ -27,6 +28,15 @@ def test_settings_defaults_are_the_default_optimizers_preset():
     assert {k: fields[k] for k in shared} == {k: preset[k] for k in shared}
     assert (fields["steps"], fields["tol"], fields["init"]) == (RUN_DEFAULTS["steps"], RUN_DEFAULTS["tol"],
                                                                 RUN_DEFAULTS["init"])
+    assert fields["optimizer"] == fields["preset"] == DEFAULT_OPTIMIZER
+    assert {f.name: f.default for f in dataclasses.fields(RunOptions)}["batch_size"] == RUN_DEFAULTS["batch_size"]
+
+
+def test_settings_of_and_make_settings_take_the_same_defaults():
+    of = inspect.signature(Settings.of).parameters
+    assert of["optimizer"].default == DEFAULT_OPTIMIZER
+    assert {k: of[k].default for k in ("steps", "tol", "init")} == {k: RUN_DEFAULTS[k] for k in ("steps", "tol", "init")}
+    assert inspect.signature(make_settings).parameters["optimizer"].default == AUTO == RUN_DEFAULTS["optimizer"]
 
 
 def test_the_iris_command_defaults_are_the_run_defaults():

@@ -17,7 +17,7 @@ from ...host.registry import UnknownMetric, select_metrics
 from ...host.results import SimilarityResult
 from ...networks.context import Context
 from ...runner.compare import compare
-from .workloads import DEFAULT_WORKLOAD, Workload, get_workload
+from .workloads import Workload, get_workload
 
 
 class MetricFailed(RuntimeError):
@@ -35,7 +35,7 @@ def resolve_metric(metric: str) -> str:
     return names[0]
 
 
-def benchmark_metric(benchmark: Any, metric: str, workload: "str | Workload" = DEFAULT_WORKLOAD, *,
+def benchmark_metric(benchmark: Any, metric: str, workload: str | Workload = "small", *,
                      rounds: int | None = None, warmup_rounds: int | None = None, options: dict | None = None,
                      seed: int = 0) -> SimilarityResult:
     """Time ``metric`` on ``workload`` with pytest-benchmark's ``benchmark`` fixture; return its result.

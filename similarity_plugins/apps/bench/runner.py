@@ -39,7 +39,7 @@ class BenchRequest:
     (``compare``: None = off, True = the latest saved run, or a run id such as ``"0001"``).
     """
 
-    metrics: "str | Sequence[str] | None" = None
+    metrics: str | Sequence[str] | None = None
     workloads: str | None = None
     rounds: int | None = None
     warmup_rounds: int | None = None
@@ -48,7 +48,7 @@ class BenchRequest:
     storage: str | None = None
     autosave: bool = False
     save: str | None = None
-    compare: "bool | str | None" = None
+    compare: bool | str | None = None
     compare_fail: list[str] = field(default_factory=list)
     verbose: bool = False
 
@@ -165,7 +165,7 @@ def storage_path(request: BenchRequest) -> Path:
     return Path(text.removeprefix("file://")).expanduser().resolve()
 
 
-def saved_runs(storage: Path, run_id: "str | None" = None) -> list[Path]:
+def saved_runs(storage: Path, run_id: str | None = None) -> list[Path]:
     """Saved run files (``NNNN_name.json``) of this machine type in ``storage``, oldest first; with
     ``run_id``, those whose name starts with it (as ``--benchmark-compare=ID`` matches them)."""
     from pytest_benchmark.utils import get_machine_id

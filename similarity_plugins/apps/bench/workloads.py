@@ -69,7 +69,7 @@ class Workload:
         """The workload's donors and data for ``seed`` (trained on first use, then cached for the process)."""
         return _cached_donors(self.name, self.build, int(seed))
 
-    def options_for(self, metric: str, extra: dict | None = None, takes: "dict | None" = None) -> dict:
+    def options_for(self, metric: str, extra: dict | None = None, takes: dict | None = None) -> dict:
         """Options for ``metric``: every matching family's, then the user's ``extra`` on top (its global
         entries, then its per-metric dict ``extra[metric]``; other metrics' dicts are skipped). With
         ``takes`` (the metric's declared options; None: it takes anything) only the options it takes."""
@@ -138,7 +138,7 @@ WORKLOADS: dict[str, Workload] = {
 DEFAULT_WORKLOAD = "small"
 
 
-def get_workload(workload: "str | Workload") -> Workload:
+def get_workload(workload: str | Workload) -> Workload:
     """The `Workload` named ``workload`` (a ``Workload`` is returned as is).
 
     Raises ``ValueError`` naming the valid workloads for an unknown name.
@@ -150,7 +150,7 @@ def get_workload(workload: "str | Workload") -> Workload:
     return WORKLOADS[workload.strip()]
 
 
-def select_workloads(text: "str | None") -> list[Workload]:
+def select_workloads(text: str | None) -> list[Workload]:
     """Comma-separated workload names (``"small,resnet18"``; None: the default) as `Workload` objects."""
     names = [n.strip() for n in (text or DEFAULT_WORKLOAD).split(",") if n.strip()]
     if not names:

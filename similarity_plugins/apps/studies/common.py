@@ -123,7 +123,7 @@ def study_options(cfg: Any) -> dict[str, Any]:
     return options
 
 
-def begin_study(out_dir: str | os.PathLike, donors: "DonorPool | None") -> tuple[float, "DonorPool"]:
+def begin_study(out_dir: str | os.PathLike, donors: DonorPool | None) -> tuple[float, "DonorPool"]:
     """What every study does first: start its clock (``time.perf_counter()`` seconds), check ``out_dir`` for
     writing before any training (`prepare_out_dir`), and take ``donors`` or a new `DonorPool`."""
     import time

@@ -55,7 +55,7 @@ class RobustnessConfig:
     repeats: int = 1
 
     @classmethod
-    def quick(cls) -> "RobustnessConfig":
+    def quick(cls) -> RobustnessConfig:
         return cls(layers=["block2", "block3", "block4"], robust=DonorSpec(width=16, epochs=6, pgd_eps=0.1, pgd_steps=1),
                    stitch_epochs=5, stitch_batch=64, iri_seeds=64)
 

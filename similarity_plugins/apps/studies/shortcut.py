@@ -83,12 +83,19 @@ def donor_spec(cfg: DemoConfig) -> DonorSpec:
 
 def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 0, progress: Progress = "auto",
              config: DemoConfig | None = None, donors: DonorPool | None = None) -> dict:
-    """Run the demo (see the module docstring); returns ``{"reports": {pair: Report}, "files": [...], ...}``.
+    """Run the demo (see the module docstring).
 
-    ``out_dir``: where report.json, report.csv, similarity.png and iris.png go (created if needed; checked
-    for writing before any training). ``quick``: the smaller configuration. ``seed``: models, shortcut
-    placement, IRIs and stitches derive from it. ``donors``: a `DonorPool` to share trained donors
-    with other studies in this process (a new one when None).
+    Args:
+        out_dir: where report.json, report.csv, similarity.png and iris.png go (created if needed; checked for
+            writing before any training).
+        quick: the smaller configuration.
+        seed: models, shortcut placement, IRIs and stitches derive from it.
+        progress: show progress bars.
+        config: the configuration; None: the full one, or the quick one with ``quick``.
+        donors: a `DonorPool` to share trained donors with other studies in this process (a new one when None).
+
+    Returns:
+        ``{"reports": {pair: Report}, "files": [...], ...}``.
     """
     from ...datasets import PixelShortcut, digits_data
 

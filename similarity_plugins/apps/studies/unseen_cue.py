@@ -43,7 +43,7 @@ class UnseenCueConfig:
     iri_cycle_steps: int = 100
 
     @classmethod
-    def quick(cls) -> "UnseenCueConfig":
+    def quick(cls) -> UnseenCueConfig:
         return cls(donor_pairs=3, donor=DonorSpec(width=16, epochs=6, pgd_eps=0.1, pgd_steps=1), stitch_epochs=5,
                    stitch_batch=64, iri_seeds=64)
 
