@@ -71,3 +71,30 @@ def test_extract_on_two_ranks_writes_one_store_equal_to_one_process(tmp_path):
     for metric in single.metrics:
         assert np.array_equal(first["matrices"][metric], second["matrices"][metric])
         assert np.allclose(first["matrices"][metric], single.matrix(metric), rtol=0, atol=1e-10), metric
+
+
+@pytest.mark.slow
+def test_text_and_paired_grids_on_two_ranks_equal_one_process(tmp_path):
+    """Text (each model its own tokenizer) and image-caption pairs are sharded like images: every rank returns
+    the matrices and permutation p-values of one process."""
+    pytest.importorskip("transformers")
+    results = w.run_ranks(["text_grid"], str(tmp_path), timeout_s=180.0)
+    outcomes = [results[r].get("text_grid") for r in (0, 1)]
+    for r, outcome in enumerate(outcomes):
+        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
+    rank0, rank1 = outcomes[0][1], outcomes[1][1]
+    assert not rank0["errors"] and not rank1["errors"], rank0["errors"][:2]
+    assert rank0["ranks"] == [0, 1]
+    models, layers, text, paired = w.text_setup()
+    language = {k: models[k] for k in ("gpt", "bert")}
+    on_text = compare_grid(language, {k: layers[k] for k in language}, text, w.TEXT_METRICS,
+                           options={"permutations": 9})
+    on_pairs = compare_grid(models, layers, paired, w.TEXT_METRICS, pairs="across")
+    for key, single in (("text", on_text), ("pairs", on_pairs)):
+        for metric in single.metrics:
+            assert np.array_equal(rank0[key][metric], rank1[key][metric], equal_nan=True), (key, metric)
+            # a rank pads its share of a batch to its own longest text: the same pooled vectors up to float32
+            # rounding, not to the bit as for images
+            assert np.allclose(rank0[key][metric], single.matrix(metric), rtol=0, atol=1e-6, equal_nan=True), (
+                key, metric)
+    assert np.array_equal(rank0["text_p"], on_text.p_values("cka-linear"), equal_nan=True)

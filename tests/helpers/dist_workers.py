@@ -288,8 +288,46 @@ def scenario_extract(rank: int, cache_dir: str) -> Any:
             "ranks": sorted({c.details.get("rank") for c in grid.cells.values() if not c.details.get("mirrored")})}
 
 
+def text_setup() -> tuple[dict, dict, Any, Any]:
+    """Two tiny language models with different tokenizers, a ViT, the Zen of Python as captions of 19 images."""
+    import similarity_plugins as sp
+    from tests.helpers.hf_models import byt5, small_bpe, tiny_bert, tiny_gpt2, tiny_vit, zen_lines
+
+    lines = zen_lines()
+    byte_tok, bpe = byt5(), small_bpe(lines)
+    gpt = sp.hf(tiny_gpt2(len(byte_tok)), tokenizer=byte_tok)
+    bert = sp.hf(tiny_bert(len(bpe)), tokenizer=bpe, pooling="first")
+    vit = sp.hf(tiny_vit(), pooling="mean")
+    images = torch.rand(len(lines), 3, 16, 16, generator=torch.Generator().manual_seed(4))
+    models, layers = {"gpt": gpt, "bert": bert, "vit": vit}, {"gpt": ["h.0", "h.1"], "bert": ["encoder.layer.1"],
+                                                             "vit": ["layers.1"]}
+    text = sp.text_data(lines)
+    paired = sp.paired_data({"image": images, "text": lines})
+    return models, layers, text, paired
+
+
+TEXT_METRICS = "cka-linear,procrustes,rsa"
+
+
+def scenario_text_grid(rank: int, cache_dir: str) -> Any:
+    """Grids on text (two tokenizers) and on image-caption pairs (a ViT against the language models), with a
+    permutation test: each rank's matrices and p-values, and which ranks computed cells."""
+    from similarity_plugins import compare_grid
+
+    models, layers, text, paired = text_setup()
+    language = {k: models[k] for k in ("gpt", "bert")}
+    on_text = compare_grid(language, {k: layers[k] for k in language}, text, TEXT_METRICS,
+                           options={"permutations": 9})
+    on_pairs = compare_grid(models, layers, paired, TEXT_METRICS, pairs="across")
+    return {"text": {m: on_text.matrix(m) for m in on_text.metrics},
+            "text_p": on_text.p_values("cka-linear"),
+            "pairs": {m: on_pairs.matrix(m) for m in on_pairs.metrics},
+            "errors": [c.error for g in (on_text, on_pairs) for c in g.cells.values() if c.error],
+            "ranks": sorted({c.details.get("rank") for c in on_text.cells.values() if not c.details.get("mirrored")})}
+
+
 SCENARIOS: dict[str, Callable[[int, str], Any]] = {
-    "grid": scenario_grid, "extract": scenario_extract,
+    "grid": scenario_grid, "extract": scenario_extract, "text_grid": scenario_text_grid,
     "grid_resume": scenario_grid_resume,
     "rank_timeout": scenario_rank_timeout,
     "compare": scenario_compare, "iris": scenario_iris, "tiny": scenario_tiny, "mismatch": scenario_mismatch,
