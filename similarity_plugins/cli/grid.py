@@ -15,6 +15,7 @@ from .common import (
     add_output_args,
     add_run_args,
     arg_group,
+    byte_size,
     load_data,
     load_model,
     metric_options,
@@ -142,7 +143,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         grid = compare_grid(models, layers, data, args.metrics, pairs=args.pairs, seed=args.seed, options=options,
-                            device=args.device, progress=progress_of(args), resume=args.resume, store=args.store)
+                            device=args.device, progress=progress_of(args), resume=args.resume, store=args.store,
+                            cache_bytes=args.cache_bytes)
     except KeyboardInterrupt as exc:  # Ctrl-C: the cells that finished are written (and are in --resume)
         grid, interrupted = getattr(exc, "grid", None), True
         if grid is None:
@@ -182,6 +184,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--store", default=None, metavar="DIR",
         help="an activation store: test activations are read from it (what it lacks is extracted first); "
              "without --model the grid runs from the store alone")
+    arg_group(p, "run").add_argument(
+        "--cache-bytes", type=byte_size, default=None, metavar="SIZE",
+        help="hold at most SIZE bytes (e.g. 4G) of per-node Gram matrices and RDMs, and of activations read from "
+             "--store; the least recently used are rebuilt or read again (same values, more time)")
     add_run_args(p, device="the first model's device")
     outputs = add_output_args(p, "write the grid as JSON (Grid.from_json reads it)",
                               "write the flat report (one row per metric and cell) as CSV")

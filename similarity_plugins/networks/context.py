@@ -44,7 +44,9 @@ class Context:
     the torch.distributed ranks that share the work; default: [`current_world`][parallel.current_world]),
     ``reuse_nodes`` (True in a grid: a node's derived quantities serve many cells, so measures may compute
     them once per node with [`derived`][derived]), ``derived_bytes`` (None, or the most bytes [`derived`][derived]
-    keeps; least recently used entries beyond it are dropped and recomputed when asked for again).
+    keeps, with the activations read through ``loaders``; least recently used entries beyond it are dropped and
+    computed or read again when asked for), ``loaders`` (``{activation key: read()}``: activations that can be
+    read again, from an activation store, instead of computed; read on first use).
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,
@@ -61,7 +63,8 @@ class Context:
         self.world = world if world is not None else current_world()
         self.reuse_nodes = False
         self.derived_bytes: int | None = None
-        self._derived: OrderedDict[Hashable, int] = OrderedDict()  # derived keys, least recently used first
+        self._derived: OrderedDict[Hashable, int] = OrderedDict()  # droppable keys, least recently used first
+        self.loaders: dict[Hashable, Callable[[], torch.Tensor]] = {}
         self.train_only: set[Hashable] = set()   # memo keys whose values depend on the models and Data.train alone
 
     def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
@@ -75,7 +78,7 @@ class Context:
         child = Context(data, seed=seed, device=device, options=options, progress=progress, batch_size=self.batch_size,
                         world=self.world)
         if self.data.train is data.train and self.data.test is data.test:
-            child.memo, child.versions = self.memo, self.versions
+            child.memo, child.versions, child.loaders = self.memo, self.versions, self.loaders
             child._derived, child.train_only = self._derived, self.train_only
         child.reuse_nodes, child.derived_bytes = self.reuse_nodes, self.derived_bytes
         return child
@@ -142,20 +145,24 @@ class Context:
             if key in self._derived:
                 self._derived.move_to_end(key)
             return self.memo[key]
-        value = compute()
+        return self._hold(key, compute())
+
+    def _hold(self, key: Hashable, value: Any) -> Any:
+        """Memoise ``value`` under ``key`` as an entry that may be dropped under ``derived_bytes``."""
         self.memo[key] = value
         self._derived[key] = nbytes_of(value)
         self._evict(keep=key)
         return value
 
     def _evict(self, keep: Hashable) -> None:
-        """Drop least recently used derived entries (never ``keep``) while they hold more than ``derived_bytes``."""
+        """Drop least recently used droppable entries (never ``keep``) while they hold more than ``derived_bytes``."""
         if self.derived_bytes is None:
             return
         while sum(self._derived.values()) > self.derived_bytes and len(self._derived) > 1:
             oldest = next(k for k in self._derived if k != keep)
             del self._derived[oldest]
             self.memo.pop(oldest, None)
+            self.versions.pop(oldest, None)
 
     def capture(self, model: nn.Module, layers: list[str], split: str = "test") -> None:
         """Activations of ``model`` at all of ``layers`` on ``split`` from one forward pass, memoised as
@@ -165,7 +172,9 @@ class Context:
         Under torch.distributed each rank runs its share and the shares are gathered (every rank holds all N
         rows); a failure on any rank raises the same [`CollectiveError`][parallel.CollectiveError] on every rank.
         """
-        todo = [n for n in dict.fromkeys(layers) if ("activations", id(model), n, split) not in self.memo]
+        todo = [n for n in dict.fromkeys(layers)
+                if ("activations", id(model), n, split) not in self.memo
+                and ("activations", id(model), n, split) not in self.loaders]
         if not todo:
             return
         whole = self.data.split(split)
@@ -266,7 +275,16 @@ class Context:
             if rows is None:
                 return acts
             return self.world.gather_rows(acts, f"activations {layer} ({split})")
-        acts = self.remember(("activations", id(model), layer, split), compute)
+        key = ("activations", id(model), layer, split)
+        if key in self.loaders:
+            if key not in self.memo:
+                self._hold(key, self.loaders[key]())
+                self.versions[key] = versions(self.memo[key])
+            elif key in self._derived:
+                self._derived.move_to_end(key)
+            acts = self.memo[key]
+        else:
+            acts = self.remember(key, compute)
         return flatten(acts) if flat else acts
 
     def outputs(self, model: nn.Module, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:

@@ -126,8 +126,9 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
             back (a file written with ``pairs="all"`` serves ``"across"`` its cells and no others); cells that failed
             are computed again; a last line cut short by an interruption is dropped. A damaged or edited file
             raises `BadFile` (a ``ValueError``) naming the file and line.
-        cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once; beyond it
-            the least recently used are dropped and rebuilt when needed (same values, more time). None: no bound.
+        cache_bytes: the most bytes of per-node derived quantities (centred Gram matrices) held at once, and of
+            node activations when they come from ``store``; beyond it the least recently used are dropped and
+            rebuilt or read again when needed (same values, more time). None: no bound.
         store: an activation store folder (or [`Store`][Store]). With models and layers, what it lacks is extracted
             into it first (one forward pass per batch, only for missing chunks) and every node's test activations
             are read from it. With models and layers left out, the grid runs from the store alone: every entry, or

@@ -249,6 +249,7 @@ def _local_context(ctx: Context) -> Context:
     local = Context(ctx.data, seed=ctx.seed, device=ctx.device, options=ctx.options, progress="never",
                     batch_size=ctx.batch_size, world=World())
     local.memo = {k: v for k, v in ctx.memo.items() if isinstance(k, tuple) and k and k[0] == "activations"}
+    local.loaders = ctx.loaders
     local.reuse_nodes, local.derived_bytes = ctx.reuse_nodes, ctx.derived_bytes
     return local
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..networks.context import Context, versions
+from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.split import on_device
 from ..networks.store import Store, StoreError
@@ -55,17 +55,19 @@ class StoreSource:
     data: Data
 
     def prefill(self, ctx: Context, placed: dict[str, nn.Module]) -> None:
-        """Put every node's test activations, read from the store in its layer's shape, in ``ctx``'s memo (so
-        ``ctx.capture`` has nothing left to run)."""
+        """Let ``ctx`` read every node's test activations from the store, in its layer's shape, on first use (so
+        ``ctx.capture`` has nothing left to run, and ``cache_bytes`` bounds how many are held at once)."""
         for name, layers in self.per_model.items():
             for layer in layers:
-                entry = self.store.entry(name, layer)
-                acts = torch.from_numpy(np.asarray(self.store.load(name, layer)))
-                if entry.get("layer_shape"):
-                    acts = acts.reshape(len(acts), *entry["layer_shape"])
-                key = ("activations", id(placed[name]), layer, "test")
-                ctx.memo[key] = acts
-                ctx.versions[key] = versions(acts)
+                ctx.loaders[("activations", id(placed[name]), layer, "test")] = self._reader(name, layer)
+
+    def _reader(self, name: str, layer: str) -> Callable[[], torch.Tensor]:
+        """A function that reads the entry (``name``, ``layer``) from the store, checksums checked."""
+        def read() -> torch.Tensor:
+            entry = self.store.entry(name, layer)
+            acts = torch.from_numpy(np.asarray(self.store.load(name, layer)))
+            return acts.reshape(len(acts), *entry["layer_shape"]) if entry.get("layer_shape") else acts
+        return read
 
 
 def store_source(store: str | os.PathLike | Store, models: Any, layers: Any, data: Data | None, *,

@@ -24,7 +24,7 @@ def test_extract_then_grid_from_the_store_then_list(tmp_path, capsys):
     assert "block2" in out and "64" in out and "similarity_plugins.extract" in out
     grid_json = tmp_path / "g.json"
     assert main(["grid", "--store", store, "--metrics", "cka-linear", "--pairs", "across", "--out", str(grid_json),
-                 "--no-progress"]) == 0
+                 "--no-progress", "--cache-bytes", "64K"]) == 0
     saved = json.loads(grid_json.read_text())
     nodes = [tuple(node) for node in saved["nodes"]]
     scores = {(*nodes[c["front"]], *nodes[c["end"]]): c["result"]["score"] for c in saved["cells"]}
@@ -42,3 +42,16 @@ def test_grid_without_sources_says_what_is_missing(capsys):
     assert "--store DIR" in capsys.readouterr().err
     assert main(["store", "/nonexistent-store"]) == 2
     assert "not an activation store" in capsys.readouterr().err
+
+
+def test_byte_sizes_read_with_units_and_refuse_anything_else():
+    import argparse
+
+    from similarity_plugins.cli.common import byte_size
+
+    assert byte_size("1048576") == 2**20
+    assert byte_size("512M") == byte_size("512MiB") == byte_size("512mb") == 512 * 2**20
+    assert byte_size("1.5G") == 3 * 2**29 and byte_size("0") == 0
+    for bad in ("", "-1G", "4X", "nan", "inf", "G"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a size in bytes"):
+            byte_size(bad)

@@ -65,3 +65,51 @@ def test_store_only_grid_refuses_unknown_entries_and_model_metrics(tmp_path):
         sp.compare_grid(layers={"a": ["fx"]}, store=tmp_path)
     with pytest.raises(TypeError, match="store="):
         sp.compare_grid()
+
+
+def test_cache_bytes_bounds_the_activations_a_grid_from_the_store_holds(tmp_path, fresh_manager):
+    """Node activations read from the store are held like derived quantities: read on first use, dropped least
+    recently used beyond ``cache_bytes`` and read again when needed; the values do not change."""
+    from similarity_plugins import hookimpl, register_metric
+
+    held: list[int] = []
+
+    class HeldBytes:
+        """A CKA that records the bytes of activations its context holds when it runs."""
+        activations_only = True
+        deterministic = True
+
+        @hookimpl
+        def similarity(self, front, end, layer, context):
+            from similarity_plugins.cka import cka
+
+            x, y = context.activations(front, layer.front), context.activations(end, layer.end)
+            held.append(sum(v.numel() * v.element_size() for k, v in context.memo.items()
+                            if isinstance(k, tuple) and k[0] == "activations"))
+            return cka(x, y)
+
+    register_metric(HeldBytes(), "held-cka")
+    models = {"a": tiny_cnn(seed=0), "b": tiny_cnn(seed=1), "c": tiny_cnn(seed=2)}
+    store = sp.extract(models, ["block3", "fc"], _data(), tmp_path)
+    node = 48 * int(np.prod(store.load("a", "block3").shape[1:])) * 4  # the largest node: (48, D) float32
+    reads: list[tuple[str, str]] = []
+    load = sp.Store.load
+
+    def counted(self, model, layer):
+        reads.append((model, layer))
+        return load(self, model, layer)
+
+    sp.Store.load = counted
+    try:
+        whole = sp.compare_grid(metrics=["held-cka", "cka-linear"], store=tmp_path)
+        assert sorted(reads) == sorted(set(reads)) and len(reads) == 6  # every node read once, when first used
+        most = max(held)
+        held.clear()
+        reads.clear()
+        bounded = sp.compare_grid(metrics=["held-cka", "cka-linear"], store=tmp_path, cache_bytes=2 * node)
+    finally:
+        sp.Store.load = load
+    assert max(held) <= 2 * node < most  # never more than the budget (two nodes: one cell) once it is set
+    assert len(reads) > 6  # nodes dropped and read again
+    for metric in ("held-cka", "cka-linear"):
+        assert np.array_equal(whole.matrix(metric), bounded.matrix(metric))
