@@ -27,7 +27,7 @@ with kept_heap():
     with kept_heap():   # nested: acts once
         inside = [step() for _ in range(12)]   # the heap grows for the first few steps, then serves them all
     nested_left = [step() for _ in range(3)]
-print(sum(outside[3:]), sum(inside[-4:]), sum(nested_left))
+print(sum(outside[3:]), sum(inside[-8:]), sum(nested_left), outside, inside, nested_left)
 """
 
 
@@ -36,6 +36,10 @@ def test_kept_heap_keeps_freed_blocks_and_nests():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    outside, inside, nested_left = map(int, proc.stdout.split())
-    assert outside > 3 * 16384 * 0.9   # glibc's default: each step maps 64 MiB afresh and faults 16384 pages in
-    assert inside < 1000 and nested_left < 1000   # kept: the last steps reuse the pages (and after the inner exit)
+    outside, inside, nested_left = map(int, proc.stdout.split()[:3])
+    steps = proc.stdout.split(None, 3)[3]
+    assert outside > 3 * 16384 * 0.9, steps   # glibc's default: each step maps 64 MiB afresh, 16384 pages faulted
+    # kept: the last 8 steps reuse the pages (and after the inner exit). The heap may still grow once there when a
+    # small allocation lands in the freed block (the heap's layout at start decides), so one step's faults are
+    # allowed; without kept_heap all 8 would fault
+    assert inside < 16384 + 1000 and nested_left < 16384 + 1000, steps
