@@ -1,7 +1,8 @@
 """Text grids: our extraction + CKA grid of two language models vs a plain transformers loop.
 
 Run from the repository root: ``python -m pytest benchmarks/bench_text_grid.py --benchmark-only`` (autosaved to
-``.benchmarks/``). ``BENCH_TEXT_N`` sets the number of texts (default 512).
+``.benchmarks/``). ``BENCH_TEXT_N`` sets the number of texts (default 512), ``BENCH_TEXT_ROUNDS`` the rounds of
+each (default 7: the models' forward passes vary by tens of percent from round to round on a shared CPU).
 
 Group ``text-grid-N{N}``: a GPT-2 (4 blocks, width 64) against a Llama-style model (4 blocks, width 64), random
 weights (seeded), the ByT5 byte tokenizer (no files), N sentences built from the Zen of Python's words, batches
@@ -34,6 +35,7 @@ import similarity_plugins as sp
 
 N = int(os.environ.get("BENCH_TEXT_N", "512"))
 BATCH = 256
+ROUNDS = int(os.environ.get("BENCH_TEXT_ROUNDS", "7"))
 GROUP = f"text-grid-N{N}"
 _VALUES: dict[str, object] = {}
 
@@ -106,7 +108,7 @@ def _report(request):
 
 def _run(name: str, fn, benchmark, setup) -> None:
     benchmark.group = GROUP
-    matrix = benchmark.pedantic(fn, args=setup, rounds=3, iterations=1, warmup_rounds=1)
+    matrix = benchmark.pedantic(fn, args=setup, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     _VALUES[name] = matrix
     ratios.record(name, benchmark)
     if ratios.share_ratio("ours_over_plain", "ours", "plain") is not None:

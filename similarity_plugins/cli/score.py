@@ -1,7 +1,8 @@
 """The ``score`` command: two arrays of activations from files, the metrics that read only activations, a report.
 
 An ARRAY is ``FILE.npy``, ``FILE.npz:KEY`` (``FILE.npz`` alone when it holds one array), ``FILE.pt``
-(a tensor saved with ``torch.save``) or ``FILE.pt:KEY`` (one tensor of a saved dict). NumPy files are
+(a tensor saved with ``torch.save``), ``FILE.pt:KEY`` (one tensor of a saved dict) or ``STORE:MODEL:LAYER``
+(an entry of an activation store folder, read block by block, its checksums checked). NumPy files are
 read with ``allow_pickle=False`` and torch files with ``torch.load(weights_only=True)``, so no file can
 run code. A missing or unreadable file is an error naming it (exit 2).
 """
@@ -29,9 +30,23 @@ def split_array_spec(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
+def store_entry_spec(spec: str) -> tuple[str, str, str] | None:
+    """``"acts:a:block3"`` -> ``("acts", "a", "block3")`` when ``acts`` is a folder; None for any other spec."""
+    parts = spec.rsplit(":", 2)
+    if len(parts) == 3 and all(parts) and os.path.isdir(parts[0]):
+        return parts[0], parts[1], parts[2]
+    return None
+
+
 def load_array(spec: str) -> Any:
-    """The array an ARRAY spec names (a NumPy array or a torch tensor, (N, ...)); ``FileNotFoundError`` or
-    ``ValueError`` naming the file for a missing, unreadable or unsuitable one."""
+    """The array an ARRAY spec names (a NumPy array, a torch tensor or a store entry, (N, ...));
+    ``FileNotFoundError`` or ``ValueError`` naming the file for a missing, unreadable or unsuitable one."""
+    entry = store_entry_spec(spec)
+    if entry is not None:
+        from ..networks.store import Store
+
+        folder, model, layer = entry
+        return Store(folder).load(model, layer)
     path, key = split_array_spec(spec)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
@@ -82,7 +97,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     from ..runner.score import score, select_score_metrics
 
     resolve_outputs(args, ("--out", "--csv"),  # before any work (exit 2 naming the path)
-                  input_files(*(split_array_spec(spec)[0] for spec in (args.x, args.y))))
+                  input_files(*(split_array_spec(spec)[0] for spec in (args.x, args.y)
+                                if store_entry_spec(spec) is None)))
     options = metric_options(args, select_score_metrics(args.metrics))
     x, y = load_array(args.x), load_array(args.y)
     start = time.perf_counter()
@@ -99,7 +115,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
     p = sub.add_parser("score", help="score two arrays of activations (same rows) with the metrics that need no model")
-    p.add_argument("x", help="ARRAY of network A's activations (N, ...): FILE.npy, FILE.npz[:KEY], FILE.pt[:KEY]")
+    p.add_argument("x", help="ARRAY of network A's activations (N, ...): FILE.npy, FILE.npz[:KEY], FILE.pt[:KEY] "
+                   "or STORE:MODEL:LAYER (an activation store entry)")
     p.add_argument("y", help="ARRAY of network B's activations, the same N rows")
     add_metric_args(p, default="every metric that reads only activations", epochs=False)
     add_run_args(p, device=None, seed="seed of the metrics and of the 80/20 split of the rows that metrics fitting "

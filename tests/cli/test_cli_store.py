@@ -55,3 +55,25 @@ def test_byte_sizes_read_with_units_and_refuse_anything_else():
     for bad in ("", "-1G", "4X", "nan", "inf", "G"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected a size in bytes"):
             byte_size(bad)
+
+
+def test_score_reads_store_entries(tmp_path, capsys):
+    import numpy as np
+
+    from similarity_plugins import Store, score
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((60, 8)).astype(np.float32)
+    y = (x @ rng.standard_normal((8, 5))).astype(np.float32)
+    store = Store.create(tmp_path / "acts")
+    store.put("a", "block3", x)
+    store.put("b", "fc", y)
+    out = tmp_path / "r.json"
+    folder = str(tmp_path / "acts")
+    assert main(["score", f"{folder}:a:block3", f"{folder}:b:fc", "--metrics", "cka-linear", "--out", str(out),
+                 "--no-progress"]) == 0
+    row = json.loads(out.read_text())["results"][0]
+    assert row["score"] == pytest.approx(score(x, y, "cka-linear").results[0].score, abs=1e-12)
+    capsys.readouterr()
+    assert main(["score", f"{folder}:a:nope", f"{folder}:b:fc", "--metrics", "cka-linear"]) == 2
+    assert "nope" in capsys.readouterr().err
