@@ -16,7 +16,7 @@ argument (it took True/False then and takes "never"/"auto"/"always" now). Two pr
 (a per-metric timeout in the CLI; a built-in metric's first call in a fresh process). The harness puts back the
 process state a probe (or the code under test) left changed, so probes do not leak into each other.
 
-Run it on a tree (the repository root on ``PYTHONPATH``), one process, one thread; about a minute:
+Run it on a tree (the repository root on ``PYTHONPATH``), one process, one thread; about 15 s on a shared CPU:
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python lab/fault_campaign_3.py [--json PATH] [--only NAME ...]
 
@@ -157,6 +157,15 @@ def as_produced(model: nn.Module, layer: str, x: torch.Tensor) -> torch.Tensor:
     return seen[0]
 
 
+RANK = {"good": 0, "weak": 1, "bad": 2}
+
+
+def worst(results: list[tuple[str, str]]) -> tuple[str, str]:
+    """The worst verdict of several cases of one probe; the detail lists the cases with that verdict."""
+    verdict = max((r[0] for r in results), key=RANK.__getitem__)
+    return verdict, "; ".join(detail for v, detail in results if v == verdict)
+
+
 def scores(report) -> dict:
     return {row.metric: (row.score if row.ok else f"error: {short(row.error)}") for row in report}
 
@@ -221,12 +230,8 @@ def s_inplace_twins_all_objectives(tmp: Path):
 def s_inplace_vs_plain_same_function(tmp: Path):
     """The same network with and without in-place ReLUs, both ways round: 1.0."""
     plain, inplace = trained(), in_place(trained())
-    worst = ("good", "")
-    for front, end, what in [(plain, inplace, "plain->in-place"), (inplace, plain, "in-place->plain")]:
-        verdict = stitch_verdict(sp.compare(front, end, CUT, small_digits(), STITCH, options=FIT), what)
-        if ["good", "weak", "bad"].index(verdict[0]) >= ["good", "weak", "bad"].index(worst[0]):
-            worst = verdict
-    return worst
+    return worst([stitch_verdict(sp.compare(front, end, CUT, small_digits(), STITCH, options=FIT), what)
+                  for front, end, what in [(plain, inplace, "plain->in-place"), (inplace, plain, "in-place->plain")]])
 
 
 @probe("stitch after in-place op")
@@ -243,11 +248,11 @@ def s_split_native_and_end_see_the_cut_as_produced(tmp: Path):
         h = split.front(x)
         before = h.clone()
         split.end(h)
-    wrong = [name for name, ok in [("native", torch.equal(act, expected)), ("front", torch.equal(h, before)
-                                   and torch.equal(before, expected)), ("end kept its input", torch.equal(h, before))]
-             if not ok]
+    checks = {"native's activation": torch.equal(act, expected), "front's output": torch.equal(before, expected),
+              "end left the caller's tensor as it was": torch.equal(h, before)}
+    wrong = [name for name, ok in checks.items() if not ok]
     if wrong:
-        return "bad", f"wrong: {wrong} (a ReLU in place overwrote the cut's output)"
+        return "bad", f"not so: {', '.join(wrong)} (the ReLU in place overwrote the cut's output)"
     return "good", "native, front and end read the cut as produced"
 
 
@@ -276,6 +281,20 @@ def s_context_activations_as_produced(tmp: Path):
     if torch.allclose(got, expected, atol=1e-6):
         return "good", "context.activations is the BatchNorm output (negatives kept)"
     return "bad", f"context.activations differs from the cut's output (max diff {float((got - expected).abs().max()):.3g})"
+
+
+@probe("stitch after in-place op")
+def s_grid_stitch_at_an_inplace_cut(tmp: Path):
+    """The grid's own capture path: a plain model and its in-place twin at the cut, stitch-dm in every cell."""
+    grid = sp.compare_grid({"plain": trained(), "inplace": in_place(trained())}, [CUT], small_digits(), "stitch-dm",
+                           options=FIT)
+    failed = [c for c in grid.cells.values() if not c.ok]
+    if failed:
+        return "weak", f"{len(failed)} cells failed: {short(failed[0].error, 70)}"
+    values = grid.matrix("stitch-dm")
+    if np.abs(values - 1.0).max() > 1e-6:
+        return "bad", f"the same function scores {np.round(values, 4).tolist()} (rows: front plain, in-place)"
+    return "good", "every cell 1.0"
 
 
 # --------------------------------------------------------------------------------- donor dtypes and grad modes (C)
@@ -310,8 +329,7 @@ def c_half_precision_donors_stitch(tmp: Path):
     """float16 and bfloat16 donors; 2 of 64 test samples may flip near a tie (8 bits of mantissa)."""
     results = [twins_verdict(twins(trained().to(dtype)), ["stitch-dm"], str(dtype).replace("torch.", ""), tol=0.06)
                for dtype in (torch.float16, torch.bfloat16)]
-    worst = max(results, key=lambda r: ["good", "weak", "bad"].index(r[0]))
-    return worst[0], "; ".join(r[1] for r in results)
+    return worst(results)
 
 
 @probe("dtypes and grad modes (C)")
@@ -323,8 +341,7 @@ def c_stitch_inside_callers_grad_mode(tmp: Path):
             results.append(twins_verdict(pair, ["stitch-dm"], what))
             if torch.is_grad_enabled():
                 results.append(("bad", f"{what}: the caller's grad mode was changed"))
-    worst = max(results, key=lambda r: ["good", "weak", "bad"].index(r[0]))
-    return worst[0], "; ".join(r[1] for r in results)
+    return worst(results)
 
 
 @probe("dtypes and grad modes (C)")
@@ -473,19 +490,32 @@ def cell_values(grid) -> dict:
 
 
 @probe("grids and resume files")
-def g_resume_on_other_data_of_the_same_size(tmp: Path):
-    metric, path, models = counted(), tmp / "cells.jsonl", grid_models()
-    sp.compare_grid(models, LAYERS, random_data(0), metric, resume=path)
-    try:
-        resumed = sp.compare_grid(models, LAYERS, random_data(1), metric, resume=path)
-    except ValueError as exc:
-        return ("good" if "data" in str(exc) else "weak"), f"refused: {exc_text(exc)}"
-    fresh = cell_values(sp.compare_grid(models, LAYERS, random_data(1), metric))
-    got = cell_values(resumed)
-    diff = max(abs(got[k] - fresh[k]) for k in fresh)
-    if diff > 1e-12:
-        return "bad", f"the old data's scores returned for other data (off by up to {diff:.3g})"
-    return "good", "recomputed on the new data"
+def g_resume_on_other_data_weights_or_options(tmp: Path):
+    """A resume file reused with other data of the same size, changed weights, or other metric options."""
+    metric, models = counted(), grid_models()
+    changed = grid_models()
+    with torch.no_grad():
+        changed["a"].block1[0].weight.add_(0.1)
+    results = []
+    for what, models2, data2, options in [("other data of the same size", models, random_data(1), None),
+                                          ("changed weights", changed, random_data(0), None),
+                                          ("other options", models, random_data(0), {"max_samples": 8})]:
+        path = tmp / f"cells-{len(results)}.jsonl"
+        metric = "cka-linear" if options else metric  # a metric that takes max_samples
+        sp.compare_grid(models, LAYERS, random_data(0), metric, resume=path)
+        try:
+            resumed = sp.compare_grid(models2, LAYERS, data2, metric, options=options, resume=path)
+        except ValueError as exc:
+            text = str(exc)
+            results.append(("good", f"{what}: refused") if "resume file" in text and "other" in text
+                           else ("weak", f"{what}: {exc_text(exc)}"))
+            continue
+        fresh = cell_values(sp.compare_grid(models2, LAYERS, data2, metric, options=options))
+        got = cell_values(resumed)
+        diff = max(abs(got[k] - fresh[k]) for k in fresh)
+        results.append(("bad", f"{what}: old scores returned (off by up to {diff:.3g})") if diff > 1e-12
+                       else ("good", f"{what}: recomputed"))
+    return worst(results)
 
 
 @probe("grids and resume files")
@@ -518,7 +548,7 @@ def g_resume_after_a_torn_last_line(tmp: Path):
     return "good", "2 calls for 2 cells: the next finished cell was readable"
 
 
-def _damaged_resume(tmp: Path, edit) -> tuple[str, str, Path]:
+def _damaged_resume(tmp: Path, edit) -> tuple[str, str]:
     metric, path, models, data = counted(), tmp / "cells.jsonl", grid_models(), random_data()
     first = sp.compare_grid(models, LAYERS, data, metric, resume=path)
     lines = path.read_text().splitlines()
@@ -528,16 +558,16 @@ def _damaged_resume(tmp: Path, edit) -> tuple[str, str, Path]:
         again = sp.compare_grid(models, LAYERS, data, metric, resume=path)
     except ValueError as exc:
         named = str(path) in str(exc) or path.name in str(exc)
-        return ("good" if named else "weak"), f"refused{'' if named else ' without naming the file'}: {exc_text(exc)}", path
+        return ("good" if named else "weak"), f"refused{'' if named else ' without naming the file'}: {exc_text(exc)}"
     except Exception as exc:  # noqa: BLE001
-        return "weak", f"raw {exc_text(exc)}", path
+        return "weak", f"raw {exc_text(exc)}"
     changed = {k for k, v in cell_values(again).items() if v != cell_values(first)[k]}
-    return "accepted", f"{len(CALLS) - n} cells recomputed, {len(changed)} values differ", path
+    return "accepted", f"{len(CALLS) - n} cells recomputed, {len(changed)} values differ"
 
 
 @probe("grids and resume files")
 def g_resume_file_with_a_line_that_is_not_json(tmp: Path):
-    verdict, detail, _ = _damaged_resume(tmp, lambda lines: lines[:1] + ["{not json"] + lines[1:])
+    verdict, detail = _damaged_resume(tmp, lambda lines: lines[:1] + ["{not json"] + lines[1:])
     return ("weak", f"silently skipped: {detail}") if verdict == "accepted" else (verdict, detail)
 
 
@@ -549,7 +579,7 @@ def g_resume_file_with_an_edited_score(tmp: Path):
         cell["result"]["score"] = 0.5
         return lines[:2] + [json.dumps(line)] + lines[3:]
 
-    verdict, detail, _ = _damaged_resume(tmp, edit)
+    verdict, detail = _damaged_resume(tmp, edit)
     if verdict == "accepted":
         return "weak", f"an edited cell was accepted: {detail}"
     return verdict, detail
@@ -577,8 +607,7 @@ def g_grid_json_cut_or_tampered(tmp: Path):
             results.append(("weak", f"{what}: raw {exc_text(exc)}"))
             continue
         results.append(("weak", f"{what}: accepted ({len(back.cells)} cells)"))
-    worst = max(results, key=lambda r: ["good", "weak", "bad"].index(r[0]))
-    return worst[0], "; ".join(r[1] for r in results)
+    return worst(results)
 
 
 @probe("grids and resume files")
@@ -837,6 +866,37 @@ def st_score_leaves_the_callers_random_streams(tmp: Path):
     return "good", "the caller's torch, NumPy and random streams go on as without the plugin"
 
 
+@probe("state left behind")
+def st_score_state_outside_the_documented_list(tmp: Path):
+    """A plugin sets the umask to 0 or flushes subnormal numbers to zero (torch.set_flush_denormal)."""
+    x, y = xy()
+    tiny_x, tiny_y = x * 1e-310, y * 1e-310  # linear CKA measures subnormal inputs exactly (docs/reliability.md)
+    baseline = sp.score(tiny_x, tiny_y, "cka-linear")["cka-linear"].score
+    problems = []
+    name = changer(lambda: os.umask(0), "fc3-umask")
+    np.save(tmp / "x.npy", x)
+    saved = os.umask(0o022)
+    try:
+        quiet_cli(["score", str(tmp / "x.npy"), str(tmp / "x.npy"), "--metrics", f"{name},cka-linear", "--out",
+                   str(tmp / "r.json")])
+        left = os.umask(0o022)
+    finally:
+        os.umask(saved)
+    mode = stat.S_IMODE(os.stat(tmp / "r.json").st_mode) if (tmp / "r.json").exists() else None
+    if left != 0o022:
+        problems.append(f"umask left {oct(left)}, --out written {oct(mode) if mode is not None else 'not at all'}")
+    name = changer(lambda: torch.set_flush_denormal(True), "fc3-denormal")
+    try:
+        row = sp.score(tiny_x, tiny_y, [name, "cka-linear"])["cka-linear"]
+        left = bool((torch.tensor([1e-310], dtype=torch.float64) * 1.0).item() == 0.0)
+    finally:
+        torch.set_flush_denormal(False)
+    if left or row.score != baseline:
+        after = row.score if row.ok else f"refused: {short(row.error, 45)}"
+        problems.append(f"flush-denormal left {'on' if left else 'off'}; later cka-linear on subnormal inputs: {after}")
+    return ("weak", "; ".join(problems)) if problems else ("good", "umask and flush-denormal restored")
+
+
 FIRST_CALL = """
 import json, numpy as np, similarity_plugins as sp
 rng = np.random.default_rng(0)
@@ -859,6 +919,9 @@ def st_builtin_metric_not_blamed_for_a_lazy_import(tmp: Path):
     return "good", "no process-state warning on a built-in metric"
 
 
+PLUGIN_DIR: list = [""]  # where the chdir plugin goes (set by the probe)
+
+
 @probe("state left behind")
 def st_cli_out_after_a_plugin_chdir(tmp: Path):
     here, elsewhere = tmp / "here", tmp / "elsewhere"
@@ -876,9 +939,6 @@ def st_cli_out_after_a_plugin_chdir(tmp: Path):
     if (here / "r.json").exists():
         return "good", f"exit {code}: r.json in the user's folder"
     return "weak", f"exit {code}: no r.json anywhere ({short(text)})"
-
-
-PLUGIN_DIR: list = [""]
 
 
 # ------------------------------------------------------------------------------- outputs that are not regular files
@@ -914,8 +974,7 @@ def o_cli_out_and_csv_naming_a_fifo(tmp: Path):
                 results.append(("good", f"{option}: exit 2, pipe left"))
             else:
                 results.append(("weak", f"{option}: exit {code}"))
-    worst = max(results, key=lambda r: ["good", "weak", "bad"].index(r[0]))
-    return worst[0], "; ".join(r[1] for r in results)
+    return worst(results)
 
 
 @probe("outputs not regular files")
@@ -924,8 +983,9 @@ def o_report_and_grid_writers_on_a_fifo(tmp: Path):
     grid = sp.compare_grid({"a": cnn(width=4)}, ["block1"], random_data(train=False), "cka-linear")
     results = []
     for what, write in [("Report.to_json", report.to_json), ("Report.to_csv", report.to_csv),
-                        ("Grid.to_json", grid.to_json), ("Report.to_json via a symlink", report.to_json)]:
-        pipe = tmp / f"{what.replace(' ', '_')}.pipe"
+                        ("Grid.to_json", grid.to_json), ("Grid.heatmap", grid.heatmap),
+                        ("Report.to_json via a symlink", report.to_json)]:
+        pipe = tmp / f"{what.replace(' ', '_')}.{'png' if 'heatmap' in what else 'out'}"
         with fifo(pipe):
             target = pipe
             if "symlink" in what:
@@ -946,9 +1006,7 @@ def o_report_and_grid_writers_on_a_fifo(tmp: Path):
                 results.append(("good", f"{what}: refused"))
             else:
                 results.append(("weak", f"{what}: raw {exc_text(raised)}"))
-    worst = max(results, key=lambda r: ["good", "weak", "bad"].index(r[0]))
-    bad = [r[1] for r in results if r[0] == worst[0]]
-    return worst[0], "; ".join(bad)
+    return worst(results)
 
 
 # ----------------------------------------------------------------------------------------- the shared IRI cache
@@ -1015,8 +1073,7 @@ def k_unusable_cache_folder_refused_before_the_work(tmp: Path):
                 results.append(("weak", f"{what}: raw {exc_text(exc)} {'after' if ran else 'before'} the work"))
     finally:
         generate._optimize = real
-    worst = max(results, key=lambda r: ["good", "weak", "bad"].index(r[0]))
-    return worst[0], "; ".join(r[1] for r in results)
+    return worst(results)
 
 
 @probe("shared IRI cache")
@@ -1036,8 +1093,7 @@ def k_damaged_iri_file_named(tmp: Path):
         except Exception as exc:  # noqa: BLE001
             named = "iris.npz" in str(exc)
             results.append(("weak", f"{what}: raw {type(exc).__name__}{'' if named else ' without the file name'}"))
-    worst = max(results, key=lambda r: ["good", "weak", "bad"].index(r[0]))
-    return worst[0], "; ".join(r[1] for r in results)
+    return worst(results)
 
 
 # ------------------------------------------------------------------------------------ exit code after a timeout

@@ -3,16 +3,19 @@
 ``compare``, the grids and ``score`` make every metric call between `process_state` and
 `restore_process_state`, so a plugin that changes a setting of the whole process cannot change what the later
 metrics (or the caller) compute: torch's grad mode, default dtype and default device, anomaly detection,
-deterministic algorithms, float32 matmul precision and the cuDNN flags, the number of intra-op threads,
-NumPy's floating-point error handling, the warnings filters, the environment variables and the working
-directory. Whatever changed is put back and named, and the row says so in its warnings. The random generators
-are forked around each metric by `isolated_rng`.
+deterministic algorithms, float32 matmul precision, flushing of subnormal floats and the cuDNN flags, the
+number of intra-op threads, NumPy's floating-point error handling, the warnings filters, the environment
+variables, the working directory and the file creation mask (umask). Whatever changed is put back and named,
+and the row says so in its warnings. Warnings filters that a module adds when it is first imported during the
+call (SciPy does) are kept and not blamed on the metric: they would be there had the module been imported
+before. The random generators are forked around each metric by `isolated_rng`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -53,6 +56,17 @@ def _set_deterministic(flags: tuple[bool, bool]) -> None:
     torch.use_deterministic_algorithms(flags[0], warn_only=flags[1])
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it; put back at once
+    os.umask(mask)
+    return mask
+
+
+def _flushes_subnormals() -> bool:
+    """Whether torch flushes subnormal floats to zero (``torch.set_flush_denormal``, which has no getter)."""
+    return bool((torch.full((1,), 1e-40, dtype=torch.float32, device="cpu") * 1.0).item() == 0.0)
+
+
 def _set_filters(filters: list) -> None:
     warnings.filters[:] = filters
     warnings._filters_mutated() if hasattr(warnings, "_filters_mutated") else None  # noqa: SLF001 - drop its cache
@@ -74,12 +88,23 @@ _SETTINGS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
     "warnings filters": (lambda: list(warnings.filters), _set_filters),
     "environment variables": (lambda: dict(os.environ), _set_environ),
     "working directory": (_cwd, _set_cwd),
+    "file creation mask (umask)": (_umask, os.umask),
+    "flushing of subnormal floats": (_flushes_subnormals, torch.set_flush_denormal),
 }
+_MODULES = "modules"  # the number of imported modules, to tell an import's warnings filters from a metric's
 
 
 def process_state() -> dict[str, Any]:
     """A snapshot of every process-wide setting `restore_process_state` puts back (the module docstring lists them)."""
-    return {name: read() for name, (read, _) in _SETTINGS.items()}
+    return {**{name: read() for name, (read, _) in _SETTINGS.items()}, _MODULES: len(sys.modules)}
+
+
+def _filters_added_by_imports(saved: dict[str, Any], now: list) -> bool:
+    """Whether the warnings filters ``now`` are the saved ones with filters added in front while modules were
+    first imported (``filterwarnings`` inserts at the front; an import adds what it adds once per process)."""
+    before = saved["warnings filters"]
+    return (len(sys.modules) > saved[_MODULES] and len(now) > len(before)
+            and now[len(now) - len(before):] == before)
 
 
 def _describe(name: str, before: Any, after: Any) -> str:
@@ -96,6 +121,8 @@ def restore_process_state(saved: dict[str, Any]) -> list[str]:
     now = process_state()
     changed = []
     for name, (_, put_back) in _SETTINGS.items():
+        if name == "warnings filters" and _filters_added_by_imports(saved, now[name]):
+            continue
         if now[name] != saved[name]:
             changed.append(_describe(name, saved[name], now[name]))
             put_back(saved[name])

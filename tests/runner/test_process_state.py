@@ -28,6 +28,20 @@ def _filters(_tmp):
     warnings.simplefilter("error")
 
 
+def _umask(_tmp):
+    os.umask(0)
+
+
+def _umask_now() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _subnormals_flushed() -> bool:
+    return bool((torch.full((1,), 1e-40, dtype=torch.float32, device="cpu") * 1.0).item() == 0.0)
+
+
 # (what the plugin does, the words the row's warning names, the state to compare before and after)
 CHANGES = [
     (lambda _t: torch.set_grad_enabled(False), "grad mode", torch.is_grad_enabled),
@@ -40,8 +54,11 @@ CHANGES = [
     (_filters, "warnings filters", lambda: list(warnings.filters)),
     (_env, "environment variables (SIMILARITY_PROBE_VAR)", lambda: dict(os.environ)),
     (_chdir, "working directory", os.getcwd),
+    (_umask, "umask", _umask_now),
+    (lambda _t: torch.set_flush_denormal(True), "flushing of subnormal floats", _subnormals_flushed),
 ]
-IDS = ["grad", "dtype", "anomaly", "device", "threads", "seterr", "matmul", "warnings", "environ", "cwd"]
+IDS = ["grad", "dtype", "anomaly", "device", "threads", "seterr", "matmul", "warnings", "environ", "cwd", "umask",
+       "denormal"]
 
 
 def _changer(action, tmp):
@@ -91,3 +108,41 @@ def test_compare_restores_the_same_state_through_the_same_code(changer):
     assert read() == before
     assert report["changer"].ok and words in " ".join(report["changer"].details["warnings"])
     assert report["cka-linear"].score == baseline
+
+
+def test_filters_a_module_adds_when_first_imported_are_its_own_not_the_metrics(fresh_manager, monkeypatch):
+    """A module imported for the first time inside a metric (SciPy adds filters on import) keeps its filters, and
+    the row does not blame the metric; a metric that changes the filters otherwise in that call is still named."""
+    import sys
+    import types
+
+    def importing(add_own: bool):
+        class Importing:
+            activations_only = True
+
+            @sp.hookimpl
+            def similarity(self, front, layer, context):
+                module = types.ModuleType("similarity_probe_module")
+                warnings.filterwarnings("ignore", message="probe module's own filter")  # what its import does
+                sys.modules["similarity_probe_module"] = module
+                if add_own:
+                    warnings.filters.pop()  # not an addition in front: the metric's own change
+                return 0.5
+        return Importing
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((20, 4)), rng.standard_normal((20, 3))
+    before = list(warnings.filters)
+    sp.register_metric(importing(False), "importing")
+    monkeypatch.delitem(sys.modules, "similarity_probe_module", raising=False)
+    try:
+        (row,) = sp.score(x, y, "importing").results
+        assert not any("warnings filters" in w for w in row.details.get("warnings", [])), row.details
+        assert list(warnings.filters)[1:] == before  # the import's filter stays, in front
+        del sys.modules["similarity_probe_module"]
+        sp.register_metric(importing(True), "importing-and-own", replace=True)
+        (row,) = sp.score(x, y, "importing-and-own").results
+        assert any("warnings filters" in w for w in row.details["warnings"])
+    finally:
+        warnings.filters[:] = before
+        warnings._filters_mutated()
