@@ -18,12 +18,13 @@ against its SHA-256 the first time it is read; a mismatch raises `CorruptChunk` 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
 import urllib.parse
 import uuid
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import numpy as np
 
@@ -57,6 +58,21 @@ def file_sha256(path: str) -> str:
     with open(path, "rb") as fh:
         for piece in iter(lambda: fh.read(1 << 22), b""):
             h.update(piece)
+    return h.hexdigest()
+
+
+def write_npy(fh: BinaryIO, array: np.ndarray) -> str:
+    """Write ``array`` to the binary file ``fh`` as ``np.save`` does (``.npy`` version 1.0) and return the SHA-256
+    (hex) of the bytes written, computed from memory as they are written (no second read of the file)."""
+    array = np.ascontiguousarray(array)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    h = hashlib.sha256(header.getvalue())
+    fh.write(header.getvalue())
+    if array.size:
+        data = array.reshape(-1).view(np.uint8)
+        h.update(data)
+        fh.write(data)
     return h.hexdigest()
 
 
@@ -247,9 +263,9 @@ class Store:
         stem = chunk_name(start, start + len(block))
         path = os.path.join(folder, stem + ".npy")
         with atomic_write(path) as fh:
-            np.save(fh, np.ascontiguousarray(block))
+            checksum = write_npy(fh, block)
         record = {"file": stem + ".npy", "start": int(start), "stop": int(start + len(block)),
-                  "sha256": file_sha256(path), "data_digest": data_digest}
+                  "sha256": checksum, "data_digest": data_digest}
         write_json(os.path.join(folder, stem + ".json"), record)
         return record
 
