@@ -8,14 +8,16 @@ of the first against ``layer3.1, layer4.1`` of the second (3 x 2 cells, ``cka-li
 ``rand(N, 3, 32, 32)``.
   * from-models   ``compare_grid(models, layers, data, ...)``: forward passes, then the cells
   * from-store    ``compare_grid(layers=..., store=DIR)`` on a store filled once before the timing
-Group ``store-extract``: the same two models at the same layers.
+Group ``store-extract``: the same two models at the same layers; ``store-extract-N3072`` the same on 3,072 inputs
+(the store's fixed cost, the SHA-256 fingerprint of each model's weights, spread over more batches).
   * in-memory     ``extract_layers`` of each model (the one batched forward loop, arrays kept in memory)
-  * to-store      ``sp.extract`` into a fresh folder each round (forward passes, chunks, checksums, manifests)
+  * to-store      ``sp.extract`` into a fresh folder each round (model fingerprints, input digests, forward
+                  passes, chunks with checksums, fsync, manifests)
 Group ``store-stream``: linear CKA of two (BENCH_STORE_N = 50,000) x 512 float32 arrays.
   * in-memory     ``functional.cka(x, y)`` on the arrays in memory
   * from-disk     ``functional.streamed(x, y)`` on the same arrays as store entries (read block by block)
 ``extra_info`` holds the ratios of medians (targets: from-models / from-store >= 5, to-store / in-memory <= 1.15,
-from-disk / in-memory <= 2) and each process's peak resident memory so far (MiB).
+from-disk / in-memory <= 2) and each process's peak resident memory so far (MiB). Five rounds each.
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ from similarity_plugins import functional as F
 from similarity_plugins.networks.activations import extract_layers
 
 N = 384
+LARGE_N = 3072
+ROUNDS = 5
 LAYERS = {"a": ["layer2.0", "layer3.0", "layer4.0"], "b": ["layer3.1", "layer4.1"]}
 STREAM_N = int(os.environ.get("BENCH_STORE_N", "50000"))
 _VALUES: dict[str, float] = {}
 RATIOS = {
     "models_over_store": ("grid:from-models", "grid:from-store"),
     "store_over_memory": ("extract:to-store", "extract:in-memory"),
+    "store_over_memory_N3072": ("extract-large:to-store", "extract-large:in-memory"),
     "disk_over_memory": ("stream:from-disk", "stream:in-memory"),
 }
 
@@ -88,7 +93,7 @@ def _pairs():
 def test_grid_from_models(benchmark, setup):
     models, data, _ = setup
     benchmark.group = "store-grid"
-    benchmark.pedantic(lambda: sp.compare_grid(models, LAYERS, data, ["cka-linear"], pairs=_pairs()), rounds=3)
+    benchmark.pedantic(lambda: sp.compare_grid(models, LAYERS, data, ["cka-linear"], pairs=_pairs()), rounds=ROUNDS)
     _record("grid:from-models", benchmark)
 
 
@@ -96,14 +101,14 @@ def test_grid_from_store(benchmark, setup):
     _, _, path = setup
     benchmark.group = "store-grid"
     benchmark.pedantic(lambda: sp.compare_grid(layers=LAYERS, metrics=["cka-linear"], pairs=_pairs(), store=path),
-                       rounds=3)
+                       rounds=ROUNDS)
     _record("grid:from-store", benchmark)
 
 
 def test_extract_in_memory(benchmark, setup):
     models, data, _ = setup
     benchmark.group = "store-extract"
-    benchmark.pedantic(lambda: [extract_layers(models[m], LAYERS[m], data.test) for m in LAYERS], rounds=3)
+    benchmark.pedantic(lambda: [extract_layers(models[m], LAYERS[m], data.test) for m in LAYERS], rounds=ROUNDS)
     _record("extract:in-memory", benchmark)
 
 
@@ -115,8 +120,34 @@ def test_extract_to_store(benchmark, setup):
         with tempfile.TemporaryDirectory(prefix="bench-store-x-") as folder:
             sp.extract(models, LAYERS, data, folder)
 
-    benchmark.pedantic(run, rounds=3)
+    benchmark.pedantic(run, rounds=ROUNDS)
     _record("extract:to-store", benchmark)
+
+
+@pytest.fixture(scope="module")
+def large(setup):
+    models = setup[0]
+    g = torch.Generator().manual_seed(2)
+    return models, TensorDataset(torch.rand(LARGE_N, 3, 32, 32, generator=g), torch.zeros(LARGE_N, dtype=torch.long))
+
+
+def test_extract_in_memory_large(benchmark, large):
+    models, test = large
+    benchmark.group = "store-extract-N3072"
+    benchmark.pedantic(lambda: [extract_layers(models[m], LAYERS[m], test) for m in LAYERS], rounds=ROUNDS)
+    _record("extract-large:in-memory", benchmark)
+
+
+def test_extract_to_store_large(benchmark, large):
+    models, test = large
+    benchmark.group = "store-extract-N3072"
+
+    def run():
+        with tempfile.TemporaryDirectory(prefix="bench-store-x-") as folder:
+            sp.extract(models, LAYERS, sp.Data(test=test), folder)
+
+    benchmark.pedantic(run, rounds=ROUNDS)
+    _record("extract-large:to-store", benchmark)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +166,7 @@ def stream_pair():
 def test_stream_in_memory(benchmark, stream_pair):
     x, y, _ = stream_pair
     benchmark.group = "store-stream"
-    benchmark.pedantic(lambda: F.cka(x, y, "linear"), rounds=3)
+    benchmark.pedantic(lambda: F.cka(x, y, "linear"), rounds=ROUNDS)
     _record("stream:in-memory", benchmark)
 
 
@@ -144,5 +175,5 @@ def test_stream_from_disk(benchmark, stream_pair):
     benchmark.group = "store-stream"
     value = F.streamed(store.load("x", "l"), store.load("y", "l"))
     assert abs(value - F.cka(x, y, "linear")) < 1e-10
-    benchmark.pedantic(lambda: F.streamed(store.load("x", "l"), store.load("y", "l")), rounds=3)
+    benchmark.pedantic(lambda: F.streamed(store.load("x", "l"), store.load("y", "l")), rounds=ROUNDS)
     _record("stream:from-disk", benchmark)
