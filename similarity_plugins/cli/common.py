@@ -211,23 +211,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-BYTE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-
-
-def byte_size(text: str) -> int:
-    """``argparse`` type of a memory size: bytes, or a number with ``K``, ``M``, ``G`` or ``T`` (powers of 1024,
-    an optional trailing ``B`` or ``iB``): ``"512M"`` -> 536870912; argparse reports anything else (exit 2)."""
-    word = text.strip().lower().removesuffix("ib").removesuffix("b")
-    unit = word[-1:] if word[-1:] in BYTE_UNITS else ""
-    try:
-        value = float(word[: len(word) - len(unit)]) * BYTE_UNITS[unit]
-    except ValueError:
-        value = -1.0
-    if not (value >= 0 and value == value and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 1073741824, 512M or 4G, got {text!r}")
-    return int(value)
-
-
 def progress_of(args: argparse.Namespace) -> str:
     """The ``progress`` argument for the library from a command's flags: ``"never"`` (``--no-progress``),
     ``"always"`` (``--progress``) or ``"auto"`` (bars only when stderr is a terminal; `utils.progress`)."""

@@ -47,7 +47,7 @@ def test_grid_without_sources_says_what_is_missing(capsys):
 def test_byte_sizes_read_with_units_and_refuse_anything_else():
     import argparse
 
-    from similarity_plugins.cli.common import byte_size
+    from similarity_plugins.cli.grid import byte_size
 
     assert byte_size("1048576") == 2**20
     assert byte_size("512M") == byte_size("512MiB") == byte_size("512mb") == 512 * 2**20
