@@ -124,6 +124,7 @@ class Context:
         for key in changed:
             del self.memo[key]
             del self.versions[key]
+            self._derived.pop(key, None)  # an entry read from a store: no longer held
         return [" ".join(str(part) for part in key if not isinstance(part, int)) for key in changed]
 
     def derived(self, model: nn.Module, layer: str, split: str, what: Hashable, compute: Callable[[], Any]) -> Any:

@@ -40,3 +40,25 @@ def test_compare_in_a_with_test_context_equals_a_fresh_compare(digits32, small_c
     fresh = compare(a, b, "block1", Data(digits32.train, other), "stitch-hlm", seed=2, options=FAST)["stitch-hlm"]
     assert reused.error is None and reused.score == fresh.score
     assert reused.details["agreement"] == fresh.details["agreement"]
+
+
+def test_activations_read_through_a_loader_are_held_counted_and_read_again_after_an_in_place_write():
+    import torch
+    from torch import nn
+
+    model, reads = nn.Identity(), []
+    ctx = Context(Data())
+    ctx.derived_bytes = 10**6
+
+    def read() -> torch.Tensor:
+        reads.append(1)
+        return torch.arange(12, dtype=torch.float32).reshape(3, 4)
+
+    key = ("activations", id(model), "layer", "test")
+    ctx.loaders[key] = read
+    first = ctx.activations(model, "layer")
+    assert ctx.activations(model, "layer").data_ptr() == first.data_ptr() and len(reads) == 1  # held: read once
+    assert ctx._derived[key] == 48  # counted against derived_bytes
+    first.mul_(0)  # a metric writes it in place
+    assert ctx.drop_changed() and key not in ctx._derived  # forgotten, and no longer counted
+    assert ctx.activations(model, "layer")[0, 1] == 1.0 and len(reads) == 2  # read again, as stored
