@@ -35,13 +35,6 @@ def ranks(tmp_path_factory):
     return results
 
 
-def _ok(ranks, name):
-    for r in (0, 1):
-        status, value = ranks[r][name]
-        assert status == "ok", f"rank {r} failed {name}: {value}"
-    return ranks[0][name][1], ranks[1][name][1]
-
-
 # --------------------------------------------------------------------------- pure helpers (no processes)
 def test_shard_ranges_partition_and_allow_empty_shares():
     for n, size in [(10, 3), (2, 5), (0, 2), (7, 1)]:
@@ -110,7 +103,7 @@ def test_layering_services_know_no_distributed_and_distributed_only_networks():
 # --------------------------------------------------------------------------- two gloo ranks vs one process
 @pytest.mark.slow
 def test_compare_on_two_ranks_equals_one_process(ranks):
-    rank0, rank1 = _ok(ranks, "compare")
+    rank0, rank1 = w.ok_values(ranks, "compare")
     assert rank0 == rank1  # every rank returns the same, complete report
     front, end, data = w.small_setup()
     single = w.rows(compare(front, end, "block2", data, w.METRICS, options=w.STITCH_OPTIONS))
@@ -129,7 +122,7 @@ def test_compare_on_two_ranks_equals_one_process(ranks):
 
 @pytest.mark.slow
 def test_iris_on_two_ranks_are_the_single_process_iris(ranks, tmp_path):
-    rank0, rank1 = _ok(ranks, "iris")
+    rank0, rank1 = w.ok_values(ranks, "iris")
     front, _, _ = w.small_setup()
     seeds = w.seeds_tensor(10)
     for name, kw in [("one", {"batch_size": 1}), ("shuffle", {"batch_size": 1, "init": "shuffle"}),
@@ -150,7 +143,7 @@ def test_iris_on_two_ranks_are_the_single_process_iris(ranks, tmp_path):
 def test_a_slow_rank_takes_fewer_seeds_and_the_set_is_unchanged(ranks):
     """Rank 1 sleeps in every evaluation (dist_workers.scenario_slow_rank): the shared seed queue gives it fewer
     seeds than rank 0, and the gathered set is still the one-process set, bit for bit (batch size 1)."""
-    rank0, rank1 = _ok(ranks, "slow_rank")
+    rank0, rank1 = w.ok_values(ranks, "slow_rank")
     assert rank0["rank_seeds"] == rank1["rank_seeds"] and sum(rank0["rank_seeds"]) == 10
     fast, slow = rank0["rank_seeds"]
     assert slow < fast, rank0["rank_seeds"]
@@ -178,7 +171,7 @@ def test_seed_queue_hands_out_every_seed_once_in_guided_blocks():
 
 @pytest.mark.slow
 def test_iri_cache_written_once_and_reused(ranks):
-    rank0, rank1 = _ok(ranks, "iris")
+    rank0, rank1 = w.ok_values(ranks, "iris")
     files = [f for f in rank0["files"] if f != "ckpt"]  # (ckpt/: the resume scenario's folder)
     assert len(files) == 1 and files[0].startswith("iris-") and files[0].endswith(".pt"), files  # no temp, no ckpt
     assert rank0["again_from_cache"] and rank1["again_from_cache"]
@@ -187,7 +180,7 @@ def test_iri_cache_written_once_and_reused(ranks):
 
 @pytest.mark.slow
 def test_interrupted_ranks_resume_their_own_shares(ranks):
-    rank0, rank1 = _ok(ranks, "iris")
+    rank0, rank1 = w.ok_values(ranks, "iris")
     got = rank0["resumed"]
     assert "simulated interruption" in got["interrupted"]
     assert [c.rsplit(".", 1)[-1] for c in got["checkpoints"]] == ["rank0of2", "rank1of2"]  # one per rank
@@ -201,7 +194,7 @@ def test_interrupted_ranks_resume_their_own_shares(ranks):
 
 @pytest.mark.slow
 def test_ranks_without_a_share_still_work(ranks):
-    rank0, rank1 = _ok(ranks, "tiny")
+    rank0, rank1 = w.ok_values(ranks, "tiny")
     ref = w.tiny_results()
     for got in (rank0, rank1):
         assert torch.equal(got["acts"], ref["acts"]) and torch.equal(got["logits"], ref["logits"])
@@ -220,7 +213,7 @@ def test_a_rank_with_other_weights_stops_every_rank(ranks):
 
 @pytest.mark.slow
 def test_a_failure_on_one_rank_is_the_same_error_row_everywhere(ranks):
-    rank0, rank1 = _ok(ranks, "one_rank_fails")
+    rank0, rank1 = w.ok_values(ranks, "one_rank_fails")
     assert rank0 == rank1
     failed, cka = rank0
     assert failed[2] is None and "rank 1 of 2 failed: ValueError: deliberate failure on rank 1" in failed[3]

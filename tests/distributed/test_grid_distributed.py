@@ -17,10 +17,7 @@ pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="t
 @pytest.mark.slow
 def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(tmp_path):
     results = w.run_ranks(["grid"], str(tmp_path))
-    outcomes = [results[r].get("grid") for r in (0, 1)]
-    for r, outcome in enumerate(outcomes):
-        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
-    rank0, rank1 = outcomes[0][1], outcomes[1][1]
+    rank0, rank1 = w.ok_values(results, "grid")
     assert rank0["ranks"] == [0, 1]  # both ranks computed cells
     assert not rank0["errors"] and not rank1["errors"]
     front, end, data = w.small_setup()
@@ -34,10 +31,7 @@ def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(tmp_path):
 @pytest.mark.slow
 def test_a_grid_resumes_under_torchrun_from_rank_zeros_file(tmp_path):
     results = w.run_ranks(["grid_resume"], str(tmp_path))
-    outcomes = [results[r].get("grid_resume") for r in (0, 1)]
-    for r, outcome in enumerate(outcomes):
-        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
-    (_, first), (_, second) = outcomes
+    first, second = w.ok_values(results, "grid_resume")
     cells = 4 * 4  # 2 models x 2 layers, every ordered pair; no symmetry declared, so none mirrored
     assert first["counts"][0] + second["counts"][0] == cells  # fresh: the cells shared out
     assert first["counts"][0] and second["counts"][0]
@@ -54,10 +48,7 @@ def test_extract_on_two_ranks_writes_one_store_equal_to_one_process(tmp_path):
     from similarity_plugins import Store, extract
 
     results = w.run_ranks(["extract"], str(tmp_path))
-    outcomes = [results[r].get("extract") for r in (0, 1)]
-    for r, outcome in enumerate(outcomes):
-        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
-    (_, first), (_, second) = outcomes
+    first, second = w.ok_values(results, "extract")
     # 64 test samples in batches of 16: each model's 4 batches, 2 per rank; the counts are every rank's together
     assert first["counts"] == second["counts"] == [4, 4, 0, 0]  # the second extract runs no forward anywhere
     assert first["ranks"] == [0, 1]  # the grid from the store shared its cells out
@@ -79,10 +70,7 @@ def test_text_and_paired_grids_on_two_ranks_equal_one_process(tmp_path):
     the matrices and permutation p-values of one process."""
     pytest.importorskip("transformers")
     results = w.run_ranks(["text_grid"], str(tmp_path), timeout_s=180.0)
-    outcomes = [results[r].get("text_grid") for r in (0, 1)]
-    for r, outcome in enumerate(outcomes):
-        assert outcome is not None and outcome[0] == "ok", f"rank {r}: {outcome}"
-    rank0, rank1 = outcomes[0][1], outcomes[1][1]
+    rank0, rank1 = w.ok_values(results, "text_grid")
     assert not rank0["errors"] and not rank1["errors"], rank0["errors"][:2]
     assert rank0["ranks"] == [0, 1]
     models, layers, text, paired = w.text_setup()

@@ -335,6 +335,17 @@ SCENARIOS: dict[str, Callable[[int, str], Any]] = {
 }
 
 
+def ok_values(results: dict[int, dict[str, Any]], name: str, world: int = 2) -> tuple:
+    """Each rank's value of scenario ``name`` from `run_ranks`'s ``results``; fails naming the rank that did not
+    return one or that raised."""
+    values = []
+    for r in range(world):
+        outcome = results.get(r, {}).get(name)
+        assert outcome is not None and outcome[0] == "ok", f"rank {r} failed {name}: {outcome}"
+        values.append(outcome[1])
+    return tuple(values)
+
+
 # --------------------------------------------------------------------------- process plumbing
 def _worker(rank: int, world: int, port: int, out: str, names: list[str], timeout_s: float) -> None:
     torch.set_num_threads(1)
