@@ -2,7 +2,7 @@
 
 Run from the repository root: ``python -m pytest benchmarks/bench_text_grid.py --benchmark-only`` (autosaved to
 ``.benchmarks/``). ``BENCH_TEXT_N`` sets the number of texts (default 512), ``BENCH_TEXT_ROUNDS`` the rounds of
-each (default 7: the models' forward passes vary by tens of percent from round to round on a shared CPU).
+each (default 7: the models' forward passes vary from round to round).
 
 Group ``text-grid-N{N}``: a GPT-2 (4 blocks, width 64) against a Llama-style model (4 blocks, width 64), random
 weights (seeded), the ByT5 byte tokenizer (no files), N sentences built from the Zen of Python's words, batches
