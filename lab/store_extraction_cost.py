@@ -1,0 +1,95 @@
+"""Where the time of ``sp.extract`` goes beside the forward passes it runs.
+
+Two torchvision ResNet-18s (random weights, seeds 0 and 1) at the layers of ``benchmarks/bench_store.py``, N
+inputs ``rand(N, 3, 32, 32)``, two threads; medians of ``--rounds`` interleaved rounds of:
+
+- ``in-memory``: ``extract_layers`` of each model (the forward passes alone, arrays kept);
+- ``extract``: ``sp.extract`` into a fresh folder (fingerprints, input digests, forwards, chunks, fsync, manifests);
+- ``no-writes``: the same with chunk writes and manifests stubbed out;
+- ``no-digests``: the same with the per-batch input digests stubbed out;
+- ``fingerprints``: ``module_digest`` of both models (the SHA-256 of their weights), alone.
+
+Run from the repository root: ``PYTHONPATH=. python lab/store_extraction_cost.py --n 384 3072``.
+Results: ``docs/lab/store_extraction.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from typing import Callable
+
+import torch
+import torchvision
+from torch.utils.data import TensorDataset
+
+import similarity_plugins as sp
+from similarity_plugins.networks import store as store_module
+from similarity_plugins.networks import store_fill
+from similarity_plugins.networks.activations import extract_layers
+from similarity_plugins.networks.parallel import module_digest
+
+LAYERS = {"a": ["layer2.0", "layer3.0", "layer4.0"], "b": ["layer3.1", "layer4.1"]}
+
+
+def variants(n: int) -> dict:
+    """The timed functions on ``n`` inputs, by name."""
+    models = {}
+    for seed, name in enumerate(LAYERS):
+        torch.manual_seed(seed)
+        models[name] = torchvision.models.resnet18(weights=None, num_classes=10).eval()
+    g = torch.Generator().manual_seed(1)
+    data = sp.Data(test=TensorDataset(torch.rand(n, 3, 32, 32, generator=g), torch.zeros(n, dtype=torch.long)))
+
+    def extract() -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            sp.extract(models, LAYERS, data, folder)
+
+    def stubbed(*stubs: tuple) -> Callable[[], None]:
+        """``extract`` with each ``(owner, attribute, replacement)`` of ``stubs`` in place."""
+        def run() -> None:
+            saved = [(owner, name, getattr(owner, name)) for owner, name, _ in stubs]
+            for owner, name, stub in stubs:
+                setattr(owner, name, stub)
+            try:
+                extract()
+            finally:
+                for owner, name, value in saved:
+                    setattr(owner, name, value)
+        return run
+
+    return {
+        "in-memory": lambda: [extract_layers(models[m], LAYERS[m], data.test) for m in LAYERS],
+        "extract": extract,
+        "no-writes": stubbed((store_module.Store, "write_chunk", lambda self, *a, **k: {}),
+                             (store_fill, "_finish", lambda *a, **k: None)),
+        "no-digests": stubbed((store_fill, "batch_digest", lambda x, y: "same")),
+        "fingerprints": lambda: [module_digest([m]) for m in models.values()],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[384, 3072])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    for n in args.n:
+        runs = variants(n)
+        for fn in runs.values():
+            fn()  # warm-up
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, fn in runs.items():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+        medians = {name: statistics.median(v) for name, v in times.items()}
+        print(f"N={n}", {k: round(v, 3) for k, v in medians.items()},
+              f"extract/in-memory {medians['extract'] / medians['in-memory']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
