@@ -18,6 +18,7 @@ from tests.helpers.tolerance import FLOAT32_PATHS
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+@pytest.mark.slow  # seconds of IRI steps; the fast suite keeps the README's time limit
 def test_lbfgs_converges_at_a_deep_layer(trained):
     model, seeds = trained
     iris = generate_iris(model, "2", seeds, steps=300, optimizer="lbfgs", progress="never")

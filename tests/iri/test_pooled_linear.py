@@ -94,6 +94,7 @@ def test_generate_iris_reports_the_folded_head_and_true_errors():
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
 
 
+@pytest.mark.slow  # seconds of IRI steps; the fast suite keeps the README's time limit
 def test_fronts_without_batchnorm_get_the_private_copy_too():
     """torchvision's vgg11 has no BatchNorm to fold; its head is still folded (and nothing else changes)."""
     from similarity_plugins.iri.front import private_front
