@@ -50,7 +50,8 @@ def cmd_iris(args: argparse.Namespace) -> int:
         return 0
     summary = dict(iris.summary)
     print(f"{len(iris)} IRIs of {args.model} at {args.layer} (preset {iris.settings['preset']}, "
-          f"optimizer {iris.settings['optimizer']}) in {iris.settings['precision']}: "
+          f"optimizer {iris.settings['optimizer']}) in {iris.settings['precision']} "
+          f"({iris.settings.get('precision_rule', 'asked for')}): "
           f"median relative error {summary['median_error']:.4g}, "
           f"95th percentile {summary['p95_error']:.4g}, converged {summary['converged_fraction']:.1%} "
           f"(tol {args.tol:g}), mean RMS distance from seed {summary['mean_seed_distance']:.4g}")

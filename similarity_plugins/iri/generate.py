@@ -24,9 +24,10 @@ from .precision import (
     Precision,
     check_precision,
     device_has_bf16,
+    grad16_pays,
     laid_out,
     memory_format,
-    probe_speedup,
+    probe_times,
     resolve_precision,
     step_flops,
 )
@@ -130,7 +131,7 @@ def generate_iris(model: nn.Module, layer: str, inputs: torch.Tensor | Dataset, 
         if trace.functional_relu_calls:   # F.relu & co. as modules, so that the rules and the surrogates see them
             modular = relu_modules(split.front_graph)
             trace = trace_front(modular, modular, seeds[:1].to(device)) if modular is not None else trace
-        used, rule = _precision(precision, split, device, seeds)
+        used, rule, grad16 = _precision(precision, split, device, seeds)
         settings = _settings(trace, common, _history_bytes(seeds, batch_size), used)
         slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
         targets = [call for call, slope in slopes.items() if slope == 1.0]
@@ -146,10 +147,12 @@ def generate_iris(model: nn.Module, layer: str, inputs: torch.Tensor | Dataset, 
         options = RunOptions(batch_size=batch_size, backend=backend, progress=progress, device=device,
                              checkpoint_every=checkpoint_every,
                              checkpoint_path=store.checkpoint_path(cache_dir, key) if checkpoint_every else None,
-                             **run_options)
+                             grad16=grad16, **run_options)
         iris = _optimize(model, split, modular, settings, slopes, seeds, options)
     iris.settings["layer"] = layer
     iris.settings["precision_rule"] = rule
+    if used == "bfloat16":
+        iris.settings["precision_finish"] = "bfloat16 gradient, float32 error" if grad16 else "float32"
     iris.settings["fake_relu_at"] = [f"{name}#{call}" for name, call in targets]
     iris.key = key
     if cache_dir is not None:
@@ -198,16 +201,23 @@ def _working_dtype(model: nn.Module, seeds: torch.Tensor) -> tuple[nn.Module, to
     return model, seeds
 
 
-def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor) -> tuple[str, str]:
-    """The precision of the run and why (``precision.resolve_precision``); "auto" counts the front's FLOPs per
-    sample, and times a probe step in each precision, only where the device has bfloat16 matrix units. The
-    caller holds ``frozen(model)``."""
-    flops, probe = None, None
+def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor
+               ) -> tuple[str, str, bool]:
+    """The precision of the run, why (``precision.resolve_precision``), and whether its samples finish with
+    bfloat16 gradients (``precision.grad16_pays``); "auto" counts the front's FLOPs per sample, and times a
+    probe step in each precision, only where the device has bfloat16 matrix units. The caller holds
+    ``frozen(model)``."""
+    flops, probe, times = None, None, {}
     if precision == "auto" and device_has_bf16(device):
         fn = split.front_graph if split.front_graph is not None else split.front
         flops = step_flops(fn, seeds[:1].to(device))
-        probe = lambda: probe_speedup(fn, seeds, device)  # noqa: E731
-    return resolve_precision(precision, device, flops, probe)
+
+        def probe() -> float:
+            times.update(probe_times(fn, seeds, device))
+            return times["float32"] / max(times["bfloat16"], 1e-12)
+
+    used, why = resolve_precision(precision, device, flops, probe)
+    return used, why, grad16_pays(times)
 
 
 def _settings(trace: FrontTrace | None, common: dict, history_bytes: float, precision: str = "float32") -> Settings:

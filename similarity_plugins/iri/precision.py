@@ -26,9 +26,11 @@ private copy of the front in that layout; the user's model is never converted.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import math
 import platform
+import time
 from typing import Any, Callable, Iterator, Literal, get_args
 
 import torch
@@ -46,7 +48,11 @@ SWITCH_FLOOR_FACTOR = 2.0     # ... or this many times its seed's own bfloat16 e
 LOWP_BUDGET_FRACTION = 0.9    # and at the latest when it has used this fraction of its step budget
 STALL_WINDOW = 25             # ... or at once when its best bfloat16 error has not fallen by STALL_GAIN (relative)
 STALL_GAIN = 0.05             # in the last STALL_WINDOW steps: it sits at its bfloat16 floor, which float32 is not
-PROBE_MIN_SPEEDUP = 1.15      # "auto" keeps bfloat16 only where a probe step in it is at least this much faster
+GRAD16_MIN_COSINE = 0.95      # a sample's bfloat16 gradient of its float32 error must point within this cosine of the
+                              # float32 gradient at its first such step, or the sample goes on in plain float32
+PROBE_MIN_SPEEDUP = 1.5       # "auto" keeps bfloat16 only where a probe step in it is at least this much faster
+GRAD16_MIN_SPEEDUP = 1.1      # samples finish with bfloat16 gradients only where the probe finds such a step (a
+                              # float32 forward, a bfloat16 forward and backward) this much faster than float32
 PROBE_SAMPLES = 8             # the probe's batch (seeds); PROBE_REPEATS timed steps of each precision, best taken
 PROBE_REPEATS = 3
 _CPU_FLAGS = ("amx_bf16",)   # bfloat16 matrix units (x86 AMX); see the module docstring
@@ -147,7 +153,15 @@ def resolve_precision(precision: str, device: torch.device, flops: float | None,
 
 
 def probe_speedup(front: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Tensor, device: torch.device) -> float:
-    """How much faster one IRI evaluation of ``front`` runs in bfloat16 than in float32 on ``device``.
+    """How much faster one IRI evaluation of ``front`` runs in bfloat16 than in float32 on ``device``: the
+    ``"float32"`` time of `probe_times` over its ``"bfloat16"`` time."""
+    times = probe_times(front, seeds, device)
+    return times["float32"] / max(times["bfloat16"], 1e-12)
+
+
+def probe_times(front: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Tensor, device: torch.device
+                ) -> dict[str, float]:
+    """Seconds of one IRI evaluation of ``front`` on ``device`` in each precision.
 
     Args:
         front: the front as the run calls it, in eval mode with frozen parameters: a module (each precision
@@ -156,12 +170,10 @@ def probe_speedup(front: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Te
         device: the device to time on.
 
     Returns:
-        The best of `PROBE_REPEATS` float32 step times over the best of as many bfloat16 ones, after one
-            warm-up step each (a step: the forward and the gradient to the input, as the optimiser runs it).
+        ``{"float32": s, "bfloat16": s, "forward32": s}``: the best of `PROBE_REPEATS` times, after one warm-up
+            each, of a step (the forward and the gradient to the input, as the optimiser runs it) in float32 and
+            under bfloat16 autocast, and of a float32 forward without gradient.
     """
-    import copy
-    import time
-
     x = seeds[:PROBE_SAMPLES].to(device)
 
     def in_layout(precision: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -170,23 +182,41 @@ def probe_speedup(front: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Te
             return front
         return laid_out(copy.deepcopy(front).to(memory_format=fmt), fmt)
 
-    def best_time(fn: Callable[[torch.Tensor], torch.Tensor], context: Callable[[], Any]) -> float:
-        best = math.inf
-        for repeat in range(PROBE_REPEATS + 1):
-            xr = x.clone().requires_grad_(True)
-            _sync(device)
-            start = time.perf_counter()
-            with context():
-                out = fn(xr)
-            torch.autograd.grad(out.float().sum(), xr)
-            _sync(device)
-            if repeat:   # the first is the warm-up
-                best = min(best, time.perf_counter() - start)
-        return best
+    def step(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        xr = x.clone().requires_grad_(True)
+        torch.autograd.grad(fn(xr).float().sum(), xr)
 
-    f32 = best_time(in_layout("float32"), contextlib.nullcontext)
-    b16 = best_time(in_layout("bfloat16"), lambda: lowp(device))
-    return f32 / max(b16, 1e-12)
+    def forward(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        with torch.no_grad():
+            fn(x)
+
+    f32, b16 = in_layout("float32"), in_layout("bfloat16")
+    return {"float32": _best_time(lambda: step(f32), contextlib.nullcontext, device),
+            "bfloat16": _best_time(lambda: step(b16), lambda: lowp(device), device),
+            "forward32": _best_time(lambda: forward(f32), contextlib.nullcontext, device)}
+
+
+def _best_time(work: Callable[[], None], context: Callable[[], Any], device: torch.device) -> float:
+    """The best of `PROBE_REPEATS` timings of ``work()`` inside ``context()``, after one warm-up."""
+    best = math.inf
+    for repeat in range(PROBE_REPEATS + 1):
+        _sync(device)
+        start = time.perf_counter()
+        with context():
+            work()
+        _sync(device)
+        if repeat:
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+def grad16_pays(times: dict[str, float] | None) -> bool:
+    """Whether samples that leave bfloat16 should finish with float32 errors and bfloat16 gradients (True) or
+    in plain float32: where a probe (`probe_times`) finds that step at least `GRAD16_MIN_SPEEDUP` times as fast
+    as a float32 step; without a probe (bfloat16 asked for), True."""
+    if not times:
+        return True
+    return times["float32"] >= GRAD16_MIN_SPEEDUP * (times["forward32"] + times["bfloat16"])
 
 
 def _sync(device: torch.device) -> None:

@@ -73,7 +73,8 @@ class Run:
         self.np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
         self.stepper: Stepper = LbfgsStepper(self) if settings.optimizer == "lbfgs" else AdamStepper(self)
         # bfloat16 evaluations far from tol (``mixed.py``); None: every evaluation in the front's own dtype
-        self.mixed = MixedPrecision(self, options.lowp_fn or front_fn) if settings.precision == "bfloat16" else None
+        self.mixed = (MixedPrecision(self, options.lowp_fn or front_fn, options.grad16)
+                      if settings.precision == "bfloat16" else None)
         self.out_x = torch.empty(self.n, self.dim, dtype=self.dtype, device=seeds.device)
         self.out_err = np.full(self.n, np.nan)
         self.out_steps = np.zeros(self.n, dtype=np.int64)
@@ -307,8 +308,10 @@ class Run:
         done = self.out_err[~np.isnan(self.out_err)]
         k = self.work.active
         current = np.concatenate([done, self.samples.best_err[:k][np.isfinite(self.samples.best_err[:k])]])
-        low = {} if self.mixed is None else {"bf16": self.mixed.in_low(k),
-                                             "to_f32": ", ".join(f"{n} {why}" for why, n in self.mixed.switched.items())}
+        mixed = self.mixed
+        low = {} if mixed is None else {"bf16": mixed.in_low(k),
+                                        "to_f32": ", ".join(f"{n} {why}" for why, n in mixed.switched.items()),
+                                        "f32_fallback": mixed.to_float32}
         bar.set_postfix(converged=int((done <= self.settings.tol).sum()), pending=self.n - self.next_pending,
                         median=f"{np.median(current):.3g}" if len(current) else "-", **low, refresh=False)
 

@@ -130,6 +130,8 @@ class RunOptions:
         source: instead of a fixed share, take seeds as slots free up from ``source.claim(k)``
             (``sharded.SeedQueue``); the set has the claimed rows in claim order, ``stats["rows"]`` their indices.
         lowp_fn: the front to run under bfloat16 autocast (e.g. a channels_last copy; None: the front itself).
+        grad16: in a bfloat16 run, samples that leave bfloat16 go on with float32 errors and gradients through
+            ``lowp_fn`` (``mixed.py``; True) or in plain float32 (False).
     """
 
     batch_size: int = 128
@@ -144,6 +146,7 @@ class RunOptions:
     sample_range: range | None = None
     source: Any = None
     lowp_fn: Callable | None = None
+    grad16: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch_size", check_rule("batch_size", self.batch_size, POSITIVE_INT))

@@ -6,6 +6,8 @@ where the CPU has no bfloat16 units, which only makes it slower).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from torch import nn
 
 from similarity_plugins.iri import RunOptions, Settings, generate_iris, optimize_iris
 from similarity_plugins.iri import precision as prec
+from similarity_plugins.iri.mixed import BF16, CHECK
 from similarity_plugins.iri.service import iri_settings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -155,7 +158,7 @@ def test_a_sample_that_stalls_in_bfloat16_goes_on_in_float32_at_once():
                         0.3 / step])                  # reaches 0.02 at step 15: close
         run.samples.t += 1
         mixed.after_step(3, err, done)
-        for slot in np.flatnonzero(mixed.slots.lowp == 0):
+        for slot in np.flatnonzero(mixed.slots.lowp != BF16):   # on to float32 errors (first a check)
             left.setdefault(int(slot), step)
     assert left[1] == prec.STALL_WINDOW + 1      # its best came at step 1; no gain of STALL_GAIN since
     assert left[2] == 15
@@ -165,6 +168,76 @@ def test_a_sample_that_stalls_in_bfloat16_goes_on_in_float32_at_once():
     assert stats["lowp_switched"] == sum(stats[f"lowp_switched_{r}"] for r in ("close", "stalled", "budget"))
     assert sorted(restarted) == sorted(k for k in left)
     assert np.isinf(run.samples.best_err[[1, 2]]).all()   # their best restarts in float32
+    assert (mixed.slots.lowp[[1, 2]] == CHECK).all()      # their next step also checks the bfloat16 gradient
+
+
+def _front_and_twin(broken: bool) -> tuple[nn.Module, nn.Module]:
+    """A small CNN front, and its bfloat16 twin: a copy (its Jacobian is the front's up to bfloat16), or with
+    ``broken`` a copy whose first convolution has other weights (a wrong Jacobian, and wrong values)."""
+    front = nn.Sequential(*list(_cnn().children())[:6])
+    twin = copy.deepcopy(front)
+    if broken:
+        with torch.no_grad():
+            twin[0].weight.copy_(torch.randn_like(twin[0].weight))
+    return front, twin
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_float32_errors_with_a_checked_bfloat16_gradient(broken):
+    front, twin = _front_and_twin(broken)
+    seeds = _seeds()
+    iris = optimize_iris(front, seeds, Settings.of(steps=150, tol=2e-2, precision="bfloat16"),
+                         RunOptions(progress="never", lowp_fn=twin))
+    plain = optimize_iris(front, seeds, Settings.of(steps=150, tol=2e-2, precision="float32"),
+                          RunOptions(progress="never"))
+    stats = iris.stats
+    assert stats["lowp_switched"] == len(seeds)     # every sample left bfloat16, then its gradient was checked
+    finished = stats["finished_in"]
+    assert sum(finished.values()) == len(seeds) and finished["bfloat16"] == 0
+    if broken:   # the twin's gradient points elsewhere: every sample goes on in plain float32
+        assert stats["float32_fallbacks"] == len(seeds) and finished["float32"] == len(seeds)
+        assert stats["grad16_cosine_median"] < prec.GRAD16_MIN_COSINE
+    else:
+        assert stats["float32_fallbacks"] == 0 and finished["grad16"] == len(seeds)
+        assert stats["grad16_cosine_min"] >= prec.GRAD16_MIN_COSINE and stats["grad16_sample_steps"] > 0
+    # the errors reported are the float32 front's, whichever gradient steered
+    with torch.no_grad():
+        a, b = front(iris.inputs).flatten(1), front(seeds).flatten(1)
+    f32 = (torch.linalg.vector_norm(a - b, dim=1) / torch.linalg.vector_norm(b, dim=1)).double().numpy()
+    np.testing.assert_allclose(iris.rel_error.numpy(), f32, rtol=1e-4, atol=1e-6)
+    # about as far as float32 alone gets in the budget (this small CNN converges few samples in either)
+    assert float(iris.rel_error.median()) <= 1.25 * float(plain.rel_error.median())
+
+
+def test_without_grad16_samples_leave_bfloat16_for_plain_float32():
+    front, twin = _front_and_twin(False)
+    iris = optimize_iris(front, _seeds(4), Settings.of(steps=40, tol=1e-6, precision="bfloat16"),
+                         RunOptions(progress="never", lowp_fn=twin, grad16=False))
+    stats = iris.stats
+    assert stats["grad16_sample_steps"] == 0 and stats["finished_in"] == {"bfloat16": 0, "grad16": 0, "float32": 4}
+    assert stats["lowp_switched"] == 4 and stats["grad16_cosine_min"] is None
+
+
+def test_the_bfloat16_gradient_of_a_float32_error_follows_the_float32_gradient():
+    from types import SimpleNamespace
+
+    from similarity_plugins.iri.mixed import MixedPrecision
+
+    front, _ = _front_and_twin(False)
+    seeds = _seeds(4)
+    with torch.no_grad():
+        target = front(seeds).flatten(1)
+    x = (seeds + 0.05 * torch.randn_like(seeds)).flatten(1)
+    samples = SimpleNamespace(x=x, target=target, tnorm=torch.linalg.vector_norm(target, dim=1))
+    run = SimpleNamespace(samples=samples, shape=tuple(seeds.shape[1:]), device=torch.device("cpu"),
+                          dtype=torch.float32, front_fn=front, n=4, settings=SimpleNamespace(steps=10))
+    err, grad = MixedPrecision(run, front).residual_gradient(np.arange(4))
+    xg = x.reshape(seeds.shape).clone().requires_grad_(True)
+    exact = torch.linalg.vector_norm(front(xg).flatten(1) - target, dim=1) / samples.tnorm
+    (want,) = torch.autograd.grad(exact.sum(), xg)
+    torch.testing.assert_close(err, exact.detach())                # a float32 error, to the last bit
+    cosine = torch.nn.functional.cosine_similarity(grad, want.flatten(1), dim=1)
+    assert float(cosine.min()) > 0.98                             # the gradient: bfloat16's rounding only
 
 
 def test_auto_keeps_float32_where_a_probe_shows_bfloat16_is_not_faster(monkeypatch):
@@ -189,3 +262,26 @@ def test_the_probe_times_both_precisions_and_leaves_the_front_as_it_was():
     assert np.isfinite(speedup) and speedup > 0
     for k, v in front.state_dict().items():
         assert torch.equal(v, before[k]) and v.is_contiguous()
+
+
+def test_the_probe_times_each_step_and_chooses_the_finish():
+    front = nn.Sequential(*list(_cnn().children())[:6])
+    times = prec.probe_times(front, _seeds(), torch.device("cpu"))
+    assert set(times) == {"float32", "bfloat16", "forward32"} and all(t > 0 for t in times.values())
+    assert prec.grad16_pays({"float32": 1.0, "bfloat16": 0.3, "forward32": 0.4})        # 1.43x
+    assert not prec.grad16_pays({"float32": 1.0, "bfloat16": 0.6, "forward32": 0.4})    # 1.0x: plain float32
+    assert prec.grad16_pays(None) and prec.grad16_pays({})                            # bfloat16 asked for
+
+
+def test_auto_records_how_its_samples_finish(monkeypatch):
+    from similarity_plugins.iri import generate
+
+    monkeypatch.setattr(generate, "device_has_bf16", lambda device: True)
+    monkeypatch.setattr(prec, "device_has_bf16", lambda device: True)
+    monkeypatch.setattr(prec, "AUTO_MIN_FLOPS", 0)
+    monkeypatch.setattr(generate, "probe_times", lambda *a: {"float32": 3.0, "bfloat16": 1.0, "forward32": 1.8})
+    model, seeds = _cnn(), _seeds(3)
+    iris = generate_iris(model, "5", seeds, steps=6, tol=1e-6, progress="never")
+    assert iris.settings["precision"] == "bfloat16" and "3.00x" in iris.settings["precision_rule"]
+    assert iris.settings["precision_finish"] == "float32"       # 3.0 / (1.8 + 1.0) < GRAD16_MIN_SPEEDUP
+    assert iris.stats["finished_in"]["float32"] == 3 and iris.stats["grad16_sample_steps"] == 0
