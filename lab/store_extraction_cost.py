@@ -7,6 +7,7 @@ inputs ``rand(N, 3, 32, 32)``, two threads; medians of ``--rounds`` interleaved 
 - ``extract``: ``sp.extract`` into a fresh folder (fingerprints, input digests, forwards, chunks, fsync, manifests);
 - ``no-writes``: the same with chunk writes and manifests stubbed out;
 - ``no-digests``: the same with the per-batch input digests stubbed out;
+- ``no-fsync``: the same with ``os.fsync`` a no-op (every write still goes to the page cache and is renamed);
 - ``fingerprints``: ``module_digest`` of both models (the SHA-256 of their weights), alone.
 
 Run from the repository root: ``PYTHONPATH=. python lab/store_extraction_cost.py --n 384 3072``.
@@ -16,6 +17,7 @@ Results: ``docs/lab/store_extraction.md``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -66,6 +68,7 @@ def variants(n: int) -> dict:
         "no-writes": stubbed((store_module.Store, "write_chunk", lambda self, *a, **k: {}),
                              (store_fill, "_finish", lambda *a, **k: None)),
         "no-digests": stubbed((store_fill, "batch_digest", lambda x, y: "same")),
+        "no-fsync": stubbed((os, "fsync", lambda fd: None)),
         "fingerprints": lambda: [module_digest([m]) for m in models.values()],
     }
 
