@@ -17,11 +17,13 @@ A sample leaves ``BF16`` for ``GRAD16`` as soon as one of three things holds: it
 ``precision.switch_at(tol, floor)`` (close); its best bfloat16 error has not fallen by ``STALL_GAIN`` in the
 last ``STALL_WINDOW`` steps (stalled: it sits at a bfloat16 error floor that the seed's own floor did not
 foresee); or it has used ``LOWP_BUDGET_FRACTION`` of its budget (at the latest after its last-but-one step,
-so that every sample has at least one float32 error). Its best error is then tracked afresh in float32. It
-leaves ``GRAD16`` for ``FP32`` when its best float32 error has not fallen by ``STALL_GAIN`` in ``STALL_WINDOW``
-steps: then the bfloat16 Jacobian is the suspect, and the rest of its run is plain float32. The optimiser's
-own state (Adam's moments, the step-size schedule) carries over both switches; L-BFGS starts a fresh history
-on leaving ``BF16``, since its line search compares function values, which must come from one precision.
+so that every sample has at least one float32 error). Its best error is then tracked afresh in float32. Its
+first step there (``CHECK``) also runs in float32 and compares the two gradients: where they point further
+apart than ``GRAD16_MIN_COSINE``, the bfloat16 front's Jacobian is not to be trusted and the rest of its run is
+plain ``FP32``. A run made with ``grad16=False`` (the probe found the ``GRAD16`` step no faster than float32)
+sends samples from ``BF16`` straight to ``FP32``. The optimiser's own state (Adam's moments, the step-size
+schedule) carries over every switch; L-BFGS starts a fresh history on leaving ``BF16``, since its line search
+compares function values, which must come from one precision.
 """
 
 from __future__ import annotations
