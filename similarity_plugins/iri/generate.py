@@ -23,13 +23,9 @@ from .optimize import optimize_iris
 from .precision import (
     Precision,
     check_precision,
-    device_has_bf16,
-    grad16_pays,
+    choose_precision,
     laid_out,
     memory_format,
-    probe_times,
-    resolve_precision,
-    step_flops,
 )
 from .presets import PRESETS, Structure, choose_preset
 from .relu import FrontTrace, front_tensors, relu_modules, straight_through_relu, surrogate_slopes, trace_front
@@ -131,7 +127,8 @@ def generate_iris(model: nn.Module, layer: str, inputs: torch.Tensor | Dataset, 
         if trace.functional_relu_calls:   # F.relu & co. as modules, so that the rules and the surrogates see them
             modular = relu_modules(split.front_graph)
             trace = trace_front(modular, modular, seeds[:1].to(device)) if modular is not None else trace
-        used, rule, grad16 = _precision(precision, split, device, seeds)
+        front = split.front_graph if split.front_graph is not None else split.front   # runs inside frozen(model)
+        used, rule, grad16 = choose_precision(precision, front, seeds, device)
         settings = _settings(trace, common, _history_bytes(seeds, batch_size), used)
         slopes = surrogate_slopes(trace, settings.fake_relu, settings.relu_leak)
         targets = [call for call, slope in slopes.items() if slope == 1.0]
@@ -199,25 +196,6 @@ def _working_dtype(model: nn.Module, seeds: torch.Tensor) -> tuple[nn.Module, to
     if dtype is not None and seeds.is_floating_point() and seeds.dtype != dtype:
         seeds = seeds.to(dtype)
     return model, seeds
-
-
-def _precision(precision: str, split: SplitNetwork, device: torch.device, seeds: torch.Tensor
-               ) -> tuple[str, str, bool]:
-    """The precision of the run, why (``precision.resolve_precision``), and whether its samples finish with
-    bfloat16 gradients (``precision.grad16_pays``); "auto" counts the front's FLOPs per sample, and times a
-    probe step in each precision, only where the device has bfloat16 matrix units. The caller holds
-    ``frozen(model)``."""
-    flops, probe, times = None, None, {}
-    if precision == "auto" and device_has_bf16(device):
-        fn = split.front_graph if split.front_graph is not None else split.front
-        flops = step_flops(fn, seeds[:1].to(device))
-
-        def probe() -> float:
-            times.update(probe_times(fn, seeds, device))
-            return times["float32"] / max(times["bfloat16"], 1e-12)
-
-    used, why = resolve_precision(precision, device, flops, probe)
-    return used, why, grad16_pays(times)
 
 
 def _settings(trace: FrontTrace | None, common: dict, history_bytes: float, precision: str = "float32") -> Settings:

@@ -46,9 +46,9 @@ SWITCH_REASONS = ("close", "stalled", "budget")
 class PrecisionSlots(Slots):
     """The precision phase of each slot."""
 
-    lowp: np.ndarray    # (capacity,) int8 phase: BF16, GRAD16 or FP32
+    lowp: np.ndarray    # (capacity,) int8 phase: BF16, CHECK, GRAD16 or FP32
     floor: np.ndarray   # (capacity,) float64 relative error of the seed's own activation in bfloat16
-    best_low: np.ndarray  # (capacity,) float64 best error in the phase at the last gain of STALL_GAIN or more
+    best_low: np.ndarray  # (capacity,) float64 best bfloat16 error at the last gain of STALL_GAIN or more
     gain_at: np.ndarray   # (capacity,) int64 the slot's step count at that gain
 
     @classmethod
@@ -65,12 +65,12 @@ class MixedPrecision:
 
     def __init__(self, run: Any, lowp_fn: Callable[[torch.Tensor], torch.Tensor], grad16: bool = True) -> None:
         self.run, self.lowp_fn, self.grad16 = run, lowp_fn, grad16
-        self.evals = {BF16: 0, GRAD16: 0, CHECK: 0}   # sample evaluations in each phase that uses bfloat16
+        self.evals = {BF16: 0, GRAD16: 0}   # sample evaluations all in bfloat16, and with a bfloat16 gradient
         self.switched = dict.fromkeys(SWITCH_REASONS, 0)   # samples that left BF16, by reason
         self.to_float32 = 0                                # samples whose check sent them to FP32
         self.cosines: list[float] = []                     # the checks' cosines
         self.left_at = np.full(run.n, -1, dtype=np.int64)   # per sample: the step it left BF16 at
-        self.phase_of = np.full(run.n, BF16, dtype=np.int8)  # per sample: its phase now (at the end: its last)
+        self.phase_of = np.full(run.n, BF16, dtype=np.int8)  # per sample: BF16, GRAD16 or FP32 (at the end: its last)
         steps = run.settings.steps
         self.last_steps = min(int(np.ceil(LOWP_BUDGET_FRACTION * steps)), steps)
 
@@ -100,8 +100,8 @@ class MixedPrecision:
         autocast through ``lowp_fn``, ``GRAD16`` by `residual_gradient`, ``CHECK`` by `checked_gradient`,
         ``FP32`` through the run's front (``grad_at(fn, rows)``; ``rows`` None: all ``k``)."""
         run, phase = self.run, self.slots.lowp[:k]
-        for which in (BF16, GRAD16, CHECK):
-            self.evals[which] += int((phase == which).sum())
+        self.evals[BF16] += int((phase == BF16).sum())
+        self.evals[GRAD16] += int(((phase == GRAD16) | (phase == CHECK)).sum())
         if (phase == BF16).all():
             with lowp(run.device):
                 return grad_at(self.lowp_fn, None)
@@ -169,16 +169,17 @@ class MixedPrecision:
         return self.slots.lowp[:k] != BF16
 
     def after_step(self, k: int, err_h: np.ndarray, done: np.ndarray) -> None:
-        """Move the first ``k`` slots on (see the module docstring): from ``BF16`` to ``GRAD16`` when they came
-        close enough, stalled or used their bfloat16 share of the budget (their best error restarts there), and
-        from ``GRAD16`` to ``FP32`` when they stalled there."""
+        """Move the first ``k`` slots that came close enough, stalled or used their bfloat16 share of the budget out
+        of ``BF16`` (see the module docstring): to ``CHECK`` (or ``FP32`` without ``grad16``); their best error
+        restarts there."""
         run, p, w = self.run, self.slots, self.run.samples
         low = (p.lowp[:k] == BF16) & ~done
         gained = low & (err_h < p.best_low[:k] * (1.0 - STALL_GAIN))
         p.best_low[:k] = np.where(gained, err_h, p.best_low[:k])
         p.gain_at[:k] = np.where(gained, w.t[:k], p.gain_at[:k])
         reasons = {"close": low & (err_h <= switch_at(run.settings.tol, p.floor[:k])),
-                   "stalled": low & (w.t[:k] - p.gain_at[:k] >= STALL_WINDOW), "budget": low & (w.t[:k] >= self.last_steps)}
+                   "stalled": low & (w.t[:k] - p.gain_at[:k] >= STALL_WINDOW),
+                   "budget": low & (w.t[:k] >= self.last_steps)}
         leaving = np.zeros(k, dtype=bool)
         for reason, hit in reasons.items():   # each sample counted once, under the first reason that holds
             self.switched[reason] += int((hit & ~leaving).sum())
@@ -214,11 +215,9 @@ class MixedPrecision:
         ``bfloat16``, ``grad16``, ``float32``)."""
         left = self.left_at[self.left_at >= 0]
         cosines = np.asarray(self.cosines)
-        names = {BF16: "bfloat16", GRAD16: "grad16", CHECK: "grad16", FP32: "float32"}
-        finished = {name: 0 for name in ("bfloat16", "grad16", "float32")}
-        for phase, n in zip(*np.unique(self.phase_of, return_counts=True)):
-            finished[names[int(phase)]] += int(n)
-        return {"lowp_sample_steps": self.evals[BF16], "grad16_sample_steps": self.evals[GRAD16] + self.evals[CHECK],
+        finished = {name: int((self.phase_of == phase).sum())
+                    for name, phase in (("bfloat16", BF16), ("grad16", GRAD16), ("float32", FP32))}
+        return {"lowp_sample_steps": self.evals[BF16], "grad16_sample_steps": self.evals[GRAD16],
                 "lowp_switched": sum(self.switched.values()),
                 **{f"lowp_switched_{reason}": n for reason, n in self.switched.items()},
                 "lowp_left_at_median": float(np.median(left)) if len(left) else None,

@@ -14,7 +14,7 @@ import torch
 
 from ..utils.memory import kept_heap
 from .backends import check_compile, resolve_backend
-from .precision import probe_speedup, resolve_precision, step_flops
+from .precision import choose_precision
 from .result import IRISet
 from .run import Run
 from .settings import RunOptions, Settings
@@ -58,9 +58,9 @@ def optimize_iris(front_fn: Callable[[torch.Tensor], torch.Tensor], seeds: torch
     check_seeds(seeds)
     device = torch.device(options.device) if options.device is not None else seeds.device
     if settings.precision == "auto":
-        used = resolve_precision("auto", device, step_flops(front_fn, seeds[:1].to(device)),
-                                 lambda: probe_speedup(front_fn, seeds, device))[0]
+        used, _, grad16 = choose_precision("auto", front_fn, seeds, device)
         settings = dataclasses.replace(settings, precision=used)
+        options = dataclasses.replace(options, grad16=options.grad16 and grad16)
     run = Run(front_fn, seeds, settings, dataclasses.replace(options, compile=check_compile(options.compile)),
               resolve_backend(options.backend, device), device)
     with kept_heap():   # every batch step frees and reallocates the same activations: keep the pages

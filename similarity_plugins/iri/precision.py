@@ -152,10 +152,42 @@ def resolve_precision(precision: str, device: torch.device, flops: float | None,
     return "bfloat16", why
 
 
+def choose_precision(precision: str, front: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Tensor,
+                     device: torch.device) -> tuple[str, str, bool]:
+    """The precision of a run, why, and how its samples finish: `resolve_precision` with, for ``"auto"`` on a
+    device with bfloat16 matrix units, the front's `step_flops` and a probe (`probe_times`), and `grad16_pays`
+    of that probe.
+
+    Args:
+        precision: the caller's choice (`PRECISIONS`).
+        front: the front as the run calls it, in eval mode with frozen parameters (see `probe_times`).
+        seeds: (N, ...) seed inputs; the probe runs on the first `PROBE_SAMPLES`.
+        device: where the run evaluates the front.
+
+    Returns:
+        ``(precision, why, grad16)``: ``"float32"`` or ``"bfloat16"``, a short text, and whether samples that
+            leave bfloat16 finish with float32 errors and bfloat16 gradients (``RunOptions.grad16``).
+    """
+    flops, probe, times = None, None, {}
+    if precision == "auto" and device_has_bf16(device):
+        flops = step_flops(front, seeds[:1].to(device))
+
+        def probe() -> float:
+            times.update(probe_times(front, seeds, device))
+            return bfloat16_speedup(times)
+
+    used, why = resolve_precision(precision, device, flops, probe)
+    return used, why, grad16_pays(times)
+
+
 def probe_speedup(front: Callable[[torch.Tensor], torch.Tensor], seeds: torch.Tensor, device: torch.device) -> float:
-    """How much faster one IRI evaluation of ``front`` runs in bfloat16 than in float32 on ``device``: the
-    ``"float32"`` time of `probe_times` over its ``"bfloat16"`` time."""
-    times = probe_times(front, seeds, device)
+    """How much faster one IRI evaluation of ``front`` runs in bfloat16 than in float32 on ``device``
+    (`bfloat16_speedup` of `probe_times`)."""
+    return bfloat16_speedup(probe_times(front, seeds, device))
+
+
+def bfloat16_speedup(times: dict[str, float]) -> float:
+    """A float32 step's time over a bfloat16 step's, from `probe_times`."""
     return times["float32"] / max(times["bfloat16"], 1e-12)
 
 

@@ -274,14 +274,21 @@ def test_the_probe_times_each_step_and_chooses_the_finish():
 
 
 def test_auto_records_how_its_samples_finish(monkeypatch):
-    from similarity_plugins.iri import generate
-
-    monkeypatch.setattr(generate, "device_has_bf16", lambda device: True)
     monkeypatch.setattr(prec, "device_has_bf16", lambda device: True)
     monkeypatch.setattr(prec, "AUTO_MIN_FLOPS", 0)
-    monkeypatch.setattr(generate, "probe_times", lambda *a: {"float32": 3.0, "bfloat16": 1.0, "forward32": 1.8})
+    monkeypatch.setattr(prec, "probe_times", lambda *a: {"float32": 3.0, "bfloat16": 1.0, "forward32": 1.8})
     model, seeds = _cnn(), _seeds(3)
     iris = generate_iris(model, "5", seeds, steps=6, tol=1e-6, progress="never")
     assert iris.settings["precision"] == "bfloat16" and "3.00x" in iris.settings["precision_rule"]
     assert iris.settings["precision_finish"] == "float32"       # 3.0 / (1.8 + 1.0) < GRAD16_MIN_SPEEDUP
+    assert iris.stats["finished_in"]["float32"] == 3 and iris.stats["grad16_sample_steps"] == 0
+
+
+def test_optimize_iris_resolves_auto_and_its_finish_as_generate_iris_does(monkeypatch):
+    monkeypatch.setattr(prec, "device_has_bf16", lambda device: True)
+    monkeypatch.setattr(prec, "AUTO_MIN_FLOPS", 0)
+    monkeypatch.setattr(prec, "probe_times", lambda *a: {"float32": 3.0, "bfloat16": 1.0, "forward32": 1.8})
+    front, _ = _front_and_twin(False)
+    iris = optimize_iris(front, _seeds(3), Settings.of(steps=6, tol=1e-6), RunOptions(progress="never"))
+    assert iris.settings["precision"] == "bfloat16"
     assert iris.stats["finished_in"]["float32"] == 3 and iris.stats["grad16_sample_steps"] == 0
