@@ -12,3 +12,18 @@ inputs, same process) are compared with ``torch.equal`` or ``==`` instead.
 from __future__ import annotations
 
 FLOAT32_PATHS = {"rtol": 1e-5, "atol": 1e-6}
+
+#: How far a twin pair's HLM score may sit from 1. HLM trains the stitch against the ground-truth labels, not
+#: against the end model's outputs, so a stitch between a model and its copy can fix or break a few borderline
+#: test samples (how many depends on the CPU's rounding in training); the label-free objectives (SLM, DM, FuLA)
+#: keep the identity and give exactly 1.
+HLM_TWIN_SLACK = 0.02
+
+
+def twin_stitch_score_ok(metric: str, score: float | None) -> bool:
+    """Whether ``score`` is what a stitch between a model and its copy must give for ``metric``."""
+    if score is None:
+        return False
+    if metric == "stitch-hlm":
+        return abs(score - 1.0) <= HLM_TWIN_SLACK
+    return abs(score - 1.0) <= 1e-6

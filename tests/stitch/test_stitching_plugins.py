@@ -15,6 +15,7 @@ from similarity_plugins import Data, compare
 from similarity_plugins.datasets.tensors import ImageTensors
 from similarity_plugins.networks.context import Context
 from tests.helpers.models import assert_unchanged, snapshot
+from tests.helpers.tolerance import twin_stitch_score_ok
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -188,7 +189,7 @@ def test_training_set_smaller_than_one_batch(trained, data):
     small = Data(ImageTensors(x[:50], y[:50]), data.test)
     row = compare(trained, trained, "block2", small, ["stitch-hlm"], options=FAST)["stitch-hlm"]
     assert row.ok, row.error   # batch_size 128 > 50 samples: one batch of all 50
-    assert row.details["train_size"] == 50 and row.score == 1.0
+    assert row.details["train_size"] == 50 and twin_stitch_score_ok("stitch-hlm", row.score)
 
 
 def test_nan_loss(trained, data):
