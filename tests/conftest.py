@@ -32,8 +32,11 @@ _LIMITS: list = []
 def pytest_configure(config):
     """One intra-op thread for the whole session (torch, OpenMP and BLAS pools) and, unless set, for the
     interpreters the tests start: the suite's models are tiny, and on a 2-core machine, shared or not, extra
-    threads spin-wait and cost more CPU than they save."""
+    threads spin-wait and cost more CPU than they save. The Hugging Face hub is off (``HF_HUB_OFFLINE=1``, read
+    when huggingface_hub is first imported, after this): no test reaches the network."""
     import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from threadpoolctl import threadpool_limits
 

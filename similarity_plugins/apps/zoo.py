@@ -11,14 +11,18 @@ torchvision:NAME                torchvision.models.get_model(NAME, weights=None,
 timm:NAME                       timm.create_model(NAME, pretrained=False, ...), e.g.
                                 timm:vit_tiny_patch16_224?img_size=32&patch_size=4
 python:MODULE:CALLABLE          MODULE.CALLABLE(**kwargs) must return an nn.Module
-hf:DIR                          a transformers save_pretrained folder with its tokenizer or image
-                                processor (keys: pooling, exclude_special, view, padding_side, max_length)
+hf:ID[@REVISION]                a transformers model: a hub id (EleutherAI/pythia-70m, loaded by
+                                transformers with your cache, token and HF_HUB_OFFLINE; @REVISION: a
+                                branch, tag or commit) or a save_pretrained folder, with its tokenizer or
+                                image processor (keys: pooling, exclude_special, view, padding_side,
+                                max_length, preprocess, dtype, device, local_files_only, tower)
 ```
 
 Values in the query are read by the one KEY=VALUE grammar of ``--option`` (`similarity_plugins.utils.text`):
 JSON numbers, lists and true/false/null, yes/no/on/off, none, else strings. ``@PATH`` loads a
 state dict with ``torch.load(PATH, weights_only=True)`` (a raw state dict, or a dict holding it under
-"state_dict" or "model"; a "module." prefix from DataParallel is stripped). Nothing is ever downloaded.
+"state_dict" or "model"; a "module." prefix from DataParallel is stripped); for ``hf:`` it names the revision.
+Nothing is downloaded but a hub id you name, through transformers' own cache.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ MODEL_SPEC_FORMS = (
     "torchvision:NAME[?cifar_stem=true]     e.g. torchvision:resnet18",
     "timm:NAME[?key=value&...]              e.g. timm:vit_tiny_patch16_224?img_size=32&patch_size=4",
     "python:MODULE:CALLABLE[?key=value&...]",
-    "hf:DIR[?pooling=last&...]              a transformers save_pretrained folder (local only)",
+    "hf:ID[@REVISION][?pooling=last&...]    a Hugging Face hub id or save_pretrained folder, e.g. hf:EleutherAI/pythia-70m",
     "any of these followed by @WEIGHTS.pt   e.g. small-cnn@runs/donor.pt",
 )
 
@@ -92,9 +96,12 @@ def _parse_query(query: str, spec: str) -> dict[str, Any]:
 
 
 def split_model_spec(spec: str) -> tuple[str, str, dict[str, Any], str | None]:
-    """Split ``SCHEME:NAME?k=v&...@WEIGHTS`` into ``(scheme, name, kwargs, weights_path_or_None)``."""
+    """Split ``SCHEME:NAME?k=v&...@WEIGHTS`` into ``(scheme, name, kwargs, weights_path_or_None)``; an ``hf:`` spec
+    ``hf:ID[@REVISION][?k=v&...]`` gives its revision as ``kwargs["revision"]`` and no weights."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("empty model spec; valid forms:\n  " + "\n  ".join(MODEL_SPEC_FORMS))
+    if spec.strip().partition(":")[0].strip().lower() == "hf":
+        return _split_hf_spec(spec)
     body, weights = spec.strip(), None
     if "@" in body:
         body, _, weights = body.rpartition("@")
@@ -104,6 +111,26 @@ def split_model_spec(spec: str) -> tuple[str, str, dict[str, Any], str | None]:
     kwargs = _parse_query(query, spec)
     scheme, _, name = body.partition(":")
     return scheme.strip().lower(), name.strip(), kwargs, weights
+
+
+def _split_hf_spec(spec: str) -> tuple[str, str, dict[str, Any], None]:
+    """``hf:ID[@REVISION][?k=v&...]`` (the query may also come before ``@REVISION``); an existing folder whose name
+    holds ``@`` is the folder."""
+    body = spec.strip().partition(":")[2]
+    name, _, query = body.partition("?")
+    revision = None
+    if "@" in query:
+        query, _, revision = query.rpartition("@")
+    elif "@" in name and not os.path.isdir(name):
+        name, _, revision = name.rpartition("@")
+    kwargs = _parse_query(query, spec)
+    if revision is not None:
+        if not revision.strip():
+            raise ValueError(f"model spec {spec!r} ends in '@' without a revision (a branch, tag or commit)")
+        if "revision" in kwargs:
+            raise ValueError(f"model spec {spec!r} gives the revision twice (@{revision} and ?revision=); give it once")
+        kwargs["revision"] = revision.strip()
+    return "hf", name.strip(), kwargs, None
 
 
 # --------------------------------------------------------------------------- builders
@@ -196,14 +223,14 @@ def _build_small_cnn(name: str, kwargs: dict[str, Any], num_classes: int | None,
 
 
 def _build_hf(name: str, kwargs: dict[str, Any], num_classes: int | None, in_channels: int | None) -> nn.Module:
-    """A transformers model from a local ``save_pretrained`` folder (its own head; the data's classes are not
-    used), wrapped by `networks.hf.hf` with the query's options (pooling, exclude_special, view, ...)."""
+    """A transformers model from a hub id or a ``save_pretrained`` folder (its own head; the data's classes are not
+    used), wrapped by `networks.hf.hf` with the query's options (pooling, exclude_special, view, revision, ...)."""
     from ..networks.hf import hf
 
     valid = [p for p in inspect.signature(hf).parameters if p not in ("source", "tokenizer", "processor")]
     for key in kwargs:
         if key not in valid:
-            raise ValueError(f"unknown option {key!r} for hf:DIR{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+            raise ValueError(f"unknown option {key!r} for hf:ID{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
     return hf(name, **kwargs)
 
 

@@ -8,7 +8,7 @@ import argparse
 import json
 import math
 
-from .common import add_model_args, load_model
+from .common import add_model_args, load_model, progress_of
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -19,12 +19,20 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(_strict_json([{"name": r.name, "package": r.package, "description": r.description, "error": r.error,
                              **_meaning_json(r)} for r in rows]))
         return 0
+    from ..utils.io import text_table
+
+    header = ["metric", "package", "kind", "range", "symmetry", "invariances", "description"]
     cells = [(r.name, r.package, r.kind or "?", _range_text(r.range), _symmetry_text(r.symmetric),
-              f"BROKEN: {r.error}" if r.error else r.description) for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(5)]
-    for cell in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(cell, widths)) + "  " + cell[5])
+              _invariances_text(r.invariances), f"BROKEN: {r.error}" if r.error else r.description) for r in rows]
+    print(text_table(header, cells, left=len(header)))
     return 0
+
+
+def _invariances_text(invariances: "tuple[str, ...] | None") -> str:
+    """``translation,orthogonal``; ``-`` for none, ``?`` when not declared."""
+    if invariances is None:
+        return "?"
+    return ",".join(invariances) or "-"
 
 
 def _range_text(bounds: "tuple[float, float] | None") -> str:
@@ -127,7 +135,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_layers(args: argparse.Namespace) -> int:
     from ..networks.layer_lists import layers
 
-    model = load_model(args.model, args.num_classes, args.in_channels)
+    model = load_model(args.model, args.num_classes, args.in_channels, progress=progress_of(args))
     for name in layers(model):
         print(name)
     return 0
@@ -136,7 +144,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
     p = sub.add_parser("list", help="list the registered metrics: package, kind (similarity/distance), range, "
-                                    "symmetry, description")
+                                    "symmetry, invariances, description")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_list)
 

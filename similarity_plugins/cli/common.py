@@ -12,7 +12,7 @@ import threading
 from typing import Any, Iterator, Sequence
 
 from ..utils.rules import as_positive_int, split_layer_pair
-from ..utils.text import parse_assignment, parse_assignments
+from ..utils.text import counted, parse_assignment, parse_assignments
 
 
 def parse_options(items: Sequence[str]) -> dict:
@@ -43,7 +43,7 @@ def emit_report(report: Any, out: str | None, csv: str | None, seconds: float, n
                                            (csv, report.to_csv() if csv is not None else None)) if path is not None}
     written = write_outputs(files, say=False)
     print(report)
-    print(f"\n{len(report)} results in {seconds:.1f} s{note}")
+    print(f"\n{counted(len(report), 'result')} in {seconds:.1f} s{note}")
     for path in written:
         print(f"wrote {path}")
     return 0 if all(r.error is None for r in report) else 1
@@ -120,16 +120,17 @@ def load_data(spec: str, max_train: int | None = None, max_test: int | None = No
 
 
 def load_model(spec: str, num_classes: int | None, in_channels: int | None = None, data: Any = None,
-                seed: int | None = None):
+               seed: int | None = None, progress: str = "auto"):
     """Build MODEL (initial weights from ``seed`` if given); for ``small-cnn`` the input channels and classes
-    default to the data's."""
+    default to the data's. ``progress`` (`progress_of`) also switches transformers' own loading bars of an ``hf:``
+    spec: they show only where the command's bars would."""
     from ..apps.zoo import build_model, split_model_spec
 
+    scheme, _, query, _ = split_model_spec(spec)
     if data is not None:
         sample_split = data.train if data.train is not None else data.test
         if num_classes is None:
             num_classes = dataset_num_classes(sample_split)
-        scheme, _, query, _ = split_model_spec(spec)
         channels = _image_channels(sample_split)
         asked = [(f"--in-channels {in_channels}", in_channels)] if in_channels is not None else []
         if "in_channels" in query:
@@ -140,7 +141,15 @@ def load_model(spec: str, num_classes: int | None, in_channels: int | None = Non
                                  "drop it or use data with that many channels")
         if in_channels is None and "in_channels" not in query and scheme == "small-cnn":
             in_channels = channels
-    return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
+    bars = contextlib.nullcontext()
+    if scheme == "hf":
+        from ..networks.hf_load import transformers_bars, transformers_module
+        from ..utils.progress import shows_progress
+
+        transformers_module(f"the model spec {spec!r}")
+        bars = transformers_bars(shows_progress(progress))
+    with bars:
+        return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
 
 
 def _image_channels(split: Any) -> int | None:
@@ -223,7 +232,7 @@ def progress_of(args: argparse.Namespace) -> str:
 
 DATA_SPECS = "digits, cifar10:ROOT, folder:ROOT, text:FILE, pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]"
 OPTION_HELP = ("a metric option (METRIC.KEY=VALUE for one metric); repeatable. Values: JSON numbers, lists, "
-               "true/false/yes/no, none, else text. `similarity-plugins info METRIC` lists them")
+               "true/false/yes/no, none, else text. similarity-plugins info METRIC lists them")
 
 
 def arg_group(p: argparse.ArgumentParser, title: str) -> Any:

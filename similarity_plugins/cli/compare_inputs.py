@@ -13,6 +13,7 @@ from .common import (
     metric_options,
     parse_layer,
     parse_variant_options,
+    progress_of,
 )
 from .outputs import input_files, resolve_outputs
 
@@ -36,8 +37,8 @@ def load_inputs(args: argparse.Namespace, default_metrics: str | None = None) ->
         train, test = data.train, data.test
         data = Data(train=None if train is None else apply_variant(args.variant, train, args.seed + 3, **variant_options),
                     test=None if test is None else apply_variant(args.variant, test, args.seed + 4, **variant_options))
-    front = load_model(args.front, args.num_classes, args.in_channels, data)
-    end = load_model(args.end, args.num_classes, args.in_channels, data)
+    front = load_model(args.front, args.num_classes, args.in_channels, data, progress=progress_of(args))
+    end = load_model(args.end, args.num_classes, args.in_channels, data, progress=progress_of(args))
     return options, data, front, end, [parse_layer(text) for text in args.layer]
 
 

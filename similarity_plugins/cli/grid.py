@@ -8,6 +8,7 @@ import os
 import time
 from typing import Sequence
 
+from ..utils.text import counted
 from .common import (
     add_data_args,
     add_metric_args,
@@ -110,18 +111,51 @@ def _check_figure(path: str | None) -> None:
             raise ValueError(f"--figure {path!r}: the extension must be one of {', '.join(FIGURE_FORMATS)}")
 
 
-def _matrix_text(grid, metric: str) -> str:
+def failure_notes(grid) -> tuple[dict[tuple, int], str]:
+    """Why cells failed, each distinct reason once: ``({cell: its reason's number}, the numbered reasons as text)``.
+
+    Args:
+        grid: a finished `Grid`.
+
+    Returns:
+        The number (from 1) of each failed cell's error and the lines ``(1) N cells of METRIC: ERROR``; ``""``
+            when no cell failed.
+    """
+    reasons: dict[str, int] = {}
+    numbers: dict[tuple, int] = {}
+    counts: dict[str, dict[str, int]] = {}
+    for cell, result in grid.cells.items():
+        if result.error is None:
+            continue
+        numbers[cell] = reasons.setdefault(result.error, len(reasons) + 1)
+        per_metric = counts.setdefault(result.error, {})
+        per_metric[cell[0]] = per_metric.get(cell[0], 0) + 1
+    lines = [f"  ({k}) " + ", ".join(f"{counted(n, 'cell')} of {m}" for m, n in counts[error].items()) + f": {error}"
+             for error, k in reasons.items()]
+    return numbers, ("failed cells (a cell's number says why):\n" + "\n".join(lines)) if lines else ""
+
+
+def _matrix_text(grid, metric: str, failed: dict[tuple, int]) -> str:
+    """The metric's matrix: a score per cell, ``(k)`` for a cell that failed for reason k (`failure_notes`), blank
+    for a cell that was not asked for."""
     from ..utils.io import text_table
 
     labels = [f"{m}:{layer}" for m, layer in grid.nodes]
     values = grid.matrix(metric)
-    rows = [[label] + ["" if math.isnan(v) else f"{v:.4f}" for v in row] for label, row in zip(labels, values)]
+
+    def shown(i: int, j: int) -> str:
+        if (metric, i, j) in failed:
+            return f"({failed[(metric, i, j)]})"
+        return "" if math.isnan(values[i, j]) else f"{values[i, j]:.4f}"
+
+    rows = [[label] + [shown(i, j) for j in range(len(labels))] for i, label in enumerate(labels)]
     return f"{metric} (rows: front, columns: end)\n" + text_table(["front \\ end"] + labels, rows)
 
 
 def _best_pairs_text(grid, pairs: str) -> str:
     """One line per metric and block of two models (or each model's own block, for one model or ``within``):
-    the best layer pair, its score and its family-wise p-value when the grid ran permutations."""
+    the best layer pair (in a model's own block, of two different layers), its score and its family-wise p-value
+    when the grid ran permutations."""
     models = grid.models
     blocks = [(f, e) for i, f in enumerate(models) for e in models[i:]
               if (f == e) == (len(models) == 1 or pairs == "within")]
@@ -129,7 +163,7 @@ def _best_pairs_text(grid, pairs: str) -> str:
     for metric in grid.metrics:
         for front, end in blocks:
             try:
-                best = grid.best_pair(metric, front, end)
+                best = grid.best_pair(metric, front, end, other_layers=True)
             except ValueError:  # no scored cell in this block (its errors are in the matrices and the report)
                 continue
             p = "" if best["p_value"] is None else f" (family-wise p = {best['p_value']:.4g})"
@@ -154,7 +188,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
     specs = model_specs(args.model)
     layers = parse_layers(args.layers, [n for n, _ in specs]) if args.layers else None
     data = load_data(args.data, args.max_train, args.max_test) if args.data else None
-    models = {name: load_model(spec, args.num_classes, args.in_channels, data) for name, spec in specs} or None
+    models = {name: load_model(spec, args.num_classes, args.in_channels, data, progress=progress_of(args))
+              for name, spec in specs} or None
     start = time.perf_counter()
     interrupted = False
     try:
@@ -167,20 +202,19 @@ def cmd_grid(args: argparse.Namespace) -> int:
             raise
     if not current_world().is_main:
         return 130 if interrupted else 0
+    failed, reasons = failure_notes(grid)
     for metric in grid.metrics:
-        print(_matrix_text(grid, metric) + "\n")
-    best = _best_pairs_text(grid, args.pairs)
-    if best:
-        print(best + "\n")
-    cells = list(grid.cells.values())
-    failed = sum(not c.ok for c in cells)
-    print(f"{len(cells)} cells ({failed} failed) in {time.perf_counter() - start:.1f} s"
+        print(_matrix_text(grid, metric, failed) + "\n")
+    for text in (_best_pairs_text(grid, args.pairs), reasons):
+        if text:
+            print(text + "\n")
+    print(f"{counted(len(grid.cells), 'cell')} ({len(failed)} failed) in {time.perf_counter() - start:.1f} s"
           + (" (interrupted)" if interrupted else ""))
     fmt = os.path.splitext(args.figure)[1].lstrip(".").lower() if args.figure else None
     write_outputs({args.out: grid.to_json() + "\n" if args.out else None,
                    args.csv: grid.report.to_csv() if args.csv else None,
                    args.figure: grid.heatmap_bytes(fmt) if args.figure else None})
-    return 130 if interrupted else (0 if failed == 0 else 1)
+    return 130 if interrupted else (0 if not failed else 1)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -33,7 +33,7 @@ def cmd_iris(args: argparse.Namespace) -> int:
     tuning = tuning_options(args.tuning)
     data = load_data(args.data)
     split = data.split(args.split)
-    model = load_model(args.model, args.num_classes, args.in_channels, data)
+    model = load_model(args.model, args.num_classes, args.in_channels, data, progress=progress_of(args))
     if args.device:
         model = model.to(args.device)
     from ..networks.data import load_all

@@ -8,17 +8,20 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
+from .. import __version__
+from ..utils.extras import MissingExtra
 from . import bench, catalog, compare, demo, grid, iris, score, store, study, train
 from .common import Terminated, add_progress_args, interrupted_code, terminate_as_interrupt
 
 COMMAND_MODULES = (catalog, compare, grid, score, store, train, iris, demo, bench, study)
 
-EPILOG = """MODEL specs: ``torchvision:NAME``, ``timm:NAME`` (keyword arguments after ``?``, e.g.
-``timm:vit_tiny_patch16_224?img_size=32&patch_size=4``), ``python:module:callable``, ``small-cnn`` or
-``hf:DIR`` (a transformers save_pretrained folder, e.g. ``hf:runs/gpt?pooling=last``), each optionally
-followed by ``@weights.pt`` (loaded with ``torch.load(weights_only=True)``).
-DATA specs: ``digits`` (built in), ``cifar10:ROOT``, ``folder:ROOT`` (ImageFolder with train/ and test/),
-``text:FILE`` (one sample a line), ``pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]`` (images and their captions)."""
+EPILOG = """MODEL specs: torchvision:NAME, timm:NAME (keyword arguments after ?, e.g.
+timm:vit_tiny_patch16_224?img_size=32&patch_size=4), python:module:callable or small-cnn, each
+optionally followed by @weights.pt (loaded with torch.load(weights_only=True)); hf:ID[@REVISION] (a
+Hugging Face hub id or save_pretrained folder, e.g. hf:EleutherAI/pythia-70m@step3000?pooling=last).
+DATA specs: digits (built in), cifar10:ROOT, folder:ROOT (ImageFolder with train/ and test/),
+text:[TRAIN_FILE,]TEST_FILE (one text a line), pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE] (images and their
+captions; four paths: a train split first). similarity-plugins COMMAND --help lists its flags."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     for module in COMMAND_MODULES:
@@ -58,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left (``| head -1``): the files were written before the table
         _silence_stdout()
         return 141
+    except MissingExtra as exc:  # an optional dependency: one line with the pip command
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:  # unreadable or unwritable paths: one line naming the path, no traceback
         print(f"error: {os_error_line(exc)}", file=sys.stderr)
         return 2

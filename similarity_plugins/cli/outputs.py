@@ -76,7 +76,7 @@ def input_files(*specs: "str | None") -> dict[str, str]:
     for spec in specs:
         if not spec:
             continue
-        path = spec.rpartition("@")[2] if "@" in spec else spec
+        path = spec.rpartition("@")[2] if "@" in spec and not spec.startswith("hf:") else spec  # hf:ID@REVISION
         for candidate in (path, path.rpartition(":")[0]):
             if candidate and os.path.isfile(candidate):
                 found[spec] = candidate

@@ -24,7 +24,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
     specs = model_specs(args.model)
     layers = parse_layers(args.layers, [n for n, _ in specs])
     data = load_data(args.data, args.max_train, args.max_test)
-    models = {name: load_model(spec, args.num_classes, args.in_channels, data) for name, spec in specs}
+    models = {name: load_model(spec, args.num_classes, args.in_channels, data, progress=progress_of(args))
+              for name, spec in specs}
     store = extract(models, layers, data, args.store, split=args.split, batch_size=args.batch_size,
                     device=args.device, progress=progress_of(args))
     print(store_table(store))

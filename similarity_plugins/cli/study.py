@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
     p = sub.add_parser("study", help="run one of the paper's studies: " + ", ".join(STUDY_NAMES),
                        description="The paper's studies on built-in digits: shortcut (clean vs shortcut donors; "
-                       "`demo` is its short name), robustness (PGD-robust vs plain donors), unseen-cue (excess "
+                       "demo is its short name), robustness (PGD-robust vs plain donors), unseen-cue (excess "
                        "agreement from a cue neither donor saw). Each writes report.json, report.csv and a figure.")
     p.add_argument("name", type=_study_name, metavar="{" + ",".join(STUDY_NAMES) + "}", help="which study")
     p.add_argument("--quick", action="store_true", help="a smaller run (fewer stitch epochs and IRI seeds)")

@@ -27,7 +27,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     resolve_outputs(args, ("--out",), input_files(args.model))   # before any training
     data = load_data(args.data, args.max_train, args.max_test)
-    model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed)
+    model = load_model(args.model, args.num_classes, args.in_channels, data, seed=args.seed,
+                       progress=progress_of(args))
     variant_options = parse_variant_options(args.variant_option)
     train_set, tests = data.train, {"clean": data.test}
     if args.variant:

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..utils.rules import FALSE_WORDS, TRUE_WORDS, as_positive_int, truth_of
+from ..utils.rules import BOOLEAN_WORDS, FALSE_WORDS, TRUE_WORDS, as_positive_int, bool_of
 from ..utils.text import did_you_mean
 
 __all__ = ["check_option_values", "coerce_option_value", "coerce_option_values", "is_limit",
@@ -50,13 +50,10 @@ def _is_number(value: Any) -> bool:
 
 
 def _as_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if _is_number(value) and value in (0, 1):
-        return bool(value)
-    if truth_of(value) is not None:
-        return truth_of(value)
-    raise ValueError(f"option {name}: expected true or false (also yes/no, on/off, 1/0), got {value!r}")
+    read = bool_of(value)
+    if read is None:
+        raise ValueError(f"option {name}: expected {BOOLEAN_WORDS}, got {value!r}")
+    return read
 
 
 def _as_path(name: str, value: Any) -> Any:

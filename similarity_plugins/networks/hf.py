@@ -18,6 +18,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from .hf_load import Origin, load_part, load_pretrained, source_of_instance
+from .hf_options import (
+    HFOptions,
+    check_max_length,
+    check_options,
+    check_token_ids,
+    check_tokenizer,
+    pick_tower,
+    position_limit,
+    vocabulary_rows,
+)
 from .pooling import check_pooling, pool_tokens
 from .preprocess import Preprocessing, preprocess_images, preprocessing_of
 
@@ -30,83 +41,105 @@ __all__ = ["hf"]
 def hf(source: nn.Module | str | os.PathLike, *, tokenizer: PreTrainedTokenizerBase | None = None,
        processor: BaseImageProcessor | ProcessorMixin | None = None, pooling: str | None = None,
        exclude_special: bool = False, view: str | None = None, padding_side: str | None = None,
-       max_length: int | None = None, preprocess: bool = True) -> HFModel:
+       max_length: int | None = None, preprocess: bool = True, revision: str | None = None,
+       dtype: torch.dtype | str | None = None, device: torch.device | str | None = None,
+       local_files_only: bool | None = None, tower: str | None = None) -> HFModel:
     """Wrap a Hugging Face ``transformers`` model so that `compare`, `compare_grid`, `layers` and the CLI take it.
 
     Args:
-        source: a ``PreTrainedModel`` instance, or a local folder written by ``save_pretrained`` (loaded with
-            ``local_files_only=True``, as the class named in its config; nothing is ever downloaded).
-        tokenizer: the tokenizer of a text model; default: the one saved in ``source``'s folder.
+        source: a ``PreTrainedModel`` instance, a local folder written by ``save_pretrained``, or a hub model id
+            (``"EleutherAI/pythia-70m"``), loaded by transformers' own ``from_pretrained`` with your cache, token
+            and ``HF_HUB_OFFLINE``, as the class named in its config. ``wrapped.source`` records where it came
+            from: ``{"path", "hub_id", "revision", "commit"}`` (the commit a hub revision resolved to).
+        tokenizer: the tokenizer of a text model; default: the one saved with ``source`` (same folder, or same hub
+            id and revision).
         processor: the image processor of a vision model (or a processor holding one as ``image_processor``);
-            default: the one in ``source``'s folder, if any. It is kept as ``wrapped.processor``, and its resize,
+            default: the one saved with ``source``, if any. It is kept as ``wrapped.processor``, and its resize,
             centre crop and normalisation run inside the model (`preprocess_images`) on images in [0, 1] of any
             size. Without a processor, images are read as ``pixel_values`` as they are.
         pooling: how a block's (B, T, D) tokens become one row per sample: ``"mean"`` (the real tokens; the text
             default), ``"last"`` (the last real token), ``"first"`` (the first real token, e.g. CLS),
             ``"flatten"`` (every token, (B, T*D); fixed-length inputs only; the vision default).
-        exclude_special: leave special tokens (BOS, EOS, CLS, SEP) out of ``"mean"``.
+        exclude_special: leave special tokens (BOS, EOS, CLS, SEP) out of ``"mean"`` (true or false; the words
+            true/false, yes/no, on/off, 1/0 too).
         view: the view of paired data this model reads (default: ``"text"`` for a model with a tokenizer,
             ``"image"`` otherwise).
         padding_side: ``"left"`` or ``"right"`` (default: the tokenizer's); pooled rows do not depend on it.
-        max_length: longest tokenized sample (longer ones are truncated); default: the model's position limit.
+        max_length: longest tokenized sample in tokens (longer ones are truncated), a positive whole number no
+            larger than the model's position limit; default: that limit.
         preprocess: apply the processor's preprocessing to images (False: the images are ``pixel_values``
             already, e.g. made by the processor in a dataset).
+        revision: a branch, tag or commit of a hub id (default: its default branch).
+        dtype: the dtype to load the weights in (``torch.bfloat16``, ``"float16"``, ``"auto"``: the config's);
+            default float32.
+        device: the device to load the model onto (default: the CPU).
+        local_files_only: True: load a hub id from the cache only; default: transformers' own rule
+            (``HF_HUB_OFFLINE``).
+        tower: ``"text"`` or ``"vision"``: wrap that tower of a dual encoder such as CLIP or SigLIP (which reads
+            text and images at once, so it cannot be wrapped whole).
 
     Returns:
         An `HFModel` (an ``nn.Module``) sharing the model's modules (nothing is copied or changed).
 
     Raises:
-        ValueError: ``source`` is a string that is not a local folder (a hub id), a text model has no tokenizer,
-            or an option value is not one of its choices.
+        ValueError: ``source`` is neither a folder nor a hub id, or a hub id that cannot be loaded (not found, or
+            not cached while offline); a text model has no tokenizer, or an empty one; a dual encoder without
+            ``tower``; an option value that breaks its rule (naming the option and the valid values).
+        MissingExtra: transformers is not installed (an ``ImportError`` saying
+            ``pip install "similarity-plugins[hf]"``).
     """
-    model = _load(source)
+    opts = check_options(exclude_special=exclude_special, preprocess=preprocess, padding_side=padding_side,
+                         max_length=max_length, view=view, revision=revision, dtype=dtype, device=device,
+                         local_files_only=local_files_only, tower=tower)
+    if pooling is not None:
+        check_pooling(pooling)
+    model, origin = _load(source, opts)
+    model = pick_tower(model, opts.tower)
     if model.main_input_name not in ("input_ids", "pixel_values"):
         raise ValueError(f"{type(model).__name__} reads {model.main_input_name!r}; hf() wraps models that read text "
                          "(input_ids) or images (pixel_values); pass a text or vision tower (e.g. model.text_model)")
+    check_max_length(model, opts.max_length)
     text = model.main_input_name == "input_ids"
-    folder = source if isinstance(source, (str, os.PathLike)) else None
-    if text and tokenizer is None:
-        tokenizer = _from_folder(folder, "AutoTokenizer")
-        if tokenizer is None:
-            raise ValueError(f"{type(model).__name__} reads token ids, so it needs its tokenizer: pass "
-                             "hf(model, tokenizer=...) or a save_pretrained folder that holds the tokenizer too")
-    if not text and processor is None and folder is not None:
-        processor = _from_folder(folder, "AutoImageProcessor")
+    if text:
+        tokenizer = _tokenizer(model, tokenizer, origin)
+    if not text and processor is None:
+        processor = load_part(origin, "AutoImageProcessor")
     processor = getattr(processor, "image_processor", None) or processor  # a combined processor's image part
-    preprocessing = preprocessing_of(model, processor) if processor is not None and not text and preprocess else None
+    preprocessing = preprocessing_of(model, processor) if processor is not None and not text and opts.preprocess else None
     return HFModel(model, tokenizer=tokenizer if text else None, processor=processor, preprocessing=preprocessing,
-                   pooling=pooling or ("mean" if text else "flatten"), exclude_special=exclude_special,
-                   view=view or ("text" if text else "image"), padding_side=padding_side, max_length=max_length)
+                   pooling=pooling or ("mean" if text else "flatten"), exclude_special=opts.exclude_special,
+                   view=opts.view or ("text" if text else "image"), padding_side=opts.padding_side,
+                   max_length=opts.max_length, source=origin.source)
 
 
-def _load(source: Any) -> nn.Module:
+def _load(source: Any, opts: HFOptions) -> tuple[nn.Module, Origin]:
     if isinstance(source, nn.Module):
         if not hasattr(source, "main_input_name") or not hasattr(source, "config"):
-            raise TypeError(f"hf() takes a transformers PreTrainedModel or a save_pretrained folder, got "
+            raise TypeError(f"hf() takes a transformers PreTrainedModel, a save_pretrained folder or a hub id, got "
                             f"{type(source).__name__}; pass other torch models to compare() directly")
-        return source
+        loading = [name for name in ("revision", "dtype", "device", "local_files_only") if getattr(opts, name) is not None]
+        if loading:
+            raise ValueError(f"{', '.join(loading)} apply when hf() loads a model from a folder or a hub id; a model "
+                             "you built is wrapped as it is (convert it yourself, e.g. model.to(dtype), and pass it)")
+        return source, Origin(None, {}, source_of_instance(source))
     if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"hf() takes a transformers PreTrainedModel or a folder path, got {type(source).__name__}")
-    if not os.path.isdir(source):
-        raise ValueError(f"{str(source)!r} is not a local folder; hf() never downloads (a hub id is refused): "
-                         "download the model yourself and save it with model.save_pretrained(DIR), then pass DIR")
-    import transformers
-
-    config = transformers.AutoConfig.from_pretrained(source, local_files_only=True)
-    names = [n for n in (config.architectures or []) if hasattr(transformers, n)]
-    cls = getattr(transformers, names[0]) if names else transformers.AutoModel
-    return cls.from_pretrained(source, local_files_only=True)
+        raise TypeError(f"hf() takes a transformers PreTrainedModel, a folder path or a hub id, got {type(source).__name__}")
+    return load_pretrained(source, revision=opts.revision, dtype=opts.dtype, device=opts.device,
+                           local_files_only=opts.local_files_only)
 
 
-def _from_folder(folder: Any, auto: str) -> Any:
-    if folder is None:
-        return None
-    import transformers
-
-    try:
-        return getattr(transformers, auto).from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError, KeyError):
-        return None
+def _tokenizer(model: nn.Module, tokenizer: Any, origin: Origin) -> Any:
+    """The tokenizer given, or the one saved with the model; refused when missing or empty (`check_tokenizer`)."""
+    where = "hf(tokenizer=...)"
+    if tokenizer is None:
+        tokenizer = load_part(origin, "AutoTokenizer")
+        if tokenizer is None:
+            raise ValueError(f"{type(model).__name__} reads token ids, so it needs its tokenizer: pass "
+                             "hf(model, tokenizer=...), or a save_pretrained folder or hub id that holds the tokenizer too")
+        where = repr(origin.where)
+    folder = origin.where if origin.source.get("path") else None
+    check_tokenizer(tokenizer, folder, where)
+    return tokenizer
 
 
 class HFModel(nn.Module):
@@ -115,12 +148,13 @@ class HFModel(nn.Module):
     Its children are the transformers model's own children (the same objects), so ``named_modules()`` gives the
     model's names and parameters, buffers and flags are the model's. Attributes: ``hf_model`` (the transformers
     model), ``tokenizer``, ``processor``, ``preprocessing`` (the processor's `Preprocessing` applied to images,
-    or None), ``pooling``, ``exclude_special``, ``view``.
+    or None), ``pooling``, ``exclude_special``, ``view``, ``source`` (where the model came from: ``{"path",
+    "hub_id", "revision", "commit"}``, JSON-able).
     """
 
     def __init__(self, model: nn.Module, *, tokenizer: Any, processor: Any, pooling: str, exclude_special: bool,
                  view: str, padding_side: str | None, max_length: int | None,
-                 preprocessing: Preprocessing | None = None) -> None:
+                 preprocessing: Preprocessing | None = None, source: dict | None = None) -> None:
         super().__init__()
         check_pooling(pooling)
         if padding_side not in (None, "left", "right"):
@@ -136,6 +170,8 @@ class HFModel(nn.Module):
         self.view = view
         self.padding_side = padding_side
         self.max_length = max_length or _position_limit(model.config, tokenizer)
+        self.source = dict(source) if source is not None else source_of_instance(model)
+        self._vocab_rows = vocabulary_rows(model) if tokenizer is not None else None
         self._mask: torch.Tensor | None = None     # the current batch's (B, T) mask of pooled tokens
         self._layers: list[str] | None = None
         accepted = inspect.signature(model.forward).parameters
@@ -174,6 +210,7 @@ class HFModel(nn.Module):
         kw = {"padding_side": self.padding_side} if self.padding_side else {}
         enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
                              return_tensors="pt", return_special_tokens_mask=self.exclude_special, **kw)
+        check_token_ids(enc["input_ids"], self._vocab_rows, self.hf_model, self.tokenizer)
         mask = enc["attention_mask"]
         inputs = {"input_ids": enc["input_ids"].to(device), "attention_mask": mask.to(device)}
         if self._positions:   # left padding: real tokens start at position 0 whatever the padding
@@ -241,8 +278,7 @@ def _with_pad(tokenizer: Any) -> Any:
 
 
 def _position_limit(config: Any, tokenizer: Any) -> int:
-    limits = [getattr(config, a, None) for a in ("max_position_embeddings", "n_positions")]
-    limits.append(getattr(tokenizer, "model_max_length", None))
+    limits = [(position_limit(config) or (None,))[0], getattr(tokenizer, "model_max_length", None)]
     usable = [int(v) for v in limits if isinstance(v, int) and 0 < v < 1_000_000]
     return min(usable) if usable else 512
 

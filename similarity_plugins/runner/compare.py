@@ -125,13 +125,22 @@ def compare(
     donors = Donors(front_run, end_run, ctx, timeout)  # guarded after each metric; private copies with a timeout
     meta = {"front": type(front).__name__, "end": type(end).__name__, "layers": [str(p) for p in pairs],
             "metrics": names, "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "repeats": repeats,
-            "device": str(device), "torch": torch.__version__, "world_size": ctx.world.size}
+            "device": str(device), "torch": torch.__version__, "world_size": ctx.world.size,
+            **sources_of({"front": front, "end": end})}
     with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
         results = _run_jobs([(p, n) for p in pairs for n in names], pm, donors, data, metric_options, seed, repeats,
                             device, cuda_rng, progress, meta)
     if donors.abandoned:
         meta["abandoned_threads"] = donors.running
     return Report(results, meta)
+
+
+def sources_of(models: dict[str, Any]) -> dict[str, dict]:
+    """``{"sources": {name: model.source}}`` for the models that record where they came from (a wrapped Hugging Face
+    model's folder, hub id, revision and commit: `hf`), or ``{}`` when none does; for a report's ``meta``."""
+    found = {name: dict(source) for name, model in models.items()
+             if isinstance(source := getattr(model, "source", None), dict)}
+    return {"sources": found} if found else {}
 
 
 def _run_jobs(jobs: list[tuple[LayerPair, str]], pm, donors: Donors, data: Data, metric_options: dict, seed: int,

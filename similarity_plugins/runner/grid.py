@@ -30,6 +30,7 @@ from ..networks.store import Store
 from ..utils.progress import Progress, check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean
+from .compare import sources_of
 from .grid_nodes import as_layers, as_models
 from .grid_results import Grid, Node
 from .grid_run import Plan, run_grid
@@ -157,7 +158,8 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
     info = {n: {"kind": pm.info[n].kind, "range": pm.info[n].range, "symmetric": pm.info[n].symmetric} for n in names}
     meta = {"models": {m: type(model).__name__ for m, model in named.items()}, "layers": per_model, "metrics": names,
             "pairs": pairs if isinstance(pairs, str) else "explicit", "seed": seed, "device": str(device),
-            "torch": torch.__version__, "world_size": ctx.world.size, **({"store": source.store.path} if source else {})}
+            "torch": torch.__version__, "world_size": ctx.world.size, **({"store": source.store.path} if source else {}),
+            **sources_of(named)}
     plan = Plan(nodes=nodes, pairs=chosen, metrics=names, symmetric={n: bool(info[n]["symmetric"]) for n in names},
                 options=metric_options, seed=seed)
     cells = run_grid(plan, named, placed, ctx, pm, info, meta, resume=resume)

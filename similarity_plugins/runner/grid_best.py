@@ -63,7 +63,7 @@ def take_nulls(cells: dict[tuple, SimilarityResult], nodes: list[tuple], info: d
     return clean, blocks
 
 
-def best_pair(grid: Any, metric: str, front: str, end: str) -> dict[str, Any]:
+def best_pair(grid: Any, metric: str, front: str, end: str, other_layers: bool = False) -> dict[str, Any]:
     """The best cell of ``metric`` between ``front``'s and ``end``'s layers, with its family-wise p-value.
 
     Args:
@@ -71,6 +71,8 @@ def best_pair(grid: Any, metric: str, front: str, end: str) -> dict[str, Any]:
         metric: a metric of the grid.
         front: a model name of the grid.
         end: a model name of the grid (``front`` again: that model's own block).
+        other_layers: with ``front == end``, leave each layer against itself out of the choice (the block
+            nulls still hold those cells' null values, which can only raise the p-value).
 
     Returns:
         ``{"front_layer", "end_layer", "score", "p_value"}``: the highest score (lowest for a metric declared a
@@ -84,6 +86,9 @@ def best_pair(grid: Any, metric: str, front: str, end: str) -> dict[str, Any]:
         ValueError: an unknown metric or model (naming the valid ones), or a block without any scored cell.
     """
     block = grid.matrix(metric, front, end)
+    if other_layers and front == end:
+        block = block.copy()
+        np.fill_diagonal(block, np.nan)
     if np.isnan(block).all():
         raise ValueError(f"metric {metric!r} has no scored cell between model {front!r} and model {end!r}; "
                          "check the cells' errors (grid.report)")

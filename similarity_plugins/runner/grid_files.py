@@ -100,9 +100,10 @@ def read_grid_file(path: str | os.PathLike) -> tuple[list, list, dict, dict, dic
 
 
 class CellsFile:
-    """The finished-cells file of ``compare_grid(resume=path)``: a header line (format, version, fingerprint),
-    then one JSON line per finished cell carrying the SHA-256 of its contents and of the header's fingerprint
-    (a header edited to match other models or data leaves every line unmatched).
+    """The finished-cells file of ``compare_grid(resume=path)``: a header line (format, version, fingerprint and,
+    for models that record it, where each came from: ``sources``, provenance outside the fingerprint), then one
+    JSON line per finished cell carrying the SHA-256 of its contents and of the header's fingerprint (a header
+    edited to match other models or data leaves every line unmatched).
 
     Reading: a last line cut short by an interruption (no final newline) is dropped, and cut from the file before
     anything is appended, so the next finished cell is a line of its own. Any other line that is not JSON, not a
@@ -111,7 +112,8 @@ class CellsFile:
     for and nothing else. Failed cells are computed again.
     """
 
-    def __init__(self, path: str | os.PathLike, fingerprint: dict, nodes: list, wanted: set, write: bool) -> None:
+    def __init__(self, path: str | os.PathLike, fingerprint: dict, nodes: list, wanted: set, write: bool,
+                 sources: dict | None = None) -> None:
         self.path, self.fingerprint, self.nodes, self.write = os.fspath(path), fingerprint, nodes, write
         self.done: dict[Cell, SimilarityResult] = {}
         if os.path.exists(self.path):
@@ -119,8 +121,8 @@ class CellsFile:
         elif write:
             from ..utils.io import write_text
 
-            write_text(self.path, json.dumps({"format": CELLS_FORMAT, "version": CELLS_VERSION,
-                                              "fingerprint": fingerprint}) + "\n")
+            header = {"format": CELLS_FORMAT, "version": CELLS_VERSION, "fingerprint": fingerprint}
+            write_text(self.path, json.dumps({**header, **({"sources": sources} if sources else {})}) + "\n")
 
     def _where(self, number: int) -> Callable[[], str]:
         return lambda: f"resume file {self.path!r}, line {number}"

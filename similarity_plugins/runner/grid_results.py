@@ -123,7 +123,7 @@ class Grid:
             out.append((layer, end_layers[k], float(row[k])))
         return out
 
-    def best_pair(self, metric: str, front: str, end: str) -> dict[str, Any]:
+    def best_pair(self, metric: str, front: str, end: str, *, other_layers: bool = False) -> dict[str, Any]:
         """The best cell of ``metric`` between model ``front``'s and model ``end``'s layers and its family-wise
         p-value under the max-statistic null.
 
@@ -131,6 +131,8 @@ class Grid:
             metric: a metric of the grid.
             front: a model name of the grid.
             end: a model name of the grid (``front`` again: that model's own block).
+            other_layers: in a model's own block, leave out each layer against itself (the best pair of two
+                different layers; the p-value still counts those cells' nulls, so it errs on the high side).
 
         Returns:
             ``{"front_layer", "end_layer", "score", "p_value"}``. ``score`` is the block's highest (lowest for a
@@ -142,7 +144,7 @@ class Grid:
         """
         from .grid_best import best_pair
 
-        return best_pair(self, metric, front, end)
+        return best_pair(self, metric, front, end, other_layers=other_layers)
 
     def p_values(self, metric: str, correction: str | None = None, front: str | None = None,
                  end: str | None = None) -> np.ndarray:

@@ -263,7 +263,8 @@ def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Modul
             check_ranks_agree(world, model, model, ctx.data, (plan.nodes, plan.pairs, plan.metrics, plan.seed,
                                                               sorted(plan.options.items(), key=str)))
     compute, mirrors = plan.cells()
-    store = (CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, set(compute), world.is_main)
+    store = (CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, set(compute), world.is_main,
+                       meta.get("sources"))
              if resume else None)
     results: dict[Cell, SimilarityResult] = dict(store.done) if store else {}
     if store is not None and world.distributed:  # rank 0's file decides, so every rank plans the same cells

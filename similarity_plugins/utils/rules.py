@@ -1,5 +1,5 @@
-"""The value rules every layer shares, each written once: words for true and false, a positive whole number,
-and the layer-pair grammar.
+"""The value rules every layer shares, each written once: words for true and false, a yes/no value, a positive
+whole number, and the layer-pair grammar.
 
 Every reader of such a value calls these (the option checks in ``host.values``, the ``KEY=VALUE`` grammar in
 ``utils.text``, the environment switches, the command line's ``argparse`` types, the measures' arguments),
@@ -13,10 +13,13 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["TRUE_WORDS", "FALSE_WORDS", "truth_of", "as_positive_int", "LAYER_PAIR_SEPARATORS", "split_layer_pair"]
+__all__ = ["TRUE_WORDS", "FALSE_WORDS", "BOOLEAN_WORDS", "truth_of", "bool_of", "as_positive_int", "LAYER_PAIR_SEPARATORS",
+           "split_layer_pair"]
 
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
+#: What a yes/no value may be, in words, for error messages (`bool_of`).
+BOOLEAN_WORDS = "true or false (also yes/no, on/off, 1/0)"
 
 LAYER_PAIR_SEPARATORS = ("->", ":")
 
@@ -39,6 +42,23 @@ def truth_of(text: Any) -> bool | None:
     if word in FALSE_WORDS:
         return False
     return None
+
+
+def bool_of(value: Any) -> bool | None:
+    """A yes/no value read by the one rule: a bool as it is, the numbers 1 and 0, or a word of `TRUE_WORDS` and
+    `FALSE_WORDS` (`truth_of`); anything else is no yes/no value (never silently true).
+
+    Args:
+        value: the value, as given in Python, a model spec's query, an option or an environment variable.
+
+    Returns:
+        True, False, or None when ``value`` breaks the rule (the caller names the option and `BOOLEAN_WORDS`).
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Real) and value in (0, 1):
+        return bool(value)
+    return truth_of(value)
 
 
 def as_positive_int(value: Any, minimum: int = 1) -> int | None:

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from .rules import FALSE_WORDS, TRUE_WORDS
 
-__all__ = ["close_matches", "did_you_mean", "parse_value", "parse_assignment", "parse_assignments"]
+__all__ = ["close_matches", "counted", "did_you_mean", "parse_value", "parse_assignment", "parse_assignments"]
 
 # the words of `rules` (digits never get here: JSON reads them first) and the words for "no value"
 _WORDS = {**dict.fromkeys(TRUE_WORDS, True), **dict.fromkeys(FALSE_WORDS, False), "none": None, "null": None}
@@ -32,6 +32,11 @@ def did_you_mean(name: str, choices: Iterable[str], n: int = 3, cutoff: float = 
     """
     close = close_matches(name, choices, n=n, cutoff=cutoff)
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``counted(1, "result")`` -> ``"1 result"``, ``"3 results"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def parse_value(text: str) -> Any:

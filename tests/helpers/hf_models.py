@@ -65,3 +65,38 @@ def tiny_vit(seed: int = 3):
     config = transformers.ViTConfig(image_size=16, patch_size=8, hidden_size=32, num_hidden_layers=2,
                                     num_attention_heads=2, intermediate_size=64)
     return _seeded(lambda: transformers.ViTModel(config), seed)
+
+
+def hub_cache(home, repo_id: str, folder, commit: str, refs: tuple[str, ...] = ("main",)) -> str:
+    """Lay out the files of ``folder`` (a ``save_pretrained`` folder) as ``huggingface_hub`` keeps a download of
+    ``repo_id`` at ``commit`` under ``home`` (an ``HF_HOME``): ``hub/models--ORG--NAME/blobs/<sha256>``,
+    ``snapshots/<commit>/<file>`` linking to its blob, and ``refs/<ref>`` holding the commit for each of ``refs``.
+    Several calls with other commits give a repository with several revisions. Returns the commit."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    repo = Path(home) / "hub" / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    for part in (repo / "blobs", snapshot, repo / "refs"):
+        part.mkdir(parents=True, exist_ok=True)
+    for file in sorted(Path(folder).iterdir()):
+        data = file.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / file.name)
+    for ref in refs:
+        (repo / "refs" / ref).write_text(commit)
+    return commit
+
+
+def offline_hub(monkeypatch, home) -> None:
+    """Point ``huggingface_hub`` (and through it transformers) at the cache under ``home`` and switch the hub off,
+    as ``HF_HOME=home HF_HUB_OFFLINE=1`` would for a new process: no request leaves the machine."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
