@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..networks.data import Data
 
 DATA_SPEC_FORMS = (
@@ -9,8 +11,10 @@ DATA_SPEC_FORMS = (
     "digits:SIZE       the same at SIZE x SIZE pixels, e.g. digits:16",
     "cifar10:ROOT      CIFAR-10 already downloaded under ROOT (torchvision layout)",
     "folder:ROOT       an ImageFolder tree ROOT/train/<class>/*, ROOT/test/<class>/*",
-    "text:FILE         one text sample a line (for hf:DIR language models)",
+    "text:FILE         one text sample a line (for hf: language models); the test split",
+    "text:TRAIN_FILE,TEST_FILE  the same with a training split (stitching language models fits on it)",
     "pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]  images (sorted by file name) and one caption a line, in that order",
+    "pairs:TRAIN_IMAGES,TRAIN_CAPTIONS,TEST_IMAGES,TEST_CAPTIONS[,SIZE]  the same with a training split",
 )
 
 
@@ -56,13 +60,24 @@ def _text_spec(scheme: str, rest: str, spec: str) -> Data:
 
     if scheme == "text":
         if not rest:
-            raise ValueError(f"'text' needs a file: text:FILE; valid forms:\n  {_forms()}")
-        return text_file_data(rest)
+            raise ValueError(f"'text' needs a file: text:FILE or text:TRAIN_FILE,TEST_FILE; valid forms:\n  {_forms()}")
+        if os.path.isfile(rest):   # a file whose name holds a comma
+            return text_file_data(rest)
+        parts = rest.split(",")
+        if len(parts) > 2 or not all(parts):
+            raise ValueError(f"bad text spec {spec!r}; use text:FILE (the test split) or text:TRAIN_FILE,TEST_FILE")
+        return text_file_data(parts[-1], train=parts[0] if len(parts) == 2 else None)
     parts = rest.split(",")
-    if len(parts) not in (2, 3) or not all(parts):
-        raise ValueError(f"bad pairs spec {spec!r}; use pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE]")
-    try:
-        size = int(parts[2]) if len(parts) == 3 else None
-    except ValueError:
-        raise ValueError(f"bad image SIZE {parts[2]!r} in {spec!r}; a number of pixels per side") from None
-    return pairs_file_data(parts[0], parts[1], size=size)
+    forms = ("use pairs:IMAGES_DIR,CAPTIONS_FILE[,SIZE] (the test split) or "
+             "pairs:TRAIN_IMAGES,TRAIN_CAPTIONS,TEST_IMAGES,TEST_CAPTIONS[,SIZE]")
+    size = None
+    if len(parts) in (3, 5):
+        last = parts.pop()
+        try:
+            size = int(last)
+        except ValueError:
+            raise ValueError(f"bad pairs spec {spec!r}: its last part {last!r} is no SIZE (pixels per side); "
+                             f"{forms}") from None
+    if len(parts) not in (2, 4) or not all(parts):
+        raise ValueError(f"bad pairs spec {spec!r}; {forms}")
+    return pairs_file_data(parts[-2], parts[-1], size=size, train=(parts[0], parts[1]) if len(parts) == 4 else None)

@@ -35,7 +35,8 @@ def lm_stitch_result(context: Context, front: Any, end: Any, layer: LayerPair, o
 
     Returns a row whose score is stitched next-token accuracy / the end's; ``details`` hold both accuracies,
     ``perplexity_ratio`` (stitched / end), the losses and sizes. Raises ``ValueError`` for an objective other than
-    ``slm``/``dm``, a model that does not read text, two tokenizers that give other ids, or an end without an LM head.
+    ``slm``/``dm``, a model that does not read text, two tokenizers that give other ids, an end without an LM head,
+    or a test split without a next-token pair (texts of one token), or one whose next tokens the end never predicts.
     """
     if objective not in ("slm", "dm"):
         raise ValueError(f"stitch-{objective} is for classifiers; stitch two language models with stitch-slm "
@@ -47,6 +48,9 @@ def lm_stitch_result(context: Context, front: Any, end: Any, layer: LayerPair, o
     key = ("lm-stitch", id(front), id(end), layer.front, layer.end, objective, repr(settings))
     fitted = context.remember(key, lambda: _fit(context, front, end, layer, objective, settings), train_only=True)
     scores = _evaluate(context, front, end, layer, fitted["stitch"], settings)
+    if scores["test_tokens"] == 0:
+        raise ValueError("the test split has no next-token pair (every text is one token long, so there is no next "
+                         "token to predict), so next-token accuracy is undefined; give test texts of two or more tokens")
     if scores["end_accuracy"] == 0:
         raise ValueError("the end model predicts no next token of the test split correctly, so relative accuracy "
                          "is undefined; use a trained end model")

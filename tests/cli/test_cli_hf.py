@@ -69,3 +69,30 @@ def test_pairs_of_images_and_captions(folders, tmp_path):
     assert main(["compare", "--front", f"hf:{folders / 'vit'}", "--end", f"hf:{folders / 'a'}", "--layer",
                  "layers.1:transformer.h.1", "--data", f"pairs:{images},{folders / 'a' / 'config.json'}",
                  "--metrics", "cka-linear"]) == 2
+    from similarity_plugins.datasets import parse_data_spec
+
+    both = parse_data_spec(f"pairs:{images},{captions},{images},{captions},8")   # a training split first
+    assert len(both.train) == len(both.test) == len(zen_lines()) and both.test[0][0]["image"].shape == (3, 8, 8)
+    with pytest.raises(ValueError, match="TRAIN_IMAGES,TRAIN_CAPTIONS,TEST_IMAGES,TEST_CAPTIONS"):
+        parse_data_spec(f"pairs:{images},{captions},{images}")
+
+
+def test_text_data_with_a_training_split_stitches_from_the_command_line(folders, tmp_path):
+    train, test = tmp_path / "train.txt", tmp_path / "test.txt"
+    lines = zen_lines()
+    train.write_text("\n".join(lines[:12]) + "\n", encoding="utf-8")
+    test.write_text("\n".join(lines[12:]) + "\n", encoding="utf-8")
+    report = tmp_path / "r.json"
+    code = main(["compare", "--front", f"hf:{folders / 'a'}", "--end", f"hf:{folders / 'b'}", "--layer",
+                 "transformer.h.0", "--data", f"text:{train},{test}", "--metrics", "stitch-dm", "--epochs", "1",
+                 "--out", str(report), "--no-progress"])
+    row = json.loads(report.read_text())["results"][0]
+    assert code == 0 and row["error"] is None and row["score"] is not None
+    assert row["details"]["train_tokens"] > 0 and row["details"]["test_tokens"] > 0
+    from similarity_plugins.datasets import parse_data_spec
+
+    data = parse_data_spec(f"text:{train},{test}")
+    assert data.train.texts == lines[:12] and data.test.texts == lines[12:]
+    for bad in (f"text:{train},", f"text:{train},{test},{test}"):
+        with pytest.raises(ValueError, match="use text:FILE"):
+            parse_data_spec(bad)

@@ -55,3 +55,14 @@ def test_other_tokenizers_and_objectives_give_error_rows(trained):
     assert "different token ids" in rows["stitch-slm"].error
     assert "stitch-slm" in rows["stitch-hlm"].error and rows["stitch-hlm"].score is None
     assert "continuous input space" in rows["iri-slm"].error
+
+
+def test_a_test_split_without_a_next_token_pair_says_so():
+    bpe = small_bpe(TEXTS)
+    model = sp.hf(tiny_gpt2(len(bpe), seed=4, head=True), tokenizer=bpe)
+    letters = list("abcdefgh")   # one BPE token each, and this tokenizer adds no special tokens
+    assert all(len(bpe(t)["input_ids"]) == 1 for t in letters)
+    report = sp.compare(model, model, [("transformer.h.0", "transformer.h.0")], sp.text_data(letters, TEXTS[:4]),
+                        metrics=["stitch-dm"], options={"epochs": 1})
+    error = report.results[0].error
+    assert "no next-token pair (every text is one token long" in error and "trained end model" not in error
