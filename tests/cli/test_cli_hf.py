@@ -96,3 +96,13 @@ def test_text_data_with_a_training_split_stitches_from_the_command_line(folders,
     for bad in (f"text:{train},", f"text:{train},{test},{test}"):
         with pytest.raises(ValueError, match="use text:FILE"):
             parse_data_spec(bad)
+
+
+def test_transformers_own_bars_follow_the_progress_flags(folders, capsys):
+    from transformers.utils import logging
+
+    before = logging.is_progress_bar_enabled()
+    for flags, shown in (([], False), (["--no-progress"], False), (["--progress"], True)):
+        assert main(["layers", f"hf:{folders / 'a'}", *flags]) == 0   # stderr is no terminal here: auto hides them
+        assert ("Loading weights" in capsys.readouterr().err) is shown, flags
+        assert logging.is_progress_bar_enabled() is before   # the setting comes back
