@@ -141,14 +141,10 @@ def load_model(spec: str, num_classes: int | None, in_channels: int | None = Non
                                  "drop it or use data with that many channels")
         if in_channels is None and "in_channels" not in query and scheme == "small-cnn":
             in_channels = channels
-    bars = contextlib.nullcontext()
-    if scheme == "hf":
-        from ..networks.hf_load import transformers_bars, transformers_module
-        from ..utils.progress import shows_progress
+    from ..networks.hf_load import transformers_bars
+    from ..utils.progress import shows_progress
 
-        transformers_module(f"the model spec {spec!r}")
-        bars = transformers_bars(shows_progress(progress))
-    with bars:
+    with transformers_bars(shows_progress(progress), f"the model spec {spec!r}") if scheme == "hf" else contextlib.nullcontext():
         return build_model(spec, num_classes=num_classes, in_channels=in_channels, seed=seed)
 
 

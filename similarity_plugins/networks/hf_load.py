@@ -183,13 +183,15 @@ def source_of_instance(model: nn.Module) -> dict:
 
 
 @contextlib.contextmanager
-def transformers_bars(show: bool) -> Iterator[None]:
+def transformers_bars(show: bool, what: str = "hf()") -> Iterator[None]:
     """Within the block, transformers' and huggingface_hub's own progress bars (loading weights, downloads) are off
-    unless ``show``; their settings come back afterwards. ``show=True`` changes nothing."""
+    unless ``show``; their settings come back afterwards. ``show=True`` changes nothing. Raises `MissingExtra`
+    naming ``what`` when transformers is not installed."""
+    transformers = transformers_module(what)
     if show:
         yield
         return
-    logging = transformers_module().utils.logging
+    logging = transformers.utils.logging
     from huggingface_hub.utils import tqdm as hub_tqdm
 
     was, hub_states = logging.is_progress_bar_enabled(), dict(getattr(hub_tqdm, "progress_bar_states", {}))
