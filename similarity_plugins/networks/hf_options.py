@@ -162,13 +162,12 @@ def check_tokenizer(tokenizer: Any, folder: str | None, where: str) -> None:
     ids = tokenizer(_PROBE, add_special_tokens=False)["input_ids"]
     if len(ids):
         return
-    missing = ""
+    fix = "pass hf(..., tokenizer=...) with the tokenizer the model was trained with"
     if folder is not None and os.path.isdir(folder):
-        present = set(os.listdir(folder))
-        if not present & set(TOKENIZER_FILES):
-            missing = f" {folder!r} holds no tokenizer files (none of {', '.join(TOKENIZER_FILES)});"
-    raise ValueError(f"the tokenizer of {where} gives no token ids for text (an empty {type(tokenizer).__name__});"
-                     f"{missing} save the tokenizer with it (tokenizer.save_pretrained(DIR)) or pass hf(..., tokenizer=...)")
+        fix = f"save the tokenizer there (tokenizer.save_pretrained(DIR)) or {fix}"
+        if not set(os.listdir(folder)) & set(TOKENIZER_FILES):
+            fix = f"{folder!r} holds no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); {fix}"
+    raise ValueError(f"the tokenizer of {where} gives no token ids for text (an empty {type(tokenizer).__name__}); {fix}")
 
 
 def vocabulary_rows(model: nn.Module) -> int | None:

@@ -118,3 +118,21 @@ def test_a_text_file_with_a_byte_order_mark_reads_without_it(tmp_path):
     path.write_bytes("\ufefffirst line\nsecond line\n".encode("utf-8"))
     texts = parse_data_spec(f"text:{path}").test.texts
     assert texts == ["first line", "second line"]
+
+
+def test_hf_specs_read_a_revision_after_the_id(tmp_path):
+    from similarity_plugins.apps.zoo import split_model_spec
+
+    expected = ("hf", "org/name", {"pooling": "last", "revision": "step3000"}, None)
+    assert split_model_spec("hf:org/name@step3000?pooling=last") == expected
+    assert split_model_spec("hf:org/name?pooling=last@step3000") == expected
+    assert split_model_spec("hf:org/name") == ("hf", "org/name", {}, None)
+    folder = tmp_path / "run@2"
+    folder.mkdir()
+    assert split_model_spec(f"hf:{folder}?view=caption") == ("hf", str(folder), {"view": "caption"}, None)
+    with pytest.raises(ValueError, match="without a revision"):
+        split_model_spec("hf:org/name@")
+    with pytest.raises(ValueError, match="gives the revision twice"):
+        split_model_spec("hf:org/name@v1?revision=v2")
+    with pytest.raises(ValueError, match=r"unknown option 'pooing' for hf:ID; did you mean 'pooling'"):
+        build_model("hf:org/name?pooing=last")
