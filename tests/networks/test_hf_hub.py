@@ -57,6 +57,20 @@ def test_a_hub_id_loads_offline_at_the_commit_of_its_revision_with_that_revision
     assert sp.layers(main) == sp.layers(folder) == ["transformer.drop", "transformer.h.0", "transformer.h.1"]
 
 
+def test_a_vision_model_by_hub_id_brings_its_image_processor(monkeypatch, tmp_path):
+    from transformers import ViTImageProcessor
+
+    from tests.helpers.hf_models import tiny_vit
+
+    tiny_vit().save_pretrained(tmp_path / "vit")
+    ViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(tmp_path / "vit")
+    hub_cache(tmp_path / "home", "org/tiny-vit", tmp_path / "vit", MAIN)
+    offline_hub(monkeypatch, tmp_path / "home")
+    wrapped = sp.hf("org/tiny-vit")
+    assert type(wrapped.processor).__name__.startswith("ViTImageProcessor") and wrapped.preprocessing is not None
+    assert wrapped.source["commit"] == MAIN and wrapped.view == "image"
+
+
 def test_hub_ids_that_cannot_load_and_strings_that_are_no_model_say_why(hub, tmp_path):
     with pytest.raises(ValueError, match=r"cannot load the hub model 'org/tiny-gpt' at revision 'v2'.*HF_HUB_OFFLINE"):
         sp.hf(REPO, revision="v2")
