@@ -6,7 +6,7 @@ import argparse
 import math
 import os
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..utils.text import counted
 from .common import (
@@ -111,7 +111,7 @@ def _check_figure(path: str | None) -> None:
             raise ValueError(f"--figure {path!r}: the extension must be one of {', '.join(FIGURE_FORMATS)}")
 
 
-def failure_notes(grid) -> tuple[dict[tuple, int], str]:
+def failure_notes(grid: Any) -> tuple[dict[tuple, int], str]:
     """Why cells failed, each distinct reason once: ``({cell: its reason's number}, the numbered reasons as text)``.
 
     Args:

@@ -139,8 +139,21 @@ def _towers(model: nn.Module) -> dict[str, str]:
 
 
 def pick_tower(model: nn.Module, tower: str | None) -> nn.Module:
-    """The model, or its text or vision tower (``tower``); a dual encoder (CLIP: it embeds text and images with
-    two towers, ``get_text_features`` and ``get_image_features``) without ``tower`` is refused, naming both."""
+    """The model, or one tower of a dual encoder (CLIP, SigLIP: text and images embedded by two towers,
+    ``get_text_features`` and ``get_image_features``).
+
+    Args:
+        model: a transformers model.
+        tower: ``"text"`` or ``"vision"`` (the child whose ``main_input_name`` is ``input_ids`` or
+            ``pixel_values``), or None for the model itself.
+
+    Returns:
+        ``model``, or its tower (the same object as the model's child: nothing is copied).
+
+    Raises:
+        ValueError: a dual encoder without ``tower`` (naming both towers and ``tower=``), or a ``tower`` the
+            model does not have.
+    """
     towers = _towers(model)
     dual = hasattr(model, "get_text_features") and hasattr(model, "get_image_features")
     if tower is None:
@@ -157,8 +170,18 @@ def pick_tower(model: nn.Module, tower: str | None) -> nn.Module:
 
 
 def check_tokenizer(tokenizer: Any, folder: str | None, where: str) -> None:
-    """Refuse a tokenizer that gives no ids for text (transformers builds an empty one from a folder that holds no
-    tokenizer files), naming the files a folder lacks; ``where`` says where it was loaded from."""
+    """Refuse a tokenizer that gives no token ids for text (transformers builds an empty one from a folder that
+    holds no tokenizer files).
+
+    Args:
+        tokenizer: the tokenizer to check (it tokenizes one short probe text).
+        folder: the ``save_pretrained`` folder it was loaded from, whose tokenizer files the message names when
+            none is there; None for a hub id or a tokenizer given.
+        where: where it came from, for the message (``"'org/name'"``, ``"hf(tokenizer=...)"``).
+
+    Raises:
+        ValueError: the tokenizer is empty, saying what to do.
+    """
     ids = tokenizer(_PROBE, add_special_tokens=False)["input_ids"]
     if len(ids):
         return
@@ -181,7 +204,17 @@ def vocabulary_rows(model: nn.Module) -> int | None:
 
 
 def check_token_ids(ids: torch.Tensor, rows: int | None, model: nn.Module, tokenizer: Any) -> None:
-    """Refuse a batch of token ids ``ids`` (B, T) with an id beyond the model's ``rows`` embedding rows."""
+    """Refuse a batch of token ids beyond the model's embedding (the tokenizer of another model).
+
+    Args:
+        ids: (B, T) integer token ids of one batch, padding included (pad ids are looked up too).
+        rows: the model's embedding rows (`vocabulary_rows`), or None to check nothing.
+        model: the transformers model, named in the message.
+        tokenizer: the tokenizer that made ``ids``, named in the message.
+
+    Raises:
+        ValueError: an id >= ``rows``, naming the id, the sample, the tokenizer's size and the model's.
+    """
     if rows is None or ids.numel() == 0:
         return
     top = int(ids.max())
