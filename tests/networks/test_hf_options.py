@@ -16,6 +16,13 @@ TEXTS = zen_lines()
 
 
 @pytest.fixture(scope="module")
+def gpt():
+    """A byte-level tokenizer and a tiny GPT-2 of its vocabulary (256 positions), shared: wrapping changes nothing."""
+    tok = byt5()
+    return tok, tiny_gpt2(len(tok))
+
+
+@pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpt")
     tok = byt5()
@@ -26,17 +33,17 @@ def folder(tmp_path_factory):
 
 @pytest.mark.parametrize("value, read", [(False, False), ("false", False), ("No", False), (0, False), ("on", True),
                                          (True, True), (1, True)])
-def test_yes_no_options_read_the_one_rule(value, read):
-    tok = byt5()
-    assert sp.hf(tiny_gpt2(len(tok)), tokenizer=tok, exclude_special=value).exclude_special is read
+def test_yes_no_options_read_the_one_rule(gpt, value, read):
+    tok, model = gpt
+    assert sp.hf(model, tokenizer=tok, exclude_special=value).exclude_special is read
 
 
 @pytest.mark.parametrize("option", ["exclude_special", "preprocess", "local_files_only"])
 @pytest.mark.parametrize("value", ["flase", 2, "", [True]])
-def test_a_yes_no_option_that_is_no_word_is_an_error_naming_the_words(option, value):
-    tok = byt5()
+def test_a_yes_no_option_that_is_no_word_is_an_error_naming_the_words(gpt, option, value):
+    tok, model = gpt
     with pytest.raises(ValueError, match=rf"hf option {option}: expected true or false \(also yes/no, on/off, 1/0\)"):
-        sp.hf(tiny_gpt2(len(tok)), tokenizer=tok, **{option: value})
+        sp.hf(model, tokenizer=tok, **{option: value})
 
 
 def test_spec_queries_go_through_the_same_checks(folder, capsys):
@@ -51,15 +58,14 @@ def test_spec_queries_go_through_the_same_checks(folder, capsys):
 
 
 @pytest.mark.parametrize("value", [0, -1, True, 2.5, "16", float("nan")])
-def test_max_length_is_a_positive_whole_number(value):
-    tok = byt5()
+def test_max_length_is_a_positive_whole_number(gpt, value):
+    tok, model = gpt
     with pytest.raises(ValueError, match="max_length must be a positive whole number of tokens"):
-        sp.hf(tiny_gpt2(len(tok)), tokenizer=tok, max_length=value)
+        sp.hf(model, tokenizer=tok, max_length=value)
 
 
-def test_max_length_is_no_larger_than_the_models_position_limit():
-    tok = byt5()
-    model = tiny_gpt2(len(tok))   # n_positions=256
+def test_max_length_is_no_larger_than_the_models_position_limit(gpt):
+    tok, model = gpt   # n_positions=256
     assert sp.hf(model, tokenizer=tok, max_length=256).max_length == 256
     with pytest.raises(ValueError, match=r"max_length=257 is more than GPT2Model reads: its limit is 256 positions "
                                          r"\(config\.(max_position_embeddings|n_positions)\)"):
