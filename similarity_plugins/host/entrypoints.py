@@ -6,6 +6,9 @@
   A listed name that no installed distribution provides gets a warning with the installed ones.
 - ``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD=1`` (1, true, yes, on): no entry point at all, as pytest does.
 
+Both rules cover both groups: ``similarity_plugins`` (metrics and families, imported when their names are needed)
+and ``similarity_plugins.wrappers`` (wrappers of every metric call, imported when the manager is built).
+
 Nothing here imports an entry point: `selected_entry_points` reads only the packages' metadata.
 """
 
@@ -19,11 +22,14 @@ from typing import Any, Iterable
 from ..utils.rules import truth_of
 from ..utils.text import did_you_mean
 
-__all__ = ["ENTRY_POINT_GROUP", "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "BUILTIN_PACKAGE", "autoload_disabled",
-           "allowed_distributions", "normalise_distribution", "entry_point_package", "selected_entry_points",
-           "check_metric_name"]
+__all__ = ["ENTRY_POINT_GROUP", "WRAPPER_GROUP", "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "BUILTIN_PACKAGE",
+           "autoload_disabled", "allowed_distributions", "normalise_distribution", "entry_point_package",
+           "selected_entry_points", "check_metric_name"]
 
 ENTRY_POINT_GROUP = "similarity_plugins"
+#: The entry-point group of wrappers: objects whose ``similarity`` hookimpl is a wrapper (``wrapper=True``) of every
+#: metric call. A group of its own, because wrappers load when the manager is built and metrics only when needed.
+WRAPPER_GROUP = "similarity_plugins.wrappers"
 DISABLE_AUTOLOAD_ENV = "SIMILARITY_PLUGINS_DISABLE_AUTOLOAD"
 LOAD_ENV = "SIMILARITY_PLUGINS"
 BUILTIN_PACKAGE = "similarity-plugins"
@@ -74,7 +80,7 @@ def selected_entry_points(entry_points: Iterable[Any]) -> list[tuple[Any, str]]:
             chosen.append((ep, package))
     for missing in sorted((allowed or set()) - seen - {BUILTIN_PACKAGE}):
         warnings.warn(f"similarity_plugins: {LOAD_ENV} names {missing!r}, but no installed distribution of that name "
-                      f"has a {ENTRY_POINT_GROUP!r} entry point{did_you_mean(missing, seen)} "
+                      f"has a {ENTRY_POINT_GROUP!r} or {WRAPPER_GROUP!r} entry point{did_you_mean(missing, seen)} "
                       f"(installed: {', '.join(sorted(seen)) or 'none'})", stacklevel=3)
     return chosen
 

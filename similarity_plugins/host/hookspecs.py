@@ -21,6 +21,12 @@ Optional attributes on the plugin object declare what the metric takes and what 
 ``activations_only``, ``deterministic`` and ``family``. Each is declared once, with its type, default and
 meaning, by [`MetricPlugin`][similarity_plugins.host.plugin.MetricPlugin]: subclass it, or set the attributes
 on any plugin object (each one missing takes the default).
+
+Every metric call goes through pluggy: the runner asks the plugin manager to call the ``similarity`` hook with the
+metric's own hookimpl inside every ``similarity`` wrapper (``@hookimpl(wrapper=True)``) of any registered plugin
+(see [`dispatch`][similarity_plugins.host.dispatch]). A wrapper sees every call of every metric, with its arguments
+(``metric`` names the metric) and its result, and may time, log or replace it; ``add_hookcall_monitoring`` and
+``enable_tracing`` of the manager trace the calls.
 """
 
 from __future__ import annotations
@@ -35,13 +41,17 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
-@hookspec
-def similarity(front, end, layer, data, options, context, seed, device) -> Any:  # type: ignore[empty-body]
+@hookspec(firstresult=True)
+def similarity(front, end, layer, data, options, context, seed, device, metric) -> Any:  # type: ignore[empty-body]
     """Score how similar ``front`` (network A) and ``end`` (network B) are at ``layer``.
 
     A hookimpl may take any subset of these arguments (pluggy passes only those it names). The donors must be
     as they were when it returns (parameters, buffers, ``training`` and ``requires_grad`` flags);
     [`frozen`][similarity_plugins.networks.split.frozen] does that for you.
+
+    One call runs one metric: its own hookimpl, inside every wrapper of this hook (``@hookimpl(wrapper=True)``);
+    the call's value is that hookimpl's return value, or what a wrapper returns instead (``firstresult``: one
+    value, not a list).
 
     Args:
         front (torch.nn.Module): network A, a donor.
@@ -55,6 +65,7 @@ def similarity(front, end, layer, data, options, context, seed, device) -> Any: 
             progress), see [`Context`][similarity_plugins.networks.context.Context].
         seed (int): every random choice must derive from it.
         device (torch.device): the device the donors run on.
+        metric (str): the name the metric was registered under (a wrapper reads it to tell the calls apart).
 
     Returns:
         A float score, or a [`SimilarityResult`][similarity_plugins.host.results.SimilarityResult] (its ``metric``

@@ -11,7 +11,9 @@ third-party family. Third-party packages add metrics through entry points of the
   ``register(name, plugin)`` once per metric (the entry-point name is then only a label: use the
   package's name, not a metric's).
 
-Entry points load lazily (`entrypoints`): the manager reads their names from the packages'
+Wrappers come from the entry-point group ``similarity_plugins.wrappers``: objects whose ``similarity`` hookimpl
+is a wrapper, imported when the manager is built, since they wrap every metric call (`dispatch`).
+Metric entry points load lazily (`entrypoints`): the manager reads their names from the packages'
 metadata and imports one only when its names are needed (`SimilarityPluginManager.ensure` for a
 name it does not know yet, `SimilarityPluginManager.load_all` for ``list``, a wildcard or the
 default selection); a single-metric entry point's name is known without importing it.
@@ -41,11 +43,13 @@ from typing import Any, Iterable, Literal
 import pluggy
 
 from . import hookspecs
+from .dispatch import DispatchingManager, HookCall, check_metric_hookimpl, wrapper_marked
 from .entrypoints import (
     BUILTIN_PACKAGE,
     DISABLE_AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
     LOAD_ENV,
+    WRAPPER_GROUP,
     autoload_disabled,
     check_metric_name,
     selected_entry_points,
@@ -114,9 +118,10 @@ class MetricInfo:
     error_type: str | None = None
 
 
-class SimilarityPluginManager(pluggy.PluginManager):
-    """A ``pluggy.PluginManager`` that remembers each metric's package and load errors, and holds the
-    entry points not imported yet (``pending``, in discovery order) with the metric names they claim."""
+class SimilarityPluginManager(DispatchingManager):
+    """A ``pluggy.PluginManager`` that remembers each metric's package and load errors, holds the
+    entry points not imported yet (``pending``, in discovery order) with the metric names they claim, and calls
+    each metric through pluggy (`metric_call`)."""
 
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
@@ -152,6 +157,7 @@ class SimilarityPluginManager(pluggy.PluginManager):
             obj = _as_plugin_object(plugin)
             if getattr(obj, "similarity", None) is None:
                 raise TypeError(f"metric {name!r}: {plugin!r} has no `similarity` hookimpl")
+            check_metric_hookimpl(self.parse_hookimpl_opts(obj, "similarity"), name, plugin)
             attributes = plugin_attributes(obj, name)
             if self.get_plugin(name) is not None:
                 self.unregister(name=name)
@@ -240,9 +246,27 @@ class SimilarityPluginManager(pluggy.PluginManager):
             self.load_reference(label, SimpleNamespace(load=lambda: obj), package)
             return
         try:
-            family(register=self._family_register(package))
+            if self.parse_hookimpl_opts(obj, "register_metrics") is None:
+                raise TypeError("its `register_metrics` is not a hookimpl: decorate it with @similarity_plugins.hookimpl")
+            if not self.is_registered(obj):
+                self.register(obj, name=f"{label} (metric family from {package})")
+            HookCall(self, "register_metrics", obj)(register=self._family_register(package))
         except LOAD_ERRORS as exc:  # noqa: BLE001
             self._keep_error(label, package, exc, what=f"the metric family {label!r}")
+
+    def load_wrapper(self, label: str, ep: Any, package: str) -> None:
+        """Import ``ep`` (anything with ``load()``) and register it as a wrapper of every metric call: its
+        ``similarity`` hookimpl must be a wrapper (``@hookimpl(wrapper=True)``). A failure is a warning naming the
+        package (the metrics then run without the wrapper)."""
+        try:
+            obj = _as_plugin_object(ep.load())
+            if not wrapper_marked(self.parse_hookimpl_opts(obj, "similarity")):
+                raise TypeError(f"its `similarity` is not a wrapper (@similarity_plugins.hookimpl(wrapper=True)); a "
+                                f"metric's entry point belongs in the group {ENTRY_POINT_GROUP!r}")
+            self.register(obj, name=f"{label} (wrapper from {package})")
+        except LOAD_ERRORS as exc:  # noqa: BLE001 - a broken wrapper must not stop the metrics
+            warnings.warn(f"similarity_plugins: the wrapper {label!r} from {package} failed to load, and metric calls "
+                          f"run without it: {type(exc).__name__}: {exc}", stacklevel=2)
 
     def _family_register(self, package: str):
         """The ``register(name, plugin, *, replace=False)`` callable handed to one package's ``register_metrics``."""
@@ -312,11 +336,12 @@ def _as_plugin_object(plugin: Any) -> Any:
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return [ep for group in (ENTRY_POINT_GROUP, WRAPPER_GROUP) for ep in importlib.metadata.entry_points(group=group)]
 
 
 def build_plugin_manager(load_entry_points: bool | None = None) -> SimilarityPluginManager:
-    """A new manager with the built-in metrics registered and the allowed entry points pending (not imported).
+    """A new manager with the built-in metrics and the allowed wrappers registered, and the allowed metric entry
+    points pending (not imported).
 
     ``load_entry_points``: False skips the entry points; None (default) follows the environment
     (``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD``, ``SIMILARITY_PLUGINS``: see `entrypoints`).
@@ -328,8 +353,16 @@ def build_plugin_manager(load_entry_points: bool | None = None) -> SimilarityPlu
     if load_entry_points is None:
         load_entry_points = not autoload_disabled()
     if load_entry_points:
-        pm.add_entry_points(selected_entry_points(_entry_points()))
+        chosen = selected_entry_points(_entry_points())
+        pm.add_entry_points([(ep, package) for ep, package in chosen if _group(ep) != WRAPPER_GROUP])
+        for ep, package in chosen:
+            if _group(ep) == WRAPPER_GROUP:
+                pm.load_wrapper(ep.name, ep, package)
     return pm
+
+
+def _group(ep: Any) -> str:
+    return getattr(ep, "group", None) or ENTRY_POINT_GROUP
 
 
 _lock = threading.Lock()

@@ -31,10 +31,11 @@ def refusal(pm, name: str, data: Any, options: dict, layer: str) -> tuple[Simila
 
 
 def hook_call(pm, name: str, arguments: dict[str, Any]) -> Callable[[], Any]:
-    """The metric's ``similarity`` hookimpl bound to the arguments it names (pluggy's rule: a hookimpl takes any
-    subset of the hookspec's arguments)."""
-    impl = pm.hookimpl_for(name)
-    return lambda: impl.function(**{a: arguments[a] for a in impl.argnames})
+    """The call of the metric ``name`` through the plugin manager (`host.dispatch`: its ``similarity`` hookimpl inside
+    every wrapper of the hook), bound to ``arguments`` (every argument of the hookspec but ``metric``, which is
+    ``name``); each hookimpl receives those it names. Calling it returns the metric's value (or a wrapper's)."""
+    call, arguments = pm.metric_call(name), {**arguments, "metric": name}
+    return lambda: call(**arguments)
 
 
 def to_row(value: Any, metric: str, layer: str, bounds: tuple[float, float] | None = None) -> SimilarityResult:

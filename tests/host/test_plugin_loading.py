@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 import warnings
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import similarity_plugins as sp
 from similarity_plugins.host import manager as manager_module
 from similarity_plugins.host.manager import build_plugin_manager
 from similarity_plugins.host.registry import select_metrics
+from tests.helpers.distributions import install_distribution
 
 SINGLE = '''
 """Mean of the front's activations minus the end's (a single-metric entry point)."""
@@ -127,13 +127,7 @@ MODULES = [m for _, modules in DISTS.values() for m in modules]
 def _install(root: Path, dists: list[str]) -> None:
     for dist in dists:
         eps, modules = DISTS[dist]
-        info = root / f"{dist.replace('-', '_')}-1.0.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-        lines = "\n".join(f"{name} = {module}" for name, module in eps.items())
-        (info / "entry_points.txt").write_text(f"[similarity_plugins]\n{lines}\n")
-        for module, source in modules.items():
-            (root / f"{module}.py").write_text(textwrap.dedent(source))
+        install_distribution(root, dist, {"similarity_plugins": eps}, modules)
 
 
 @pytest.fixture
