@@ -26,14 +26,16 @@ Every metric call goes through pluggy: the runner asks the plugin manager to cal
 metric's own hookimpl inside every ``similarity`` wrapper (``@hookimpl(wrapper=True)``) of any registered plugin
 (see [`dispatch`][similarity_plugins.host.dispatch]). A wrapper sees every call of every metric, with its arguments
 (``metric`` names the metric) and its result, and may time, log or replace it; ``add_hookcall_monitoring`` and
-``enable_tracing`` of the manager trace the calls.
+``enable_tracing`` of the manager trace the calls. What a plugin may use of its ``context`` argument is
+[`PluginContext`][similarity_plugins.host.hookspecs.PluginContext].
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Hashable, Protocol, runtime_checkable
 
 import pluggy
+import torch
 
 PROJECT_NAME = "similarity_plugins"
 
@@ -61,8 +63,8 @@ def similarity(front, end, layer, data, options, context, seed, device, metric) 
         options (dict): this metric's options: for a metric that declares ``options``, every declared option (its
             default unless given, globally or in ``options[name]``); for one that declares none, the global
             options merged with ``options[name]``.
-        context (Context): the shared services of one ``compare`` call (cached activations, network splits, memos,
-            progress), see [`Context`][similarity_plugins.networks.context.Context].
+        context (PluginContext): the shared services of one ``compare`` call (cached activations, network splits,
+            memos, progress): what a plugin may use of it is [`PluginContext`][similarity_plugins.host.hookspecs.PluginContext].
         seed (int): every random choice must derive from it.
         device (torch.device): the device the donors run on.
         metric (str): the name the metric was registered under (a wrapper reads it to tell the calls apart).
@@ -98,3 +100,61 @@ def register_metrics(register) -> None:  # type: ignore[empty-body]
     same package only. The entry point is imported only when one of its metrics is needed (a name not
     known yet, ``list``, a wildcard or the default selection), so keep its import light.
     """
+
+
+@runtime_checkable
+class PluginContext(Protocol):
+    """What a metric plugin (and a service it hands its ``context`` to) may use of the ``context`` argument.
+
+    The runner's [`Context`][similarity_plugins.networks.context.Context] has more (its caches, the write counters
+    of shared tensors, the readers of stored activations, how child contexts are made): those are the runner's,
+    and may change. ``score`` hands an array context with the same members, whose ``split``, ``outputs`` and
+    ``run_sharded`` raise ``TypeError`` (there are no models). Read the fields, never assign them.
+
+    Attributes:
+        data: the ``Data`` of the call: ``train`` and ``test`` splits yielding ``(x, y)`` (``data.split(name)``).
+        seed: the call's seed (int); every random choice must derive from it.
+        device: the ``torch.device`` the donors run on.
+        progress: ``"never"``, ``"auto"`` or ``"always"``: whether bars may be drawn (`progress_bar` reads it).
+        batch_size: the batch size of the shared forward passes.
+        world: the processes that share the work: one process, or the ranks of ``torchrun`` (``world.distributed``,
+            ``world.rank``, ``world.size``, ``world.shard(n)``, ``world.exchange(fn, what)``, ``world.reduce_sum``,
+            ``world.gather_rows``).
+        reuse_nodes: True in a grid, where one node's activations serve many cells: a measure then builds what it
+            derives from one node once, with `derived`.
+    """
+
+    data: Any
+    seed: int
+    device: torch.device
+    progress: str
+    batch_size: int
+    world: Any
+    reuse_nodes: bool
+
+    def activations(self, model: Any, layer: str, split: str = "test", *, flat: bool = True) -> torch.Tensor:
+        """Activations of ``model`` at ``layer`` on a split, memoised: (N, D) float32 when ``flat``, else the layer's
+        own shape (N, C, H, W) or (N, T, D). Shared with the other metrics: never write into them."""
+
+    def local_activations(self, model: Any, layer: str,
+                          split: str = "test") -> tuple[torch.Tensor, torch.Tensor | None, range | None]:
+        """This rank's share of `activations` (the layer's own shape), its labels (N_r,) or None, and its rows
+        (None when this process holds the whole split)."""
+
+    def outputs(self, model: Any, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (N, classes) and labels (N,) of ``model`` on a split, memoised."""
+
+    def split(self, model: Any, layer: str, taps: tuple[str, ...] | None = None) -> Any:
+        """The memoised ``SplitNetwork`` of ``model`` cut at ``layer`` (``front(x)``, ``end(h)``)."""
+
+    def run_sharded(self, split: str, run: Callable[[Any], tuple[torch.Tensor, ...]],
+                    tag: Hashable) -> tuple[tuple[torch.Tensor, ...], range | None]:
+        """``run(dataset)`` on this rank's share of ``split``, memoised per ``tag``: (its tensors, the rows)."""
+
+    def remember(self, key: Hashable, compute: Callable[[], Any], *, train_only: bool = False) -> Any:
+        """The value memoised under ``key``, computed by ``compute()`` the first time. ``train_only``: it depends on
+        the models and the train split alone (a fitted stitch, an IRI set)."""
+
+    def derived(self, model: Any, layer: str, split: str, what: Hashable, compute: Callable[[], Any]) -> Any:
+        """A quantity derived from one node's activations (a centred Gram matrix), memoised per node; ``what``
+        names it and everything else it depends on; ``compute`` must be deterministic (it may run again)."""

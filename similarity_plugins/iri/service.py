@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from ..host.contract import Option
+from ..host.hookspecs import PluginContext
 from ..host.results import LayerPair, SimilarityResult
 from ..host.values import check_rules
-from ..networks.context import Context
 from ..stitch.service import TrainingSet, stitch_result, training_set
 from ..stitch.settings import stitch_options
 from ..utils.text import did_you_mean
@@ -64,7 +64,7 @@ def iri_settings(options: dict) -> dict:
     return check_rules({k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}, _RULES)
 
 
-def training_seeds(context: Context, max_seeds: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def training_seeds(context: PluginContext, max_seeds: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The training split as seeds (x, y), or a seeded random subset of ``max_seeds`` of them."""
 
     train = training_set(context)
@@ -76,7 +76,7 @@ def training_seeds(context: Context, max_seeds: int | None) -> tuple[torch.Tenso
     return x, y
 
 
-def iri_training_set(context: Context, front: torch.nn.Module, layer: str, options: dict):
+def iri_training_set(context: PluginContext, front: torch.nn.Module, layer: str, options: dict):
     """IRIs of the training split for ``front`` at ``layer``, as a stitch ``TrainingSet`` (memoised).
 
     Returns ``(training_set, iri_set)``: the IRIs ``(N, ...)`` with the seeds' labels, keyed so that
@@ -104,7 +104,7 @@ def iri_training_set(context: Context, front: torch.nn.Module, layer: str, optio
     return context.remember(key, build, train_only=True)
 
 
-def iri_result(context: Context, front, end, layer: LayerPair, objective: str, options: dict) -> SimilarityResult:
+def iri_result(context: PluginContext, front, end, layer: LayerPair, objective: str, options: dict) -> SimilarityResult:
     """Invariance-aware stitching: fit on IRIs, evaluate on ``Data.test``; details add the IRI quality."""
 
     train, iris = iri_training_set(context, front, layer.front, options)
@@ -139,7 +139,7 @@ def unconverged_message(layer: str, summary: dict, tol: float, preset: str | Non
             f"(iri_tuning={{\"preset\": ...}}, docs/iris.md), or cut at a shallower layer")
 
 
-def _warn_once(context: Context, layer: str, message: str) -> None:
+def _warn_once(context: PluginContext, layer: str, message: str) -> None:
     """One Python warning per (context, layer): the four iri-* metrics share one IRI set per cut."""
     seen = context.remember(("iri-unconverged-warnings",), set)
     if layer not in seen:

@@ -2,7 +2,9 @@
 
 Every metric of a comparison gets the same [`Context`][Context], so the front's activations at a layer
 are computed once however many metrics read them, and expensive products (fitted stitches, IRI
-sets) are computed once per key with [`Context.remember`][Context.remember].
+sets) are computed once per key with [`Context.remember`][Context.remember]. What a plugin may use of it is
+[`PluginContext`][similarity_plugins.host.hookspecs.PluginContext]; the rest is the runner's. Every context made
+from another (another call's settings, another test split, a private copy) is made by [`derive`][Context.derive].
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ from .split import SplitNetwork
 #: The memo entries whose tensors are handed to plugins (and checked for in-place writes after every metric).
 SHARED_KINDS = ("activations", "shard", "outputs", "array rows")
 
+#: The settings of a context, its constructor's arguments: what [`derive`][Context.derive] copies or replaces.
+SETTINGS = ("data", "seed", "device", "options", "progress", "batch_size", "world", "reuse_nodes", "derived_bytes")
+
+
+def _nothing(_key: Hashable) -> bool:
+    return False
+
 
 def versions(value: Any) -> tuple[int, ...]:
     """The in-place write counters (``Tensor._version``) of the tensors in ``value`` (a tensor, or tuples of them)."""
@@ -46,12 +55,14 @@ class Context:
     them once per node with [`derived`][derived]), ``derived_bytes`` (None, or the most bytes [`derived`][derived]
     keeps, with the activations read through ``loaders``; least recently used entries beyond it are dropped and
     computed or read again when asked for), ``loaders`` (``{activation key: read()}``: activations that can be
-    read again, from an activation store, instead of computed; read on first use).
+    read again, from an activation store, instead of computed; read on first use), ``versions`` (the in-place
+    write counters of the shared tensors in ``memo``), ``train_only`` (the memo keys whose values depend on the
+    models and the train split alone). The settings (`SETTINGS`) are the constructor's arguments.
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,
                  options: dict | None = None, progress: Progress = "never", batch_size: int = 256,
-                 world: World | None = None) -> None:
+                 world: World | None = None, reuse_nodes: bool = False, derived_bytes: int | None = None) -> None:
         self.data = data
         self.seed = int(seed)
         self.device = device or torch.device("cpu")
@@ -61,11 +72,44 @@ class Context:
         self.memo: dict[Hashable, Any] = {}
         self.versions: dict[Hashable, tuple[int, ...]] = {}  # in-place write counters of the shared tensors
         self.world = world if world is not None else current_world()
-        self.reuse_nodes = False
-        self.derived_bytes: int | None = None
+        self.reuse_nodes = bool(reuse_nodes)
+        self.derived_bytes = derived_bytes
         self._derived: OrderedDict[Hashable, int] = OrderedDict()  # droppable keys, least recently used first
         self.loaders: dict[Hashable, Callable[[], torch.Tensor]] = {}
         self.train_only: set[Hashable] = set()   # memo keys whose values depend on the models and Data.train alone
+
+    def derive(self, *, keep: Callable[[Hashable], bool] | None = None, **settings: Any) -> Context:
+        """A child context: this one's settings (`SETTINGS`), those given in ``settings`` replaced, and its caches.
+
+        Args:
+            keep: None: the child shares this context's caches (the memo with the write counters of its shared
+                tensors, the sizes of its derived entries and its train-only marks, and the readers of stored
+                activations), so what either computes, both have. A predicate on keys: the child gets caches of its
+                own, holding this context's memo entries whose key passes, each with its write counter, size and
+                train-only mark, and the readers whose key passes; later entries of either are their own.
+            **settings: new values of any of `SETTINGS` (``data``, ``seed``, ``device``, ``options``, ...).
+
+        Returns:
+            The child; this context is left as it is.
+
+        Raises:
+            TypeError: a name in ``settings`` that is not a setting.
+        """
+        unknown = sorted(set(settings) - set(SETTINGS))
+        if unknown:
+            raise TypeError(f"derive() takes the settings {', '.join(SETTINGS)}; not {', '.join(unknown)}")
+        child = Context(**{name: settings.get(name, getattr(self, name)) for name in SETTINGS})
+        if keep is None:
+            child.memo, child.versions, child.loaders = self.memo, self.versions, self.loaders
+            child._derived, child.train_only = self._derived, self.train_only
+            return child
+        # snapshots first: an abandoned metric thread may still be writing into this context
+        child.memo = {key: value for key, value in list(self.memo.items()) if keep(key)}
+        child.versions = {key: seen for key, seen in list(self.versions.items()) if key in child.memo}
+        child._derived = OrderedDict((key, size) for key, size in list(self._derived.items()) if key in child.memo)
+        child.train_only = {key for key in list(self.train_only) if key in child.memo}
+        child.loaders = {key: read for key, read in list(self.loaders.items()) if keep(key)}
+        return child
 
     def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
                  progress: Progress) -> Context:
@@ -75,13 +119,9 @@ class Context:
         objects as ``self.data`` (the caches are keyed by model, layer and split name, not by the data);
         for other data the new context starts with an empty memo of its own.
         """
-        child = Context(data, seed=seed, device=device, options=options, progress=progress, batch_size=self.batch_size,
-                        world=self.world)
-        if self.data.train is data.train and self.data.test is data.test:
-            child.memo, child.versions, child.loaders = self.memo, self.versions, self.loaders
-            child._derived, child.train_only = self._derived, self.train_only
-        child.reuse_nodes, child.derived_bytes = self.reuse_nodes, self.derived_bytes
-        return child
+        same = self.data.train is data.train and self.data.test is data.test
+        return self.derive(keep=None if same else _nothing, data=data, seed=seed, device=device, options=options,
+                           progress=progress)
 
     def remember(self, key: Hashable, compute: Callable[[], Any], *, train_only: bool = False) -> Any:
         """Return the memoised value for ``key``, computing it with ``compute()`` the first time.
@@ -106,12 +146,7 @@ class Context:
         is evaluated on another test split without training it again; nothing computed on the test split
         carries over. Later entries of either context are their own. This context is left as it is.
         """
-        child = Context(dataclasses.replace(self.data, test=test), seed=self.seed, device=self.device,
-                        options=self.options, progress=self.progress, batch_size=self.batch_size, world=self.world)
-        child.memo = {key: self.memo[key] for key in self.train_only if key in self.memo}
-        child.train_only = set(child.memo)
-        child.reuse_nodes, child.derived_bytes = self.reuse_nodes, self.derived_bytes
-        return child
+        return self.derive(keep=self.train_only.__contains__, data=dataclasses.replace(self.data, test=test))
 
     def drop_changed(self) -> list[str]:
         """Forget the shared tensors (activations, labels, outputs) that were written in place since they were

@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..host.contract import Option
-from ..host.hookspecs import hookimpl
+from ..host.hookspecs import PluginContext, hookimpl
 from ..host.plugin import MetricPlugin, declared_value
 from ..host.results import LayerPair, SimilarityResult
-from ..networks.context import Context
 
 MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)")
 THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)")
@@ -36,11 +35,11 @@ def permutation_count(options: dict) -> int:
     return check_permutations(options.get(PERMUTATIONS.name, PERMUTATIONS.default))
 
 
-def keeps_nulls(context: Context) -> bool:
+def keeps_nulls(context: PluginContext) -> bool:
     """True in a grid (``context.reuse_nodes``): each cell's test returns its null values in permutation order, so
     the grid can form the maximum over a block's cells per permutation (`Grid.best_pair`); the grid keeps them
     out of the cells' details."""
-    return bool(getattr(context, "reuse_nodes", False))
+    return bool(context.reuse_nodes)
 
 
 def with_permutation_test(details: dict, k: int, test: Callable[[], dict[str, Any]]) -> dict:
@@ -70,7 +69,7 @@ class _CKAPlugin(MetricPlugin):
     invariances: tuple[str, ...] = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
     @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context, seed: int) -> SimilarityResult:
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: PluginContext, seed: int) -> SimilarityResult:
         from ..cka import cka
         from ..cka.permutation import cka_permutation_test
 
@@ -85,7 +84,7 @@ class _CKAPlugin(MetricPlugin):
         kwargs = {"kernel": self.kernel, "debiased": self.debiased}
         if self.kernel == "rbf":
             kwargs["threshold"] = float(declared_value(self, options, THRESHOLD.name))
-        per_node = getattr(context, "reuse_nodes", False)  # a grid: each node's Gram matrix serves many cells
+        per_node = context.reuse_nodes  # a grid: each node's Gram matrix serves many cells
         score = self._per_node(front, end, layer, x, y, kwargs, limit, context) if per_node else None
         if score is None:
             score = cka(x, y, **kwargs)
@@ -94,7 +93,7 @@ class _CKAPlugin(MetricPlugin):
                                                                              null_values=keeps_nulls(context)))
         return SimilarityResult("", float(score), details)
 
-    def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: Context) -> float | None:
+    def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: PluginContext) -> float | None:
         """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);
         None when the n x n matrices would not fit in memory or a product under/overflowed (then `cka`)."""
         from ..cka.inputs import available_memory_bytes
@@ -113,7 +112,7 @@ class _CKAPlugin(MetricPlugin):
         b = gram(end, layer.end, y)
         return cka_from_node_grams(a, b, self.debiased)
 
-    def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+    def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult:
         """Linear CKA from every rank's moments of its share of the test split (exact merge, rank order)."""
         from ..cka.streaming import StreamingLinearCKA
         from ..networks.activations import flatten

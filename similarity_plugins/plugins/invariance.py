@@ -21,10 +21,9 @@ True and ``compare`` warns once per layer: unconverged IRIs make the score meani
 
 from __future__ import annotations
 
-from ..host.hookspecs import hookimpl
+from ..host.hookspecs import PluginContext, hookimpl
 from ..host.results import LayerPair, SimilarityResult
 from ..iri.service import iri_options, iri_result
-from ..networks.context import Context
 from .stitching import StitchMetric, register_family
 
 __all__ = ["IRIMetric", "DESCRIPTIONS"]
@@ -50,7 +49,7 @@ class IRIMetric(StitchMetric):
     family = "invariance"
     options = iri_options()
 
-    def result(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+    def result(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult:
         """The row of one call: the IRI service's result for this metric's objective."""
         return iri_result(context, front, end, layer, self.objective, options)
 

@@ -18,10 +18,9 @@ measures' own memory comes on top (RSA: about 40 N^2 bytes).
 from __future__ import annotations
 
 from ..host.contract import Option
-from ..host.hookspecs import hookimpl
+from ..host.hookspecs import PluginContext, hookimpl
 from ..host.plugin import MetricPlugin, declared_value
 from ..host.results import LayerPair, SimilarityResult
-from ..networks.context import Context
 from .cka import MAX_SAMPLES, PERMUTATIONS, keeps_nulls, permutation_count, with_permutation_test
 
 _ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
@@ -49,7 +48,7 @@ class _Representational(MetricPlugin):
                 if o.name not in (MAX_SAMPLES.name, PERMUTATIONS.name)}
 
     @staticmethod
-    def test_activations(front, end, layer: LayerPair, options: dict, context: Context) -> tuple:
+    def test_activations(front, end, layer: LayerPair, options: dict, context: PluginContext) -> tuple:
         """The front's and the end's test activations at the layer, (N, Dx) and (N, Dy), cut to ``max_samples``."""
         x = context.activations(front, layer.front, "test")
         y = context.activations(end, layer.end, "test")
@@ -57,14 +56,14 @@ class _Representational(MetricPlugin):
         return (x[: int(limit)], y[: int(limit)]) if limit else (x, y)
 
     @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context, seed: int) -> SimilarityResult:
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: PluginContext, seed: int) -> SimilarityResult:
         from .. import measures
         from ..measures.permutation import permutation_test
 
         k = permutation_count(options)
         x, y = self.test_activations(front, end, layer, options, context)
         arguments = self.arguments(options)
-        if getattr(context, "reuse_nodes", False):  # a grid: each node's part is built once, for all its cells
+        if context.reuse_nodes:  # a grid: each node's part is built once, for all its cells
             result = self._from_nodes(front, end, layer, x, y, arguments, options, context)
         else:
             result = getattr(measures, self.measure)(x, y, **arguments, details=True)
@@ -75,7 +74,7 @@ class _Representational(MetricPlugin):
         return SimilarityResult("", result.score, details)
 
 
-    def _from_nodes(self, front, end, layer: LayerPair, x, y, arguments: dict, options: dict, context: Context):
+    def _from_nodes(self, front, end, layer: LayerPair, x, y, arguments: dict, options: dict, context: PluginContext):
         """The measure from each node's part (`similarity_plugins.measures.nodes`), memoised per node."""
         from ..measures.nodes import NODE_FORMS
 
@@ -151,7 +150,7 @@ class LinearRegression(_Representational):
     symmetric = False
 
     @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context, seed: int) -> SimilarityResult:
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: PluginContext, seed: int) -> SimilarityResult:
         from ..measures import linear_regression
         from ..measures.permutation import permutation_test
 
@@ -160,7 +159,7 @@ class LinearRegression(_Representational):
         x_train = context.activations(front, layer.front, "train")
         y_train = context.activations(end, layer.end, "train")
         alpha = declared_value(self, options, "alpha")
-        if getattr(context, "reuse_nodes", False):  # a grid: the front's factorisation serves every end
+        if context.reuse_nodes:  # a grid: the front's factorisation serves every end
             from ..measures.regression import linear_regression_from_front, ridge_front
 
             fit = context.derived(front, layer.front, "train", ("ridge", alpha), lambda: ridge_front(x_train, alpha))

@@ -18,10 +18,9 @@ so no transform of the flattened activations leaves the score exactly unchanged.
 
 from __future__ import annotations
 
-from ..host.hookspecs import hookimpl
+from ..host.hookspecs import PluginContext, hookimpl
 from ..host.plugin import MetricPlugin
 from ..host.results import LayerPair, SimilarityResult
-from ..networks.context import Context
 from ..stitch.settings import stitch_options
 
 __all__ = ["StitchMetric", "DESCRIPTIONS", "register_family"]
@@ -56,14 +55,14 @@ class StitchMetric(MetricPlugin):
         self.objective = objective
         self.description = description
 
-    def result(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+    def result(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult:
         """The row of one call: the stitching service's result for this metric's objective."""
         from ..stitch.service import stitch_result
 
         return stitch_result(context, front, end, layer, self.objective, options)
 
     @hookimpl
-    def similarity(self, front, end, layer: LayerPair, options: dict, context: Context) -> SimilarityResult:
+    def similarity(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult:
         return self.result(front, end, layer, options, context)
 
 

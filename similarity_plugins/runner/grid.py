@@ -151,8 +151,8 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
     pm = get_plugin_manager()
     device = torch.device(device) if device is not None else model_device(next(iter(named.values())))
     placed = {name: on_device(model, device, f"model {name!r}") for name, model in named.items()}
-    ctx = Context(data, seed=seed, device=device, options=options, progress=progress)
-    ctx.reuse_nodes, ctx.derived_bytes = True, cache_bytes
+    ctx = Context(data, seed=seed, device=device, options=options, progress=progress, reuse_nodes=True,
+                  derived_bytes=cache_bytes)
     if source is not None:
         source.prefill(ctx, placed)
     info = {n: {"kind": pm.info[n].kind, "range": pm.info[n].range, "symmetric": pm.info[n].symmetric} for n in names}

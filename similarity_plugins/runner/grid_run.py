@@ -246,12 +246,8 @@ def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:
 
 def _local_context(ctx: Context) -> Context:
     """A one-process context over the activations every rank already holds, for cells a rank runs on its own."""
-    local = Context(ctx.data, seed=ctx.seed, device=ctx.device, options=ctx.options, progress="never",
-                    batch_size=ctx.batch_size, world=World())
-    local.memo = {k: v for k, v in ctx.memo.items() if isinstance(k, tuple) and k and k[0] == "activations"}
-    local.loaders = ctx.loaders
-    local.reuse_nodes, local.derived_bytes = ctx.reuse_nodes, ctx.derived_bytes
-    return local
+    return ctx.derive(keep=lambda key: isinstance(key, tuple) and bool(key) and key[0] == "activations",
+                      progress="never", world=World())
 
 
 def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Module], ctx: Context, pm,

@@ -95,8 +95,8 @@ class Donors:
     def __init__(self, front: nn.Module, end: nn.Module, ctx: Context, timeout: float | None = None) -> None:
         self._sources = (front, end)
         self.timeout = timeout
-        if timeout is not None:  # a memo of this call's own: an abandoned thread must not write into a caller's context
-            ctx.memo = dict(ctx.memo)
+        if timeout is not None:  # caches of this call's own: an abandoned thread must not write into a caller's context
+            ctx = ctx.derive(keep=_everything)
         self.ctx = ctx
         self.abandoned: list[threading.Thread] = []
         self.halted: str | None = None
@@ -129,15 +129,17 @@ class Donors:
         return sum(t.is_alive() for t in self.abandoned)
 
     def renew(self, memo_before: set, late: MetricTimeout) -> None:
-        """After a timed-out call (``late``): fresh private copies and a new context holding the memo entries that
-        existed before that call (``memo_before``: their keys); the abandoned thread keeps the old ones."""
+        """After a timed-out call (``late``): fresh private copies and a new context (`Context.derive`) holding the
+        entries that existed before that call (``memo_before``: their keys), with their write counters, and the
+        readers of stored activations; the abandoned thread keeps the old ones."""
         self.abandoned.append(getattr(late, "thread", None) or threading.current_thread())
-        old = self.ctx
-        new = Context(old.data, seed=old.seed, device=old.device, options=old.options, progress=old.progress,
-                      batch_size=old.batch_size, world=old.world)
-        new.memo = {k: v for k, v in list(old.memo.items()) if k in memo_before}
-        self.ctx = new
+        readers = set(self.ctx.loaders)
+        self.ctx = self.ctx.derive(keep=lambda key: key in memo_before or key in readers)
         self._make()
+
+
+def _everything(_key: Any) -> bool:
+    return True
 
 
 def _mentions(key: Any, ident: int) -> bool:

@@ -61,7 +61,7 @@ def run_repeated(run_once: Callable[[int], SimilarityResult], seed: int, repeats
     run fails the first failure is returned. See the module docstring for the details added.
     """
     seeds = [seed + i for i in range(1 if deterministic else repeats)]
-    saved = getattr(context, "seed", None)
+    saved = context.seed if context is not None else None
     runs = []
     try:
         for s in seeds:

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..host.hookspecs import PluginContext
 from ..host.results import LayerPair, SimilarityResult
-from ..networks.context import Context
 from ..networks.data import iterate_batches
 from ..networks.hf import first_tensor
 from ..networks.layer_calls import front_by_hook
@@ -29,7 +29,7 @@ def is_language_model(model: Any) -> bool:
     return bool(getattr(model, "reads_text", False))
 
 
-def lm_stitch_result(context: Context, front: Any, end: Any, layer: LayerPair, objective: str,
+def lm_stitch_result(context: PluginContext, front: Any, end: Any, layer: LayerPair, objective: str,
                      options: dict | None) -> SimilarityResult:
     """Fit (memoised) and evaluate a token-wise stitch from ``front``'s ``layer.front`` to ``end``'s ``layer.end``.
 
@@ -106,7 +106,7 @@ def _front(front: Any, texts: list[str], layer: str) -> torch.Tensor:
     return first_tensor(front_by_hook(front, layer, texts)).float()
 
 
-def _fit(context: Context, front: Any, end: Any, layer: LayerPair, objective: str,
+def _fit(context: PluginContext, front: Any, end: Any, layer: LayerPair, objective: str,
          settings: StitchSettings) -> dict:
     start = time.perf_counter()
     batches = []
@@ -148,7 +148,7 @@ def _fit(context: Context, front: Any, end: Any, layer: LayerPair, objective: st
             "seconds": round(time.perf_counter() - start, 3)}
 
 
-def _evaluate(context: Context, front: Any, end: Any, layer: LayerPair, stitch: nn.Linear,
+def _evaluate(context: PluginContext, front: Any, end: Any, layer: LayerPair, stitch: nn.Linear,
               settings: StitchSettings) -> dict:
     counts = torch.zeros(5, dtype=torch.float64)  # tokens, end correct, stitched correct, end CE, stitched CE
     with torch.no_grad(), frozen(front, end):

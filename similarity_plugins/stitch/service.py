@@ -24,8 +24,8 @@ from typing import Hashable
 import torch
 from torch import nn
 
+from ..host.hookspecs import PluginContext
 from ..host.results import LayerPair, SimilarityResult, as_layer_pair
-from ..networks.context import Context
 from ..networks.data import iterate_batches, load_all
 from ..networks.split import frozen
 from .cache import TrainingCache, subset_indices
@@ -50,7 +50,7 @@ class TrainingSet:
     name: str = "train"
 
 
-def training_set(context: Context) -> TrainingSet:
+def training_set(context: PluginContext) -> TrainingSet:
     """``Data.train`` materialised as a [`TrainingSet`][TrainingSet] (memoised); clear error when it is missing."""
     split = context.data.train
     if split is None:
@@ -66,7 +66,7 @@ def training_set(context: Context) -> TrainingSet:
     return context.remember(("stitch-train", id(split)), load, train_only=True)
 
 
-def _cache(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair, train: TrainingSet,
+def _cache(context: PluginContext, front: nn.Module, end: nn.Module, layer: LayerPair, train: TrainingSet,
            settings: StitchSettings) -> TrainingCache:
     def build() -> TrainingCache:
         x, y = train.x, train.y
@@ -94,7 +94,7 @@ def _fit_key(front: nn.Module, end: nn.Module, layer: LayerPair, objective: str,
     return ("stitch-fit", id(front), id(end), layer.front, layer.end, objective, train.key, settings)
 
 
-def fitted_stitch(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair | str, objective: str,
+def fitted_stitch(context: PluginContext, front: nn.Module, end: nn.Module, layer: LayerPair | str, objective: str,
                   options: dict | None = None, train_source: TrainingSet | None = None) -> FittedStitch:
     """The stitch from ``front`` at ``layer.front`` to ``end`` at ``layer.end`` trained with ``objective``
     on ``train_source`` (default: ``Data.train``), memoised in ``context`` (see module docstring).
@@ -115,7 +115,7 @@ def fitted_stitch(context: Context, front: nn.Module, end: nn.Module, layer: Lay
     return context.remember(_fit_key(front, end, layer, objective, train, settings), fit, train_only=True)
 
 
-def evaluation_arrays(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair, *,
+def evaluation_arrays(context: PluginContext, front: nn.Module, end: nn.Module, layer: LayerPair, *,
                       end_acts: bool = False, batch_size: int = 256) -> dict:
     """Test-split arrays for evaluation, from one pass of each donor's native path (memoised).
 
@@ -154,7 +154,7 @@ def evaluation_arrays(context: Context, front: nn.Module, end: nn.Module, layer:
     return dict(zip(names, arrays))
 
 
-def _reducer(context: Context):
+def _reducer(context: PluginContext):
     """Sum evaluation counts over the ranks (None in one process)."""
     if not context.world.distributed:
         return None
@@ -168,7 +168,7 @@ def _short(losses: list[float]) -> list[float]:
     return [float(f"{v:.6g}") for v in losses]
 
 
-def stitch_result(context: Context, front: nn.Module, end: nn.Module, layer: LayerPair | str, objective: str,
+def stitch_result(context: PluginContext, front: nn.Module, end: nn.Module, layer: LayerPair | str, objective: str,
                   options: dict | None = None, train_source: TrainingSet | None = None) -> SimilarityResult:
     """Fit (memoised) and evaluate a stitch; the score is the relative accuracy on ``Data.test``.
 

@@ -461,6 +461,59 @@ def test_a_metric_over_its_timeout_gets_an_error_row_and_can_no_longer_touch_any
         sp.compare(front, end, "block2", data, "cka-linear", timeout=-1)
 
 
+class _Scribbler:
+    """Zeroes the front's cached test activations in place (the next metric must not see it)."""
+
+    @sp.hookimpl
+    def similarity(self, front, layer, context):
+        context.activations(front, layer.front, "test").mul_(0)
+        return 0.0
+
+
+class _Probe:
+    """The sum of the front's cached test activations' magnitudes: 0 when a write in place went unnoticed."""
+
+    @sp.hookimpl
+    def similarity(self, front, layer, context):
+        return float(context.activations(front, layer.front, "test").double().abs().sum())
+
+
+def test_after_a_timed_out_metric_a_write_into_cached_activations_is_still_noticed(fresh_manager, donors):
+    import time
+
+    class Sleeper:
+        @sp.hookimpl
+        def similarity(self, front, layer, context):
+            context.activations(front, layer.front, "test")
+            time.sleep(0.3)
+            return 1.0
+
+    for name, plugin in (("sleeper", Sleeper), ("scribbler", _Scribbler), ("probe", _Probe)):
+        sp.register_metric(plugin, name)
+    front, end = donors
+    data = _data()
+    baseline = sp.compare(front, end, "block2", data, "probe")["probe"].score
+    report = sp.compare(front, end, ["block2", "block3"], data, ["sleeper", "scribbler", "probe"], timeout=0.05)
+    assert report["sleeper", "block2"].error.startswith("MetricTimeout") and baseline > 0
+    assert any("in place" in w for w in report["scribbler", "block2"].details["warnings"])
+    assert report["probe", "block2"].score == baseline
+
+
+def test_the_context_renewed_after_a_timeout_guards_what_it_keeps(donors):
+    from similarity_plugins.runner.isolation import Donors, MetricTimeout
+
+    front, end = donors
+    ctx = Context(_data(), reuse_nodes=True, derived_bytes=10**7)
+    held = Donors(front, end, ctx, timeout=5.0)
+    acts, key = held.ctx.activations(held.front, "block2", "test"), ("activations", id(held.front), "block2", "test")
+    held.renew(set(held.ctx.memo), MetricTimeout("late"))
+    assert held.ctx is not ctx and (held.ctx.reuse_nodes, held.ctx.derived_bytes) == (True, 10**7)
+    assert key in held.ctx.memo   # kept
+    acts.mul_(0)   # the abandoned thread, or a later metric, writes into a kept tensor in place
+    assert "activations block2 test" in held.ctx.drop_changed()   # noticed, as in any other context
+    assert not ctx.memo   # the caller's context got nothing of the call's
+
+
 class _CtrlC:
     @sp.hookimpl
     def similarity(self, front):
