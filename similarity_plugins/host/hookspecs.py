@@ -24,7 +24,7 @@ on any plugin object (each one missing takes the default).
 
 Every metric call goes through pluggy: the runner asks the plugin manager to call the ``similarity`` hook with the
 metric's own hookimpl inside every ``similarity`` wrapper (``@hookimpl(wrapper=True)``) of any registered plugin
-(see [`dispatch`][similarity_plugins.host.dispatch]). A wrapper sees every call of every metric, with its arguments
+(``similarity_plugins.host.dispatch``). A wrapper sees every call of every metric, with its arguments
 (``metric`` names the metric) and its result, and may time, log or replace it; ``add_hookcall_monitoring`` and
 ``enable_tracing`` of the manager trace the calls. What a plugin may use of its ``context`` argument is
 [`PluginContext`][similarity_plugins.host.hookspecs.PluginContext].

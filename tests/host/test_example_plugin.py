@@ -1,8 +1,10 @@
-"""The README's "write a metric plugin" example (one metric, and a family with register_metrics), really installed
-and run through its entry points: lazily imported, listed, run in compare and on arrays in score."""
+"""The README's "write a metric plugin" example (one metric, a family with register_metrics, and a wrapper of every
+metric call), really installed and run through its entry points: the metrics lazily imported, listed, run in
+compare and on arrays in score; the wrapper loaded with the manager, seeing every call."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +41,9 @@ arrays = sp.score(x, 2 * x, metrics="mean-*")
 print("ARRAYS", arrays["mean-euclidean"].score, float(x.double().mean(0).norm()), arrays["mean-norm-ratio"].score,
       arrays["mean-cosine"].error)
 print("TABLE", "mean-euclidean (distance)" in str(report))
+import json
+import similarity_call_timer  # the wrapper the manager loaded through its entry point: it saw every call above
+print("TIMED", json.dumps(similarity_call_timer.CALLS))
 """
 
 
@@ -76,6 +81,10 @@ def test_example_plugin_is_discovered_and_runs(installed):
     assert float(euclidean) == pytest.approx(float(x_mean_norm), rel=1e-6) and float(ratio) == pytest.approx(0.5)
     assert "mean-cosine needs the models" in error  # the single-metric example does not declare activations_only
     assert _line(done.stdout, "TABLE") == ["True"]
+    # the wrapper (entry-point group similarity_plugins.wrappers) saw every metric call: compare's, then score's
+    # (score refuses mean-cosine, which needs the models, before any call)
+    timed = json.loads(_line(done.stdout, "TIMED")[0])
+    assert timed == {"cka-linear": 2, "mean-cosine": 1, "mean-euclidean": 2, "mean-norm-ratio": 2}
 
 
 @pytest.mark.slow  # a fresh interpreter

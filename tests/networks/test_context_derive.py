@@ -43,6 +43,13 @@ def test_plugins_and_their_services_use_only_what_plugin_context_declares():
     assert {"activations", "remember", "derived", "reuse_nodes", "world", "seed", "split"} <= set().union(*used.values())
 
 
+def test_the_plugins_page_lists_exactly_the_members_of_plugin_context():
+    page = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    section = page.split("## What a plugin may use of the context", 1)[1].split("\n## ", 1)[0]
+    listed = {row.split("`")[1].split("(")[0] for row in section.splitlines() if row.startswith("| `")}
+    assert listed == _members(PluginContext)
+
+
 def test_the_runners_contexts_are_plugin_contexts():
     x = torch.zeros(4, 2)
     assert isinstance(Context(Data()), PluginContext)
