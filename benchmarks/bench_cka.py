@@ -58,20 +58,11 @@ def _report_ratios(request):
     if "stream" in _VALUES:
         lines.append(f"streaming 1Mx256: state {_VALUES['state_bytes'] / 1024**2:.2f} MiB (peak "
                      f"{_VALUES['peak_state_bytes'] / 1024**2:.2f} MiB), CKA {_VALUES['stream']:.6f}")
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if lines and reporter is not None and capman is not None:
-        with capman.global_and_fixture_disabled():  # print past output capturing
-            reporter.write_line("")
-            for line in lines:
-                reporter.write_line("[bench_cka] " + line)
+    ratios.print_lines(request, "bench_cka", lines)
 
 
 def _record(name: str, benchmark) -> None:
-    ratios.record(name, benchmark)
-    for key, (numerator, denominator) in RATIOS.items():
-        if name in (numerator, denominator):
-            ratios.share_ratio(key, numerator, denominator)
+    ratios.record_pairs(name, benchmark, RATIOS)
 
 
 # --------------------------------------------------------------------------- Kornblith reference

@@ -59,13 +59,7 @@ def _report_ratios(request):
             run = ratios.RUNS.get(f"{name}:ours")
             if run is not None and key in run.extra_info and key.startswith(name):
                 lines.append(f"{key:42s} = {run.extra_info[key]:.2f}x")
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if lines and reporter is not None and capman is not None:
-        with capman.global_and_fixture_disabled():
-            reporter.write_line("")
-            for line in lines:
-                reporter.write_line("[bench_measures] " + line)
+    ratios.print_lines(request, "bench_measures", lines)
 
 
 def _fastest(name: str) -> float:

@@ -25,10 +25,31 @@ def record(name: str, benchmark: Any) -> None:
 
 
 def share_ratio(key: str, numerator: str, denominator: str) -> float | None:
-    """Store ``median(numerator) / median(denominator)`` as ``extra_info[key]`` on both; None if one is missing."""
-    if numerator not in RUNS or denominator not in RUNS:
+    """Store ``median(numerator) / median(denominator)`` as ``extra_info[key]`` on both; None if one is missing (or
+    was not timed: ``--benchmark-disable`` runs each benchmark once, without statistics)."""
+    if any(name not in RUNS or RUNS[name].stats is None for name in (numerator, denominator)):
         return None
     ratio = median_seconds(numerator) / median_seconds(denominator)
     for name in (numerator, denominator):
         RUNS[name].extra_info[key] = round(ratio, 3)
     return ratio
+
+
+def record_pairs(name: str, benchmark: Any, pairs: dict[str, tuple[str, str]]) -> None:
+    """`record` ``benchmark`` as ``name`` and `share_ratio` every ratio of ``pairs`` (``{key: (numerator,
+    denominator)}``) that names it, once both of its benchmarks have run."""
+    record(name, benchmark)
+    for key, (numerator, denominator) in pairs.items():
+        if name in (numerator, denominator):
+            share_ratio(key, numerator, denominator)
+
+
+def print_lines(request: Any, tag: str, lines: list[str]) -> None:
+    """Write ``lines`` to the terminal past pytest's output capturing, each prefixed by ``[tag]``."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if lines and reporter is not None and capman is not None:
+        with capman.global_and_fixture_disabled():
+            reporter.write_line("")
+            for line in lines:
+                reporter.write_line(f"[{tag}] {line}")
