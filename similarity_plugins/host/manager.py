@@ -336,7 +336,8 @@ def _as_plugin_object(plugin: Any) -> Any:
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    return [ep for group in (ENTRY_POINT_GROUP, WRAPPER_GROUP) for ep in importlib.metadata.entry_points(group=group)]
+    installed = importlib.metadata.entry_points()  # one pass over the installed distributions' metadata
+    return [ep for group in (ENTRY_POINT_GROUP, WRAPPER_GROUP) for ep in installed.select(group=group)]
 
 
 def build_plugin_manager(load_entry_points: bool | None = None) -> SimilarityPluginManager:
