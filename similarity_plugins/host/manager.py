@@ -242,6 +242,13 @@ class SimilarityPluginManager(DispatchingManager):
         except LOAD_ERRORS as exc:  # noqa: BLE001 - a broken plugin must not stop the others
             self._keep_error(label, package, exc)
             return
+        if family is None and wrapper_marked(self.parse_hookimpl_opts(obj, "similarity")):
+            warnings.warn(f"similarity_plugins: {package} declares the wrapper {label!r} in the entry-point group "
+                          f"{ENTRY_POINT_GROUP!r}, whose entry points are imported only when their metrics are needed, "
+                          f"so it wraps the metric calls from now on only; declare it in the group {WRAPPER_GROUP!r} "
+                          "to wrap every call", stacklevel=2)
+            self.load_wrapper(label, SimpleNamespace(load=lambda: obj), package)
+            return
         if family is None:
             self.load_reference(label, SimpleNamespace(load=lambda: obj), package)
             return

@@ -209,9 +209,13 @@ def test_a_wrapper_entry_point_loads_with_the_manager_and_wraps_every_call(wrapp
     x, y = _arrays()
     sp.score(x, y, ["cka-linear", "procrustes"])
     assert sys.modules["fake_timer_mod"].CALLS == ["cka-linear", "procrustes"]
-    pm.load_all()
-    assert "similarity_plugins.wrappers" in pm.load_errors["misplaced"]  # a wrapper among the metrics: refused
-    assert pm.info["fam-one"].error is None
+    with pytest.warns(UserWarning, match="wraps the metric calls from now on only; declare it in the group "
+                                         "'similarity_plugins.wrappers'"):
+        pm.load_all()   # a wrapper among the metrics' entry points: it wraps once it is imported, with a warning
+    assert pm.info["fam-one"].error is None and "misplaced" not in pm.info
+    sp.score(x, y, "cka-linear")
+    assert sys.modules["fake_misplaced_mod"].CALLS == ["misplaced", "cka-linear"]
+    assert sys.modules["fake_timer_mod"].CALLS == ["cka-linear", "procrustes", "cka-linear"]
 
 
 def test_similarity_plugins_selects_wrappers_as_it_selects_metrics(wrapper_dists, monkeypatch):
