@@ -10,6 +10,8 @@ of activations), [`list_metrics`][list_metrics], [`metric_info`][metric_info],
 from __future__ import annotations
 
 from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with the networks services
+from .apps import report as _report_app  # the application that draws a result as one HTML page
+from .host import pages as _pages
 from .host.contract import Option, UnknownOption
 from .host.hookspecs import hookimpl
 from .host.plugin import MetricPlugin
@@ -26,6 +28,9 @@ from .runner.extract import extract
 from .runner.grid import compare_grid
 from .runner.grid_results import Grid
 from .runner.score import score
+
+# Report.to_html and Grid.to_html write through the page writer the report application installs (host/pages.py)
+_pages.register_page_writer(_report_app.write_html)
 
 __version__ = "0.1.0"
 

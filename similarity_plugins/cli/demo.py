@@ -18,7 +18,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
     p = sub.add_parser("demo", help="the paper's central claim on built-in digits, in minutes (= study shortcut)")
-    add_output_args(p, "output folder (report.json, report.csv, similarity.png, iris.png)", csv=None,
+    add_output_args(p, "output folder (report.json, report.csv, report.html, similarity.png, iris.png)", csv=None,
                     default="similarity-demo")
     p.add_argument("--quick", action="store_true", help="a smaller run (fewer stitch epochs and IRI seeds)")
     add_run_args(p, device=None)

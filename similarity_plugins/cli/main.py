@@ -10,10 +10,10 @@ from typing import NoReturn, Sequence
 
 from .. import __version__
 from ..utils.extras import MissingExtra
-from . import bench, catalog, compare, demo, grid, iris, score, store, study, train
+from . import bench, catalog, compare, demo, grid, iris, report, score, store, study, train
 from .common import Terminated, add_progress_args, interrupted_code, terminate_as_interrupt
 
-COMMAND_MODULES = (catalog, compare, grid, score, store, train, iris, demo, bench, study)
+COMMAND_MODULES = (catalog, compare, grid, score, store, report, train, iris, demo, bench, study)
 
 EPILOG = """MODEL specs: torchvision:NAME, timm:NAME (keyword arguments after ?, e.g.
 timm:vit_tiny_patch16_224?img_size=32&patch_size=4), python:module:callable or small-cnn, each

@@ -99,3 +99,19 @@ def options_for_metrics(names: list[str], options: Mapping[str, Any] | None) -> 
 
 def _is_pattern(item: str) -> bool:
     return any(ch in item for ch in "*?[")
+
+
+def declared_meanings(names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """What each metric declares its score means, as results record it (``Report.meta["info"]``, ``Grid.info``).
+
+    Args:
+        names: registered metric names.
+
+    Returns:
+        ``{metric: {"kind", "range", "symmetric", "invariances", "family", "description"}}`` (None where the
+            metric declares nothing), so that a reader of the result (the HTML page) needs no registry.
+    """
+    info = get_plugin_manager().info
+    return {n: {"kind": info[n].kind, "range": info[n].range, "symmetric": info[n].symmetric,
+                "invariances": info[n].invariances, "family": info[n].family, "description": info[n].description}
+            for n in names}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from ..utils.io import csv_text, text_table, write_text
+from ..utils.readback import decode_float, expect, read_json
 from ..utils.rules import split_layer_pair
 
 
@@ -100,6 +102,22 @@ class SimilarityResult:
     def to_dict(self) -> dict:
         """A JSON-ready dict of all fields."""
         return jsonable(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: Any, where: Callable[[], str] = lambda: "a result") -> SimilarityResult:
+        """The result of its `to_dict` dict ``d`` (a score may also be ``"inf"``, ``"-inf"`` or ``"nan"``), checked:
+        `BadFile` (a ``ValueError``) naming ``where()`` (the file and row) when a field is missing or of the wrong type."""
+        expect(isinstance(d, dict), where, f"a result must be an object, got {type(d).__name__}")
+        expect(isinstance(d.get("metric"), str), where, "the result has no metric name")
+        details, error, layer, error_type = d.get("details") or {}, d.get("error"), d.get("layer"), d.get("error_type")
+        expect(isinstance(details, dict), where, "the result's details must be an object")
+        expect(error is None or isinstance(error, str), where, "the result's error must be text or null")
+        expect(error_type is None or isinstance(error_type, str), where, "the result's error_type must be text or null")
+        expect(layer is None or isinstance(layer, str), where, "the result's layer must be text or null")
+        seconds = d.get("seconds") or 0.0
+        expect(isinstance(seconds, (int, float)) and not isinstance(seconds, bool), where, "seconds must be a number")
+        return cls(d["metric"], decode_float(d.get("score"), where), dict(details), float(seconds), error, layer,
+                   error_type)
 
 
 def jsonable(value: Any) -> Any:
@@ -204,6 +222,42 @@ class Report:
         if path is not None:
             write_text(path, text + "\n")
         return text
+
+    @classmethod
+    def from_dict(cls, payload: Any, source: str = "the report dict") -> Report:
+        """The report of its `to_dict` payload (``{"meta": {...}, "results": [...]}``), every row checked.
+
+        Raises:
+            BadFile: (a ``ValueError``) naming ``source`` and the first problem.
+        """
+        expect(isinstance(payload, dict) and isinstance(payload.get("results"), list), lambda: source,
+               "not a similarity-plugins report (expected an object with a 'results' list)")
+        meta = payload.get("meta") or {}
+        expect(isinstance(meta, dict), lambda: source, "'meta' must be an object")
+        rows = [SimilarityResult.from_dict(row, lambda k=k: f"{source}, result {k}")
+                for k, row in enumerate(payload["results"])]
+        return cls(rows, meta)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> Report:
+        """Read a report written by [`to_json`][to_json]; `BadFile` (a ``ValueError``) naming the file when it is
+        not valid JSON or not a report, ``FileNotFoundError`` when it does not exist."""
+        return cls.from_dict(read_json(path, "report file"), f"report file {os.fspath(path)!r}")
+
+    def to_html(self, path: str | os.PathLike | None = None, *, title: str | None = None) -> str:
+        """The report as one self-contained HTML page (charts, tables, provenance; no network needed to open it).
+
+        Args:
+            path: where to write the page (whole, atomically); None: only return it.
+            title: the page's title; None: made from the models and layers.
+
+        Returns:
+            The page's HTML text, drawn from [`to_dict`][to_dict] alone, so it equals the page that
+                ``similarity-plugins report`` makes from the JSON file ([The HTML report](../report.md)).
+        """
+        from .pages import write_page
+
+        return write_page(self, path, title=title)
 
     def to_csv(self, path: str | None = None) -> str:
         """One CSV row per result: metric, layer, score, seconds, error, then scalar details."""

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..host.manager import get_plugin_manager
-from ..host.registry import options_for_metrics, select_metrics
+from ..host.registry import declared_meanings, options_for_metrics, select_metrics
 from ..host.results import LayerPair, Report, SimilarityResult, as_layer_pair
 from ..networks.context import Context
 from ..networks.data import Data
@@ -22,6 +22,7 @@ from .call import METRIC_ERRORS, ReturnedError, error_row, hook_call, interrupte
 from .guard import settle
 from .isolation import Donors, MetricTimeout, call_with_timeout, check_timeout, forget_changed_donors
 from .process import outside_inference_mode, process_state, restore_process_state
+from .provenance import provenance, splits_read
 from .ranks import agree_on_result, check_ranks_agree
 from .repeats import check_repeats, run_repeated
 
@@ -126,7 +127,9 @@ def compare(
     meta = {"front": type(front).__name__, "end": type(end).__name__, "layers": [str(p) for p in pairs],
             "metrics": names, "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "repeats": repeats,
             "device": str(device), "torch": torch.__version__, "world_size": ctx.world.size,
-            **sources_of({"front": front, "end": end})}
+            **sources_of({"front": front, "end": end}), "info": declared_meanings(names),
+            "provenance": provenance({"front": front, "end": end}, splits_read(data, (pm.info[n].needs for n in names)),
+                                     options=options, device=device, batch_size=ctx.batch_size)}
     with preserved(front, end, front_run, end_run), isolated_rng(device) as cuda_rng:
         results = _run_jobs([(p, n) for p in pairs for n in names], pm, donors, data, metric_options, seed, repeats,
                             device, cuda_rng, progress, meta)

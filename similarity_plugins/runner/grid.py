@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..host.manager import get_plugin_manager
-from ..host.registry import options_for_metrics
+from ..host.registry import declared_meanings, options_for_metrics
 from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.split import model_device, on_device
@@ -34,6 +34,7 @@ from .compare import sources_of
 from .grid_nodes import as_layers, as_models
 from .grid_results import Grid, Node
 from .grid_run import Plan, run_grid
+from .provenance import provenance, splits_read, store_provenance
 from .score import select_score_metrics
 
 __all__ = ["compare_grid"]
@@ -101,6 +102,16 @@ def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, 
     return source.named, source.per_model, source.data, source
 
 
+def _provenance(named: dict[str, nn.Module], data: Data, source: Any, names: list[str], pm: Any, options: Any,
+                device: torch.device, ctx: Context, from_store: bool) -> dict:
+    """The grid's ``meta["provenance"]``: its models and the splits its metrics read, or for a grid run from a store
+    alone (``from_store``), what the store's entries record of the models and data they were extracted from."""
+    if from_store:
+        return {**provenance({}, {}, options=options, device=device), **store_provenance(source.store, source.per_model)}
+    return provenance(named, splits_read(data, (pm.info[n].needs for n in names)), options=options, device=device,
+                      batch_size=ctx.batch_size)
+
+
 def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module | None = None,
                  layers: str | Sequence[str] | Mapping[str, Sequence[str]] | None = None, data: Data | None = None,
                  metrics: str | Iterable[str] | None = None, *,
@@ -155,11 +166,12 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
                   derived_bytes=cache_bytes)
     if source is not None:
         source.prefill(ctx, placed)
-    info = {n: {"kind": pm.info[n].kind, "range": pm.info[n].range, "symmetric": pm.info[n].symmetric} for n in names}
+    info = declared_meanings(names)
     meta = {"models": {m: type(model).__name__ for m, model in named.items()}, "layers": per_model, "metrics": names,
             "pairs": pairs if isinstance(pairs, str) else "explicit", "seed": seed, "device": str(device),
             "torch": torch.__version__, "world_size": ctx.world.size, **({"store": source.store.path} if source else {}),
-            **sources_of(named)}
+            **sources_of(named),
+            "provenance": _provenance(named, data, source, names, pm, options, device, ctx, store is not None and models is None)}
     plan = Plan(nodes=nodes, pairs=chosen, metrics=names, symmetric={n: bool(info[n]["symmetric"]) for n in names},
                 options=metric_options, seed=seed)
     cells = run_grid(plan, named, placed, ctx, pm, info, meta, resume=resume)

@@ -26,8 +26,9 @@ NULL_KEY = "null_values"  # the cell details key the permutation tests fill in a
 
 
 def take_nulls(cells: dict[tuple, SimilarityResult], nodes: list[tuple], info: dict[str, dict]
-               ) -> tuple[dict[tuple, SimilarityResult], dict[BlockKey, list[float]]]:
-    """The cells without their null values, and each block's best null value per permutation.
+               ) -> tuple[dict[tuple, SimilarityResult], dict[BlockKey, list[float]], dict[tuple, list[float]]]:
+    """The cells without their null values, each block's best null value per permutation, and the null values of
+    each block's best cell.
 
     Args:
         cells: ``{(metric, front index, end index): result}``; a tested cell's ``details["null_values"]`` holds
@@ -36,9 +37,11 @@ def take_nulls(cells: dict[tuple, SimilarityResult], nodes: list[tuple], info: d
         info: ``{metric: {"kind", ...}}``: ``"distance"`` takes the minimum, anything else the maximum.
 
     Returns:
-        ``(cells, {(metric, front model, end model): [K floats]})``: the results copied without
-            ``null_values`` (the others are the same objects), and the block nulls of every block whose scored
-            cells all have null values of one length K.
+        ``(cells, {(metric, front model, end model): [K floats]}, {(metric, front index, end index): [K floats]})``:
+            the results copied without ``null_values`` (the others are the same objects); the block nulls of every
+            block whose scored cells all have null values of one length K; and, for each such block, the null
+            values of its best cell (the one [`best_pair`][best_pair] picks), so that a page can show the null
+            of the cell a claim is made about.
     """
     clean: dict[tuple, SimilarityResult] = {}
     per_block: dict[BlockKey, list] = {}
@@ -52,15 +55,33 @@ def take_nulls(cells: dict[tuple, SimilarityResult], nodes: list[tuple], info: d
         clean[key] = cell
         if cell.ok:
             metric, i, j = key
-            per_block.setdefault((metric, nodes[i][0], nodes[j][0]), []).append(null)
+            per_block.setdefault((metric, nodes[i][0], nodes[j][0]), []).append((key, cell.score, null))
     blocks: dict[BlockKey, list[float]] = {}
-    for block, nulls in per_block.items():
+    best_nulls: dict[tuple, list[float]] = {}
+    for block, entries in per_block.items():
+        nulls = [null for _, _, null in entries]
         if any(n is None for n in nulls) or len({len(n) for n in nulls}) != 1 or not nulls[0]:
             continue
         stacked = np.asarray(nulls, dtype=np.float64)
         distance = info.get(block[0], {}).get("kind") == "distance"
         blocks[block] = (stacked.min(axis=0) if distance else stacked.max(axis=0)).tolist()
-    return clean, blocks
+        best = _best_entry(entries, distance)
+        if best is not None:
+            best_nulls[best[0]] = [float(v) for v in best[2]]
+    return clean, blocks, best_nulls
+
+
+def _best_entry(entries: list[tuple], distance: bool) -> tuple | None:
+    """The ``(key, score, null)`` entry of a block's best score (lowest for a distance), the first in row-major order
+    (front index, then end index) on a tie, as `best_pair` picks it; None when no score is a number."""
+    best = None
+    for entry in sorted(entries, key=lambda e: e[0][1:]):
+        score = entry[1]
+        if math.isnan(score):
+            continue
+        if best is None or (score < best[1] if distance else score > best[1]):
+            best = entry
+    return best
 
 
 def best_pair(grid: Any, metric: str, front: str, end: str, other_layers: bool = False) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import os
 from typing import Any, Callable
 
 from ..host.results import SimilarityResult
-from ..utils.readback import BadFile, decode_float, encode_float, expect, line_digest, parse_json_line, read_json
+from ..utils.readback import BadFile, encode_float, expect, line_digest, parse_json_line, read_json
 
 GRID_FORMAT = "similarity-plugins grid"
 CELLS_FORMAT = "similarity-plugins grid cells"
@@ -26,25 +26,9 @@ def cell_result_dict(result: SimilarityResult) -> dict:
     return {**result.to_dict(), "score": encode_float(result.score)}
 
 
-def result_from_dict(d: Any, where: Callable[[], str] = lambda: "a result") -> SimilarityResult:
-    """The [`SimilarityResult`][similarity_plugins.SimilarityResult] of its (`cell_result_dict`) dict, checked:
-    `BadFile` (``where()`` names the place) when a field is missing or of the wrong type."""
-    expect(isinstance(d, dict), where, f"a result must be an object, got {type(d).__name__}")
-    expect(isinstance(d.get("metric"), str), where, "the result has no metric name")
-    details, error, layer, error_type = d.get("details") or {}, d.get("error"), d.get("layer"), d.get("error_type")
-    expect(isinstance(details, dict), where, "the result's details must be an object")
-    expect(error is None or isinstance(error, str), where, "the result's error must be text or null")
-    expect(error_type is None or isinstance(error_type, str), where, "the result's error_type must be text or null")
-    expect(layer is None or isinstance(layer, str), where, "the result's layer must be text or null")
-    seconds = d.get("seconds") or 0.0
-    expect(isinstance(seconds, (int, float)) and not isinstance(seconds, bool), where, "seconds must be a number")
-    return SimilarityResult(d["metric"], decode_float(d.get("score"), where), dict(details), float(seconds), error,
-                            layer, error_type)
-
-
-def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict, dict]:
-    """``(nodes, metrics, cells, info, meta, block_nulls)`` of a grid's `to_dict` payload, every part checked; `BadFile`
-    naming ``source`` (the file, or "the grid dict") and the first problem."""
+def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict, dict, dict]:
+    """``(nodes, metrics, cells, info, meta, block_nulls, cell_nulls)`` of a grid's `to_dict` payload, every part
+    checked; `BadFile` naming ``source`` (the file, or "the grid dict") and the first problem."""
     def at(place: str = "") -> Callable[[], str]:
         return lambda: f"{source}{place}"
 
@@ -65,7 +49,7 @@ def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict,
         expect(all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(nodes) for v in (i, j)), where,
                f"front and end must be node indices 0..{len(nodes) - 1}, got {i!r} and {j!r}")
         expect((c["metric"], i, j) not in out, where, "the cell appears twice")
-        result = result_from_dict(c.get("result"), where)
+        result = SimilarityResult.from_dict(c.get("result"), where)
         expect(result.metric == c["metric"], where, f"the result is of metric {result.metric!r}, the cell of "
                f"{c['metric']!r}")
         out[(c["metric"], i, j)] = result
@@ -75,18 +59,26 @@ def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict,
     expect(all(v.get("range") is None or (isinstance(v["range"], list) and len(v["range"]) == 2) for v in info.values()),
            at(), "a metric's 'range' in 'info' must be [low, high] or null")
     info = {m: {**v, "range": tuple(v["range"]) if v.get("range") else None} for m, v in info.items()}
-    return [tuple(n) for n in nodes], metrics, out, info, meta, _block_nulls(payload.get("block_nulls") or [], metrics, at)
+    blocks = _nulls(payload.get("block_nulls") or [], metrics, at, "block_nulls", lambda v: isinstance(v, str),
+                    "model names")
+    index = lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(nodes)  # noqa: E731
+    cell_nulls = _nulls(payload.get("cell_nulls") or [], metrics, at, "cell_nulls", index, "node indices")
+    return [tuple(n) for n in nodes], metrics, out, info, meta, blocks, cell_nulls
 
 
-def _block_nulls(entries: Any, metrics: list, at: Callable) -> dict:
-    """The grid's per-block permutation maxima (`grid_best`), checked: ``{(metric, front, end): [float, ...]}``."""
-    expect(isinstance(entries, list), at(), "'block_nulls' must be a list")
+def _nulls(entries: Any, metrics: list, at: Callable, field: str, ends: Callable[[Any], bool], names: str) -> dict:
+    """Null values the grid keeps (`grid_best.take_nulls`), checked: ``{(metric, front, end): [float, ...]}``.
+
+    ``field``: ``"block_nulls"`` (each block's best null value per permutation, ``front`` and ``end`` model names)
+    or ``"cell_nulls"`` (a block's best cell's own null values, ``front`` and ``end`` node indices); ``ends``
+    tells whether a front or end value is valid, ``names`` says what they must be."""
+    expect(isinstance(entries, list), at(), f"'{field}' must be a list")
     nulls = {}
     for k, b in enumerate(entries):
-        where = at(f", block null {k}")
-        expect(isinstance(b, dict) and b.get("metric") in metrics and isinstance(b.get("front"), str)
-               and isinstance(b.get("end"), str) and isinstance(b.get("null"), list), where,
-               "a block null needs a metric of the grid, front and end model names and a list of values")
+        where = at(f", {field} {k}")
+        expect(isinstance(b, dict) and b.get("metric") in metrics and ends(b.get("front")) and ends(b.get("end"))
+               and isinstance(b.get("null"), list), where,
+               f"an entry of '{field}' needs a metric of the grid, front and end {names} and a list of values")
         try:
             nulls[(b["metric"], b["front"], b["end"])] = [float(v) for v in b["null"]]
         except (TypeError, ValueError):
@@ -94,7 +86,7 @@ def _block_nulls(entries: Any, metrics: list, at: Callable) -> dict:
     return nulls
 
 
-def read_grid_file(path: str | os.PathLike) -> tuple[list, list, dict, dict, dict]:
+def read_grid_file(path: str | os.PathLike) -> tuple[list, list, dict, dict, dict, dict, dict]:
     """`grid_parts` of the grid JSON file ``path``."""
     return grid_parts(read_json(path, "grid file"), f"grid file {os.fspath(path)!r}")
 
@@ -160,7 +152,7 @@ class CellsFile:
             front, end = cell.get("front"), cell.get("end")
             expect(all(isinstance(n, list) and len(n) == 2 for n in (front, end)), where, "front and end must be "
                    "[model, layer] pairs")
-            result = result_from_dict(cell.get("result"), where)
+            result = SimilarityResult.from_dict(cell.get("result"), where)
             key = (cell.get("metric"), index.get(tuple(front)), index.get(tuple(end)))
             if key in wanted and result.error is None and result.metric == key[0]:
                 self.done[key] = result

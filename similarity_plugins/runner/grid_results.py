@@ -37,18 +37,23 @@ class Grid:
         meta: the call's settings.
         block_nulls: ``{(metric, front model, end model): [K floats]}``: with permutations, each permutation's
             best null value over the block's cells, for [`best_pair`][similarity_plugins.Grid.best_pair].
+        cell_nulls: ``{(metric, front index, end index): [K floats]}``: with permutations, the null values of each
+            block's best cell (the cell `best_pair` picks), in permutation order; the other cells keep only their
+            ``p_value``, ``null_mean`` and ``null_std``.
     """
 
     def __init__(self, nodes: list[Node], metrics: list[str], cells: dict[tuple[str, int, int], SimilarityResult],
                  info: dict[str, dict] | None = None, meta: dict | None = None,
-                 block_nulls: dict[tuple[str, str, str], list[float]] | None = None) -> None:
+                 block_nulls: dict[tuple[str, str, str], list[float]] | None = None,
+                 cell_nulls: dict[tuple[str, int, int], list[float]] | None = None) -> None:
         from .grid_best import take_nulls
 
         self.nodes: list[Node] = [tuple(n) for n in nodes]
         self.metrics = list(metrics)
         self.info = {m: dict((info or {}).get(m, {})) for m in self.metrics}
-        self.cells, found = take_nulls(dict(cells), self.nodes, self.info)
+        self.cells, found, best = take_nulls(dict(cells), self.nodes, self.info)
         self.block_nulls = {**found, **{tuple(k): list(v) for k, v in (block_nulls or {}).items()}}
+        self.cell_nulls = {**best, **{tuple(k): list(v) for k, v in (cell_nulls or {}).items()}}
         self.meta = dict(meta or {})
 
     # -- shape -----------------------------------------------------------------------------------
@@ -186,8 +191,10 @@ class Grid:
         cells = [{"metric": m, "front": i, "end": j, "result": cell_result_dict(c)}
                  for (m, i, j), c in sorted(self.cells.items(), key=lambda kv: (self.metrics.index(kv[0][0]),) + kv[0][1:])]
         nulls = [{"metric": m, "front": f, "end": e, "null": list(v)} for (m, f, e), v in self.block_nulls.items()]
+        kept = [{"metric": m, "front": i, "end": j, "null": list(v)} for (m, i, j), v in self.cell_nulls.items()]
         return {"format": GRID_FORMAT, "version": 1, "nodes": [list(n) for n in self.nodes], "metrics": self.metrics,
-                "info": jsonable(self.info), "meta": jsonable(self.meta), "cells": cells, "block_nulls": nulls}
+                "info": jsonable(self.info), "meta": jsonable(self.meta), "cells": cells, "block_nulls": nulls,
+                "cell_nulls": kept}
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int = 2) -> str:
         """The grid as JSON text; also written (whole, atomically) to ``path`` when given."""
@@ -195,6 +202,23 @@ class Grid:
         if path is not None:
             write_text(path, text + "\n")
         return text
+
+    def to_html(self, path: str | os.PathLike | None = None, *, title: str | None = None) -> str:
+        """The grid as one self-contained HTML page: a heatmap per metric and block, the best pairs with their
+        family-wise p-values, the kept permutation nulls, for three or more models a model x model matrix with
+        a dendrogram and an MDS map, and the provenance ([The HTML report](../report.md)).
+
+        Args:
+            path: where to write the page (whole, atomically); None: only return it.
+            title: the page's title; None: made from the models and metrics.
+
+        Returns:
+            The page's HTML text, drawn from [`to_dict`][to_dict] alone, so it equals the page that
+                ``similarity-plugins report`` makes from the grid's JSON file.
+        """
+        from ..host.pages import write_page
+
+        return write_page(self, path, title=title)
 
     @classmethod
     def from_dict(cls, payload: dict) -> Grid:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..host.manager import get_plugin_manager
-from ..host.registry import options_for_metrics, select_metrics
+from ..host.registry import declared_meanings, options_for_metrics, select_metrics
 from ..host.results import LayerPair, Report, SimilarityResult
 from ..networks.activations import flatten
 from ..networks.context import Context
@@ -37,6 +37,7 @@ from ..utils.progress import Progress, check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
 from .process import note_restored, outside_inference_mode, process_state, restore_process_state
+from .provenance import provenance
 
 __all__ = ["score"]
 
@@ -254,7 +255,8 @@ def score(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, metrics: s
     results: list[SimilarityResult] = []
     meta = {"x": list(xs.shape), "y": list(ys.shape), "dtype": [str(xs.dtype), str(ys.dtype)], "metrics": names,
             "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "split": "given" if given else None,
-            "device": str(xs.device), "torch": torch.__version__}
+            "device": str(xs.device), "torch": torch.__version__, "info": declared_meanings(names),
+            "provenance": provenance({}, {"x": xs, "y": ys}, options=options, device=xs.device)}
     try:
         with isolated_rng(xs.device) as cuda_rng:
             for name in progress_bar(names, progress=progress, desc="score", leave=False):

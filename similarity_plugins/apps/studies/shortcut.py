@@ -5,7 +5,7 @@ Trains two clean small CNNs and one that relies on a pixel shortcut (all three a
 PGD-trained: non-robust models have idiosyncratic invariances that no other model shares, which hides
 every difference), then sweeps layers from shallow to deep with CKA, Procrustes, SVCCA (top 20 directions) and
 RSA, standard stitching and invariance-aware stitching for the pairs clean -> clean and clean -> shortcut.
-Writes ``report.json``, ``report.csv``,
+Writes ``report.json``, ``report.csv``, ``report.html`` (one page with everything: `similarity_plugins.apps.report`),
 ``similarity.png`` and ``iris.png`` (seeds next to the clean front's IRIs, a row per layer) to the output
 folder, all or none, and prints the table, with 95% intervals, and a short reading of it. Only layers whose IRIs
 converged are reported. This is ``similarity-plugins study shortcut``.
@@ -86,8 +86,8 @@ def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 
     """Run the demo (see the module docstring).
 
     Args:
-        out_dir: where report.json, report.csv, similarity.png and iris.png go (created if needed; checked for
-            writing before any training).
+        out_dir: where report.json, report.csv, report.html, similarity.png and iris.png go (created if needed;
+            checked for writing before any training).
         quick: the smaller configuration.
         seed: models, shortcut placement, IRIs and stitches derive from it.
         progress: show progress bars.
@@ -309,23 +309,31 @@ def _interval_lines(cc: Report, cs: Report, layers: list[str]) -> list[str]:
 
 def write_files(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: DemoConfig, seed: int,
                 explanation: list[str], dropped: list[str], iris: tuple[dict, torch.Tensor] | None = None) -> list[str]:
-    """Write ``report.json``, ``report.csv``, ``similarity.png`` and, given ``iris`` (``({layer: IRISet}, seeds)``
-    as `iris_of_sweep` returns), ``iris.png`` into ``out_dir``, all or none; returns their paths."""
+    """Write ``report.json``, ``report.csv``, ``similarity.png``, ``report.html`` (the page of
+    `similarity_plugins.apps.report`, with the IRI gallery) and, given ``iris`` (``({layer: IRISet}, seeds)`` as
+    `iris_of_sweep` returns), ``iris.png`` into ``out_dir``, all or none; returns their paths."""
+    import json
+
     from ..gallery import iris_figure
     from ..plots import sweep_figure
+    from ..report import write_html
 
+    gallery = "clean A's IRIs: seeds (top), one row per layer; err = relative error, dist = RMS distance from seed"
     payload = {
         "meta": {"study": "shortcut", "data": "sklearn digits 32x32", "seed": seed, "config": cfg.__dict__,
-                 "torch": torch.__version__, "not_reported_layers": dropped},
+                 "torch": torch.__version__, "not_reported_layers": dropped,
+                 **({"figures": {"iris.png": gallery}} if iris is not None else {})},
         "donor_accuracy": accuracy,
         "pairs": {title: report.to_dict() for title, report in reports.items()},
         "explanation": explanation,
     }
-    files = {"report.json": json_ready_text(payload), "report.csv": study_csv(reports),
+    text = json_ready_text(payload)
+    files = {"report.json": text, "report.csv": study_csv(reports),
              "similarity.png": sweep_figure(reports, metrics=METRICS,
                                             title="clean model A as the front: standard vs invariance-aware stitching",
                                             ylabel="score (relative accuracy / similarity)")}
     if iris is not None:
-        files["iris.png"] = iris_figure(*iris, title="clean A's IRIs: seeds (top), one row per layer; err = relative "
-                                                     "error, dist = RMS distance from seed")
+        files["iris.png"] = iris_figure(*iris, title=gallery)
+    images = {"iris.png": (files["iris.png"], gallery)} if iris is not None else {}
+    files["report.html"] = write_html(json.loads(text), None, images=images)  # the page `report report.json` makes
     return write_study(out_dir, files)
