@@ -27,6 +27,10 @@ def _scale(domain: Sequence[float | None] | None) -> dict:
     return {"zero": True}
 
 
+def _has(rows: list[dict], field: str) -> bool:
+    return any(field in row for row in rows)
+
+
 def score_panels(rows: list[dict], metrics: list[str], cuts: list[str], axis: str,
                  domain: Sequence[float | None] | None) -> dict:
     """Metrics side by side at every cut, on one y axis: a point per score and a bar for its interval.
@@ -44,21 +48,22 @@ def score_panels(rows: list[dict], metrics: list[str], cuts: list[str], axis: st
     """
     x = {"field": "metric", "type": "nominal", "sort": metrics, "title": None, "axis": {"labelAngle": -30}}
     y = {"field": "score", "type": "quantitative", "title": axis, "scale": _scale(domain)}
+    color = {"field": "metric", "type": "nominal", "sort": metrics, "legend": None}
+    layers: list[dict] = [{"mark": {"type": "point", "filled": True, "size": 70, "tooltip": TOOLTIP},
+                           "encoding": {"x": x, "y": y, "color": color}}]
+    if _has(rows, "interval low"):
+        layers.insert(0, {"mark": {"type": "rule", "strokeWidth": 2, "tooltip": TOOLTIP},
+                          "encoding": {"x": x, "y": {**y, "field": "interval low"}, "y2": {"field": "interval high"},
+                                       "color": color}})
+    if _has(rows, "p-value"):
+        layers.append({"transform": [{"filter": "isValid(datum['p-value'])"},
+                                     {"calculate": "'p ' + format(datum['p-value'], '.2g')", "as": "p label"}],
+                       "mark": {"type": "text", "dy": -12, "fontSize": 10, "color": "#444"},
+                       "encoding": {"x": x, "y": y, "text": {"field": "p label"}}})
     return {
         "data": {"values": rows},
         "facet": {"column": {"field": "cut", "type": "nominal", "sort": cuts, "title": "cut", "header": FACET_HEADER}},
-        "spec": {"width": {"step": 34}, "height": 220, "layer": [
-            {"mark": {"type": "rule", "strokeWidth": 2, "tooltip": TOOLTIP},
-             "encoding": {"x": x, "y": {**y, "field": "interval low"}, "y2": {"field": "interval high"},
-                          "color": {"field": "metric", "type": "nominal", "sort": metrics, "legend": None}}},
-            {"mark": {"type": "point", "filled": True, "size": 70, "tooltip": TOOLTIP},
-             "encoding": {"x": x, "y": y, "color": {"field": "metric", "type": "nominal", "sort": metrics,
-                                                    "legend": None}}},
-            {"transform": [{"filter": "isValid(datum['p-value'])"},
-                           {"calculate": "'p ' + format(datum['p-value'], '.2g')", "as": "p label"}],
-             "mark": {"type": "text", "dy": -12, "fontSize": 10, "color": "#444"},
-             "encoding": {"x": x, "y": y, "text": {"field": "p label"}}},
-        ]},
+        "spec": {"width": {"step": 34}, "height": 220, "layer": layers},
     }
 
 
@@ -80,15 +85,16 @@ def sweep_lines(rows: list[dict], metrics: list[str], cuts: list[str], panels: l
     x = {"field": "cut", "type": "ordinal", "sort": cuts, "title": "cut (shallow to deep)", "axis": {"labelAngle": -30}}
     y = {"field": "score", "type": "quantitative", "title": axis, "scale": _scale(domain)}
     color = {"field": "metric", "type": "nominal", "sort": metrics, "title": "metric"}
+    layers: list[dict] = [{"mark": {"type": "line", "point": {"filled": True, "size": 50}, "tooltip": TOOLTIP},
+                           "encoding": {"x": x, "y": y, "color": color}}]
+    if _has(rows, "interval low"):
+        layers.append({"mark": {"type": "rule", "tooltip": TOOLTIP},
+                       "encoding": {"x": x, "y": {**y, "field": "interval low"}, "y2": {"field": "interval high"},
+                                    "color": color}})
     return {
         "data": {"values": rows},
         "facet": {"column": {"field": "panel", "type": "nominal", "sort": panels, "title": None, "header": FACET_HEADER}},
-        "spec": {"width": max(180, 60 * len(cuts)), "height": 220, "layer": [
-            {"mark": {"type": "line", "point": {"filled": True, "size": 50}, "tooltip": TOOLTIP},
-             "encoding": {"x": x, "y": y, "color": color}},
-            {"mark": {"type": "rule", "tooltip": TOOLTIP},
-             "encoding": {"x": x, "y": {**y, "field": "interval low"}, "y2": {"field": "interval high"}, "color": color}},
-        ]},
+        "spec": {"width": max(180, 60 * len(cuts)), "height": 220, "layer": layers},
     }
 
 

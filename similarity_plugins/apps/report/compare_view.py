@@ -49,6 +49,8 @@ def score_charts(report: Report, infos: Mapping[str, dict], name: str) -> list:
     rows = _rows(report)
     for kind, metrics in _by_axis(report.metrics, infos).items():
         mine = [r for r in rows if r["metric"] in metrics]
+        if not any("score" in r for r in mine):  # only failed rows: the table shows their errors
+            continue
         parts.append(Chart(f"{name} {kind}", charts.score_panels(mine, metrics, report.layers, axis_title(kind),
                                                                   axis_domain([infos.get(m, {}) for m in metrics])),
                            f"{axis_title(kind).capitalize()}: {', '.join(metrics)}. {INTERVAL_NOTE}"))
@@ -65,6 +67,8 @@ def sweep_charts(reports: Mapping[str, Report], infos: Mapping[str, dict], name:
     parts: list = []
     for kind, chosen in _by_axis(metrics, infos).items():
         mine = [r for r in rows if r["metric"] in chosen]
+        if not any("score" in r for r in mine):
+            continue
         parts.append(Chart(f"{name} {kind}", charts.sweep_lines(mine, chosen, cuts, list(reports), axis_title(kind),
                                                                  axis_domain([infos.get(m, {}) for m in chosen])),
                            f"{axis_title(kind).capitalize()} against depth, shallow to deep. {INTERVAL_NOTE}"))

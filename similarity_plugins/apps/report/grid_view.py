@@ -146,7 +146,8 @@ def null_section(grid: Grid) -> Section | None:
     """Histograms of the null values the grid kept (each block's best cell, beside the block's best null value
     per permutation) with the observed score; None when it kept none (no permutations)."""
     own = lambda k: grid.nodes[k[1]][0] == grid.nodes[k[2]][0]  # noqa: E731 - a model's own block: listed last
-    kept = sorted(grid.cell_nulls, key=lambda k: (own(k), grid.metrics.index(k[0]), k[1], k[2]))
+    kept = sorted((k for k in grid.cell_nulls if k in grid.cells and grid.cells[k].ok),
+                  key=lambda k: (own(k), grid.metrics.index(k[0]), k[1], k[2]))
     if not kept:
         return None
     cells, observed, choices = [], [], []
