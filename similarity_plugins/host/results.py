@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from ..utils.io import csv_text, text_table, write_text
@@ -100,8 +100,8 @@ class SimilarityResult:
         return cls.failed(metric, f"{kind}: {exc}", layer, details=details, seconds=seconds, error_type=kind)
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of all fields."""
-        return jsonable(asdict(self))
+        """A JSON-ready dict of all fields (new containers throughout: nothing is shared with the result)."""
+        return jsonable({f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def from_dict(cls, d: Any, where: Callable[[], str] = lambda: "a result") -> SimilarityResult:
@@ -124,6 +124,8 @@ def jsonable(value: Any) -> Any:
     """Convert numpy/torch scalars and arrays, tuples and non-finite floats to plain JSON values."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return jsonable(asdict(value))
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):

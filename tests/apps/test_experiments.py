@@ -82,7 +82,7 @@ def test_excess_agreement_cli(tmp_path, capsys):
 
 
 @pytest.mark.slow  # the whole demo --quick: over a minute on 2 cores
-def test_demo_quick_writes_its_three_files(tmp_path, capsys):
+def test_demo_quick_writes_its_files(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--out", str(out)]) == 0  # default progress, output not a terminal: no bars
     captured = capsys.readouterr()
@@ -104,6 +104,10 @@ def test_demo_quick_writes_its_three_files(tmp_path, capsys):
         if row["metric"].startswith("iri-"):
             assert row["details"]["iri_median_error"] <= report["meta"]["config"]["iri_tol"]
     assert len(rows) == 1 + 2 * len(reported)
+    page = (out / "report.html").read_text()  # the page, with the IRI gallery inside: the `report` command's page
+    assert 'data-image="iris.png"' in page and "data:image/png;base64," in page
+    assert main(["report", str(out / "report.json"), "--out", str(tmp_path / "again.html")]) == 0
+    assert (tmp_path / "again.html").read_text() == page
 
 
 def _reports(scores: dict) -> dict:

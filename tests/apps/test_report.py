@@ -100,6 +100,15 @@ def test_the_provenance_names_models_data_machine_and_options():
     assert "does not record its provenance" in render(old)
 
 
+def test_a_page_of_score_names_the_arrays():
+    rng = np.random.default_rng(1)
+    report = sp.score(rng.standard_normal((40, 6)), rng.standard_normal((40, 3)), ["cka-linear", "procrustes"])
+    title, lines, _ = app.page_parts(report)
+    assert title == "Comparison: x (40, 6) vs y (40, 3)"
+    text = html.unescape(render(report))
+    assert "samples (or shape)" in text and "40x6" in text and "scores similarity" in specs(render(report))
+
+
 def test_names_and_errors_cannot_break_out_of_the_page():
     row = sp.SimilarityResult("cka-linear", 0.5, {}, 0.1, None, "</script><script>alert(1)</script>")
     text = render(sp.Report([row], {"front": "<b>A</b>", "end": "B"}))
@@ -275,3 +284,34 @@ def test_the_report_command_refuses_what_it_cannot_read_or_write(tmp_path, capsy
     comparison().to_json(tmp_path / "r.json")
     assert main(["report", str(tmp_path / "r.json"), "--out", str(tmp_path / "r.json")]) == 2
     assert "is the input RESULT" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # seconds: the schema is large and the pages carry some 25 charts
+def test_every_chart_is_valid_vega_lite():
+    """Each spec the pages carry validates against the Vega-Lite schema (altair's copy of it, the test extra) of the
+    runtime's major version, so the runtime draws what the page describes."""
+    import importlib.util
+    from pathlib import Path
+
+    import jsonschema
+
+    altair = importlib.util.find_spec("altair")  # its schema file, read without importing altair (seconds)
+    schema = Path(altair.submodule_search_locations[0]) / "vegalite" / "v6" / "schema" / "vega-lite-schema.json"
+    validator = jsonschema.Draft7Validator(json.loads(schema.read_text(encoding="utf-8")))
+    grid = zoo(models=3, layers=2, permutations=9)
+    pages = [render(comparison()), render(grid), render(sp.Report(comparison().results[:2], {}))]
+    charts = [_few_rows(spec) for text in pages for spec in specs(text).values()]
+    assert len(charts) > 10
+    for spec in charts:
+        errors = [f"{list(e.absolute_path)}: {e.message[:200]}" for e in validator.iter_errors(spec)]
+        assert not errors, errors
+
+
+def _few_rows(spec):
+    """``spec`` with each inline data list cut to 3 rows (the rows all have the same form; validating every row of a
+    grid's data would take seconds)."""
+    if isinstance(spec, dict):
+        return {k: (v[:3] if k == "values" and isinstance(v, list) else _few_rows(v)) for k, v in spec.items()}
+    if isinstance(spec, list):
+        return [_few_rows(v) for v in spec]
+    return spec

@@ -4,7 +4,8 @@ headless through Playwright's Python package with its own driver and no browser 
 `visit` opens a page from a file with the network flags off and an empty profile, waits until every chart is drawn
 (the page sets ``body[data-charts=drawn]``) and returns what a reader's browser saw: console messages, script errors,
 requests, the charts drawn, the tables and images present, the time it took and a screenshot. Without Chromium or
-Playwright the calling test is skipped, saying which is missing (CI installs both: .ci/run, the test extra).
+Playwright the calling test is skipped, saying which is missing, or fails where ``SP_REQUIRE_BROWSER=1`` (CI sets it
+and installs both: .ci/run, the test extra).
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def chromium() -> str:
     """The Chromium executable; skips the test (saying why) when it or Playwright is missing."""
     path = os.environ.get("SP_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    missing = pytest.fail if os.environ.get("SP_REQUIRE_BROWSER") == "1" else pytest.skip  # CI sets it (.ci/run)
     if not os.path.exists(path):
-        pytest.skip(f"no Chromium at {path}: install Debian's chromium (apt-get install chromium) to run the browser "
-                    "checks of the HTML report; CI installs it (.ci/run)")
-    pytest.importorskip("playwright.sync_api", reason="the browser checks drive Chromium with Playwright "
-                                                      "(pip install -e '.[test]')")
+        missing(f"no Chromium at {path}: install Debian's chromium (apt-get install chromium) to run the browser "
+                "checks of the HTML report; CI installs it (.ci/run)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing("the browser checks drive Chromium with Playwright, which is not installed (pip install -e '.[test]')")
     return path
 
 

@@ -99,3 +99,14 @@ def test_ci_fails_on_code_over_the_size_budget(tmp_path, monkeypatch, capsys):
                                      encoding="utf-8")
     assert code_size.main(["--max-module", "10", "--max-function", "4"]) == 0
     assert code_size.main(["--max-module", "10", "--max-function", "3"]) == 1
+
+
+def test_ci_installs_chromium_when_missing_and_requires_the_browser_checks():
+    """The HTML report's browser tests (slow) must run in CI: `.ci/run` installs Debian's chromium when it is
+    missing, before any test, and sets SP_REQUIRE_BROWSER=1 so that a missing browser fails them instead of
+    skipping; the demo's page is checked with its JSON."""
+    script = CI.read_text(encoding="utf-8")
+    install = script.index("apt-get install -y chromium")
+    assert script.index("if ! command -v chromium") < install < script.index('run_in_new_env demo "$DEMO_COMMAND"')
+    assert re.search(r"^export SP_REQUIRE_BROWSER=1", script, re.M)
+    assert 'test -s "$REPO/similarity-demo/report.html"' in script

@@ -20,7 +20,7 @@ from . import charts
 from .meaning import axis_domain, axis_kind, axis_title, meaning_line, metric_infos
 from .page import Chart, Number, Section, Table, Text
 from .rows import clean, result_fields
-from .zoo_view import block_rows, zoo_sections
+from .zoo_view import best_or_none, block_rows, blocks_of, zoo_sections
 
 __all__ = ["grid_sections", "grid_infos", "PAGED_CELLS", "SUMMARY_CELLS", "NULL_CELLS", "NULL_BINS"]
 
@@ -95,12 +95,11 @@ def best_pairs_table(grid: Grid) -> Table:
     header = ["metric", "front model", "end model", "best front layer", "best end layer", "score", "family-wise p"]
     if aggregates:
         header += ["max: tau", "max: calibrated", "mean: score", "mean: p-value", "mean: tau", "mean: calibrated"]
-    rows = []
+    rows, blocks = [], blocks_of(grid)
     for metric in grid.metrics:
         for front in grid.models:
             for end in grid.models:
-                if not any(grid.nodes[i][0] == front and grid.nodes[j][0] == end
-                           for (m, i, j) in grid.cells if m == metric):
+                if (metric, front, end) not in blocks:
                     continue
                 try:
                     best = grid.best_pair(metric, front, end)
@@ -124,13 +123,6 @@ def _agg_cell(value: dict | str, key: str, fmt: str = ".4f") -> Any:
     return value if isinstance(value, str) else Number(value.get(key), fmt)
 
 
-def _best_or_none(grid: Grid, metric: str, front: str, end: str) -> dict | None:
-    try:
-        return grid.best_pair(metric, front, end)
-    except ValueError:
-        return None
-
-
 def _histogram(own: list[float], block: list[float] | None) -> dict:
     """Counts of both nulls over one set of bins spanning their values (the observed score is drawn as a line)."""
     values = np.asarray(own + (block or []), dtype=np.float64)
@@ -150,13 +142,13 @@ def null_section(grid: Grid) -> Section | None:
                   key=lambda k: (own(k), grid.metrics.index(k[0]), k[1], k[2]))
     if not kept:
         return None
-    cells, observed, choices = [], [], []
+    cells, observed, choices, blocks = [], [], [], blocks_of(grid)
     for key in kept[:NULL_CELLS]:
         metric, i, j = key
         (fm, fl), (em, el) = grid.nodes[i], grid.nodes[j]
         label = f"{metric} | {fm}:{fl} -> {em}:{el}"
         cell, block = grid.cells[key], grid.block_nulls.get((metric, fm, em))
-        best = _best_or_none(grid, metric, fm, em)
+        best = best_or_none(grid, metric, fm, em, blocks)
         choices.append(label)
         cells.append({"cell": label, **_histogram(grid.cell_nulls[key], block)})
         observed.append(clean({"cell": label, "observed score": cell.score, "p-value": cell.details.get("p_value"),

@@ -17,11 +17,18 @@ from .meaning import axis_domain, axis_kind, axis_title
 from .page import Chart, Section, Text
 from .rows import clean
 
-__all__ = ["block_rows", "zoo_sections", "distances", "mds", "dendrogram_lines"]
+__all__ = ["block_rows", "zoo_sections", "distances", "mds", "dendrogram_lines", "blocks_of", "best_or_none"]
 
 
-def _best(grid: Any, metric: str, front: str, end: str) -> dict | None:
-    if not any(grid.nodes[i][0] == front and grid.nodes[j][0] == end for (m, i, j) in grid.cells if m == metric):
+def blocks_of(grid: Any) -> set[tuple[str, str, str]]:
+    """The ``(metric, front model, end model)`` blocks that have at least one cell in ``grid``."""
+    return {(m, grid.nodes[i][0], grid.nodes[j][0]) for (m, i, j) in grid.cells}
+
+
+def best_or_none(grid: Any, metric: str, front: str, end: str, blocks: set | None = None) -> dict | None:
+    """``grid.best_pair(metric, front, end)``, or None when the block has no cell (``blocks``: `blocks_of`, when
+    known) or no scored one."""
+    if (metric, front, end) not in (blocks if blocks is not None else blocks_of(grid)):
         return None
     try:
         return grid.best_pair(metric, front, end)
@@ -32,10 +39,10 @@ def _best(grid: Any, metric: str, front: str, end: str) -> dict | None:
 def block_rows(grid: Any, metric: str) -> list[dict]:
     """One row per model pair (a block of the grid): its best cell's score, layers and family-wise p-value
     (``{"front model", "end model"}`` alone where the block has no scored cell)."""
-    rows = []
+    rows, blocks = [], blocks_of(grid)
     for front in grid.models:
         for end in grid.models:
-            best = _best(grid, metric, front, end)
+            best = best_or_none(grid, metric, front, end, blocks)
             row: dict[str, Any] = {"front model": front, "end model": end}
             if best is not None:
                 row.update({"best score": best["score"], "front layer": best["front_layer"],
@@ -54,12 +61,12 @@ def distances(grid: Any, metric: str, distance_kind: bool) -> tuple[np.ndarray |
             (a similarity) of the block's best cell, 0 on the diagonal; None with ``missing`` naming the pairs
             that have no scored block in either order.
     """
-    models = grid.models
+    models, blocks = grid.models, blocks_of(grid)
     n = len(models)
     one = np.full((n, n), np.nan)
     for a, front in enumerate(models):
         for b, end in enumerate(models):
-            best = _best(grid, metric, front, end) if a != b else None
+            best = best_or_none(grid, metric, front, end, blocks) if a != b else None
             if best is not None and np.isfinite(best["score"]):
                 one[a, b] = best["score"] if distance_kind else max(0.0, 1.0 - best["score"])
     both = np.stack([one, one.T])
