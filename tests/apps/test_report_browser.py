@@ -15,7 +15,7 @@ from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 from similarity_plugins.cli.main import main
-from tests.helpers.browser import blank, chromium, visit
+from tests.helpers.browser import blank, chromium, first_tooltip, visit
 from tests.helpers.models import tiny_cnn
 from tests.helpers.report_results import comparison, zoo
 
@@ -68,6 +68,13 @@ def test_a_zoo_from_compare_grid_renders_in_chromium(browser, tmp_path):
     grid.to_json(tmp_path / "zoo.json")
     assert main(["report", str(tmp_path / "zoo.json")]) == 0  # next to the JSON by default
     assert (tmp_path / "zoo.html").read_bytes() == grid.to_html().encode()
+    first = grid.cells[("cka-linear", 0, 0)]  # the first cell drawn: its tooltip shows its values unrounded
+    shown = first_tooltip(tmp_path / "zoo.html", "heatmap cka-linear")
+    lines = [line.strip() for line in shown.splitlines() if line.strip()]
+    assert lines[:4] == ["front", "m0:block2", "end", "m0:block2"]
+    for key, value in (("score", first.score), ("p-value", first.details["p_value"]), ("seconds", first.seconds)):
+        assert lines[lines.index(key) + 1] == (str(int(value)) if float(value).is_integer() else repr(value))
+    assert not any(line.endswith("_sort_index") for line in lines)
 
 
 def test_a_grid_with_failures_calibrated_scores_and_a_study_page_render_in_chromium(browser, tmp_path):

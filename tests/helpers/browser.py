@@ -95,6 +95,28 @@ def visit(path: str | os.PathLike, *, loads: int = 1, width: int = 1400, height:
     return Visit(best, console, errors, requests, charts, tables, images, shot)
 
 
+def first_tooltip(path: str | os.PathLike, chart: str) -> str:
+    """The text of the tooltip shown when the pointer rests on the first mark of the chart named ``chart``."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        context = p.chromium.launch_persistent_context(profile, executable_path=executable, headless=True, args=FLAGS,
+                                                       viewport={"width": 1400, "height": 1000})
+        try:
+            page = context.new_page()
+            page.goto("file://" + os.path.abspath(os.fspath(path)))
+            page.wait_for_selector("body[data-charts=drawn]", timeout=60_000)
+            mark = page.query_selector(f'[data-chart="{chart}"] svg .mark-rect path')
+            mark.scroll_into_view_if_needed()
+            box = mark.bounding_box()
+            page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            page.wait_for_selector("#vg-tooltip-element.visible", timeout=10_000)
+            return page.inner_text("#vg-tooltip-element")
+        finally:
+            context.close()
+
+
 def blank(png: bytes) -> bool:
     """Whether a screenshot is blank: fewer than 16 distinct colours (a page with text and charts has hundreds)."""
     from PIL import Image

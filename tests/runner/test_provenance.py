@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 
 import numpy as np
+import pytest
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
@@ -97,3 +98,22 @@ def test_a_grid_records_each_model_and_from_a_store_what_the_store_recorded(tmp_
     alone = sp.compare_grid(metrics=["cka-linear"], pairs="across", store=tmp_path).meta["provenance"]
     assert {m: alone["models"][m]["fingerprint"] for m in models} == {m: module_digest([v]) for m, v in models.items()}
     assert alone["models"]["a"]["store"] == str(tmp_path) and alone["data"]["test"]["size"] == 24
+
+
+def test_a_gpu_run_records_the_gpu(monkeypatch):
+    import types
+
+    from similarity_plugins.runner.provenance import machine
+
+    card = types.SimpleNamespace(name="Test GPU", total_memory=80 * 2**30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: card)
+    record = machine(torch.device("cuda", 0))
+    assert record["gpu"] == "Test GPU" and record["gpu_memory_gib"] == 80.0 and record["device"] == "cuda:0"
+    assert "gpu" not in machine(torch.device("cpu"))
+
+
+@pytest.mark.gpu
+def test_compare_on_a_gpu_records_its_name():
+    report = sp.compare(tiny_cnn(seed=0), tiny_cnn(seed=1), "block3", _data(), ["cka-linear"], device="cuda")
+    machine = report.meta["provenance"]["machine"]
+    assert machine["gpu"] == torch.cuda.get_device_name(0) and machine["device"].startswith("cuda")

@@ -18,9 +18,9 @@ from .rows import TABLE_HEADER, clean, result_fields, table_cells
 
 __all__ = ["report_sections", "study_sections", "report_infos"]
 
-INTERVAL_NOTE = ("Bars: the 95% interval of each score (over seeds when the metric was repeated, else a bootstrap "
-                 "over test samples); none where the metric gives none. Hover a point for its exact values, p-value "
-                 "and time.")
+INTERVAL_NOTE = ("One y axis per kind of score. Bars: the 95% interval of each score (over seeds when the metric was "
+                 "repeated, else a bootstrap over test samples; none where the metric gives none); p: the permutation "
+                 "p-value where the metric ran a test. Hover a point for its exact values and time.")
 
 
 def report_infos(report: Report) -> dict[str, dict]:
@@ -53,8 +53,8 @@ def score_charts(report: Report, infos: Mapping[str, dict], name: str) -> list:
             continue
         parts.append(Chart(f"{name} {kind}", charts.score_panels(mine, metrics, report.layers, axis_title(kind),
                                                                   axis_domain([infos.get(m, {}) for m in metrics])),
-                           f"{axis_title(kind).capitalize()}: {', '.join(metrics)}. {INTERVAL_NOTE}"))
-    return parts
+                           f"{axis_title(kind).capitalize()}: {', '.join(metrics)}."))
+    return [Text([INTERVAL_NOTE], note=True)] + parts if parts else parts
 
 
 def sweep_charts(reports: Mapping[str, Report], infos: Mapping[str, dict], name: str) -> list:
@@ -71,8 +71,8 @@ def sweep_charts(reports: Mapping[str, Report], infos: Mapping[str, dict], name:
             continue
         parts.append(Chart(f"{name} {kind}", charts.sweep_lines(mine, chosen, cuts, list(reports), axis_title(kind),
                                                                  axis_domain([infos.get(m, {}) for m in chosen])),
-                           f"{axis_title(kind).capitalize()} against depth, shallow to deep. {INTERVAL_NOTE}"))
-    return parts
+                           f"{axis_title(kind).capitalize()} against depth, shallow to deep."))
+    return [Text([INTERVAL_NOTE], note=True)] + parts if parts else parts
 
 
 def numbers_table(report: Report, name: str) -> Table:

@@ -103,6 +103,8 @@ p.note { color: var(--muted); font-size: 13px; }
 figure { margin: 10px 0 16px; }
 figcaption { color: var(--muted); font-size: 12.5px; margin-top: 4px; max-width: 1100px; }
 .chart { overflow-x: auto; }
+figure.chart-figure { display: inline-block; vertical-align: top; margin: 10px 36px 16px 0; max-width: 100%; }
+figure.chart-figure figcaption { max-width: 560px; }
 .table-wrap { overflow-x: auto; margin: 8px 0 14px; }
 table { border-collapse: collapse; font-size: 13px; }
 th, td { border: 1px solid var(--line); padding: 3px 8px; text-align: left; vertical-align: top; }
@@ -118,7 +120,15 @@ footer { color: var(--muted); font-size: 12px; padding: 12px 28px 24px; border-t
 SCRIPT = """
 (function () {
   var specs = JSON.parse(document.getElementById("sp-specs").textContent);
-  var options = {renderer: "svg", mode: "vega-lite",
+  function tooltip(value, escape) {  // a row's fields, without the sort keys Vega-Lite adds to it
+    if (value === null || typeof value !== "object") { return escape(String(value)); }
+    return "<table>" + Object.keys(value).filter(function (key) { return !/_sort_index$/.test(key); })
+      .map(function (key) {
+        return "<tr><td class=\\"key\\">" + escape(key) + "</td><td class=\\"value\\">" + escape(String(value[key]))
+          + "</td></tr>";
+      }).join("") + "</table>";
+  }
+  var options = {renderer: "svg", mode: "vega-lite", tooltip: {formatTooltip: tooltip},
                  actions: {export: true, source: false, compiled: false, editor: false}};
   var jobs = Object.keys(specs).map(function (id) {
     var box = document.getElementById(id);
@@ -171,7 +181,8 @@ def _parts(parts: list, specs: dict[str, dict], schema: str, depth: int) -> str:
             box = f"chart-{len(specs)}"
             specs[box] = {"$schema": schema, **part.spec}
             caption = f"<figcaption>{_e(part.caption)}</figcaption>" if part.caption else ""
-            out.append(f'<figure><div class="chart" id="{box}" data-chart="{_e(part.name)}"></div>{caption}</figure>')
+            out.append(f'<figure class="chart-figure"><div class="chart" id="{box}" data-chart="{_e(part.name)}"></div>'
+                       f"{caption}</figure>")
         elif isinstance(part, Table):
             out.append(_table(part))
         elif isinstance(part, Text):
