@@ -719,7 +719,7 @@ def _study_writers(tmp_path):
     pairs = {"a -> b": report(demo.METRICS), "a -> c": report(demo.METRICS)}
     return {
         "shortcut": (lambda out: demo.write_files(out, pairs, {}, demo.DemoConfig.quick(), 0, ["x"], [], iris),
-                     ["report.json", "report.csv", "similarity.png", "iris.png"]),
+                     ["report.json", "report.csv", "similarity.png", "iris.png", "report.html"]),
         "robustness": (lambda out: robustness.write_files(out, {t: report(robustness.METRICS) for t in robustness.PAIRS},
                                                           {}, robustness.RobustnessConfig.quick(), 0, ["x"], {}, iris),
                        ["report.json", "report.csv", "similarity.png", "iris.png"]),
