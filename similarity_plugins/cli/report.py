@@ -12,17 +12,13 @@ from .outputs import resolve_outputs
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..apps.report import MissingRuntime, read_result, write_html
+    from ..apps.report import read_result, write_html
 
     if args.out is None:
         args.out = os.path.splitext(os.fspath(args.result))[0] + ".html"
     resolve_outputs(args, ["--out"], {"RESULT": args.result})
     result, images, notes = read_result(args.result)
-    try:
-        text = write_html(result, args.out, title=args.title, images=images, notes=notes)
-    except MissingRuntime as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    text = write_html(result, args.out, title=args.title, images=images, notes=notes)  # MissingExtra: main says it
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"wrote {args.out} ({len(text.encode('utf-8')) / 1e6:.2f} MB; it opens without a network)")

@@ -271,12 +271,25 @@ def test_a_missing_runtime_names_the_install(tmp_path, monkeypatch, capsys):
     from similarity_plugins.cli.main import main
 
     monkeypatch.setitem(sys.modules, "vl_convert", None)
-    with pytest.raises(app.MissingRuntime, match=r'pip install "similarity-plugins\[report\]"'):
+    from similarity_plugins.utils.extras import MissingExtra
+
+    with pytest.raises(MissingExtra, match=r'pip install "similarity-plugins\[report\]"'):
         comparison().to_html()
     comparison().to_json(tmp_path / "r.json")
     assert main(["report", str(tmp_path / "r.json")]) == 2
     assert 'pip install "similarity-plugins[report]"' in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.slow  # draws the demo's figures (about a second)
+def test_the_demo_without_the_runtime_writes_its_other_files_and_says_why(tmp_path, monkeypatch, capsys):
+    from similarity_plugins.apps.studies import shortcut
+
+    monkeypatch.setitem(sys.modules, "vl_convert", None)
+    written = shortcut.write_files(str(tmp_path), {"a -> b": comparison()}, {}, shortcut.DemoConfig.quick(), 0,
+                                   ["x"], [], None)
+    assert sorted(p.rsplit("/", 1)[1] for p in written) == ["report.csv", "report.json", "similarity.png"]
+    assert 'report.html is not written' in capsys.readouterr().err
 
 
 def test_the_runtime_is_built_once_and_kept_checked_in_the_cache_folder(tmp_path, monkeypatch):

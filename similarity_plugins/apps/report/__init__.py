@@ -23,9 +23,9 @@ from .compare_view import report_sections, study_sections
 from .grid_view import grid_lines, grid_sections
 from .page import Section, page_html
 from .provenance_view import provenance_section
-from .runtime import MissingRuntime, runtime_versions, vega_runtime
+from .runtime import runtime_versions, vega_runtime
 
-__all__ = ["write_html", "page_parts", "read_result", "MissingRuntime"]
+__all__ = ["write_html", "page_parts", "read_result"]
 
 
 def _report_page(report: Report, title: str | None) -> tuple[str, list[str], list]:
@@ -93,7 +93,8 @@ def write_html(result: Report | Grid | Mapping[str, Any], path: str | os.PathLik
         The page's HTML text (about 0.9 MB of it the inlined chart runtime).
 
     Raises:
-        MissingRuntime: the chart runtime (vl-convert-python) is not installed; the message names the install.
+        MissingExtra: the chart runtime (vl-convert-python) is not installed; the message names the install
+            (`similarity_plugins.utils.extras`).
         TypeError: ``result`` is none of the above.
     """
     parts = page_parts(result, title=title, images=images, notes=notes)

@@ -12,23 +12,15 @@ from __future__ import annotations
 import hashlib
 import os
 
-__all__ = ["MissingRuntime", "vega_runtime", "runtime_versions", "runtime_cache_path"]
+__all__ = ["vega_runtime", "runtime_versions", "runtime_cache_path"]
 
-INSTALL = 'pip install "similarity-plugins[report]"'
 _HEADER = "// similarity-plugins vega runtime sha256="
 
 
-class MissingRuntime(ImportError):
-    """The page's chart runtime (the ``vl-convert-python`` package) is not installed; the message says how."""
-
-
 def _vl_convert():
-    try:
-        import vl_convert
-    except ImportError as exc:
-        raise MissingRuntime(f"the HTML report needs the package vl-convert-python (the Vega runtime every page "
-                             f"carries inside it), which is not installed: {INSTALL}") from exc
-    return vl_convert
+    from ...utils.extras import require
+
+    return require("vl_convert", "report", "the HTML report (the Vega runtime every page carries)")
 
 
 def runtime_cache_path() -> str:
@@ -67,7 +59,7 @@ def vega_runtime() -> str:
         The script's text (about 0.9 MB), safe inside a ``<script>`` element.
 
     Raises:
-        MissingRuntime: vl-convert-python is not installed (the message names the install command).
+        MissingExtra: vl-convert-python is not installed (the message names the install command).
     """
     path = runtime_cache_path()
     text = _cached(path)

@@ -314,6 +314,7 @@ def write_files(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: D
     `iris_of_sweep` returns), ``iris.png`` into ``out_dir``, all or none; returns their paths."""
     import json
 
+    from ...utils.extras import MissingExtra
     from ..gallery import iris_figure
     from ..plots import sweep_figure
     from ..report import write_html
@@ -335,5 +336,8 @@ def write_files(out_dir: str, reports: dict[str, Report], accuracy: dict, cfg: D
     if iris is not None:
         files["iris.png"] = iris_figure(*iris, title=gallery)
     images = {"iris.png": (files["iris.png"], gallery)} if iris is not None else {}
-    files["report.html"] = write_html(json.loads(text), None, images=images)  # the page `report report.json` makes
+    try:
+        files["report.html"] = write_html(json.loads(text), None, images=images)  # the page `report report.json` makes
+    except MissingExtra as exc:  # an install without the report's runtime: the study's other files still come
+        print(f"warning: report.html is not written: {exc}", file=sys.stderr, flush=True)
     return write_study(out_dir, files)
