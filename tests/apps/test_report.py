@@ -148,6 +148,25 @@ def test_a_grid_shows_heatmaps_best_pairs_nulls_failures_and_the_zoo():
     assert reverse is True  # a distance's colours are reversed, so that bright means alike in every map
 
 
+def test_the_best_pairs_table_shows_the_aggregates_where_the_grid_computes_them():
+    """The agreed interface of calibrated aggregates (issue 59): ``Grid.aggregate(metric, front, end, agg)`` ->
+    ``{"score", "p_value", "tau", "calibrated"}``, or a ValueError naming what is missing; a grid that has it gets six
+    more columns (here a grid whose aggregate is written in the test, until the package's own lands)."""
+    class Aggregating(sp.Grid):
+        def aggregate(self, metric, front, end, agg="max"):
+            if front == end:
+                raise ValueError(f"no aggregate for {front} x {end}")
+            return {"score": 0.25 if agg == "mean" else 0.5, "p_value": 0.125, "tau": 0.375, "calibrated": 0.0625}
+
+    base = zoo(models=2, layers=2, fail=False)
+    grid = Aggregating(base.nodes, base.metrics, base.cells, base.info, base.meta, base.block_nulls, base.cell_nulls)
+    text = html.unescape(render(grid))
+    table = text.split('data-table="best pairs"')[1].split("</table>")[0]
+    assert "mean: calibrated" in table and "no aggregate for m0 x m0" in table
+    for value in (0.25, 0.125, 0.375, 0.0625):
+        assert f'data-value="{value!r}"' in table
+
+
 def test_the_null_histogram_bins_the_kept_nulls_of_each_blocks_best_cell():
     grid = zoo(permutations=19, fail=False)
     spec = specs(render(grid))["permutation nulls"]

@@ -67,10 +67,9 @@ def page_parts(result: Report | Grid | Mapping[str, Any], *, title: str | None =
     Raises:
         TypeError: ``result`` is not a `Report`, a `Grid` or a study's payload.
     """
-    if isinstance(result, Report):
-        return _report_page(Report.from_dict(result.to_dict()), title)
-    if isinstance(result, Grid):
-        return _grid_page(Grid.from_dict(result.to_dict()), title)
+    if isinstance(result, (Report, Grid)):  # its JSON form, read back by its own class (a subclass keeps its methods)
+        copy = type(result).from_dict(result.to_dict())
+        return _report_page(copy, title) if isinstance(copy, Report) else _grid_page(copy, title)
     if isinstance(result, Mapping) and isinstance(result.get("pairs"), Mapping):
         return _study_page(result, title, images or {}, list(notes or []))
     raise TypeError(f"an HTML report draws a Report, a Grid or a study's payload, not {type(result).__name__}")
