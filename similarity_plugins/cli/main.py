@@ -10,6 +10,7 @@ from typing import NoReturn, Sequence
 
 from .. import __version__
 from ..utils.extras import MissingExtra
+from ..utils.text import command_line
 from . import bench, catalog, compare, demo, grid, iris, report, score, store, study, train
 from .common import Terminated, add_progress_args, interrupted_code, terminate_as_interrupt
 
@@ -57,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.manual_seed(int(getattr(args, "seed", 0) or 0))  # the same untrained models on every rank
     try:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), command_line():  # messages name commands (utils.text.how_to)
             return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader left (``| head -1``): the files were written before the table
         _silence_stdout()

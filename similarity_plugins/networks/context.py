@@ -55,9 +55,11 @@ class Context:
     them once per node with [`derived`][derived]), ``derived_bytes`` (None, or the most bytes [`derived`][derived]
     keeps, with the activations read through ``loaders``; least recently used entries beyond it are dropped and
     computed or read again when asked for), ``loaders`` (``{activation key: read()}``: activations that can be
-    read again, from an activation store, instead of computed; read on first use), ``versions`` (the in-place
-    write counters of the shared tensors in ``memo``), ``train_only`` (the memo keys whose values depend on the
-    models and the train split alone). The settings (`SETTINGS`) are the constructor's arguments.
+    read again, from an activation store, instead of computed; read on first use), ``row_sources``
+    (``{activation key: rows}``: the same activations as rows on disk that a measure may read in blocks,
+    [`row_source`][row_source]), ``versions`` (the in-place write counters of the shared tensors in ``memo``),
+    ``train_only`` (the memo keys whose values depend on the models and the train split alone). The settings
+    (`SETTINGS`) are the constructor's arguments.
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,
@@ -76,6 +78,7 @@ class Context:
         self.derived_bytes = derived_bytes
         self._derived: OrderedDict[Hashable, int] = OrderedDict()  # droppable keys, least recently used first
         self.loaders: dict[Hashable, Callable[[], torch.Tensor]] = {}
+        self.row_sources: dict[Hashable, Any] = {}
         self.train_only: set[Hashable] = set()   # memo keys whose values depend on the models and Data.train alone
 
     def derive(self, *, keep: Callable[[Hashable], bool] | None = None, **settings: Any) -> Context:
@@ -83,10 +86,10 @@ class Context:
 
         Args:
             keep: None: the child shares this context's caches (the memo with the write counters of its shared
-                tensors, the sizes of its derived entries and its train-only marks, and the readers of stored
+                tensors, the sizes of its derived entries and its train-only marks, and the readers and rows of stored
                 activations), so what either computes, both have. A predicate on keys: the child gets caches of its
                 own, holding this context's memo entries whose key passes, each with its write counter, size and
-                train-only mark, and the readers whose key passes; later entries of either are their own.
+                train-only mark, and the readers and rows whose key passes; later entries of either are their own.
             **settings: new values of any of `SETTINGS` (``data``, ``seed``, ``device``, ``options``, ...).
 
         Returns:
@@ -101,7 +104,7 @@ class Context:
         child = Context(**{name: settings.get(name, getattr(self, name)) for name in SETTINGS})
         if keep is None:
             child.memo, child.versions, child.loaders = self.memo, self.versions, self.loaders
-            child._derived, child.train_only = self._derived, self.train_only
+            child._derived, child.train_only, child.row_sources = self._derived, self.train_only, self.row_sources
             return child
         # snapshots first: an abandoned metric thread may still be writing into this context
         child.memo = {key: value for key, value in list(self.memo.items()) if keep(key)}
@@ -109,6 +112,7 @@ class Context:
         child._derived = OrderedDict((key, size) for key, size in list(self._derived.items()) if key in child.memo)
         child.train_only = {key for key in list(self.train_only) if key in child.memo}
         child.loaders = {key: read for key, read in list(self.loaders.items()) if keep(key)}
+        child.row_sources = {key: rows for key, rows in list(self.row_sources.items()) if keep(key)}
         return child
 
     def for_call(self, data: Data, *, seed: int, device: torch.device, options: dict | None,
@@ -322,6 +326,14 @@ class Context:
         else:
             acts = self.remember(key, compute)
         return flatten(acts) if flat else acts
+
+    def row_source(self, model: nn.Module, layer: str, split: str = "test") -> Any | None:
+        """The activations of ``model`` at ``layer`` as rows on disk, when they come from an activation store and are
+        not held in memory yet: an object with ``shape`` (N, D) whose slices ``rows[i:j]`` are NumPy arrays (the
+        store's entry in the grid's sample order). A measure that reduces to sums over samples may read it in
+        blocks instead of calling [`activations`][activations]; None: read them with `activations`."""
+        key = ("activations", id(model), layer, split)
+        return None if key in self.memo else self.row_sources.get(key)
 
     def outputs(self, model: nn.Module, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (N, classes) and labels (N,) of ``model`` on a split, on the CPU, memoised (sharded like

@@ -15,13 +15,12 @@ message, so no rank is left waiting in a collective that the failing rank will n
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 
-from ..utils.digest import update_tensor_digest
+from ..utils.digest import fast_hash, update_tensor_digest
 from .fingerprint import update_module_configs
 
 __all__ = ["World", "CollectiveError", "current_world", "register_world_factory", "module_digest"]
@@ -188,9 +187,9 @@ class World:
 
 
 def module_digest(modules: Iterable[nn.Module]) -> str:
-    """SHA-256 (hex) over every parameter and buffer of ``modules`` (names, shapes, dtypes, bytes) and each
-    submodule's class and non-tensor configuration (`module_config`)."""
-    h = hashlib.sha256()
+    """A digest (hex, `fast_hash`) over every parameter and buffer of ``modules`` (names, shapes, dtypes, bytes;
+    each tensor once) and each submodule's class and non-tensor configuration (`module_config`)."""
+    h = fast_hash()
     for i, module in enumerate(modules):
         for name, t in list(module.named_parameters()) + list(module.named_buffers()):
             update_tensor_digest(h, f"{i}|{name}", t)

@@ -1,60 +1,59 @@
-"""An activation store on disk: one entry per (model, layer), chunked ``.npy`` files with a checksum each.
+"""An activation store on disk: one entry per (model, layer), chunked ``.npy`` files named by their content.
 
-Layout of a store folder ``STORE`` (every file written atomically with `atomic_write`):
+Layout of a store folder ``STORE`` (`store_paths` holds the names and the checks that keep files inside it):
 
 ```text
-STORE/store.json                         {"format": "similarity-plugins-store-1"}
-STORE/<model>/<layer>/manifest.json      the entry: names, key, fingerprints, shape, dtype, chunks, provenance
-STORE/<model>/<layer>/<key>/<start>-<stop>.npy    rows start..stop-1, an (n_i, D) array (NumPy format)
-STORE/<model>/<layer>/<key>/<start>-<stop>.json   that chunk's SHA-256 and data digest, written after it
+STORE/store.json                       {"format": "similarity-plugins-store-2"}
+STORE/<model>/<layer>/manifest.json    the entry: names, key, fingerprints, shape, dtype, samples, chunks, provenance
+STORE/<model>/<layer>/<key>/<start>-<stop>-<inputs>-<checksum>.npy   rows start..stop-1, an (n_i, D) array
+STORE/<model>/<layer>/<key>/ids-<checksum>.npy        (N,) int64: the sample id of each row
+STORE/<model>/<layer>/<key>/digests-<checksum>.npy    (N, 2) uint64: each row's input digest (extracted entries)
 ```
 
-``<model>`` and ``<layer>`` are the names, percent-quoted for the file system. ``<key>`` is the entry's content
-address: a digest of the model's fingerprint, the layer and the pooling. The manifest is written once, when
-every chunk is present; until then an entry is partial and `Store.load` refuses it. A chunk is verified
-against its SHA-256 the first time it is read; a mismatch raises `CorruptChunk` naming the file.
+``<model>`` and ``<layer>`` are the names quoted for the file system (`quote_name`). ``<key>`` is the entry's content
+address: a digest of everything that makes its rows (`store_fill`). A chunk's name holds the digest of the inputs
+it was made from and the checksum (XXH3-128) of its bytes, so two runs on other data never write one file. The
+manifest is written once, from the chunks the writing run made or checked itself; until then an entry is partial
+and `Store.load` refuses it. A chunk is verified against its checksum the first time it is read.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import io
-import json
 import os
 import shutil
-import urllib.parse
 import uuid
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..utils.io import atomic_write, write_json
+from ..utils.digest import FAST_HASH, fast_hash
+from ..utils.io import atomic_write, json_text
+from ..utils.text import how_to
+from .store_manifest import checked_manifest, manifest_files
+from .store_paths import (
+    CHUNK,
+    FORMAT,
+    KEY,
+    OLD_FORMATS,
+    SAMPLES,
+    CorruptChunk,
+    StoreError,
+    checked_folder,
+    chunk_file,
+    extract_again,
+    member,
+    quote_name,
+    read_store_json,
+)
 
 __all__ = ["Store", "StoredArray", "CorruptChunk", "StoreError"]
 
-FORMAT = "similarity-plugins-store-1"
 
-
-class StoreError(ValueError):
-    """A store entry that is missing, partial or does not match what was asked for."""
-
-
-class CorruptChunk(StoreError):
-    """A chunk file whose bytes do not match the checksum recorded when it was written."""
-
-
-def _quote(name: str) -> str:
-    return urllib.parse.quote(name, safe="._-") or "%00"
-
-
-def chunk_name(start: int, stop: int) -> str:
-    """The file stem of the chunk holding rows ``start .. stop-1``."""
-    return f"{start:012d}-{stop:012d}"
-
-
-def file_sha256(path: str) -> str:
-    """SHA-256 (hex) of a file's bytes, read in 4 MiB pieces."""
-    h = hashlib.sha256()
+def file_checksum(path: str) -> str:
+    """The checksum (`fast_hash`, hex) of a file's bytes, read in 4 MiB pieces."""
+    h = fast_hash()
     with open(path, "rb") as fh:
         for piece in iter(lambda: fh.read(1 << 22), b""):
             h.update(piece)
@@ -62,12 +61,12 @@ def file_sha256(path: str) -> str:
 
 
 def write_npy(fh: BinaryIO, array: np.ndarray) -> str:
-    """Write ``array`` to the binary file ``fh`` as ``np.save`` does (``.npy`` version 1.0) and return the SHA-256
-    (hex) of the bytes written, computed from memory as they are written (no second read of the file)."""
+    """Write ``array`` to the binary file ``fh`` as ``np.save`` does (``.npy`` version 1.0) and return the checksum
+    (`fast_hash`, hex) of the bytes written, computed from memory as they are written (no second read)."""
     array = np.ascontiguousarray(array)
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
-    h = hashlib.sha256(header.getvalue())
+    h = fast_hash(header.getvalue())
     fh.write(header.getvalue())
     if array.size:
         data = array.reshape(-1).view(np.uint8)
@@ -76,10 +75,19 @@ def write_npy(fh: BinaryIO, array: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def entry_key(model_fingerprint: str, layer: str, pooling: str | None) -> str:
-    """The content address of an entry: 24 hex digits of SHA-256 over the model fingerprint, layer and pooling."""
-    text = json.dumps([FORMAT, model_fingerprint, layer, pooling])
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+def write_named(folder: str, array: np.ndarray, name_of: Callable[[str], str]) -> str:
+    """Write ``array`` as ``.npy`` into ``folder`` under the name ``name_of(checksum)``, atomically (one fsync; a link
+    already at that name is replaced, never followed); returns the name."""
+    staging = os.path.join(folder, f".writing-{uuid.uuid4().hex}.npy")
+    with atomic_write(staging, follow_links=False) as fh:
+        name = name_of(write_npy(fh, array))
+    try:
+        os.replace(staging, os.path.join(folder, name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(staging)
+        raise
+    return name
 
 
 class StoredArray:
@@ -87,14 +95,17 @@ class StoredArray:
 
     ``arr[i:j]`` and ``arr[idx]`` return NumPy copies of those rows; ``np.asarray(arr)`` reads everything;
     ``chunks()`` yields ``(start, block)`` with ``block`` a read-only memory map (n_i, D). Each chunk is checked
-    against its SHA-256 the first time it is touched (`CorruptChunk` names the file).
+    against its checksum the first time it is touched (`CorruptChunk` names the file). ``model``, ``layer`` and
+    ``store`` name the entry; `sample_ids` and `sample_digests` say which sample each row holds.
     """
 
-    def __init__(self, folder: str, chunks: list[dict], shape: tuple[int, int], dtype: str) -> None:
-        self.folder, self._chunks = folder, chunks
-        self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(dtype)
-        self._starts = np.array([c["start"] for c in chunks], dtype=np.int64)
-        self._verified: set[int] = set()
+    def __init__(self, store: Store, manifest: dict, folder: str) -> None:
+        self.store, self.model, self.layer, self.manifest = store, manifest["model"], manifest["layer"], manifest
+        self.folder, self._chunks = folder, manifest["chunks"]
+        self.shape = (int(manifest["shape"][0]), int(manifest["shape"][1]))
+        self.dtype = np.dtype(manifest["dtype"])
+        self._starts = np.array([c["start"] for c in self._chunks], dtype=np.int64)
+        self._verified: set[str] = set()
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -104,20 +115,30 @@ class StoredArray:
         """Bytes of the whole array (N * D * itemsize)."""
         return self.shape[0] * self.shape[1] * self.dtype.itemsize
 
+    @property
+    def name(self) -> str:
+        """``"model:layer"`` of the entry, for messages."""
+        return f"{self.model}:{self.layer}"
+
+    def _checked(self, name: str, pattern: Any) -> str:
+        """The path of the entry's file ``name``, its bytes checked against the checksum in its name once."""
+        path = member(self.folder, name, pattern, f"the manifest of {self.name} in {self.store.path}")
+        if name not in self._verified:
+            if not os.path.exists(path):
+                raise CorruptChunk(f"{path} is missing (removed after the entry was written); {extract_again()}")
+            if file_checksum(path) != pattern.fullmatch(name).groups()[-1]:
+                raise CorruptChunk(f"{path} does not match its checksum (the file changed or is damaged); delete "
+                                   f"it and {extract_again()}")
+            self._verified.add(name)
+        return path
+
     def _block(self, k: int) -> np.ndarray:
         chunk = self._chunks[k]
-        path = os.path.join(self.folder, chunk["file"])
-        if k not in self._verified:
-            if not os.path.exists(path):
-                raise CorruptChunk(f"chunk {path} is missing; run extract again to rewrite it")
-            if file_sha256(path) != chunk["sha256"]:
-                raise CorruptChunk(f"chunk {path} does not match its checksum (the file changed or is damaged); "
-                                   "delete it and run extract again to rewrite it")
-            self._verified.add(k)
-        block = np.load(path, mmap_mode="r")
+        path = self._checked(chunk["file"], CHUNK)
+        block = np.load(path, mmap_mode="r", allow_pickle=False)
         if block.shape != (chunk["stop"] - chunk["start"], self.shape[1]) or block.dtype != self.dtype:
-            raise CorruptChunk(f"chunk {path} holds {block.shape} {block.dtype}, expected "
-                               f"{(chunk['stop'] - chunk['start'], self.shape[1])} {self.dtype}")
+            raise CorruptChunk(f"chunk {path} holds {block.shape} {block.dtype}, its manifest says "
+                               f"{(chunk['stop'] - chunk['start'], self.shape[1])} {self.dtype}; {extract_again()}")
         return block
 
     def chunks(self) -> Iterator[tuple[int, np.ndarray]]:
@@ -147,37 +168,71 @@ class StoredArray:
         whole = self[:]
         return whole if dtype is None else whole.astype(dtype)
 
+    def sample_ids(self) -> np.ndarray:
+        """The (N,) int64 sample id of each row, checked against its checksum."""
+        path = self._checked(self.manifest["samples"]["ids"], SAMPLES["ids"])
+        ids = np.load(path, allow_pickle=False)
+        if ids.shape != (self.shape[0],) or ids.dtype.kind not in "iu":
+            raise StoreError(f"{path} holds {ids.shape} {ids.dtype}, not ({self.shape[0]},) sample ids; "
+                             f"{extract_again()}")
+        return ids.astype(np.int64, copy=False)
+
+    def sample_digests(self) -> np.ndarray | None:
+        """The (N, 2) uint64 digest of each row's inputs and label (entries made by ``extract``), or None (``put``)."""
+        name = self.manifest["samples"].get("digests")
+        if name is None:
+            return None
+        digests = np.load(self._checked(name, SAMPLES["digests"]), allow_pickle=False)
+        if digests.shape != (self.shape[0], 2) or digests.dtype != np.uint64:
+            raise StoreError(f"the sample digests of {self.name} hold {digests.shape} {digests.dtype}; "
+                             f"{extract_again()}")
+        return digests
+
     def __repr__(self) -> str:
-        return f"StoredArray(shape={self.shape}, dtype={self.dtype}, chunks={len(self._chunks)})"
+        return f"StoredArray({self.name!r}, shape={self.shape}, dtype={self.dtype}, chunks={len(self._chunks)})"
 
 
 class Store:
-    """A folder of activations: ``Store(path)`` opens one, ``Store.create(path)`` makes one (see module docstring).
+    """A folder of activations: ``Store(path)`` opens one, ``Store.create(path)`` makes one (see the page *Extract
+    once, score many*).
 
     ``models`` lists the model names, ``layers(model)`` a model's layers, ``load(model, layer)`` an entry's
     (N, D) [`StoredArray`][StoredArray], ``sample_ids(model, layer)`` its (N,) sample ids and ``entry(model,
-    layer)`` its manifest (fingerprints, shape, dtype, chunks and what produced it).
+    layer)`` its manifest (fingerprints, shape, dtype, samples, chunks and what produced it).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
+        #: ``{model: {"forwarded": samples, "found": samples}}`` of the last ``extract`` call that returned this store
+        self.extracted: dict[str, dict[str, int]] = {}
         marker = os.path.join(self.path, "store.json")
-        if not os.path.exists(marker):
+        if not os.path.isfile(marker):
             raise StoreError(f"{self.path} is not an activation store (no store.json); make one with "
-                             "Store.create(path) or similarity_plugins.extract(..., store=path)")
-        with open(marker, encoding="utf-8") as fh:
-            fmt = json.load(fh).get("format")
+                             + how_to("Store.create(path) or similarity_plugins.extract(..., store=path)",
+                                      "similarity-plugins extract ... --store DIR"))
+        fmt = read_store_json(marker, "store marker")
+        fmt = fmt.get("format") if isinstance(fmt, dict) else None
+        if fmt in OLD_FORMATS:
+            raise StoreError(f"{self.path} holds a store of the earlier format {fmt!r}, whose keys and checksums this "
+                             f"version ({FORMAT!r}) does not read; extract into a new folder, or delete this one")
         if fmt != FORMAT:
-            raise StoreError(f"{self.path} holds a store of format {fmt!r}; this version reads {FORMAT!r}")
+            raise StoreError(f"{marker} names the format {fmt!r}; this version reads {FORMAT!r}")
 
     @classmethod
     def create(cls, path: str | os.PathLike) -> Store:
-        """Make a store folder at ``path`` (or open the store already there) and return it."""
-        marker = os.path.join(os.fspath(path), "store.json")
-        if os.path.exists(os.fspath(path)) and not os.path.isdir(os.fspath(path)):
-            raise StoreError(f"{os.fspath(path)} is a file; give a folder for the store")
-        if not os.path.exists(marker):
-            write_json(marker, {"format": FORMAT})
+        """Make a store folder at ``path`` (or open the store already there; a ``store.json`` that is not JSON is
+        written again) and return it."""
+        path = os.fspath(path)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise StoreError(f"{path} is a file; give a folder for the store")
+        marker = os.path.join(path, "store.json")
+        try:
+            fresh = not os.path.isfile(marker) or read_store_json(marker, "store marker") is None
+        except StoreError:
+            fresh = True  # not JSON (damaged): the marker holds nothing else
+        if fresh:
+            with atomic_write(marker, "w", follow_links=False) as fh:
+                fh.write(json_text({"format": FORMAT}))
         return cls(path)
 
     def __repr__(self) -> str:
@@ -185,18 +240,21 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------------------------
     def _folder(self, model: str, layer: str) -> str:
-        return os.path.join(self.path, _quote(model), _quote(layer))
+        folder = os.path.join(self.path, quote_name(model, "model"), quote_name(layer, "layer"))
+        return checked_folder(self.path, folder)
+
+    def _read(self, path: str, model: str | None = None, layer: str | None = None) -> dict:
+        return checked_manifest(read_store_json(path, "manifest"), path, model, layer)
 
     def _manifests(self) -> Iterator[dict]:
         for model_dir in sorted(os.listdir(self.path)):
-            base = os.path.join(self.path, model_dir)
-            if not os.path.isdir(base):
+            base = checked_folder(self.path, os.path.join(self.path, model_dir))
+            if model_dir.startswith(".") or not os.path.isdir(base):
                 continue
             for layer_dir in sorted(os.listdir(base)):
-                path = os.path.join(base, layer_dir, "manifest.json")
-                if os.path.exists(path):
-                    with open(path, encoding="utf-8") as fh:
-                        yield json.load(fh)
+                path = os.path.join(checked_folder(self.path, os.path.join(base, layer_dir)), "manifest.json")
+                if os.path.isfile(path):
+                    yield self._read(path)
 
     @property
     def models(self) -> list[str]:
@@ -214,83 +272,92 @@ class Store:
     def entry(self, model: str, layer: str) -> dict:
         """The manifest of the entry (model, layer): a dict with ``model``, ``layer``, ``key``,
         ``model_fingerprint``, ``data_fingerprint``, ``pooling``, ``shape`` (N, D), ``layer_shape`` (per
-        sample), ``dtype``, ``chunks`` and ``produced_by``. Raises `StoreError` when there is none."""
+        sample), ``dtype``, ``samples``, ``chunks`` and ``produced_by``. Raises `StoreError` when there is none
+        or it is damaged (naming the file)."""
         path = os.path.join(self._folder(model, layer), "manifest.json")
-        if not os.path.exists(path):
+        if not os.path.isfile(path):
             layers = self.layers(model)  # raises naming the models when the model is unknown
             raise StoreError(f"the store {self.path} has no complete entry for model {model!r} at layer {layer!r}; "
                              f"it holds layers: {', '.join(layers)}")
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        return self._read(path, model, layer)
 
     def load(self, model: str, layer: str) -> StoredArray:
         """The activations of ``model`` at ``layer``: a (N, D) [`StoredArray`][StoredArray], memory-mapped."""
         manifest = self.entry(model, layer)
-        folder = os.path.join(self._folder(model, layer), manifest["key"])
-        return StoredArray(folder, manifest["chunks"], tuple(manifest["shape"]), manifest["dtype"])
+        return StoredArray(self, manifest, self.key_folder(model, layer, manifest["key"]))
 
     def sample_ids(self, model: str, layer: str) -> np.ndarray:
         """The (N,) int64 sample ids of an entry (row i holds sample ``ids[i]``)."""
-        manifest = self.entry(model, layer)
-        return np.load(os.path.join(self._folder(model, layer), manifest["key"], "sample_ids.npy"))
+        return self.load(model, layer).sample_ids()
 
     # -- writing -------------------------------------------------------------------------------------------------
-    def entry_folder(self, model: str, layer: str, key: str) -> str:
-        """The folder of the chunks of entry ``key`` of (model, layer)."""
-        return os.path.join(self._folder(model, layer), key)
+    def key_folder(self, model: str, layer: str, key: str) -> str:
+        """The folder of the files of entry ``key`` of (model, layer), checked to lead nowhere outside the store."""
+        if not KEY.fullmatch(key) and not key.startswith(".put-"):
+            raise StoreError(f"{key!r} is not an entry key of this store (32 hex digits)")
+        return checked_folder(self.path, os.path.join(self._folder(model, layer), key))
 
-    def has_chunk(self, model: str, layer: str, key: str, start: int, stop: int, data_digest: str | None) -> bool:
-        """Whether the chunk of rows start..stop-1 of entry ``key`` is written (and, when given, was made from
-        data with ``data_digest``)."""
-        side = os.path.join(self.entry_folder(model, layer, key), chunk_name(start, stop) + ".json")
-        if not os.path.exists(side):
-            return False
-        with open(side, encoding="utf-8") as fh:
-            record = json.load(fh)
-        return data_digest is None or record.get("data_digest") == data_digest
+    def found_chunks(self, model: str, layer: str, key: str) -> dict[tuple[int, int, str], str]:
+        """The chunk files of entry ``key`` already written: ``{(start, stop, input digest): file name}``."""
+        folder = self.key_folder(model, layer, key)
+        found = {}
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            match = CHUNK.fullmatch(name)
+            if match:
+                found[(int(match[1]), int(match[2]), match[3])] = name
+        return found
 
-    def chunk_record(self, model: str, layer: str, key: str, start: int, stop: int) -> dict:
-        """The checksum record of the chunk of rows start..stop-1 of entry ``key`` (written after its file)."""
-        side = os.path.join(self.entry_folder(model, layer, key), chunk_name(start, stop) + ".json")
-        with open(side, encoding="utf-8") as fh:
-            return json.load(fh)
+    def write_chunk(self, model: str, layer: str, key: str, start: int, block: np.ndarray, data_digest: str) -> dict:
+        """Write rows ``start .. start+len(block)-1`` (an (n_i, D) array) of entry ``key``, made from inputs with
+        ``data_digest``: a file named by its rows, that digest and its checksum (one fsync). Returns its record."""
+        stop = start + len(block)
+        name = write_named(self.key_folder(model, layer, key), block, lambda s: chunk_file(start, stop, data_digest, s))
+        return {"file": name, "start": int(start), "stop": int(stop)}
 
-    def write_chunk(self, model: str, layer: str, key: str, start: int, block: np.ndarray,
-                    data_digest: str | None = None) -> dict:
-        """Write rows ``start .. start+len(block)-1`` (an (n_i, D) array) of entry ``key``: the ``.npy`` file, then
-        its checksum record, each atomically. Returns the chunk record."""
-        folder = self.entry_folder(model, layer, key)
-        stem = chunk_name(start, start + len(block))
-        path = os.path.join(folder, stem + ".npy")
-        with atomic_write(path) as fh:
-            checksum = write_npy(fh, block)
-        record = {"file": stem + ".npy", "start": int(start), "stop": int(start + len(block)),
-                  "sha256": checksum, "data_digest": data_digest}
-        write_json(os.path.join(folder, stem + ".json"), record)
-        return record
+    @staticmethod
+    def write_samples(folder: str, ids: np.ndarray, digests: np.ndarray | None) -> dict:
+        """Write the sample ids (N,) and, when given, the per-row input digests (N, 2) into ``folder``, each named
+        by its checksum; their names for the manifest."""
+        return {"ids": write_named(folder, np.asarray(ids, dtype=np.int64), lambda s: f"ids-{s}.npy"),
+                "digests": None if digests is None else write_named(folder, digests, lambda s: f"digests-{s}.npy")}
 
-    def finish(self, model: str, layer: str, key: str, *, ranges: list[tuple[int, int]], sample_ids: np.ndarray,
-               info: dict) -> dict:
-        """Write the manifest of entry ``key`` once all its chunks (``ranges``, in row order) are written, and
-        remove the chunks of any earlier entry of (model, layer). Returns the manifest."""
-        folder = self.entry_folder(model, layer, key)
-        chunks = [self.chunk_record(model, layer, key, start, stop) for start, stop in ranges]
-        first = np.load(os.path.join(folder, chunks[0]["file"]), mmap_mode="r")
-        n = ranges[-1][1] if ranges else 0
-        with atomic_write(os.path.join(folder, "sample_ids.npy")) as fh:
-            np.save(fh, np.asarray(sample_ids, dtype=np.int64))
-        data_fp = hashlib.sha256("".join(str(c.get("data_digest")) for c in chunks).encode()).hexdigest()
-        manifest = {"format": FORMAT, "model": model, "layer": layer, "key": key, "shape": [n, int(first.shape[1])],
-                    "dtype": str(first.dtype), "data_fingerprint": data_fp, "chunks": chunks, **info}
+    def finish(self, model: str, layer: str, key: str, *, chunks: list[dict], ids: np.ndarray,
+               digests: np.ndarray | None, info: dict) -> dict:
+        """Write the manifest of entry ``key`` from ``chunks`` (the records of the files this run wrote or checked,
+        in row order) and remove the files of the entry it replaces. Returns the manifest."""
+        folder = self.key_folder(model, layer, key)
+        first = np.load(os.path.join(folder, chunks[0]["file"]), mmap_mode="r", allow_pickle=False)
+        manifest = {"format": FORMAT, "hash": FAST_HASH, "model": model, "layer": layer, "key": key,
+                    "shape": [int(chunks[-1]["stop"]), int(first.shape[1])], "dtype": str(first.dtype),
+                    "samples": self.write_samples(folder, ids, digests), "chunks": chunks, **info}
         path = os.path.join(self._folder(model, layer), "manifest.json")
-        previous = None
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as fh:
-                previous = json.load(fh).get("key")
-        write_json(path, manifest)
-        if previous not in (None, key):  # the entry it replaces
-            shutil.rmtree(self.entry_folder(model, layer, previous), ignore_errors=True)
+        try:
+            previous = self._read(path, model, layer) if os.path.isfile(path) else None
+        except StoreError:
+            previous = None  # damaged: replaced, and its files left where they are
+        with atomic_write(path, "w", follow_links=False) as fh:
+            fh.write(json_text(manifest))
+        if previous is not None:
+            self._remove_replaced(model, layer, previous, manifest)
+        missing = [f for f in manifest_files(manifest) if not os.path.exists(os.path.join(folder, f))]
+        if missing:
+            raise StoreError(f"another process replaced the entry {model}:{layer} while this one was written "
+                             f"({missing[0]} is gone); {extract_again()}")
         return manifest
+
+    def _remove_replaced(self, model: str, layer: str, previous: dict, manifest: dict) -> None:
+        """Remove the files of the ``previous`` manifest that ``manifest`` does not use (its whole folder when the
+        key changed); only names the store writes, inside the entry's folder."""
+        old = self.key_folder(model, layer, previous["key"])
+        if previous["key"] != manifest["key"]:
+            if os.path.isdir(old) and not os.path.islink(old):
+                shutil.rmtree(old, ignore_errors=True)
+            return
+        for name in set(manifest_files(previous)) - set(manifest_files(manifest)):
+            try:
+                os.unlink(os.path.join(old, name))
+            except OSError:
+                pass
 
     def put(self, model: str, layer: str, chunks: np.ndarray | Iterable[np.ndarray],
             sample_ids: np.ndarray | None = None, *, produced_by: dict | None = None) -> StoredArray:
@@ -300,46 +367,17 @@ class Store:
             model: the model's name the entry is stored under.
             layer: the layer's name (an entry already there for model and layer is replaced).
             chunks: an array (N, D) (or (N, ...), flattened per sample), or an iterable of such chunks.
-            sample_ids: (N,) integer ids of the rows; default ``0 .. N-1``.
+            sample_ids: (N,) distinct integer ids of the rows; default ``0 .. N-1``. Entries are paired by these
+                ids when they are compared.
             produced_by: what made the activations (free-form, JSON-serialisable), kept in the manifest.
 
         Returns:
             The entry as a [`StoredArray`][StoredArray].
+
+        Raises:
+            StoreError: no rows, chunks of different widths or dtypes, ids that are not one distinct integer per
+                row, a name that cannot be a folder name (`quote_name`).
         """
-        if isinstance(chunks, np.ndarray) or hasattr(chunks, "shape"):
-            chunks = [chunks]
-        staging = f".put-{uuid.uuid4().hex}"
-        digest, ranges, kinds, start = hashlib.sha256(), [], set(), 0
-        try:
-            for block in chunks:  # each chunk is written as it comes: an iterable is never held whole
-                block = np.asarray(block)
-                block = block.reshape(len(block), -1)
-                kinds.add((block.shape[1], str(block.dtype)))
-                if len(kinds) > 1:
-                    raise StoreError(f"put({model!r}, {layer!r}): every chunk must have the same width and dtype, "
-                                     f"got {sorted(kinds)}")
-                digest.update(f"{block.dtype}|{block.shape}|".encode())
-                digest.update(np.ascontiguousarray(block).tobytes())
-                if len(block):
-                    self.write_chunk(model, layer, staging, start, block)
-                    ranges.append((start, start + len(block)))
-                start += len(block)
-            if not ranges:
-                raise StoreError(f"put({model!r}, {layer!r}) got no rows; give an (N, D) array or (n_i, D) chunks")
-            ids = np.arange(start) if sample_ids is None else np.asarray(sample_ids)
-            if ids.shape != (start,):
-                raise StoreError(f"sample_ids has shape {ids.shape}, expected ({start},): one id per row")
-            key = entry_key("put:" + digest.hexdigest(), layer, None)
-            target = self.entry_folder(model, layer, key)
-            if not os.path.isdir(target):  # a key names its contents: an entry already there is this one
-                try:
-                    os.replace(self.entry_folder(model, layer, staging), target)
-                except OSError:
-                    if not os.path.isdir(target):  # not another writer's same entry landing first
-                        raise
-        finally:
-            shutil.rmtree(self.entry_folder(model, layer, staging), ignore_errors=True)
-        self.finish(model, layer, key, ranges=ranges, sample_ids=ids,
-                    info={"model_fingerprint": None, "pooling": None, "layer_shape": [next(iter(kinds))[0]],
-                          "produced_by": produced_by or {"by": "Store.put"}})
-        return self.load(model, layer)
+        from .store_fill import put_entry
+
+        return put_entry(self, model, layer, chunks, sample_ids, produced_by)

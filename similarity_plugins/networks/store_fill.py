@@ -1,46 +1,108 @@
-"""Filling a store from a model: one forward pass per batch for all its layers, only where chunks are missing.
+"""Filling a store: from a model (one forward pass per batch for all its layers, only where chunks are missing), or
+from activations made elsewhere (`put_entry`).
 
-Each batch of the data split is one chunk per layer, named by its rows. Before a batch runs, its inputs and
-labels are hashed (the chunk's data digest); a batch whose chunks are all present with that digest is not
-forwarded, so a second extraction runs no forward pass and an interrupted one forwards only what it had not
-written. The entry's key is the model's fingerprint (every parameter, buffer and module setting), the layer
-and the pooling: a changed model gets a new entry and never the old activations.
+Each batch of the data split is one chunk per layer. Before a batch runs, each of its samples is digested (its
+inputs, in every view, and its label: `sample_digests`); the batch's digest names its chunks, so a batch whose
+chunks are all present with that digest is not forwarded: a second extraction runs no forward pass and an
+interrupted one forwards only what it had not written. The entry's key covers the model's fingerprint (every
+parameter, buffer and module setting), what it reads with (`reading_digest`: tokenizer, processor, pooling) and
+the layer: a changed model gets a new entry and never the old activations. The manifest is written from the
+chunks this run wrote or found for its own batch digests, so two runs on other data never mix an entry.
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import importlib.metadata
+import json
+import os
+import shutil
+import uuid
 from collections import deque
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..utils.digest import update_inputs_digest, update_tensor_digest
+from ..utils.digest import fast_hash
 from ..utils.progress import Progress, progress_bar
 from .activations import check_finite, forward_layers
-from .data import iterate_batches
+from .data import iterate_batches, split_size
 from .parallel import current_world, module_digest
-from .store import Store, entry_key
+from .reading import reading_digest, reading_settings
+from .store import Store, StoredArray
+from .store_paths import FORMAT, StoreError
 
-__all__ = ["fill_model"]
+__all__ = ["fill_model", "put_entry", "sample_digests"]
 
 
-def batch_digest(x: Any, y: torch.Tensor) -> str:
-    """SHA-256 (hex) of one batch's inputs (a tensor, strings or a dict of views) and labels."""
-    h = hashlib.sha256()
-    update_inputs_digest(h, "x", x)
-    update_tensor_digest(h, "y", torch.as_tensor(y))
-    return h.hexdigest()
+def entry_key(*parts: str) -> str:
+    """The content address of an entry (32 hex digits): a digest of the store format and ``parts`` (the model's
+    fingerprint, what it reads with and the layer, or the digest of the rows of a ``put``)."""
+    return fast_hash(json.dumps([FORMAT, *parts]).encode()).hexdigest()
+
+
+def _feed_rows(hashes: list, label: str, x: Any) -> None:
+    """Feed each sample of the batch ``x`` (a tensor, strings or a dict of views) into its own hash."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach().contiguous().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
+        head = f"{label}|{x.dtype}|{tuple(x.shape[1:])}|".encode()
+        rows = t.numpy().reshape(len(t), -1).view(np.uint8)
+        for h, row in zip(hashes, rows):
+            h.update(head)
+            h.update(row)
+    elif isinstance(x, dict):
+        for name in sorted(x):
+            _feed_rows(hashes, f"{label}.{name}", x[name])
+    elif isinstance(x, (list, tuple)) and all(isinstance(t, str) for t in x):
+        for h, text in zip(hashes, x):
+            data = text.encode("utf-8", "surrogatepass")
+            h.update(f"{label}|text|{len(data)}|".encode() + data)
+    else:
+        raise TypeError(f"cannot digest inputs of type {type(x).__name__}: give tensors, strings or a dict of views")
+
+
+def sample_digests(x: Any, y: torch.Tensor) -> np.ndarray:
+    """The (B, 2) uint64 digest of each sample of a batch: its inputs ``x`` (a (B, ...) tensor, B strings or a dict
+    of such views; dtype, per-sample shape and exact bytes) and its label ``y[i]``."""
+    labels = torch.as_tensor(y).reshape(-1).long().numpy()
+    hashes = [fast_hash() for _ in range(len(labels))]
+    _feed_rows(hashes, "x", x)
+    for h, label in zip(hashes, labels):
+        h.update(b"y|" + label.tobytes())
+    return np.frombuffer(b"".join(h.digest() for h in hashes), dtype=np.uint64).reshape(len(labels), 2).copy()
+
+
+def data_fingerprint(ids: np.ndarray, digests: np.ndarray | None) -> str | None:
+    """A digest of an entry's samples that does not depend on their order: its (id, input digest) pairs sorted by
+    id. None when the inputs are unknown (``put``)."""
+    if digests is None:
+        return None
+    order = np.argsort(ids, kind="stable")
+    return fast_hash(np.ascontiguousarray(ids[order]).tobytes() + np.ascontiguousarray(digests[order]).tobytes()
+                     ).hexdigest()
+
+
+@dataclass
+class _Share:
+    """What one rank did: samples forwarded and found, the chunk records and shapes per layer, the digests."""
+
+    forwarded: int = 0
+    found: int = 0
+    records: dict[str, dict[int, dict]] = field(default_factory=dict)
+    digests: dict[int, np.ndarray] = field(default_factory=dict)
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    stops: list[int] = field(default_factory=list)
 
 
 def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], split: Dataset | DataLoader, *,
                split_name: str = "test", batch_size: int = 256, device: torch.device | None = None,
-               progress: Progress = "never", pooling: str | None = None) -> int:
+               progress: Progress = "never") -> dict[str, Any]:
     """Write the entries (``name``, layer) of every layer in ``layers`` on ``split`` into ``store``.
 
     Args:
@@ -48,75 +110,116 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
         name: the model's name in the store.
         model: the network (never changed: eval mode and no gradients only for the pass, flags restored).
         layers: module names; each entry holds that layer's output flattened to (N, D) float32.
-        split: a Dataset or DataLoader of ``(x, y)``, read in order.
+        split: a Dataset or DataLoader of ``(x, y)``, read in order; sample ``i`` gets the id ``i``.
         split_name: the split's name, recorded in each entry.
-        pooling: the pooling, recorded in each entry and part of its key.
         batch_size: as for `extract_layers`.
         device: as for `extract_layers`.
-        progress: as for `extract_layers`.
+        progress: a bar over the split's samples (as for `extract_layers`).
 
     Returns:
-        The number of batches forwarded, on all ranks together (0 when every chunk was already there).
+        ``{"forwarded": samples forwarded, "found": samples whose chunks were in the store, "data_fingerprint":
+        the digest of the split's samples, "model_fingerprint": the model's}``, on all ranks together.
 
     Under torchrun every rank calls it with the same arguments: batch ``i`` is forwarded and written by rank
-    ``i mod size`` (chunks are named by their rows, so the ranks never write one file), and rank 0 writes each
-    entry's manifest once every rank has written its chunks. An error on one rank is raised on every rank.
+    ``i mod size``, and rank 0 writes each entry's manifest from every rank's chunk records. An error on one rank
+    is raised on every rank.
     """
-    fingerprint = module_digest([model])
-    keys = {layer: entry_key(fingerprint, layer, pooling) for layer in layers}
+    fingerprint = module_digest([model])  # each weight hashed once per call
+    reads = reading_digest(model)
+    keys = {layer: entry_key(fingerprint, reads, layer) for layer in layers}
     world = current_world()
-    ranges: list[tuple[int, int]] = []
-    totals = world.exchange(  # every rank's (forwards, shapes); an error on one rank is raised on every rank
-        lambda: _forward_missing(store, name, model, layers, keys, split, ranges, batch_size=batch_size,
-                                 device=device, progress=progress), f"extracting model {name!r}")
-    merged = {layer: shape for _, part in totals for layer, shape in part.items()}
+    shares = world.exchange(  # an error on one rank is raised on every rank
+        lambda: _forward_missing(store, name, model, layers, keys, split, batch_size=batch_size, device=device,
+                                 progress=progress), f"extracting model {name!r}")
+    parts = sorted(((start, d) for s in shares for start, d in s.digests.items()), key=lambda p: p[0])
+    digests = np.concatenate([d for _, d in parts])
+    ids = np.arange(len(digests), dtype=np.int64)
+    fingerprint_of_data = data_fingerprint(ids, digests)
 
     def write_manifests() -> None:
-        for order, layer in enumerate(layers):
-            info = {"model_fingerprint": fingerprint, "pooling": pooling, "split": split_name, "order": order,
-                    "layer_shape": merged.get(layer),
-                    "produced_by": {"by": "similarity_plugins.extract", "model_class": type(model).__name__,
-                                    "batch_size": batch_size, "package": _version(), "torch": torch.__version__,
-                                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat()}}
-            _finish(store, name, layer, keys[layer], ranges, info)
+        produced = {"by": "similarity_plugins.extract", **provenance(model), "batch_size": batch_size,
+                    "package": _version(), "torch": torch.__version__,
+                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+        for order_, layer in enumerate(layers):
+            records = {start: r for s in shares for start, r in s.records.get(layer, {}).items()}
+            chunks = [records[start] for start in sorted(records)]
+            shape = next((s.shapes[layer] for s in shares if layer in s.shapes), None)
+            info = {"model_fingerprint": fingerprint, "reading": reads, "pooling": reading_settings(model).get("pooling"),
+                    "split": split_name, "order": order_, "layer_shape": shape, "data_fingerprint": fingerprint_of_data,
+                    "produced_by": produced}
+            _finish(store, name, layer, keys[layer], chunks, ids, digests, info)
 
     world.exchange(lambda: write_manifests() if world.is_main else None, f"writing model {name!r}'s manifests")
-    return sum(count for count, _ in totals)
+    return {"forwarded": sum(s.forwarded for s in shares), "found": sum(s.found for s in shares),
+            "data_fingerprint": fingerprint_of_data, "model_fingerprint": fingerprint}
+
+
+def provenance(model: nn.Module) -> dict:
+    """What made an entry, beside the call: the model's class and, for a wrapped Hugging Face model, its source
+    (``model.source``: folder, hub id, revision, commit), the tokenizer's name and vocabulary size."""
+    out: dict[str, Any] = {"model_class": type(model).__name__}
+    inner = getattr(model, "hf_model", None)
+    if inner is not None:
+        out["hf_class"] = type(inner).__name__
+    source = getattr(model, "source", None)
+    if source is None and inner is not None:
+        source = {"path": getattr(getattr(inner, "config", None), "_name_or_path", None) or None}
+    if source is not None:
+        out["source"] = source
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None:
+        out["tokenizer"] = {"name": getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__,
+                            "vocabulary": len(tokenizer)}
+    return out
 
 
 def _forward_missing(store: Store, name: str, model: nn.Module, layers: list[str], keys: dict[str, str],
-                     split: Dataset | DataLoader, ranges: list[tuple[int, int]], *, batch_size: int,
-                     device: torch.device | None, progress: Progress) -> tuple[int, dict[str, list[int]]]:
-    """Forward this rank's batches (batch i on rank ``i mod size``) whose chunks are missing and write them;
-    ``ranges`` gets every batch's rows. Returns the batches forwarded and each written layer's shape."""
+                     split: Dataset | DataLoader, *, batch_size: int, device: torch.device | None,
+                     progress: Progress) -> _Share:
+    """Forward this rank's batches (batch i on rank ``i mod size``) whose chunks are missing and write them."""
     world = current_world()
+    share = _Share(records={layer: {} for layer in layers})
+    found = {layer: store.found_chunks(name, layer, keys[layer]) for layer in layers}
     pending: deque[tuple[int, str, list[str]]] = deque()
+    bar = progress_bar(total=split_size(split), progress=progress if world.is_main else "never",
+                       desc=f"extract {name}", unit="sample", leave=False)
 
-    def missing_batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def missing_batches() -> Iterator[tuple[Any, torch.Tensor]]:
         start = 0
-        bar = progress_bar(iterate_batches(split, batch_size), progress=progress if world.is_main else "never",
-                           desc=f"extract {name}", leave=False)
-        for index, (x, y) in enumerate(bar):
-            stop = start + len(x)
-            ranges.append((start, stop))
+        for index, (x, y) in enumerate(iterate_batches(split, batch_size)):
+            stop = start + len(y)
             if index % world.size == world.rank:
-                digest = batch_digest(x, y)
-                todo = [layer for layer in layers if not store.has_chunk(name, layer, keys[layer], start, stop, digest)]
+                digests = sample_digests(x, y)
+                share.digests[start] = digests
+                digest = fast_hash(digests.tobytes()).hexdigest()
+                todo = []
+                for layer in layers:
+                    present = found[layer].get((start, stop, digest))
+                    if present is None:
+                        todo.append(layer)
+                    else:
+                        share.records[layer][start] = {"file": present, "start": start, "stop": stop}
                 if todo:
                     pending.append((start, digest, todo))
                     yield x, y
+                else:
+                    share.found += stop - start
+            bar.update(stop - start)
             start = stop
 
-    forwards, shapes = 0, {}
-    for outputs, _ in forward_layers(model, layers, missing_batches(), device=device):
-        start, digest, todo = pending.popleft()
-        forwards += 1
-        for layer in todo:
-            block = outputs[layer]
-            check_finite(block, layer)
-            shapes[layer] = list(block.shape[1:])
-            store.write_chunk(name, layer, keys[layer], start, block.reshape(len(block), -1).numpy(), digest)
-    return forwards, shapes
+    try:
+        for outputs, y in forward_layers(model, layers, missing_batches(), device=device):
+            start, digest, todo = pending.popleft()
+            share.forwarded += len(y)
+            for layer in todo:
+                block = outputs[layer]
+                check_finite(block, layer)
+                share.shapes[layer] = list(block.shape[1:])
+                share.records[layer][start] = store.write_chunk(name, layer, keys[layer], start,
+                                                                block.reshape(len(block), -1).numpy(), digest)
+    finally:
+        bar.close()
+    return share
 
 
 def _version() -> str:
@@ -126,15 +229,83 @@ def _version() -> str:
         return "unknown"
 
 
-def _finish(store: Store, name: str, layer: str, key: str, ranges: list[tuple[int, int]], info: dict) -> None:
-    """Write the manifest of one entry unless it already records exactly these chunks."""
-    records = [store.chunk_record(name, layer, key, start, stop) for start, stop in ranges]
+def _finish(store: Store, name: str, layer: str, key: str, chunks: list[dict], ids: np.ndarray,
+            digests: np.ndarray, info: dict) -> None:
+    """Write the manifest of one entry unless it already records exactly these chunks and samples."""
     try:
         current = store.entry(name, layer)
-    except ValueError:
+    except StoreError:  # none, or damaged: written anew
         current = None
-    if current is not None and current["key"] == key and current["chunks"] == records:
+    same = (current is not None and current["key"] == key and current["chunks"] == chunks
+            and current.get("data_fingerprint") == info["data_fingerprint"])
+    if same:
         return
     if info["layer_shape"] is None and current is not None and current["key"] == key:
         info["layer_shape"] = current.get("layer_shape")
-    store.finish(name, layer, key, ranges=ranges, sample_ids=np.arange(ranges[-1][1] if ranges else 0), info=info)
+    store.finish(name, layer, key, chunks=chunks, ids=ids, digests=digests, info=info)
+
+
+def put_entry(store: Store, model: str, layer: str, chunks: np.ndarray | Iterable[np.ndarray],
+              sample_ids: np.ndarray | None, produced_by: dict | None) -> StoredArray:
+    """`Store.put`: write the chunks as they come into a staging folder, then move it to its key (a digest of the
+    rows) and write the manifest."""
+    if isinstance(chunks, np.ndarray) or hasattr(chunks, "shape"):
+        chunks = [chunks]
+    staging = f".put-{uuid.uuid4().hex}"
+    digest, records, kinds, start = fast_hash(), [], set(), 0
+    folder = store.key_folder(model, layer, staging)
+    try:
+        for block in chunks:  # each chunk is written as it comes: an iterable is never held whole
+            block = np.asarray(block)
+            block = block.reshape(len(block), -1)
+            kinds.add((block.shape[1], str(block.dtype)))
+            if len(kinds) > 1:
+                raise StoreError(f"put({model!r}, {layer!r}): every chunk must have the same width and dtype, got "
+                                 f"{sorted(kinds)}")
+            if block.dtype.kind not in "fiu":
+                raise StoreError(f"put({model!r}, {layer!r}): activations must be numbers, got dtype {block.dtype}")
+            if len(block):
+                digest.update(f"{block.dtype}|{block.shape}|".encode())
+                digest.update(np.ascontiguousarray(block).reshape(-1).view(np.uint8))
+                records.append(store.write_chunk(model, layer, staging, start, block, "0" * 32))
+            start += len(block)
+        if not records:
+            raise StoreError(f"put({model!r}, {layer!r}) got no rows; give an (N, D) array or (n_i, D) chunks with "
+                             "N >= 1")
+        ids = _checked_ids(sample_ids, start)
+        digest.update(b"ids|" + ids.tobytes())
+        key = entry_key("put", digest.hexdigest(), layer)
+        target = store.key_folder(model, layer, key)
+        _move(folder, target)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    store.finish(model, layer, key, chunks=records, ids=ids, digests=None,
+                 info={"model_fingerprint": None, "reading": None, "pooling": None, "layer_shape": [next(iter(kinds))[0]],
+                       "data_fingerprint": None, "produced_by": produced_by or {"by": "Store.put"}})
+    return store.load(model, layer)
+
+
+def _checked_ids(sample_ids: Any, n: int) -> np.ndarray:
+    """``sample_ids`` as (n,) distinct int64 ids (default ``0 .. n-1``); `StoreError` naming the problem."""
+    if sample_ids is None:
+        return np.arange(n, dtype=np.int64)
+    ids = np.asarray(sample_ids)
+    if ids.shape != (n,):
+        raise StoreError(f"sample_ids has shape {ids.shape}, expected ({n},): one id per row")
+    if ids.dtype.kind not in "iu" and not (ids.dtype.kind == "f" and np.array_equal(ids, np.round(ids))):
+        raise StoreError(f"sample_ids must be integers, got dtype {ids.dtype}")
+    ids = ids.astype(np.int64)
+    if len(np.unique(ids)) != n:
+        raise StoreError(f"sample_ids repeats {n - len(np.unique(ids))} id(s); each row needs its own sample id")
+    return ids
+
+
+def _move(folder: str, target: str) -> None:
+    """Move the staging ``folder`` to ``target``; a target already there holds the same rows (same key)."""
+    if os.path.isdir(target):
+        return
+    try:
+        os.replace(folder, target)
+    except OSError:
+        if not os.path.isdir(target):  # not another writer's same entry landing first
+            raise

@@ -15,6 +15,7 @@ from ..networks.store_fill import fill_model
 from ..utils.progress import Progress, check_progress
 from ..utils.rules import as_positive_int
 from .grid_nodes import as_layers, as_models
+from .grid_store import check_names
 
 __all__ = ["extract"]
 
@@ -29,18 +30,24 @@ def extract(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module,
     Args:
         models: ``{name: nn.Module}`` or a list (named ``m0``, ``m1``, ...), as for ``compare_grid``.
         layers: layer names used for every model, or ``{model name: [layer, ...]}``.
-        data: [`Data`][Data]; the split named by ``split`` is read in order.
+        data: [`Data`][Data]; the split named by ``split`` is read in order (sample ``i`` gets the id ``i``).
         store: the store folder (made when missing) or a [`Store`][Store].
         split: ``"test"`` (default) or ``"train"``.
         batch_size: samples per forward pass and per chunk (default 256).
         device: where the models run (default: the first model's device).
-        progress: a bar per model: ``"never"``, ``"auto"`` (on a terminal) or ``"always"``.
+        progress: a bar per model over the split's samples: ``"never"``, ``"auto"`` (on a terminal) or ``"always"``.
 
     Returns:
-        The [`Store`][Store]. Each model runs one forward pass per batch for all its layers, and only for batches
-            whose chunks are missing: a second call with the same models and data runs no forward pass, an
-            interrupted call resumes, and a model whose parameters, buffers or settings changed gets new entries.
-            The models are left as they were.
+        The [`Store`][Store], with ``store.extracted`` = ``{model: {"forwarded": samples forwarded, "found": samples
+            whose activations were in the store already}}`` for this call. Each model runs one forward pass per
+            batch for all its layers, and only for batches whose chunks are missing: a second call with the same
+            models and data runs no forward pass, an interrupted call resumes, and a model whose parameters,
+            buffers, settings, tokenizer, processor or pooling changed gets new entries. The models are left as
+            they were.
+
+    Raises:
+        StoreError: a model or layer name that cannot name a folder (empty, NUL, too long), a store folder that
+            is not a store, or a store of an earlier format; before any forward pass.
     """
     progress = check_progress(progress)
     if not isinstance(data, Data):
@@ -49,11 +56,15 @@ def extract(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module,
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     named = as_models(models)
     per_model = as_layers(layers, named)
+    check_names(per_model)
     chosen = data.split(split)
     store = store if isinstance(store, Store) else Store.create(store)
     device = torch.device(device) if device is not None else model_device(next(iter(named.values())))
+    done = {}
     for name, model in named.items():
         placed = on_device(model, device, f"model {name!r}")
-        fill_model(store, name, placed, per_model[name], chosen, split_name=split, batch_size=batch_size or 256,
-                   device=device, progress=progress, pooling=getattr(model, "pooling", None))
+        made = fill_model(store, name, placed, per_model[name], chosen, split_name=split, batch_size=batch_size or 256,
+                          device=device, progress=progress)
+        done[name] = {"forwarded": made["forwarded"], "found": made["found"]}
+    store.extracted = done
     return store

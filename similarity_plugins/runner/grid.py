@@ -87,18 +87,24 @@ def _checked_arguments(progress: Any, seed: Any, data: Data | None, cache_bytes:
     return progress, seed, data
 
 
-def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, progress: Progress) -> tuple:
+def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, progress: Progress,
+                 shared: bool) -> tuple:
     """``(named models, {model: [layer, ...]}, data, store source or None)`` of a grid: from ``models`` and
     ``layers``, or from the activation store ``store`` (which may also extract what it lacks)."""
+    if not isinstance(shared, bool):
+        raise TypeError(f"shared_samples must be True or False, got {shared!r}")
     if store is None:
         if models is None or layers is None:
             raise TypeError("compare_grid needs models and layers, or store= (a store folder) to run from")
+        if shared:
+            raise ValueError("shared_samples pairs the samples of store entries; a grid from models reads every model "
+                             "on the same data: pass store=, or leave shared_samples out")
         named = as_models(models)
         return named, as_layers(layers, named), data, None
     from .grid_store import store_source  # it reads the models and layers with this module's rules
 
     source = store_source(store, models, layers, data, device=torch.device(device) if device else None,
-                          progress=progress)
+                          progress=progress, shared=shared)
     return source.named, source.per_model, source.data, source
 
 
@@ -118,7 +124,7 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
                  pairs: str | Sequence[tuple[Node, Node]] = "all", seed: int = 0, options: dict | None = None,
                  device: str | torch.device | None = None, progress: Progress = "never",
                  resume: str | os.PathLike | None = None, cache_bytes: int | None = None,
-                 store: str | os.PathLike | Store | None = None) -> Grid:
+                 store: str | os.PathLike | Store | None = None, shared_samples: bool = False) -> Grid:
     """Score every selected metric on every selected pair of (model, layer) nodes.
 
     Args:
@@ -144,7 +150,12 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
         store: an activation store folder (or [`Store`][Store]). With models and layers, what it lacks is extracted
             into it first (one forward pass per batch, only for missing chunks) and every node's test activations
             are read from it. With models and layers left out, the grid runs from the store alone: every entry, or
-            ``layers={model: [layer, ...]}`` to choose; metrics that run the models then get an error row.
+            ``layers={model: [layer, ...]}`` to choose; metrics that run the models then get an error row, and
+            ``data`` is refused (it would be ignored). Before any work the entries are paired by sample id: the same
+            samples in another order are read in one order; entries of other samples or other data are refused
+            naming both. The measures that reduce to sums over samples read the entries in blocks.
+        shared_samples: with ``store``, keep the samples every entry holds instead of refusing entries whose sample
+            ids differ (a warning says how many each entry loses; ``grid.meta["samples"]`` too).
 
     Returns:
         [`Grid`][grid_results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
@@ -154,7 +165,7 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
             returns the same grid.
     """
     progress, seed, data = _checked_arguments(progress, seed, data, cache_bytes)
-    named, per_model, data, source = _grid_models(models, layers, data, store, device, progress)
+    named, per_model, data, source = _grid_models(models, layers, data, store, device, progress, shared_samples)
     nodes = [(m, layer) for m in named for layer in per_model[m]]
     chosen = _as_pairs(pairs, nodes)
     names = select_score_metrics(metrics)
@@ -169,10 +180,11 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
     info = declared_meanings(names)
     meta = {"models": {m: type(model).__name__ for m, model in named.items()}, "layers": per_model, "metrics": names,
             "pairs": pairs if isinstance(pairs, str) else "explicit", "seed": seed, "device": str(device),
-            "torch": torch.__version__, "world_size": ctx.world.size, **({"store": source.store.path} if source else {}),
-            **sources_of(named),
+            "torch": torch.__version__, "world_size": ctx.world.size,
+            **({"store": source.store.path, "samples": source.samples} if source else {}), **sources_of(named),
             "provenance": _provenance(named, data, source, names, pm, options, device, ctx, store is not None and models is None)}
     plan = Plan(nodes=nodes, pairs=chosen, metrics=names, symmetric={n: bool(info[n]["symmetric"]) for n in names},
                 options=metric_options, seed=seed)
-    cells = run_grid(plan, named, placed, ctx, pm, info, meta, resume=resume)
+    cells = run_grid(plan, named, placed, ctx, pm, info, meta, resume=resume,
+                     weights=source.fingerprints if source else None)
     return Grid(nodes, names, cells, info, meta)

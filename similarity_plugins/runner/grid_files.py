@@ -17,7 +17,7 @@ from ..utils.readback import BadFile, encode_float, expect, line_digest, parse_j
 
 GRID_FORMAT = "similarity-plugins grid"
 CELLS_FORMAT = "similarity-plugins grid cells"
-CELLS_VERSION = 2
+CELLS_VERSION = 3  # 3: fast_hash fingerprints, what each model reads with
 Cell = tuple  # (metric, front index, end index)
 
 

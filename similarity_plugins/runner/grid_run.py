@@ -14,6 +14,7 @@ from ..host.results import LayerPair, SimilarityResult, jsonable
 from ..networks.context import Context
 from ..networks.data import split_digest
 from ..networks.parallel import World, module_digest
+from ..networks.reading import reading_digest
 from ..networks.split import preserved
 from ..utils.progress import progress_bar
 from ..utils.rng import isolated_rng
@@ -235,10 +236,14 @@ def _mirror(result: SimilarityResult, nodes: list[Node], cell: Cell) -> Similari
     return replace(result, details=details, seconds=0.0, layer=str(LayerPair(nodes[i][1], nodes[j][1])))
 
 
-def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan) -> dict:
-    """What a resume file's cells depend on: the models' tensors and configuration, the seed, each metric's
-    options and the content of both data splits (`split_digest`: every input and label, not only their number)."""
-    return jsonable({"models": {m: module_digest([model]) for m, model in named.items()}, "seed": plan.seed,
+def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan, weights: dict[str, str] | None) -> dict:
+    """What a resume file's cells depend on: the models' tensors and configuration (``weights``: their
+    `module_digest` when the caller has it), what each reads with (`reading_digest`: tokenizer, processor,
+    pooling), the seed, each metric's options and the content of both data splits (`split_digest`: every input
+    and label, not only their number)."""
+    weights = weights or {}
+    return jsonable({"models": {m: weights.get(m) or module_digest([model]) for m, model in named.items()},
+                     "reading": {m: reading_digest(model) for m, model in named.items()}, "seed": plan.seed,
                       "options": {metric: repr(sorted(opts.items(), key=repr)) for metric, opts in plan.options.items()},
                       "data": [split_digest(ctx.data.train, ctx.batch_size, "the train split"),
                                split_digest(ctx.data.test, ctx.batch_size, "the test split")]})
@@ -251,15 +256,17 @@ def _local_context(ctx: Context) -> Context:
 
 
 def run_grid(plan: Plan, named: dict[str, nn.Module], placed: dict[str, nn.Module], ctx: Context, pm,
-             info: dict, meta: dict, resume: str | os.PathLike | None = None) -> dict[Cell, SimilarityResult]:
-    """Every cell of ``plan`` (see [`compare_grid`][grid.compare_grid]): ``{(metric, front index, end index): result}``."""
+             info: dict, meta: dict, resume: str | os.PathLike | None = None,
+             weights: dict[str, str] | None = None) -> dict[Cell, SimilarityResult]:
+    """Every cell of ``plan`` (see [`compare_grid`][grid.compare_grid]): ``{(metric, front index, end index): result}``;
+    ``weights``: the models' `module_digest` when the caller computed them (each weight is hashed once)."""
     world = ctx.world
     if world.distributed:
         for model in named.values():
             check_ranks_agree(world, model, model, ctx.data, (plan.nodes, plan.pairs, plan.metrics, plan.seed,
                                                               sorted(plan.options.items(), key=str)))
     compute, mirrors = plan.cells()
-    store = (CellsFile(resume, _fingerprint(named, ctx, plan), plan.nodes, set(compute), world.is_main,
+    store = (CellsFile(resume, _fingerprint(named, ctx, plan, weights), plan.nodes, set(compute), world.is_main,
                        meta.get("sources"))
              if resume else None)
     results: dict[Cell, SimilarityResult] = dict(store.done) if store else {}

@@ -4,12 +4,17 @@ With models and layers, the entries the store lacks (or holds for another versio
 are extracted first; then every node's test activations are read from the store, so the grid runs no forward
 pass of its own for them. With ``store=`` alone, the models are names in the store: the grid runs from disk,
 and a metric that needs the model itself (stitching, IRIs) gets an error row saying so.
+
+Before any work the entries are paired by sample (`store_rows.align`): the same samples in another order are read
+in one order, other samples or other data are refused. Each node's rows are offered to the measures twice: whole,
+read on first use (``context.loaders``), and as rows on disk that the measures which reduce to sums over samples
+read in blocks (``context.row_sources``), so those never hold a node in memory.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -21,8 +26,10 @@ from ..networks.data import Data
 from ..networks.split import on_device
 from ..networks.store import Store, StoreError
 from ..networks.store_fill import fill_model
+from ..networks.store_paths import quote_name
+from ..networks.store_rows import AlignedRows, align
 from ..utils.progress import Progress
-from ..utils.text import did_you_mean
+from ..utils.text import did_you_mean, how_to
 from .grid_nodes import as_layers, as_models
 
 
@@ -35,7 +42,10 @@ class StoredModel(nn.Module):
 
     def forward(self, *_: Any) -> torch.Tensor:
         raise RuntimeError(f"model {self.stored_name!r} is known only from the store {self._store_path}: this metric "
-                           "runs the model itself; pass the models to compare_grid (with store=) to run it")
+                           "runs the model itself (stitching and IRIs need the models, not only their activations); "
+                           "pass the models and data too: "
+                           + how_to("compare_grid(models, layers, data, metrics, store=...)",
+                                    "similarity-plugins grid --model NAME=SPEC ... --data ... --store DIR"))
 
 
 class _StoredSplit:
@@ -47,58 +57,95 @@ class _StoredSplit:
 
 @dataclass
 class StoreSource:
-    """The store a grid reads: ``named`` models (real, or [`StoredModel`][StoredModel]), their layers, the data."""
+    """The store a grid reads: ``named`` models (real, or [`StoredModel`][StoredModel]), their layers, the data,
+    and each node's entry in the grid's one sample order (``rows``)."""
 
     store: Store
     named: dict[str, nn.Module]
     per_model: dict[str, list[str]]
     data: Data
+    rows: dict[tuple[str, str], AlignedRows] = field(default_factory=dict)
+    samples: dict = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     def prefill(self, ctx: Context, placed: dict[str, nn.Module]) -> None:
-        """Let ``ctx`` read every node's test activations from the store, in its layer's shape, on first use (so
-        ``ctx.capture`` has nothing left to run, and ``cache_bytes`` bounds how many are held at once)."""
-        for name, layers in self.per_model.items():
-            for layer in layers:
-                ctx.loaders[("activations", id(placed[name]), layer, "test")] = self._reader(name, layer)
+        """Let ``ctx`` read every node's test activations from the store: whole, in its layer's shape, on first use
+        (so ``ctx.capture`` has nothing left to run, and ``cache_bytes`` bounds how many are held at once), or in
+        blocks (`Context.row_source`)."""
+        for (name, layer), rows in self.rows.items():
+            key = ("activations", id(placed[name]), layer, "test")
+            ctx.loaders[key] = _reader(rows)
+            ctx.row_sources[key] = rows
 
-    def _reader(self, name: str, layer: str) -> Callable[[], torch.Tensor]:
-        """A function that reads the entry (``name``, ``layer``) from the store, checksums checked."""
-        def read() -> torch.Tensor:
-            entry = self.store.entry(name, layer)
-            acts = torch.from_numpy(np.asarray(self.store.load(name, layer)))
-            return acts.reshape(len(acts), *entry["layer_shape"]) if entry.get("layer_shape") else acts
-        return read
+
+def _reader(rows: AlignedRows) -> Callable[[], torch.Tensor]:
+    """A function that reads an entry whole in the grid's sample order, checksums checked, in its layer's shape."""
+    def read() -> torch.Tensor:
+        acts = torch.from_numpy(np.asarray(rows))
+        shape = rows.array.manifest.get("layer_shape")
+        return acts.reshape(len(acts), *shape) if shape and int(np.prod(shape)) == acts.shape[1] else acts
+    return read
+
+
+def check_names(per_model: Mapping[str, list[str]]) -> None:
+    """Refuse, before any work, a model or layer name that cannot name a folder of the store (`quote_name`)."""
+    for model, layers in per_model.items():
+        quote_name(model, "model")
+        for layer in layers:
+            quote_name(layer, "layer")
 
 
 def store_source(store: str | os.PathLike | Store, models: Any, layers: Any, data: Data | None, *,
-                 device: torch.device | None, progress: Progress) -> StoreSource:
-    """The models, layers and data of ``compare_grid(..., store=store)``, the store filled where it must be."""
+                 device: torch.device | None, progress: Progress, shared: bool = False) -> StoreSource:
+    """The models, layers, data and aligned entries of ``compare_grid(..., store=store)``, the store filled where it
+    must be (each model's `module_digest` kept in ``fingerprints`` for the grid's resume file)."""
     if models is None:
+        if data is not None and (data.train is not None or data.test is not None):
+            raise ValueError("a grid from the store alone reads every node's rows from the store, so it would ignore "
+                             "the data given: leave data out, or pass the models and layers too (to extract on this "
+                             "data, or to run stitching and IRIs, which need the models)")
         store = store if isinstance(store, Store) else Store(store)
         per_model = _stored_layers(store, layers)
         named = {m: StoredModel(m, store) for m in per_model}
-        data = data if data is not None else Data()
-        if data.test is None:
-            data = Data(train=data.train, test=_StoredSplit())
-        return StoreSource(store, named, per_model, data)
-    store = store if isinstance(store, Store) else Store.create(store)
-    named = as_models(models)
-    per_model = as_layers(layers, named)
-    if data is None or data.test is None:
-        raise ValueError("compare_grid(models, layers, store=...) extracts what the store lacks from Data.test; pass "
-                         "data=Data(test=...), or leave models and layers out to run from the store alone")
-    for name, model in named.items():
-        placed = on_device(model, device, f"model {name!r}")
-        fill_model(store, name, placed, per_model[name], data.test, device=device, progress=progress,
-                   pooling=getattr(model, "pooling", None))
-    return StoreSource(store, named, per_model, data)
+        source = StoreSource(store, named, per_model, Data(test=_StoredSplit()))
+    else:
+        named = as_models(models)
+        per_model = as_layers(layers, named)
+        check_names(per_model)
+        if data is None or data.test is None:
+            raise ValueError("compare_grid(models, layers, store=...) extracts what the store lacks from Data.test; "
+                             "pass data=Data(test=...), or leave models and layers out to run from the store alone")
+        store = store if isinstance(store, Store) else Store.create(store)
+        made = {}
+        for name, model in named.items():
+            placed = on_device(model, device, f"model {name!r}")
+            made[name] = fill_model(store, name, placed, per_model[name], data.test, device=device, progress=progress)
+        source = StoreSource(store, named, per_model, data,
+                             fingerprints={name: m["model_fingerprint"] for name, m in made.items()})
+        _check_made(store, per_model, made)
+    nodes = [(m, layer) for m in per_model for layer in per_model[m]]
+    aligned = align([store.load(m, layer) for m, layer in nodes], shared=shared)
+    source.rows = dict(zip(nodes, aligned.views))
+    source.samples = aligned.summary()
+    return source
+
+
+def _check_made(store: Store, per_model: dict[str, list[str]], made: dict[str, dict]) -> None:
+    """Refuse an entry whose samples are not those this call extracted (another process replaced it meanwhile)."""
+    for name, layers in per_model.items():
+        for layer in layers:
+            held = store.entry(name, layer).get("data_fingerprint")
+            if held != made[name]["data_fingerprint"]:
+                raise StoreError(f"the store's entry {name}:{layer} holds other samples than the data passed (another "
+                                 "process wrote it during this call); run the grid again")
 
 
 def _stored_layers(store: Store, layers: Any) -> dict[str, list[str]]:
     """``{model: [layer, ...]}`` of the store (every entry), or the ``layers`` dict chosen, checked against it."""
     held = store.models
     if not held:
-        raise StoreError(f"the store {store.path} holds no complete entry; run similarity_plugins.extract first")
+        raise StoreError(f"the store {store.path} holds no complete entry; extract some first ("
+                         + how_to("similarity_plugins.extract", "similarity-plugins extract") + ")")
     if layers is None:
         return {m: store.layers(m) for m in held}
     if not isinstance(layers, Mapping):

@@ -18,10 +18,25 @@ from typing import Any
 
 import numpy as np
 import torch
+import xxhash
 
-__all__ = ["update_tensor_digest", "save_verified", "load_verified", "CorruptFileWarning"]
+__all__ = ["update_tensor_digest", "save_verified", "load_verified", "CorruptFileWarning", "fast_hash"]
 
 FORMAT = "similarity-plugins-verified-1"
+#: The name of the hash `fast_hash` returns (recorded in the files whose keys and checksums it makes).
+FAST_HASH = "xxh3-128"
+
+
+def fast_hash(data: bytes = b"") -> Any:
+    """A new XXH3-128 hash object (``update``, ``hexdigest``, ``digest``) fed with ``data``: the hash of model
+    fingerprints, input digests and activation-store checksums.
+
+    XXH3 (the ``xxhash`` package) reads about ten times faster than SHA-256 on a CPU without SHA extensions, and
+    its 128 bits make an accidental collision as unlikely as SHA-256's for any number of files a lab keeps. It is
+    not a cryptographic hash: it detects damage and changes, not a forgery by someone who can write the files
+    (nor does SHA-256 here: whoever can write a file can write a matching checksum next to it).
+    """
+    return xxhash.xxh3_128(data)
 
 
 class CorruptFileWarning(UserWarning):

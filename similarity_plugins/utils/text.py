@@ -8,13 +8,16 @@ value with `parse_value`: JSON when it parses (numbers, ``true``/``false``, ``nu
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from .rules import FALSE_WORDS, TRUE_WORDS
 
-__all__ = ["close_matches", "counted", "did_you_mean", "parse_value", "parse_assignment", "parse_assignments"]
+__all__ = ["close_matches", "counted", "did_you_mean", "parse_value", "parse_assignment", "parse_assignments",
+           "how_to", "command_line"]
 
 # the words of `rules` (digits never get here: JSON reads them first) and the words for "no value"
 _WORDS = {**dict.fromkeys(TRUE_WORDS, True), **dict.fromkeys(FALSE_WORDS, False), "none": None, "null": None}
@@ -71,3 +74,22 @@ def parse_assignment(item: str, *, what: str = "option") -> tuple[str, Any]:
 def parse_assignments(items: Iterable[str], *, what: str = "option") -> dict[str, Any]:
     """``["epochs=5", "stitch_bn=yes"]`` -> ``{"epochs": 5, "stitch_bn": True}`` (a later key wins)."""
     return dict(parse_assignment(item, what=what) for item in items)
+
+
+_ON_COMMAND_LINE = contextvars.ContextVar("similarity_plugins_on_command_line", default=False)
+
+
+def how_to(python: str, command: str) -> str:
+    """What to run, in the reader's terms: ``command`` (a ``similarity-plugins`` command line, shown in backticks)
+    inside `command_line` (the CLI), else ``python`` (a call). For messages that tell the user what to do."""
+    return f"`{command}`" if _ON_COMMAND_LINE.get() else python
+
+
+@contextlib.contextmanager
+def command_line() -> Iterator[None]:
+    """Within this block, `how_to` names commands: the ``similarity-plugins`` entry point runs every command in it."""
+    token = _ON_COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _ON_COMMAND_LINE.reset(token)
