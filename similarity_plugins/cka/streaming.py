@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..utils.arrays import constant_message
 from .functional import cka
 from .grams import gram_cols
 from .hsic import debiased_term, finish_cka, fro2
@@ -207,11 +208,7 @@ class StreamingLinearCKA:
         check_min_samples(self.n, self.debiased)
         for i, name in enumerate(("X", "Y")):
             if self._const[i]:
-                raise ValueError(
-                    f"{name} is constant across samples (zero variance: all {self.n} rows are "
-                    "identical), so CKA is undefined (0/0); check that the layer is not dead or that "
-                    "the inputs differ"
-                )
+                raise ValueError(constant_message(name, self.n, "CKA"))
         if self._m is None:
             assert self._buffer is not None
             xs = np.concatenate([x for x, _ in self._buffer])

@@ -25,14 +25,23 @@ __all__ = ["cca", "pwcca", "svcca"]
 
 @dataclass
 class _Side:
-    """One side whitened: ``Xc = q r``, ``r = u diag(s) v^T``; the first ``k`` columns of ``q u`` are kept."""
+    """One side whitened: ``Xc = q r``, ``r = u diag(s) v^T``; the first ``k`` columns of ``q u`` are kept.
 
-    q: torch.Tensor  # (n, m) orthonormal, m = min(n, d)
+    A side built from moments (`measures.streamed`) has no ``q`` (its n rows were never held): ``rows`` gives n,
+    and the pair's ``q_x^T q_y`` is passed to the measures as ``cross``."""
+
+    q: torch.Tensor | None  # (n, m) orthonormal, m = min(n, d)
     r: torch.Tensor  # (m, d)
     s: torch.Tensor  # (m,) singular values of Xc, descending
     rank: int
     k: int = 0
     _left: torch.Tensor | None = field(default=None, repr=False)  # the left singular vectors of r, once computed
+    rows: int = 0  # n, for a side without q
+
+    @property
+    def n(self) -> int:
+        """The number of samples."""
+        return int(self.q.shape[0]) if self.q is not None else self.rows
 
     def kept(self) -> torch.Tensor | None:
         """The first ``k`` left singular vectors of ``r`` (m, k); None when every direction is kept (then the
@@ -64,10 +73,11 @@ def _project(u: torch.Tensor | None, m: torch.Tensor) -> torch.Tensor:
     return m if u is None else u.T @ m
 
 
-def _correlations(a: _Side, b: _Side, n: int, what: str, fix: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _correlations(a: _Side, b: _Side, n: int, what: str, fix: str,
+                  cross: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Canonical correlations (descending, (min(ka, kb),)), the front's canonical directions in its kept
     basis (ka, min(ka, kb)) and that basis (`_Side.kept`); refuses when ``ka + kb >= n - 1``
-    (correlations of 1 by construction)."""
+    (correlations of 1 by construction). ``cross``: ``q_x^T q_y`` when the sides hold no ``q``."""
     if a.k + b.k >= n - 1:
         raise ValueError(
             f"{what} is degenerate here: n - 1 = {n - 1} <= {a.k} + {b.k} (the directions kept of the front "
@@ -75,7 +85,8 @@ def _correlations(a: _Side, b: _Side, n: int, what: str, fix: str) -> tuple[torc
             f"the representations are; {fix}"
         )
     ua, ub = a.kept(), b.kept()
-    m = _project(ub, _project(ua, a.q.T @ b.q).T).T  # (ka, kb): U_x^T Q_x^T Q_y U_y
+    cross = a.q.T @ b.q if cross is None else cross
+    m = _project(ub, _project(ua, cross).T).T  # (ka, kb): U_x^T Q_x^T Q_y U_y
     left, rho, _ = torch.linalg.svd(m, full_matrices=False)
     return rho.clamp(0.0, 1.0), left, ua
 
@@ -118,16 +129,15 @@ def cca_node(X: ArrayLike, name: str = "X", what: str = "CCA", compress: bool = 
 
 
 def _same_n(a: _Side, b: _Side, what: str) -> int:
-    if a.q.shape[0] != b.q.shape[0]:
-        raise ValueError(f"{what}: X has {a.q.shape[0]} samples but Y has {b.q.shape[0]}; they must be the same "
-                         "inputs")
-    return int(a.q.shape[0])
+    if a.n != b.n:
+        raise ValueError(f"{what}: X has {a.n} samples but Y has {b.n}; they must be the same inputs")
+    return a.n
 
 
-def cca_from_nodes(a: _Side, b: _Side, *, details: bool = False) -> float | Measured:
-    """[`cca`][cca] from two sides' `cca_node`."""
+def cca_from_nodes(a: _Side, b: _Side, *, details: bool = False, cross: torch.Tensor | None = None) -> float | Measured:
+    """[`cca`][cca] from two sides' `cca_node` (``cross``: see `_correlations`)."""
     n = _same_n(a, b, "CCA")
-    rho, _, _ = _correlations(a, b, n, "CCA", _CCA_FIX)
+    rho, _, _ = _correlations(a, b, n, "CCA", _CCA_FIX, cross)
     return finish(float(rho.mean()), _details(rho, a, b, n), details)
 
 
@@ -187,8 +197,8 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: int | tuple[
 
 
 def svcca_from_nodes(a: _Side, b: _Side, variance: float = 0.99, dims: int | tuple[int, int] | None = None, *,
-                     details: bool = False) -> float | Measured:
-    """[`svcca`][svcca] from two sides' `cca_node` (the nodes are not changed)."""
+                     details: bool = False, cross: torch.Tensor | None = None) -> float | Measured:
+    """[`svcca`][svcca] from two sides' `cca_node` (the nodes are not changed; ``cross``: see `_correlations`)."""
     variance = _check_variance(variance)
     wanted = dims_pair(dims)
     n = _same_n(a, b, "SVCCA")
@@ -202,7 +212,7 @@ def svcca_from_nodes(a: _Side, b: _Side, variance: float = 0.99, dims: int | tup
             if wanted[i] > side.rank:
                 warnings.append(f"dims={wanted[i]} for the {label} exceeds its rank {side.rank}; kept {side.rank}")
     fix = "use more samples, or keep fewer directions (a lower variance, or dims)"
-    rho, _, _ = _correlations(a, b, n, "SVCCA", fix)
+    rho, _, _ = _correlations(a, b, n, "SVCCA", fix, cross)
     info = _details(rho, a, b, n)
     info.update({"dims": list(wanted)} if wanted else {"variance": variance})
     if warnings:
@@ -235,11 +245,12 @@ def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measu
     return pwcca_from_nodes(whiten(x, "X", "PWCCA", compress=False), whiten(y, "Y", "PWCCA"), details=details)
 
 
-def pwcca_from_nodes(a: _Side, b: _Side, *, details: bool = False) -> float | Measured:
-    """[`pwcca`][pwcca] from the front's `cca_node` with ``compress=False`` and the end's `cca_node`."""
+def pwcca_from_nodes(a: _Side, b: _Side, *, details: bool = False, cross: torch.Tensor | None = None) -> float | Measured:
+    """[`pwcca`][pwcca] from the front's `cca_node` with ``compress=False`` and the end's `cca_node` (``cross``: see
+    `_correlations`)."""
     n = _same_n(a, b, "PWCCA")
     fix = "use more samples (n > rank(front) + rank(end) + 1), or 'svcca' with dims"
-    rho, left, ua = _correlations(a, b, n, "PWCCA", fix)
+    rho, left, ua = _correlations(a, b, n, "PWCCA", fix, cross)
     alpha = (left.T @ _project(ua, a.r)).abs().sum(dim=1)  # (m,): sum_j |<h_i, x_j>| = rows of A^T U^T R
     weights = alpha / alpha.sum()
     info = _details(rho, a, b, n)

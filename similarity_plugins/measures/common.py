@@ -55,12 +55,17 @@ def pair(X: ArrayLike, Y: ArrayLike, what: str, min_n: int = 2) -> tuple[torch.T
     n = check_same_n(x, y, "X", "Y", what)
     if x.device != y.device:
         raise ValueError(f"X is on {x.device} but Y is on {y.device}; put both on one device")
-    if n < min_n:
-        raise ValueError(f"{what} needs at least {min_n} samples but got n={n}; pass more samples")
+    check_count(n, what, min_n)
     for t, name in ((x, "X"), (y, "Y")):
         if not bool(torch.isfinite(t.sum(dim=0)).all()):  # NaN, Inf or float64 overflow: one cheap pass
             raise_nonfinite(t, name, what)
     return x, y
+
+
+def check_count(n: int, what: str, min_n: int) -> None:
+    """Refuse fewer than ``min_n`` samples for the measure ``what`` (the message every measure gives)."""
+    if n < min_n:
+        raise ValueError(f"{what} needs at least {min_n} samples but got n={n}; pass more samples")
 
 
 def centred(x: torch.Tensor, name: str, what: str) -> tuple[torch.Tensor, float]:

@@ -1,24 +1,24 @@
-"""Measures streamed block by block from arrays too large to hold: linear CKA, Procrustes and CCA from moments.
+"""Measures streamed block by block from arrays too large to hold: Procrustes, the CCA family and ridge regression
+from float64 moments (linear CKA streams in `cka.streaming`).
 
-``functional.streamed`` reads ``x`` and ``y`` (NumPy arrays, tensors, or an activation store's entries,
-which are read from disk) ``rows`` at a time and keeps only float64 sums whose size does not depend on n:
+``functional.streamed``, a grid from an activation store and ``score`` on store entries read the rows ``rows``
+at a time (NumPy arrays, tensors, or an activation store's entries, read from disk) and keep only float64 sums
+whose size does not depend on n: the shifted first and second moments ``n``, ``sum x``, ``sum y``, ``X'^T X'``,
+``Y'^T Y'``, ``X'^T Y'`` (`StreamedMoments`, ``8 (dx + dy)^2`` bytes).
 
-- ``cka-linear`` / ``cka-debiased``: the moments of [`StreamingLinearCKA`][StreamingLinearCKA],
-  ``8 ((dx + dy)^2 + 4 (dx + dy) + 5)`` bytes;
-- ``procrustes`` and ``cca``: the shifted first and second moments ``n``, ``sum x``, ``sum y``,
-  ``X'^T X'``, ``Y'^T Y'``, ``X'^T Y'``, ``8 (dx + dy)^2`` bytes; Procrustes is ``||Cxy||_* / sqrt(tr Cxx tr Cyy)``
-  and the canonical correlations are the singular values of ``Cxx^(-1/2) Cxy Cyy^(-1/2)``;
+- ``procrustes``: ``||Cxy||_* / sqrt(tr Cxx tr Cyy)``;
+- ``cca``, ``svcca``, ``pwcca``: each side whitened from its covariance (``Cxx = V diag(s^2) V^T``), then the
+  measures of `measures.cca` on those sides with ``q_x^T q_y = diag(1/s_x) V_x^T Cxy V_y diag(1/s_y)``. A
+  direction counts when its variance is above ``max(n, d) eps`` of the largest (eigenvalues of a covariance
+  carry ``sqrt(eps)`` relative error in their square roots); the in-memory measures keep singular values down
+  to ``max(n, d) eps`` of the largest, so the two agree unless a side has directions between those bounds;
 - ``linear-regression``: the ridge map from the normal equations ``(Cxx + lambda I) W = Cxy`` of the training
-  rows (the moments above, on the rows of `linear_regression`'s seeded split), then a second pass over the
-  test rows for the residual and total sums of squares; plus one byte per sample for the split.
+  rows, then a second pass over the test rows for the residual and total sums of squares.
 
-Permutation tests do not stream: each permutation pairs every row of ``x`` with another row of ``y``, so each
-one is a full pass over both arrays (K passes over the disk). ``functional.streamed`` refuses
-``permutations`` naming this; load the arrays (``score``) or subsample (``max_samples``) for a p-value.
-
-Measures that need an n x n matrix (RBF CKA, RSA, mutual kNN) cannot stream: [`nxn_bytes`][nxn_bytes] states
-their memory; ``functional.streamed`` warns (`MemoryBudgetWarning`) before it loads both arrays and runs them
-when that exceeds ``memory_budget`` (default `NXN_BUDGET`, 4 GiB).
+Every refusal is the in-memory measure's (too few samples, a constant side, NaN or Inf: the same messages).
+Permutation tests do not stream: each permutation pairs every row of ``x`` with another row of ``y``, a full
+pass over both arrays per permutation. Measures that need an n x n matrix (RBF CKA, RSA, mutual kNN) cannot
+stream: [`nxn_bytes`][nxn_bytes] states their memory, and `check_budget` warns before they run over it.
 """
 
 from __future__ import annotations
@@ -28,16 +28,20 @@ import warnings
 from typing import Any
 
 import numpy as np
+import torch
 
-from ..utils.arrays import format_bytes, paired_blocks
+from ..utils.arrays import constant_message, format_bytes, paired_blocks
+from .cca import _Side, cca_from_nodes, pwcca_from_nodes, svcca_from_nodes
+from .common import Measured, check_count
 
 __all__ = ["nxn_bytes", "MemoryBudgetWarning"]
 
-STREAMED = ("cka-linear", "cka-debiased", "procrustes", "cca", "linear-regression")
+STREAMED = ("cka-linear", "cka-debiased", "procrustes", "cca", "svcca", "pwcca", "linear-regression")
 NXN = ("cka-rbf", "rsa", "mutual-knn")
 #: The bytes an n x n measure may take before a warning (the default ``memory_budget``): 4 GiB.
 NXN_BUDGET = 4 * 2**30
 _EPS = float(np.finfo(np.float64).eps)
+_WHAT = {"procrustes": "Procrustes", "cca": "CCA", "svcca": "SVCCA", "pwcca": "PWCCA"}
 
 
 class MemoryBudgetWarning(UserWarning):
@@ -63,12 +67,49 @@ def check_budget(nbytes: int, what: str, memory_budget: int | None) -> None:
                       MemoryBudgetWarning, stacklevel=3)
 
 
-class StreamedMoments:
-    """Float64 first and second moments of paired rows, about the first block's means (well conditioned)."""
+class RowView:
+    """The rows ``index`` of ``base`` (an array, a tensor or a store entry), read only when sliced: ``view[i:j]`` is
+    ``base[index[i:j]]``."""
 
-    def __init__(self) -> None:
-        self.n = 0
+    def __init__(self, base: Any, index: np.ndarray) -> None:
+        self.base, self.index = base, np.asarray(index)
+        self.shape = (len(self.index), *tuple(base.shape[1:]))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, rows: Any) -> Any:
+        return self.base[self.index[rows]]
+
+
+def streamed_sources(context: Any, front: Any, end: Any, layer: Any, limit: Any = None,
+                     split: str = "test") -> tuple[Any, Any] | None:
+    """The two nodes' rows on disk (``context.row_source``), cut to the first ``limit`` samples, when a measure
+    should stream them (both on disk, and `stream_pays`); None when it should read them with ``activations``."""
+    x, y = context.row_source(front, layer.front, split), context.row_source(end, layer.end, split)
+    if x is None or y is None:
+        return None
+    if limit:
+        x, y = RowView(x, np.arange(min(int(limit), len(x)))), RowView(y, np.arange(min(int(limit), len(y))))
+    dx, dy = int(np.prod(x.shape[1:])), int(np.prod(y.shape[1:]))
+    return (x, y) if stream_pays(len(x), dx, dy) else None
+
+
+def stream_pays(n: int, dx: int, dy: int) -> bool:
+    """Whether the moments of a pair (``8 (dx + dy)^2`` bytes) are smaller than its rows in float32
+    (``4 n (dx + dy)``): then a grid or ``score`` reads rows on disk in blocks rather than whole."""
+    return 2 * (dx + dy) < n
+
+
+class StreamedMoments:
+    """Float64 first and second moments of paired rows, about the first block's means (well conditioned), and
+    whether each side is constant; ``what`` names the measure in refusals."""
+
+    def __init__(self, what: str = "the measure") -> None:
+        self.what, self.n = what, 0
         self.shift: tuple[np.ndarray, np.ndarray] | None = None
+        self._first: list[np.ndarray | None] = [None, None]
+        self._const = [True, True]
 
     def update(self, x: np.ndarray, y: np.ndarray) -> None:
         """Add rows ``x`` (b, dx) and ``y`` (b, dy)."""
@@ -77,9 +118,12 @@ class StreamedMoments:
             return
         if self.shift is None:
             self.shift = (x.mean(0), y.mean(0))
+            self._first = [x[0].copy(), y[0].copy()]
             dx, dy = x.shape[1], y.shape[1]
             self.sx, self.sy = np.zeros(dx), np.zeros(dy)
             self.xx, self.yy, self.xy = np.zeros((dx, dx)), np.zeros((dy, dy)), np.zeros((dx, dy))
+        for i, side in enumerate((x, y)):
+            self._const[i] = self._const[i] and bool((side == self._first[i]).all())
         x, y = x - self.shift[0], y - self.shift[1]
         self.n += len(x)
         self.sx += x.sum(0)
@@ -88,124 +132,117 @@ class StreamedMoments:
         self.yy += y.T @ y
         self.xy += x.T @ y
 
+    def check(self, min_n: int, names: tuple[str, str] = ("X", "Y")) -> None:
+        """The in-memory measure's refusals: fewer than ``min_n`` samples, then a constant side (X first)."""
+        check_count(self.n, self.what, min_n)
+        for name, constant in zip(names, self._const):
+            if constant:
+                raise ValueError(constant_message(name, self.n, self.what))
+
     def centred(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(Xc^T Xc, Yc^T Yc, Xc^T Yc)``: the centred sums of squares and cross products."""
         mx, my = self.sx / self.n, self.sy / self.n
         return (self.xx - self.n * np.outer(mx, mx), self.yy - self.n * np.outer(my, my),
                 self.xy - self.n * np.outer(mx, my))
 
-
-def _inverse_sqrt(c: np.ndarray, n: int) -> tuple[np.ndarray, int]:
-    """``(W, k)``: W (d, k) with ``W^T C W = I`` on the k directions of numerical rank (NumPy's rule on the
-    singular values ``sqrt(eigenvalues)`` of the centred data)."""
-    vals, vecs = np.linalg.eigh(c)
-    vals, vecs = vals[::-1], vecs[:, ::-1]
-    s = np.sqrt(np.clip(vals, 0.0, None))
-    k = int((s > s[0] * max(n, len(c)) * _EPS * 10).sum()) if s[0] > 0 else 0
-    return vecs[:, :k] / s[:k], k
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        """The column means of x and y."""
+        return self.shift[0] + self.sx / self.n, self.shift[1] + self.sy / self.n
 
 
-def _procrustes(m: StreamedMoments) -> float:
-    cxx, cyy, cxy = m.centred()
-    tx, ty = float(np.trace(cxx)), float(np.trace(cyy))
-    if tx <= 0 or ty <= 0:
-        raise ValueError("Procrustes: a side is constant across samples (zero variance)")
-    return float(np.linalg.svd(cxy, compute_uv=False).sum() / math.sqrt(tx * ty))
+def moments(x: Any, y: Any, rows: int, what: str) -> StreamedMoments:
+    """`StreamedMoments` of every row of ``x`` and ``y``, read ``rows`` at a time."""
+    m = StreamedMoments(what)
+    for xb, yb in paired_blocks(x, y, rows, what):
+        m.update(xb, yb)
+    return m
 
 
-def _cca(m: StreamedMoments) -> float:
-    cxx, cyy, cxy = m.centred()
-    wx, kx = _inverse_sqrt(cxx, m.n)
-    wy, ky = _inverse_sqrt(cyy, m.n)
-    if kx + ky >= m.n - 1:
-        raise ValueError(f"CCA is degenerate here: n - 1 = {m.n - 1} <= {kx} + {ky} (the directions kept); use "
-                         "more samples")
-    rho = np.clip(np.linalg.svd(wx.T @ cxy @ wy, compute_uv=False), 0.0, 1.0)
-    return float(rho.mean())
-
-
-def streamed_procrustes(x: Any, y: Any, *, rows: int = 8192) -> float:
+def streamed_procrustes(x: Any, y: Any, *, rows: int = 8192) -> Measured:
     """[`procrustes`][procrustes] of ``x`` (n, dx) and ``y`` (n, dy) from float64 moments read ``rows`` at a time."""
-    return _procrustes(_moments(x, y, rows))
+    from .procrustes import MIN_SAMPLES
+
+    m = moments(x, y, rows, "Procrustes")
+    m.check(MIN_SAMPLES)
+    cxx, cyy, cxy = m.centred()
+    score = float(np.linalg.svd(cxy, compute_uv=False).sum() / math.sqrt(np.trace(cxx) * np.trace(cyy)))
+    score = min(1.0, max(0.0, score))
+    return Measured(score, {"n": m.n, "angular_distance": math.acos(score)})
 
 
-def streamed_cca(x: Any, y: Any, *, rows: int = 8192) -> float:
-    """[`cca`][cca] (mean canonical correlation) of ``x`` and ``y`` from float64 moments read ``rows`` at a time."""
-    return _cca(_moments(x, y, rows))
+def _moment_side(c: np.ndarray, n: int) -> tuple[_Side, np.ndarray]:
+    """A whitened side of `measures.cca` from its centred covariance ``c`` (d, d), and the map ``V diag(1/s)``
+    (d, d; zero for directions below the rank) that takes cross products to its whitened basis."""
+    vals, vecs = np.linalg.eigh(c)
+    vals, vecs = np.clip(vals[::-1], 0.0, None), vecs[:, ::-1]
+    rank = int((vals > vals[0] * max(n, len(c)) * _EPS).sum()) if vals[0] > 0 else 0
+    s = np.sqrt(vals)
+    inverse = np.zeros_like(s)
+    inverse[:rank] = 1.0 / s[:rank]
+    side = _Side(None, torch.from_numpy(s[:, None] * vecs.T), torch.from_numpy(s), rank, rank, rows=n)
+    return side, vecs * inverse
 
 
-def _moments(x: Any, y: Any, rows: int) -> StreamedMoments:
-    moments = StreamedMoments()
-    for xb, yb in paired_blocks(x, y, rows):
-        moments.update(xb, yb)
-    return moments
+def streamed_cca_family(x: Any, y: Any, measure: str = "cca", *, rows: int = 8192, variance: float = 0.99,
+                        dims: Any = None) -> Measured:
+    """[`cca`][cca], [`svcca`][svcca] (``variance``, ``dims``) or [`pwcca`][pwcca] of ``x`` and ``y`` from float64
+    moments read ``rows`` at a time (see the module docstring for the rank rule)."""
+    m = moments(x, y, rows, _WHAT[measure])
+    m.check(3)
+    cxx, cyy, cxy = m.centred()
+    (a, wx), (b, wy) = _moment_side(cxx, m.n), _moment_side(cyy, m.n)
+    cross = torch.from_numpy(wx.T @ cxy @ wy)
+    if measure == "cca":
+        return cca_from_nodes(a, b, details=True, cross=cross)
+    if measure == "svcca":
+        return svcca_from_nodes(a, b, variance, dims, details=True, cross=cross)
+    return pwcca_from_nodes(a, b, details=True, cross=cross)
 
 
-def streamed_regression(x: Any, y: Any, *, rows: int = 8192, alpha: float | None = None, seed: int = 0) -> float:
-    """[`linear_regression`][linear_regression] (variance-weighted R^2 of a ridge map from ``x`` to ``y``) read
-    ``rows`` at a time, on the same seeded split of the rows (its first ``ceil(0.8 n)`` for fitting).
+def streamed_regression(x_train: Any, y_train: Any, x_test: Any, y_test: Any, *, rows: int = 8192,
+                        alpha: float | None = None) -> Measured:
+    """[`linear_regression`][linear_regression] with given test rows (variance-weighted R^2 of a ridge map from x to
+    y), from the training rows' moments and a pass over the test rows, ``rows`` at a time.
 
     Args:
-        x: (n, dx) front rows.
-        y: (n, dy) end rows of the same samples.
+        x_train: (n, dx) front training rows.
+        y_train: (n, dy) end training rows of the same samples.
+        x_test: (m, dx) front test rows.
+        y_test: (m, dy) end test rows.
         rows: samples read per block.
         alpha: relative ridge strength (default `DEFAULT_ALPHA`).
-        seed: the seed of the train/test split.
 
     Returns:
-        R^2 on the held-out rows, equal to ``linear_regression(x, y, alpha, seed=seed)`` up to float64 rounding.
+        R^2 on the test rows with ``alpha``, ``ridge_lambda``, ``n_train``, ``n_test``, equal to
+            ``linear_regression(x_train, y_train, alpha, X_test=x_test, Y_test=y_test)`` up to float64 rounding.
 
     Raises:
-        ValueError: fewer than 4 rows, ``dx`` over the training rows (the normal equations in feature space
-            need ``dx <= n_train``; use the in-memory measure), a constant side, non-finite values.
+        ValueError: the in-memory measure's refusals (fewer than 2 rows, a constant side, NaN or Inf), and ``dx``
+            over the training rows (the normal equations in feature space need ``dx <= n_train``).
     """
-    from .regression import DEFAULT_ALPHA, TRAIN_FRACTION, check_alpha
+    from .regression import DEFAULT_ALPHA, check_alpha
 
     alpha = check_alpha(DEFAULT_ALPHA if alpha is None else alpha)
-    n = len(x)
-    if n < 4:
-        raise ValueError(f"linear-regression needs at least 4 rows to split, got {n}")
-    order = np.random.default_rng(seed).permutation(n)
-    cut = min(n - 2, max(2, int(math.ceil(TRAIN_FRACTION * n))))
-    train = np.zeros(n, dtype=bool)
-    train[order[:cut]] = True
-    fit = StreamedMoments()
-    for start, (xb, yb) in _indexed_blocks(x, y, rows):
-        keep = train[start:start + len(xb)]
-        fit.update(xb[keep], yb[keep])
-    weights, mx, my = _ridge_solution(fit, alpha)
-    sse, test = 0.0, StreamedMoments()
-    for start, (xb, yb) in _indexed_blocks(x, y, rows):
-        held = ~train[start:start + len(xb)]
-        xt, yt = xb[held].astype(np.float64), yb[held].astype(np.float64)
+    fit = moments(x_train, y_train, rows, "linear-regression")
+    check_count(fit.n, "linear-regression", 2)
+    check_count(len(x_test), "linear-regression", 2)
+    fit.check(2, ("X (train rows)", "Y (train rows)"))
+    cxx, _, cxy = fit.centred()
+    dx = len(cxx)
+    if dx > fit.n:
+        raise ValueError(f"linear-regression streamed: {dx} front features over {fit.n} training rows; the normal "
+                         "equations need dx <= n_train, so use the in-memory measure (score) for this pair")
+    lam = alpha * float(np.trace(cxx)) / dx
+    weights = np.linalg.solve(cxx + np.eye(dx) * lam, cxy)
+    mx, my = fit.means()
+    sse, test = 0.0, StreamedMoments("linear-regression")
+    for xb, yb in paired_blocks(x_test, y_test, rows, "linear-regression"):
+        xt, yt = xb.astype(np.float64), yb.astype(np.float64)
         sse += float((((yt - my) - (xt - mx) @ weights) ** 2).sum())
         test.update(yt[:, :1], yt)
     total = float(np.trace(test.centred()[1]))
     if not total > 0.0:
         raise ValueError("linear-regression: Y is constant over the test rows (zero total variance), so R^2 is "
                          "undefined (0/0); check that the layer is not dead or that the inputs differ")
-    return 1.0 - sse / total
-
-
-def _ridge_solution(m: StreamedMoments, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(W, mean x, mean y)`` of the training moments: ``(Cxx + lambda I) W = Cxy``, ``lambda = alpha tr(Cxx)/dx``."""
-    cxx, _, cxy = m.centred()
-    dx = len(cxx)
-    if dx > m.n:
-        raise ValueError(f"linear-regression streamed: {dx} front features over {m.n} training rows; the normal "
-                         "equations need dx <= n_train, so use the in-memory measure (score) for this pair")
-    trace = float(np.trace(cxx))
-    if not trace > 0.0:
-        raise ValueError("linear-regression: X (train rows) is constant across samples (zero variance)")
-    system = cxx + np.eye(dx) * (alpha * trace / dx)
-    try:
-        weights = np.linalg.solve(system, cxy)
-    except np.linalg.LinAlgError as exc:
-        raise ValueError("linear-regression: the ridge system is singular in float64; use a larger alpha") from exc
-    return weights, m.shift[0] + m.sx / m.n, m.shift[1] + m.sy / m.n
-
-
-def _indexed_blocks(x: Any, y: Any, rows: int):
-    """``(first row, (x block, y block))`` of `paired_blocks`."""
-    for i, blocks in enumerate(paired_blocks(x, y, rows)):
-        yield i * rows, blocks
+    return Measured(1.0 - sse / total, {"alpha": alpha, "ridge_lambda": lam, "n_train": fit.n, "n_test": test.n,
+                                        "split": "given test rows"})

@@ -23,6 +23,8 @@ from ..host.results import LayerPair, SimilarityResult
 
 MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)")
 THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)")
+#: Rows read per block when a measure streams from disk (`_CKAPlugin._streamed`): 8192 x (dx + dy) float64.
+STREAM_ROWS = 8192
 PERMUTATIONS = Option("permutations", 0, "K > 0: also score K seeded permutations of the end's rows and report "
                       "p_value, null_mean, null_std (0: no test)")
 
@@ -74,6 +76,9 @@ class _CKAPlugin(MetricPlugin):
         from ..cka.permutation import cka_permutation_test
 
         k = permutation_count(options)
+        streamed = self._streamed(front, end, layer, options, context) if self.kernel == "linear" and not k else None
+        if streamed is not None:
+            return streamed
         if context.world.distributed and self.kernel == "linear" and not k:  # a test needs every row: gathered
             return self._sharded_linear(front, end, layer, options, context)
         x = context.activations(front, layer.front, "test")
@@ -92,6 +97,24 @@ class _CKAPlugin(MetricPlugin):
         with_permutation_test(details, k, lambda: cka_permutation_test(x, y, **kwargs, permutations=k, seed=seed,
                                                                              null_values=keeps_nulls(context)))
         return SimilarityResult("", float(score), details)
+
+    def _streamed(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult | None:
+        """Linear CKA from moments read in blocks, when both nodes' rows are on disk (`Context.row_source`: a grid
+        from an activation store, ``score`` on store entries) and the moments are smaller than the rows; else None."""
+        from ..cka.streaming import StreamingLinearCKA
+        from ..measures.streamed import streamed_sources
+        from ..utils.arrays import paired_blocks
+
+        sources = streamed_sources(context, front, end, layer, options.get(MAX_SAMPLES.name))
+        if sources is None:
+            return None
+        x, y = sources
+        acc = StreamingLinearCKA(self.debiased)
+        for xb, yb in paired_blocks(x, y, STREAM_ROWS, "CKA"):
+            acc.update(xb, yb)
+        details = {"n": len(x), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), "kernel": self.kernel,
+                   "debiased": self.debiased, "streamed": True}
+        return SimilarityResult("", float(acc.compute()), details)
 
     def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: PluginContext) -> float | None:
         """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);

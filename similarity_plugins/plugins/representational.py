@@ -61,8 +61,11 @@ class _Representational(MetricPlugin):
         from ..measures.permutation import permutation_test
 
         k = permutation_count(options)
-        x, y = self.test_activations(front, end, layer, options, context)
         arguments = self.arguments(options)
+        streamed = self._streamed(front, end, layer, arguments, options, context) if not k else None
+        if streamed is not None:
+            return streamed
+        x, y = self.test_activations(front, end, layer, options, context)
         if context.reuse_nodes:  # a grid: each node's part is built once, for all its cells
             result = self._from_nodes(front, end, layer, x, y, arguments, options, context)
         else:
@@ -73,6 +76,27 @@ class _Representational(MetricPlugin):
                                                                    **arguments))
         return SimilarityResult("", result.score, details)
 
+
+    def _streamed(self, front, end, layer: LayerPair, arguments: dict, options: dict,
+                  context: PluginContext) -> SimilarityResult | None:
+        """The measure from float64 moments read in blocks, when it reduces to sums over samples and both nodes' rows
+        are on disk (`Context.row_source`) with moments smaller than the rows; else None."""
+        from ..measures.streamed import streamed_cca_family, streamed_procrustes, streamed_sources
+        from .cka import STREAM_ROWS
+
+        if self.measure not in ("procrustes", "cca", "svcca", "pwcca"):
+            return None
+        sources = streamed_sources(context, front, end, layer, options.get(MAX_SAMPLES.name))
+        if sources is None:
+            return None
+        x, y = sources
+        if self.measure == "procrustes":
+            result = streamed_procrustes(x, y, rows=STREAM_ROWS)
+        else:
+            result = streamed_cca_family(x, y, self.measure, rows=STREAM_ROWS, **arguments)
+        details = {"n": len(x), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details,
+                   "streamed": True}
+        return SimilarityResult("", result.score, details)
 
     def _from_nodes(self, front, end, layer: LayerPair, x, y, arguments: dict, options: dict, context: PluginContext):
         """The measure from each node's part (`similarity_plugins.measures.nodes`), memoised per node."""
@@ -155,10 +179,13 @@ class LinearRegression(_Representational):
         from ..measures.permutation import permutation_test
 
         k = permutation_count(options)
+        alpha = declared_value(self, options, "alpha")
+        streamed = self._streamed_fit(front, end, layer, options, context, alpha) if not k else None
+        if streamed is not None:
+            return streamed
         x, y = self.test_activations(front, end, layer, options, context)
         x_train = context.activations(front, layer.front, "train")
         y_train = context.activations(end, layer.end, "train")
-        alpha = declared_value(self, options, "alpha")
         if context.reuse_nodes:  # a grid: the front's factorisation serves every end
             from ..measures.regression import linear_regression_from_front, ridge_front
 
@@ -171,6 +198,23 @@ class LinearRegression(_Representational):
         with_permutation_test(details, k, lambda: permutation_test(
             "linear_regression", x_train, y_train, permutations=k, seed=seed, kind=self.kind, alpha=alpha,
             X_test=x, Y_test=y, null_values=keeps_nulls(context)))
+        return SimilarityResult("", result.score, details)
+
+
+    @staticmethod
+    def _streamed_fit(front, end, layer: LayerPair, options: dict, context: PluginContext, alpha) -> SimilarityResult | None:
+        """The regression from the train rows' moments and a pass over the test rows, when all four are on disk
+        (``score`` on store entries) and the moments are smaller than the rows; else None."""
+        from ..measures.streamed import streamed_regression, streamed_sources
+        from .cka import STREAM_ROWS
+
+        train = streamed_sources(context, front, end, layer, split="train")
+        test = streamed_sources(context, front, end, layer, options.get(MAX_SAMPLES.name))
+        if train is None or test is None:
+            return None
+        result = streamed_regression(*train, *test, rows=STREAM_ROWS, alpha=alpha)
+        details = {"front_dim": int(test[0].shape[1]), "end_dim": int(test[1].shape[1]), **result.details,
+                   "split": "fitted on the train split, scored on the test split", "streamed": True}
         return SimilarityResult("", result.score, details)
 
 

@@ -32,16 +32,17 @@ from ..networks.activations import flatten
 from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.parallel import World
+from ..networks.store_rows import AlignedRows
 from ..utils.arrays import unmasked
 from ..utils.progress import Progress, check_progress, progress_bar
-from ..utils.rng import check_seed, isolated_rng, seed_all
+from ..utils.rng import check_seed, drawn_split, isolated_rng, seed_all
 from .call import METRIC_ERRORS, error_row, hook_call, interrupted_row, refusal, to_row
 from .process import note_restored, outside_inference_mode, process_state, restore_process_state
 from .provenance import provenance
+from .score_store import row_view, rows_of, stored_identity, stored_sides
 
 __all__ = ["score"]
 
-TEST_FRACTION = 0.2
 PAIR = LayerPair("x", "y")
 
 
@@ -81,8 +82,18 @@ class ArrayContext(Context):
             raise ValueError(f"this metric reads the {split} rows, but score() gave it none: a metric that reads the "
                              f"train split must declare needs = ('train', 'test'), or pass split={{'train': ..., "
                              f"'test': ...}} to score()")
-        acts = self.remember(("array rows", id(model), split), lambda: _take(self.arrays[model], rows))
+        array = self.arrays[model]
+        read = (lambda: rows_of(array, rows)) if isinstance(array, AlignedRows) else (lambda: _take(array, rows))
+        acts = self.remember(("array rows", id(model), split), read)
         return flatten(acts) if flat else acts
+
+    def row_source(self, model: Any, layer: str, split: str = "test") -> AlignedRows | None:
+        """The rows ``split`` of a side that is a store entry, read in blocks; None for an array, or a split the
+        metrics already read whole."""
+        array, rows = self.arrays.get(model), self.rows.get(split) if split in ("train", "test") else None
+        if not isinstance(array, AlignedRows) or rows is None or ("array rows", id(model), split) in self.memo:
+            return None
+        return row_view(array, rows)
 
     def local_activations(self, model: Any, layer: str, split: str = "test") -> tuple[torch.Tensor, None, None]:
         """All of `activations` (one process holds every row), no labels."""
@@ -190,15 +201,6 @@ def _index_rows(value: Any, n: int, key: str) -> torch.Tensor:
     return rows
 
 
-def drawn_split(n: int, seed: int) -> dict[str, torch.Tensor]:
-    """The documented split of ``n >= 2`` rows for metrics that need a train split when none is given:
-    test = the first ``max(1, round(n * TEST_FRACTION))`` entries of a permutation seeded with ``seed``,
-    train = the rest, both sorted (int64 index tensors)."""
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
-    n_test = min(n - 1, max(1, round(n * TEST_FRACTION)))
-    return {"train": perm[n_test:].sort().values, "test": perm[:n_test].sort().values}
-
-
 def select_score_metrics(metrics: str | Iterable[str] | None) -> list[str]:
     """The metric names ``score`` runs: ``metrics`` resolved as in ``compare``, or, for ``None``, every
     registered metric that declares ``activations_only``. Raises ``ValueError`` when there is none."""
@@ -214,14 +216,17 @@ def select_score_metrics(metrics: str | Iterable[str] | None) -> list[str]:
 
 def score(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, metrics: str | Iterable[str] | None = None,
           options: dict | None = None, split: Mapping[str, Any] | None = None, seed: int = 0,
-          progress: Progress = "never") -> Report:
+          progress: Progress = "never", shared_samples: bool = False) -> Report:
     """Score two arrays of activations with every selected metric that reads only activations.
 
     Args:
         x: the front's activations, a NumPy array or torch tensor (N, ...), one row per input; each row is
             flattened as the CKA plugins flatten, (N, ...) -> (N, prod(...)). Floating dtypes are kept, on
-            the array's device.
-        y: the end's activations on the same N inputs, (N, ...).
+            the array's device. Or an activation store entry (``Store.load``).
+        y: the end's activations on the same N inputs, (N, ...). Two store entries are paired by sample id before
+            any work (the same samples in another order are read in one order; other samples or other data are
+            refused, naming both), read from disk as the metrics need them: the measures that reduce to sums over
+            samples (linear CKA, Procrustes, the CCA family, ridge regression) in blocks when that holds less.
         metrics: names or wildcards as in ``compare``; ``None``: every registered metric with
             ``activations_only`` (a selected metric that needs models gets an error row saying so).
         options: as in ``compare`` (global options and per-metric dicts), checked the same way.
@@ -230,6 +235,8 @@ def score(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, metrics: s
         seed: the metrics' seed and the seed of that split.
         progress: ``"never"`` (default) no bar, ``"auto"`` a bar over the metrics when stderr is a terminal,
             ``"always"`` one even into a file or pipe.
+        shared_samples: for two store entries whose sample ids differ, keep the samples both hold (a warning and
+            ``report.meta["samples"]`` say how many each loses) instead of refusing them.
 
     Returns:
         The [`Report`][similarity_plugins.Report] that ``compare`` returns (one row per metric, layer
@@ -241,7 +248,8 @@ def score(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, metrics: s
     """
     progress = check_progress(progress)
     seed = check_seed(seed)
-    xs, ys = as_activations(x, "x"), as_activations(y, "y")
+    stored = stored_sides(x, y, shared_samples)
+    xs, ys = stored[:2] if stored else (as_activations(x, "x"), as_activations(y, "y"))
     if len(xs) != len(ys):
         raise ValueError(f"x and y must have the same rows (samples): x has {len(xs)}, y has {len(ys)}")
     if len(xs) < 2:
@@ -253,12 +261,13 @@ def score(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, metrics: s
     sides = {_Side("x"): xs, _Side("y"): ys}
     front, end = sides
     results: list[SimilarityResult] = []
+    device = getattr(xs, "device", torch.device("cpu"))
     meta = {"x": list(xs.shape), "y": list(ys.shape), "dtype": [str(xs.dtype), str(ys.dtype)], "metrics": names,
             "kinds": {n: pm.info[n].kind for n in names}, "seed": seed, "split": "given" if given else None,
-            "device": str(xs.device), "torch": torch.__version__, "info": declared_meanings(names),
-            "provenance": provenance({}, {"x": xs, "y": ys}, options=options, device=xs.device)}
+            "device": str(device), "torch": torch.__version__, "info": declared_meanings(names),
+            "provenance": _provenance(xs, ys, stored, options, device), **({"samples": stored[2]} if stored else {})}
     try:
-        with isolated_rng(xs.device) as cuda_rng:
+        with isolated_rng(device) as cuda_rng:
             for name in progress_bar(names, progress=progress, desc="score", leave=False):
                 results.append(_score_one(pm, name, front, end, sides, given, metric_options[name], seed, cuda_rng))
     except KeyboardInterrupt as exc:  # the finished rows travel with the exception, as in compare
@@ -266,6 +275,14 @@ def score(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, metrics: s
                             {**meta, "interrupted": True})
         raise
     return Report(results, meta)
+
+
+def _provenance(xs: Any, ys: Any, stored: Any, options: Any, device: torch.device) -> dict:
+    """The run's provenance; two store entries are identified by their entry and samples, not read again."""
+    record = provenance({}, {} if stored else {"x": xs, "y": ys}, options=options, device=device)
+    if stored:
+        record["data"] = {"x": stored_identity(xs), "y": stored_identity(ys)}
+    return record
 
 
 def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict | None, options: dict, seed: int,
@@ -289,7 +306,8 @@ def _score_one(pm, name: str, front: _Side, end: _Side, sides: dict, given: dict
                 f"{len(rows['train'])} train / {len(rows['test'])} test rows")
     else:
         rows, note = {"test": torch.arange(n)}, None
-    ctx = ArrayContext(sides, rows, seed=seed, device=sides[front].device, options=options)
+    ctx = ArrayContext(sides, rows, seed=seed, device=getattr(sides[front], "device", torch.device("cpu")),
+                       options=options)
     result = _call_metric(pm, name, front, end, ctx, options, seed, cuda_rng)
     if note and name not in pm.load_errors:
         own = result.details.get("split")  # a metric may describe its own use of the splits: keep it, add ours

@@ -166,10 +166,13 @@ def raise_if_constant(arr: Any, name: str, sum_sq: float, mean: Any, what: str =
     n = arr.shape[0]
     bound = 16.0 * float(n) ** 3 * _EPS**2 * float(mean @ mean)
     if sum_sq <= bound and (n == 1 or bool((arr == arr[0]).all())):
-        raise ValueError(
-            f"{name} is constant across samples (zero variance: all {n} rows are identical), so {what} "
-            "is undefined (0/0); check that the layer is not dead or that the inputs differ"
-        )
+        raise ValueError(constant_message(name, n, what))
+
+
+def constant_message(name: str, n: int, what: str = "CKA") -> str:
+    """The refusal of an input whose ``n`` rows are all identical (zero variance), naming it and the measure."""
+    return (f"{name} is constant across samples (zero variance: all {n} rows are identical), so {what} is undefined "
+            "(0/0); check that the layer is not dead or that the inputs differ")
 
 
 def available_bytes(device: Any = None) -> int:
@@ -213,17 +216,19 @@ def nbytes_of(value: Any) -> int:
     return 0
 
 
-def paired_blocks(x: Any, y: Any, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``(x[i:i+rows], y[i:i+rows])`` as NumPy arrays flattened to (b, d), for i = 0, rows, 2 rows, ...
+def paired_blocks(x: Any, y: Any, rows: int, what: str = "the measure") -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(x[i:i+rows], y[i:i+rows])`` as NumPy arrays (float32 or float64) flattened to (b, d), for i = 0, rows, ...
 
-    ``x`` and ``y``: anything with ``len`` and row slicing (arrays, tensors, store entries read from disk).
-    Raises ``ValueError`` when their lengths differ or a block holds NaN or Inf (naming its rows)."""
+    ``x`` and ``y``: anything with ``len`` and row slicing (arrays, tensors on any device, also ones that require
+    grad, store entries read from disk). Raises ``ValueError`` when their lengths differ, and the error the
+    in-memory measures give (`raise_nonfinite`, naming ``X`` or ``Y`` and ``what``) for a block with NaN or Inf."""
     n = len(x)
     if len(y) != n:
         raise ValueError(f"x has {n} rows and y {len(y)}: a streamed measure needs the same samples in both")
     for start in range(0, n, rows):
-        xb, yb = np.asarray(x[start:start + rows]), np.asarray(y[start:start + rows])
+        xb, yb = to_numpy(x[start:start + rows], "X", what), to_numpy(y[start:start + rows], "Y", what)
         xb, yb = xb.reshape(len(xb), -1), yb.reshape(len(yb), -1)
-        if not (np.isfinite(xb).all() and np.isfinite(yb).all()):
-            raise ValueError(f"non-finite values (NaN or inf) in rows {start}..{start + len(xb) - 1}")
+        for block, name in ((xb, "X"), (yb, "Y")):
+            if not np.isfinite(block.sum(dtype=np.float64)) and not np.isfinite(block).all():
+                raise_nonfinite(block, name, what)
         yield xb, yb

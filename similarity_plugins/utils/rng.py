@@ -10,7 +10,10 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["isolated_rng", "seed_all", "check_seed"]
+__all__ = ["isolated_rng", "seed_all", "check_seed", "drawn_split"]
+
+#: The share of the rows that `drawn_split` holds out for testing.
+TEST_FRACTION = 0.2
 
 #: Seeds are whole numbers in [lo, hi): what every generator seeded from one (torch, NumPy, ``random``) takes.
 SEED_RANGE = (-(2**63), 2**63)
@@ -60,3 +63,12 @@ def seed_all(seed: int, cuda: bool = False) -> None:
         torch.default_generator.manual_seed(seed)
     np.random.seed(seed % 2**32)
     random.seed(seed)
+
+
+def drawn_split(n: int, seed: int) -> dict[str, torch.Tensor]:
+    """The documented split of ``n >= 2`` rows for metrics that need a train split when none is given (``score``,
+    ``functional.streamed``): test = the first ``max(1, round(n * TEST_FRACTION))`` entries of
+    ``torch.randperm(n)`` seeded with ``seed``, train = the rest, both sorted (int64 index tensors)."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    n_test = min(n - 1, max(1, round(n * TEST_FRACTION)))
+    return {"train": perm[n_test:].sort().values, "test": perm[:n_test].sort().values}
