@@ -102,6 +102,12 @@ def check_grid_sources(args: argparse.Namespace) -> None:
                          " leave --model out to run from the store alone")
     elif not args.model and args.layers and any("=" not in item for item in args.layers):
         raise ValueError("grid --store without --model chooses entries with --layers NAME=L1,L2 (one per model)")
+    elif not args.model and args.data:
+        raise ValueError("grid --store without --model runs from the store alone and would ignore --data: leave "
+                         "--data out, or give --model and --layers too (to extract on this data, or to run stitching "
+                         "and IRIs, which need the models)")
+    if args.shared_samples and args.store is None:
+        raise ValueError("--shared-samples pairs the samples of store entries: it needs --store DIR")
 
 
 def _check_figure(path: str | None) -> None:
@@ -195,7 +201,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     try:
         grid = compare_grid(models, layers, data, args.metrics, pairs=args.pairs, seed=args.seed, options=options,
                             device=args.device, progress=progress_of(args), resume=args.resume, store=args.store,
-                            cache_bytes=args.cache_bytes)
+                            cache_bytes=args.cache_bytes, shared_samples=args.shared_samples)
     except KeyboardInterrupt as exc:  # Ctrl-C: the cells that finished are written (and are in --resume)
         grid, interrupted = getattr(exc, "grid", None), True
         if grid is None:
@@ -234,6 +240,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--store", default=None, metavar="DIR",
         help="an activation store: test activations are read from it (what it lacks is extracted first); "
              "without --model the grid runs from the store alone")
+    arg_group(p, "data").add_argument(
+        "--shared-samples", action="store_true",
+        help="with --store: keep the samples every entry holds (says how many each loses) instead of refusing "
+             "entries whose sample ids differ")
     arg_group(p, "run").add_argument(
         "--cache-bytes", type=byte_size, default=None, metavar="SIZE",
         help="hold at most SIZE bytes (e.g. 4G) of per-node Gram matrices and RDMs, and of activations read from "

@@ -30,12 +30,48 @@ def split_array_spec(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
+def _unescaped_parts(spec: str) -> list[str]:
+    r"""``spec`` split at each ``:`` that no backslash escapes; ``\:`` and ``\\`` are read as ``:`` and ``\``."""
+    parts, current, chars = [], [], iter(spec)
+    for char in chars:
+        if char == "\\":
+            current.append(next(chars, "\\"))
+        elif char == ":":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    return [*parts, "".join(current)]
+
+
+def _holds(folder: str, model: str, layer: str) -> bool:
+    """Whether the store ``folder`` has a complete entry (model, layer)."""
+    from ..networks.store_paths import StoreError, quote_name
+
+    try:
+        path = os.path.join(folder, quote_name(model, "model"), quote_name(layer, "layer"), "manifest.json")
+    except StoreError:
+        return False
+    return os.path.isfile(os.path.join(folder, "store.json")) and os.path.isfile(path)
+
+
 def store_entry_spec(spec: str) -> tuple[str, str, str] | None:
-    """``"acts:a:block3"`` -> ``("acts", "a", "block3")`` when ``acts`` is a folder; None for any other spec."""
-    parts = spec.rsplit(":", 2)
-    if len(parts) == 3 and all(parts) and os.path.isdir(parts[0]):
-        return parts[0], parts[1], parts[2]
-    return None
+    r"""``"acts:a:block3"`` -> ``("acts", "a", "block3")`` when ``acts`` is a folder; None for any other spec.
+
+    A model or layer name may hold ``:``: write it ``\:`` (a backslash as ``\\``), or plainly when only one way
+    of reading the spec names an entry the store holds. ``ValueError`` when several do, naming them."""
+    parts = _unescaped_parts(spec)
+    ways = [(":".join(parts[:i]), ":".join(parts[i:j]), ":".join(parts[j:]))
+            for i in range(1, len(parts) - 1) for j in range(i + 1, len(parts))]
+    ways = [w for w in ways if all(w) and os.path.isdir(w[0])]
+    if len(ways) <= 1:
+        return ways[0] if ways else None
+    held = [w for w in ways if _holds(*w)]
+    if len(held) > 1:
+        named = "; ".join(f"model {m!r} layer {layer!r} of {f}" for f, m, layer in held)
+        raise ValueError(f"{spec!r} names {len(held)} store entries ({named}); write a ':' that belongs to a name "
+                         "as '\\:'")
+    return held[0] if held else ways[-1]  # none held: the plain reading (the last two ':'), whose error names what is
 
 
 def load_array(spec: str) -> Any:
@@ -104,7 +140,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     interrupted = None
     try:
-        report = score(x, y, args.metrics, options=options, seed=args.seed, progress=progress_of(args))
+        report = score(x, y, args.metrics, options=options, seed=args.seed, progress=progress_of(args),
+                       shared_samples=args.shared_samples)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the rows that finished, the others marked interrupted
         report, interrupted = getattr(exc, "report", None), exc
         if report is None:
@@ -116,8 +153,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's command(s) to the ``similarity-plugins`` parser."""
     p = sub.add_parser("score", help="score two arrays of activations (same rows) with the metrics that need no model")
     p.add_argument("x", help="ARRAY of network A's activations (N, ...): FILE.npy, FILE.npz[:KEY], FILE.pt[:KEY] "
-                   "or STORE:MODEL:LAYER (an activation store entry)")
-    p.add_argument("y", help="ARRAY of network B's activations, the same N rows")
+                   "or STORE:MODEL:LAYER (an activation store entry; a ':' inside a name as '\\:')")
+    p.add_argument("y", help="ARRAY of network B's activations, the same N rows (two store entries are paired by "
+                   "sample id)")
+    p.add_argument("--shared-samples", action="store_true",
+                   help="two store entries whose sample ids differ: keep the samples both hold (says how many each "
+                        "loses) instead of refusing them")
     add_metric_args(p, default="every metric that reads only activations", epochs=False)
     add_run_args(p, device=None, seed="seed of the metrics and of the 80/20 split of the rows that metrics fitting "
                  "on a train split use")

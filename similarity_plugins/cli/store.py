@@ -29,6 +29,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
     store = extract(models, layers, data, args.store, split=args.split, batch_size=args.batch_size,
                     device=args.device, progress=progress_of(args))
     print(store_table(store))
+    for name, counts in store.extracted.items():
+        print(f"extract: model {name}: forwarded {counts['forwarded']} samples, found {counts['found']} in the store")
     return 0
 
 
@@ -37,22 +39,45 @@ def _folder_bytes(path: str) -> int:
 
 
 def store_table(store) -> str:
-    """One line per entry: model, layer, N, D, dtype, size on disk, split and what produced it."""
+    """One line per entry (model, layer, N, D, dtype, size on disk, split, what produced it), then one line per
+    model saying where it came from (its class; for a Hugging Face model its source, tokenizer and vocabulary)."""
     from ..utils.arrays import format_bytes
     from ..utils.io import text_table
 
-    rows = []
+    rows, origins = [], {}
     for model in store.models:
         for layer in store.layers(model):
             entry = store.entry(model, layer)
-            size = _folder_bytes(store.entry_folder(model, layer, entry["key"]))
-            made = entry.get("produced_by", {})
+            size = _folder_bytes(store.key_folder(model, layer, entry["key"]))
+            made = entry.get("produced_by") or {}
             by = made.get("by", "?") + (f" ({made['model_class']})" if made.get("model_class") else "")
             rows.append([model, layer, entry["shape"][0], entry["shape"][1], entry["dtype"], format_bytes(size),
                          entry.get("split") or "-", by])
+            origins.setdefault(model, origin_text(made))
     if not rows:
         return f"{store.path}: no complete entry"
-    return text_table(["model", "layer", "N", "D", "dtype", "on disk", "split", "produced by"], rows, left=2)
+    table = text_table(["model", "layer", "N", "D", "dtype", "on disk", "split", "produced by"], rows, left=2)
+    lines = [f"{model}: {text}" for model, text in origins.items() if text]
+    return table + ("\n\n" + "\n".join(lines) if lines else "")
+
+
+def origin_text(made: dict) -> str:
+    """Where a model's entries came from, as one line: its class, source (folder, or hub id, revision and commit),
+    tokenizer and vocabulary size, the package version and when it was written."""
+    parts = [made.get("hf_class") or made.get("model_class") or ""]
+    source = made.get("source") or {}
+    if isinstance(source, dict):
+        where = source.get("hub_id") or source.get("path")
+        if where:
+            revision = "@" + source["revision"] if source.get("revision") else ""
+            commit = f" (commit {source['commit']})" if source.get("commit") else ""
+            parts.append(f"from {where}{revision}{commit}")
+    tokenizer = made.get("tokenizer")
+    if isinstance(tokenizer, dict):
+        parts.append(f"tokenizer {tokenizer.get('name')} ({tokenizer.get('vocabulary')} tokens)")
+    if made.get("written"):
+        parts.append(f"written {made['written'][:19]} by similarity-plugins {made.get('package', '?')}")
+    return ", ".join(p for p in parts if p)
 
 
 def cmd_store(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ from ..networks.split import model_device, on_device
 from ..networks.store import Store
 from ..utils.progress import Progress, check_progress
 from ..utils.rng import check_seed
-from ..utils.text import did_you_mean
+from ..utils.text import did_you_mean, how_to
 from .compare import sources_of
 from .grid_nodes import as_layers, as_models
 from .grid_results import Grid, Node
@@ -118,6 +118,15 @@ def _provenance(named: dict[str, nn.Module], data: Data, source: Any, names: lis
                       batch_size=ctx.batch_size)
 
 
+def _needs_models(pm, names: list[str]) -> dict[str, str]:
+    """Why each selected metric that runs the models (stitching, IRIs) cannot run in a grid from a store alone."""
+    fix = how_to("pass the models, layers and data too: compare_grid(models, layers, data, metrics, store=...)",
+                 "similarity-plugins grid --model NAME=SPEC ... --layers ... --data ... --store DIR")
+    return {n: f"{n} runs the models themselves (stitching and IRIs need them, not only their activations), and a "
+               f"grid from an activation store alone has only activations; {fix}"
+            for n in names if n not in pm.load_errors and not pm.info[n].activations_only}
+
+
 def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module | None = None,
                  layers: str | Sequence[str] | Mapping[str, Sequence[str]] | None = None, data: Data | None = None,
                  metrics: str | Iterable[str] | None = None, *,
@@ -184,7 +193,7 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
             **({"store": source.store.path, "samples": source.samples} if source else {}), **sources_of(named),
             "provenance": _provenance(named, data, source, names, pm, options, device, ctx, store is not None and models is None)}
     plan = Plan(nodes=nodes, pairs=chosen, metrics=names, symmetric={n: bool(info[n]["symmetric"]) for n in names},
-                options=metric_options, seed=seed)
+                options=metric_options, seed=seed, refused=_needs_models(pm, names) if models is None and source else {})
     cells = run_grid(plan, named, placed, ctx, pm, info, meta, resume=resume,
                      weights=source.fingerprints if source else None)
     return Grid(nodes, names, cells, info, meta)

@@ -5,7 +5,7 @@ a finished-cells file to resume from."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import nn
@@ -41,6 +41,7 @@ class Plan:
     symmetric: dict[str, bool]
     options: dict[str, dict]
     seed: int
+    refused: dict[str, str] = field(default_factory=dict)  # metric -> why it cannot run here (its cells' error)
 
     def cells(self) -> tuple[list[Cell], dict[Cell, Cell]]:
         """(the cells to compute, in model-pair-major order; ``{mirrored cell: the cell it copies}``).
@@ -213,7 +214,9 @@ class _Runner:
         metric, i, j = cell
         (fm, fl), (em, el) = self.plan.nodes[i], self.plan.nodes[j]
         pair = LayerPair(fl, el)
-        bad = self._capture_failure(metric, fm, fl) or self._capture_failure(metric, em, el)
+        refused = self.plan.refused.get(metric)
+        bad = (("ValueError", refused) if refused
+               else self._capture_failure(metric, fm, fl) or self._capture_failure(metric, em, el))
         if bad:
             result = _failed_cell(metric, pair, bad)
         else:
