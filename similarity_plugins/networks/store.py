@@ -303,7 +303,7 @@ class Store:
         found = {}
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
             match = CHUNK.fullmatch(name)
-            if match:
+            if match and not os.path.islink(os.path.join(folder, name)):  # the store writes no links: not its chunk
                 found[(int(match[1]), int(match[2]), match[3])] = name
         return found
 

@@ -301,11 +301,14 @@ def _checked_ids(sample_ids: Any, n: int) -> np.ndarray:
 
 
 def _move(folder: str, target: str) -> None:
-    """Move the staging ``folder`` to ``target``; a target already there holds the same rows (same key)."""
-    if os.path.isdir(target):
-        return
-    try:
-        os.replace(folder, target)
-    except OSError:
-        if not os.path.isdir(target):  # not another writer's same entry landing first
-            raise
+    """Move the staging ``folder`` to ``target``. A target already there holds the same rows (same key): each file is
+    moved over its namesake, so a file that was removed, damaged or replaced by a link is written again."""
+    if not os.path.isdir(target):
+        try:
+            os.replace(folder, target)
+            return
+        except OSError:
+            if not os.path.isdir(target):  # not another writer's same entry landing first
+                raise
+    for name in os.listdir(folder):
+        os.replace(os.path.join(folder, name), os.path.join(target, name))
