@@ -95,6 +95,17 @@ def streamed_sources(context: Any, front: Any, end: Any, layer: Any, limit: Any 
     return (x, y) if stream_pays(len(x), dx, dy) else None
 
 
+def warn_nxn(context: Any, front: Any, end: Any, layer: Any, measure: str) -> None:
+    """Before an n x n measure loads two nodes that are rows on disk (``context.row_source``), warn
+    (`MemoryBudgetWarning`) when its matrices and the rows exceed the grid's ``cache_bytes`` (default
+    `NXN_BUDGET`)."""
+    x, y = context.row_source(front, layer.front), context.row_source(end, layer.end)
+    if x is None or y is None:
+        return
+    n, width = len(x), int(np.prod(x.shape[1:])) + int(np.prod(y.shape[1:]))
+    check_budget(nxn_bytes(n, measure) + 8 * n * width, f"{measure} on n = {n} samples", context.derived_bytes)
+
+
 def stream_pays(n: int, dx: int, dy: int) -> bool:
     """Whether the moments of a pair (``8 (dx + dy)^2`` bytes) are smaller than its rows in float32
     (``4 n (dx + dy)``): then a grid or ``score`` reads rows on disk in blocks rather than whole."""

@@ -257,7 +257,7 @@ def put_entry(store: Store, model: str, layer: str, chunks: np.ndarray | Iterabl
     try:
         for block in chunks:  # each chunk is written as it comes: an iterable is never held whole
             block = np.asarray(block)
-            block = block.reshape(len(block), -1)
+            block = block.reshape(len(block), int(np.prod(block.shape[1:])))
             kinds.add((block.shape[1], str(block.dtype)))
             if len(kinds) > 1:
                 raise StoreError(f"put({model!r}, {layer!r}): every chunk must have the same width and dtype, got "

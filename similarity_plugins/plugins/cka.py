@@ -81,6 +81,10 @@ class _CKAPlugin(MetricPlugin):
             return streamed
         if context.world.distributed and self.kernel == "linear" and not k:  # a test needs every row: gathered
             return self._sharded_linear(front, end, layer, options, context)
+        if self.kernel == "rbf":
+            from ..measures.streamed import warn_nxn
+
+            warn_nxn(context, front, end, layer, "cka-rbf")
         x = context.activations(front, layer.front, "test")
         y = context.activations(end, layer.end, "test")
         limit = options.get("max_samples")

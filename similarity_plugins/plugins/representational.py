@@ -65,6 +65,10 @@ class _Representational(MetricPlugin):
         streamed = self._streamed(front, end, layer, arguments, options, context) if not k else None
         if streamed is not None:
             return streamed
+        if self.measure in ("rsa", "mutual_knn"):
+            from ..measures.streamed import warn_nxn
+
+            warn_nxn(context, front, end, layer, self.measure.replace("_", "-"))
         x, y = self.test_activations(front, end, layer, options, context)
         if context.reuse_nodes:  # a grid: each node's part is built once, for all its cells
             result = self._from_nodes(front, end, layer, x, y, arguments, options, context)
