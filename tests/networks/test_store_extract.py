@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 from similarity_plugins.networks.activations import extract_layers
+from tests.helpers.failing import Failing
 from tests.helpers.models import assert_unchanged, snapshot, tiny_cnn
 
 LAYERS = ["block1", "block2", "fc"]
@@ -26,21 +27,6 @@ class Counting(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._calls += 1
         return self.net(x)
-
-
-class Failing(Dataset):
-    """Samples of ``base``; reading sample ``fail_at`` raises while ``armed``."""
-
-    def __init__(self, base: Dataset, fail_at: int) -> None:
-        self.base, self.fail_at, self.armed = base, fail_at, True
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, i: int):
-        if self.armed and i == self.fail_at:
-            raise OSError("disk went away")
-        return self.base[i]
 
 
 def _data(n: int = 40, seed: int = 0) -> TensorDataset:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset
 
 import similarity_plugins as sp
+from tests.helpers.failing import Failing
 
 pytest.importorskip("transformers")
 
@@ -40,24 +40,9 @@ def test_paired_data_in_a_store_gives_the_in_memory_matrix(tmp_path):
         np.testing.assert_allclose(filled.matrix(metric), want, atol=1e-10, equal_nan=True)
 
 
-class _Stops(Dataset):
-    """The samples of ``base``; reading sample ``at`` raises while ``armed``."""
-
-    def __init__(self, base: Dataset, at: int) -> None:
-        self.base, self.at, self.armed = base, at, True
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, i: int):
-        if self.armed and i == self.at:
-            raise OSError("the caption file went away")
-        return self.base[i]
-
-
 def test_a_failed_extraction_leaves_nothing_a_read_takes_for_an_entry(tmp_path):
     models, data = _setup()
-    stops = _Stops(data.test, at=7)
+    stops = Failing(data.test, 7, "the caption file went away")
     with pytest.raises(OSError, match="caption file"):
         sp.extract(models, LAYERS, sp.Data(test=stops), tmp_path, batch_size=3)
     store = sp.Store(tmp_path)

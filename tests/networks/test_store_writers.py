@@ -8,10 +8,11 @@ import os
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 from similarity_plugins.networks.activations import extract_layers
+from tests.helpers.failing import Failing
 from tests.helpers.models import tiny_cnn
 
 LAYERS = ["block2", "fc"]
@@ -56,25 +57,10 @@ def test_two_processes_on_different_data_leave_one_run_whole(tmp_path):
     assert again.extracted["m"]["forwarded"] == 0  # every chunk of the run that won is there, under its digest
 
 
-class _Stops(Dataset):
-    """Samples of ``base``; reading sample ``at`` raises while ``armed``."""
-
-    def __init__(self, base: Dataset, at: int) -> None:
-        self.base, self.at, self.armed = base, at, True
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, i: int):
-        if self.armed and i == self.at:
-            raise OSError("stopped")
-        return self.base[i]
-
-
 def test_a_run_resumed_after_another_run_on_other_data_is_whole(tmp_path):
     runs = _runs((1, 2))
     model = tiny_cnn(seed=0)
-    first = _Stops(_data(1), at=5)
+    first = Failing(_data(1), 5, "stopped")
     with pytest.raises(OSError, match="stopped"):
         sp.extract({"m": model}, LAYERS, sp.Data(test=first), tmp_path, batch_size=2)
     other = sp.extract({"m": model}, LAYERS, sp.Data(test=_data(2)), tmp_path, batch_size=2)
