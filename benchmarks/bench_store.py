@@ -9,15 +9,20 @@ of the first against ``layer3.1, layer4.1`` of the second (3 x 2 cells, ``cka-li
   * from-models   ``compare_grid(models, layers, data, ...)``: forward passes, then the cells
   * from-store    ``compare_grid(layers=..., store=DIR)`` on a store filled once before the timing
 Group ``store-extract``: the same two models at the same layers; ``store-extract-N3072`` the same on 3,072 inputs
-(the store's fixed cost, the SHA-256 fingerprint of each model's weights, spread over more batches).
+(the store's fixed cost, the fingerprint of each model's weights, spread over more batches).
   * in-memory     ``extract_layers`` of each model (the one batched forward loop, arrays kept in memory)
-  * to-store      ``sp.extract`` into a fresh folder each round (model fingerprints, input digests, forward
-                  passes, chunks with checksums, fsync, manifests)
+  * to-store      ``sp.extract`` into a fresh folder each round (model fingerprints, per-sample input digests,
+                  forward passes, chunks with checksums and one fsync each, manifests)
+  * again         ``sp.extract`` into the filled store: no forward pass, only what every call costs besides the
+                  forwards (fingerprints, input digests, reading the folder): the fixed cost apart
+Group ``store-hash``: the digest of both models' weights (about 90 MB, what a fingerprint reads) with
+  * sha256, blake3 (single thread; skipped without the ``blake3`` package), xxh3-128 (``utils.digest.fast_hash``)
 Group ``store-stream``: linear CKA of two (BENCH_STORE_N = 50,000) x 512 float32 arrays.
   * in-memory     ``functional.cka(x, y)`` on the arrays in memory
   * from-disk     ``functional.streamed(x, y)`` on the same arrays as store entries (read block by block)
-``extra_info`` holds the ratios of medians (targets: from-models / from-store >= 5, to-store / in-memory <= 1.15,
-from-disk / in-memory <= 2) and each process's peak resident memory so far (MiB). Five rounds each.
+``extra_info`` holds the ratios of medians (targets: from-models / from-store >= 5, to-store / in-memory <= 1.15 at
+N = 3,072, from-disk / in-memory <= 2; again / in-memory and the hashes against sha256 for the record) and each
+process's peak resident memory so far (MiB). Five rounds each.
 """
 
 from __future__ import annotations
@@ -47,7 +52,11 @@ RATIOS = {
     "models_over_store": ("grid:from-models", "grid:from-store"),
     "store_over_memory": ("extract:to-store", "extract:in-memory"),
     "store_over_memory_N3072": ("extract-large:to-store", "extract-large:in-memory"),
+    "fixed_over_memory": ("extract:again", "extract:in-memory"),
+    "fixed_over_memory_N3072": ("extract-large:again", "extract-large:in-memory"),
     "disk_over_memory": ("stream:from-disk", "stream:in-memory"),
+    "blake3_over_sha256": ("hash:blake3", "hash:sha256"),
+    "xxh3_over_sha256": ("hash:xxh3", "hash:sha256"),
 }
 
 
@@ -124,6 +133,13 @@ def test_extract_to_store(benchmark, setup):
     _record("extract:to-store", benchmark)
 
 
+def test_extract_again(benchmark, setup):
+    models, data, path = setup
+    benchmark.group = "store-extract"
+    benchmark.pedantic(lambda: sp.extract(models, LAYERS, data, path), rounds=ROUNDS)
+    _record("extract:again", benchmark)
+
+
 @pytest.fixture(scope="module")
 def large(setup):
     models = setup[0]
@@ -148,6 +164,44 @@ def test_extract_to_store_large(benchmark, large):
 
     benchmark.pedantic(run, rounds=ROUNDS)
     _record("extract-large:to-store", benchmark)
+
+
+def test_extract_again_large(benchmark, large, tmp_path_factory):
+    models, test = large
+    folder = tmp_path_factory.mktemp("bench-store-again")
+    sp.extract(models, LAYERS, sp.Data(test=test), folder)
+    benchmark.group = "store-extract-N3072"
+    benchmark.pedantic(lambda: sp.extract(models, LAYERS, sp.Data(test=test), folder), rounds=ROUNDS)
+    _record("extract-large:again", benchmark)
+
+
+def _weights(models) -> list[np.ndarray]:
+    """The bytes a fingerprint of both models reads: every parameter and buffer."""
+    return [t.detach().contiguous().numpy().reshape(-1).view(np.uint8) for m in models.values()
+            for t in [*m.parameters(), *m.buffers()] if t.numel()]
+
+
+@pytest.mark.parametrize("name", ["sha256", "blake3", "xxh3"])
+def test_hash_the_weights(benchmark, setup, name):
+    import hashlib
+
+    from similarity_plugins.utils.digest import fast_hash
+
+    if name == "blake3":
+        blake3 = pytest.importorskip("blake3")
+    make = {"sha256": hashlib.sha256, "blake3": lambda: blake3.blake3(), "xxh3": fast_hash}[name]
+    pieces = _weights(setup[0])
+
+    def digest() -> str:
+        h = make()
+        for piece in pieces:
+            h.update(piece)
+        return h.hexdigest()
+
+    benchmark.group = "store-hash"
+    benchmark.pedantic(digest, rounds=ROUNDS)
+    benchmark.extra_info["megabytes"] = round(sum(p.nbytes for p in pieces) / 1e6, 1)
+    _record(f"hash:{name}", benchmark)
 
 
 @pytest.fixture(scope="module")

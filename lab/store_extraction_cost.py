@@ -6,9 +6,9 @@ inputs ``rand(N, 3, 32, 32)``, two threads; medians of ``--rounds`` interleaved 
 - ``in-memory``: ``extract_layers`` of each model (the forward passes alone, arrays kept);
 - ``extract``: ``sp.extract`` into a fresh folder (fingerprints, input digests, forwards, chunks, fsync, manifests);
 - ``no-writes``: the same with chunk writes and manifests stubbed out;
-- ``no-digests``: the same with the per-batch input digests stubbed out;
+- ``no-digests``: the same with the per-sample input digests stubbed out;
 - ``no-fsync``: the same with ``os.fsync`` a no-op (every write still goes to the page cache and is renamed);
-- ``fingerprints``: ``module_digest`` of both models (the SHA-256 of their weights), alone.
+- ``fingerprints``: ``module_digest`` of both models (the XXH3-128 of their weights and settings), alone.
 
 Run from the repository root: ``PYTHONPATH=. python lab/store_extraction_cost.py --n 384 3072``.
 Results: ``docs/lab/store_extraction.md``.
@@ -23,6 +23,7 @@ import tempfile
 import time
 from typing import Callable
 
+import numpy as np
 import torch
 import torchvision
 from torch.utils.data import TensorDataset
@@ -67,7 +68,7 @@ def variants(n: int) -> dict:
         "extract": extract,
         "no-writes": stubbed((store_module.Store, "write_chunk", lambda self, *a, **k: {}),
                              (store_fill, "_finish", lambda *a, **k: None)),
-        "no-digests": stubbed((store_fill, "batch_digest", lambda x, y: "same")),
+        "no-digests": stubbed((store_fill, "sample_digests", lambda x, y: np.zeros((len(y), 2), np.uint64))),
         "no-fsync": stubbed((os, "fsync", lambda fd: None)),
         "fingerprints": lambda: [module_digest([m]) for m in models.values()],
     }

@@ -155,7 +155,7 @@ def forget_changed_donors(ctx: Context, models: tuple[nn.Module, ...]) -> list[s
     cached them. The in-memory caches
     are keyed by the model's identity, so without this a model changed in place between two calls (new weights,
     a BatchNorm ``eps``) would get the results of its old self. Returns the roles of the models that changed.
-    Cost: one SHA-256 of each model's tensors per call."""
+    Cost: one digest (XXH3-128) of each model's tensors per call."""
     from ..networks.parallel import module_digest
 
     changed = []

@@ -15,7 +15,7 @@ from ..networks.parallel import CollectiveError, World, module_digest
 
 def check_ranks_agree(world: World, front: nn.Module, end: nn.Module, data: Data, settings: object) -> None:
     """Raise the same [`CollectiveError`][CollectiveError] on every rank unless all ranks have the same front and end
-    weights (SHA-256 of every parameter and buffer), the same split sizes and the same call settings."""
+    weights (a digest of every parameter and buffer), the same split sizes and the same call settings."""
     world.check_same("front/end weights", (module_digest([front]), module_digest([end])))
     world.check_same("data split sizes (train, test)", (split_size(data.train), split_size(data.test)))
     world.check_same("compare settings (layers, metrics, seed, options)", repr(settings))
