@@ -50,7 +50,7 @@ def test_extract_on_two_ranks_writes_one_store_equal_to_one_process(tmp_path):
     results = w.run_ranks(["extract"], str(tmp_path))
     first, second = w.ok_values(results, "extract")
     # 64 test samples in batches of 16: each model's 4 batches, 2 per rank; the counts are every rank's together
-    assert first["counts"] == second["counts"] == [4, 4, 0, 0]  # the second extract runs no forward anywhere
+    assert first["counts"] == second["counts"] == [64, 64, 0, 0]  # the second extract runs no forward anywhere
     assert first["ranks"] == [0, 1]  # the grid from the store shared its cells out
     front, end, data = w.small_setup()
     alone = extract({"a": front, "b": end}, ["block2", "block3"], data, tmp_path / "alone", batch_size=16)

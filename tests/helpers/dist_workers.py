@@ -262,7 +262,7 @@ def scenario_grid_resume(rank: int, cache_dir: str) -> Any:
 
 def scenario_extract(rank: int, cache_dir: str) -> Any:
     """Both ranks extract two models into one store (batches shared out), extract again (no forward), then a grid
-    from the store alone (cells shared out); forwards per call, and the grid's matrices."""
+    from the store alone (cells shared out); samples forwarded per call, and the grid's matrices."""
     import importlib
 
     from similarity_plugins import compare_grid, extract
@@ -273,8 +273,9 @@ def scenario_extract(rank: int, cache_dir: str) -> Any:
     counts, inner = [], extract_module.fill_model
 
     def counted(*args, **kwargs):
-        counts.append(inner(*args, **kwargs))
-        return counts[-1]
+        made = inner(*args, **kwargs)
+        counts.append(made["forwarded"])
+        return made
 
     extract_module.fill_model = counted
     try:
