@@ -97,9 +97,7 @@ def streamed(x: np.ndarray | torch.Tensor | StoredArray, y: np.ndarray | torch.T
         views = [_s.RowView(a, split[k]) for k in ("train", "test") for a in (x, y)]
         return _s.streamed_regression(*views, rows=rows).score
     if measure in ("procrustes", "cca", "svcca", "pwcca"):
-        if measure == "procrustes":
-            return _s.streamed_procrustes(x, y, rows=rows).score
-        return _s.streamed_cca_family(x, y, measure, rows=rows).score
+        return _s.from_moments(_s.moments(x, y, rows, measure), measure).score
     acc = StreamingLinearCKA(debiased=measure == "cka-debiased")
     for xb, yb in paired_blocks(x, y, rows, "CKA"):
         acc.update(xb, yb)

@@ -201,11 +201,13 @@ class StreamingLinearCKA:
         m["scalars"] += (a.sum(), bb.sum(), a @ a, bb @ bb, a @ bb)
 
     # ----------------------------------------------------------------- compute
-    def compute(self) -> float:
-        """Linear CKA of all samples seen so far, as a Python float."""
+    def compute(self, debiased: bool | None = None) -> float:
+        """Linear CKA of all samples seen so far, as a Python float; ``debiased`` (default: the accumulator's own
+        setting) picks the estimator, both from the same state."""
+        debiased = self.debiased if debiased is None else bool(debiased)
         if self.n == 0:
             raise ValueError("StreamingLinearCKA has seen no samples; call update(X_batch, Y_batch) first")
-        check_min_samples(self.n, self.debiased)
+        check_min_samples(self.n, debiased)
         for i, name in enumerate(("X", "Y")):
             if self._const[i]:
                 raise ValueError(constant_message(name, self.n, "CKA"))
@@ -214,9 +216,9 @@ class StreamingLinearCKA:
             xs = np.concatenate([x for x, _ in self._buffer])
             ys = np.concatenate([y for _, y in self._buffer])
             # transient work memory is checked by cka() against the memory available now
-            return cka(xs, ys, "linear", self.debiased)
+            return cka(xs, ys, "linear", debiased)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            out = finish_cka(self._terms(), self.debiased)
+            out = finish_cka(self._terms(debiased), debiased)
         if out is None:
             raise ValueError(
                 "StreamingLinearCKA: the accumulated moments under- or overflowed float64; rescale "
@@ -224,7 +226,7 @@ class StreamingLinearCKA:
             )
         return out
 
-    def _terms(self) -> tuple[float, ...]:
+    def _terms(self, debiased: bool) -> tuple[float, ...]:
         """HSIC terms (same layout as `_z_terms`) from the moments."""
         m = self._m
         assert m is not None and self._d is not None
@@ -235,7 +237,7 @@ class StreamingLinearCKA:
         c = m["g"] - np.outer(s, s / n)  # centred [X Y]^T [X Y]
         cxx, cyy, cxy = c[:d1, :d1], c[d1:, d1:], c[:d1, d1:]
         hxy, hxx, hyy = fro2(cxy), fro2(cxx), fro2(cyy)
-        if not self.debiased:
+        if not debiased:
             return hxy, hxx, hyy, 0.0, 0.0
         sxx, syy, sxy = m["g"][:d1, :d1], m["g"][d1:, d1:], m["g"][:d1, d1:]
         mx, my = s[:d1] / n, s[d1:] / n

@@ -143,12 +143,14 @@ class StreamedMoments:
         self.yy += y.T @ y
         self.xy += x.T @ y
 
-    def check(self, min_n: int, names: tuple[str, str] = ("X", "Y")) -> None:
-        """The in-memory measure's refusals: fewer than ``min_n`` samples, then a constant side (X first)."""
-        check_count(self.n, self.what, min_n)
+    def check(self, min_n: int, names: tuple[str, str] = ("X", "Y"), what: str | None = None) -> None:
+        """The in-memory measure's refusals (``what``, default the measure these moments were read for): fewer than
+        ``min_n`` samples, then a constant side (X first)."""
+        what = what or self.what
+        check_count(self.n, what, min_n)
         for name, constant in zip(names, self._const):
             if constant:
-                raise ValueError(constant_message(name, self.n, self.what))
+                raise ValueError(constant_message(name, self.n, what))
 
     def centred(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(Xc^T Xc, Yc^T Yc, Xc^T Yc)``: the centred sums of squares and cross products."""
@@ -162,19 +164,20 @@ class StreamedMoments:
 
 
 def moments(x: Any, y: Any, rows: int, what: str) -> StreamedMoments:
-    """`StreamedMoments` of every row of ``x`` and ``y``, read ``rows`` at a time."""
+    """`StreamedMoments` of every row of ``x`` and ``y``, read ``rows`` at a time, for the measure ``what`` (a name
+    such as ``"procrustes"``, or the name its errors give)."""
+    what = _WHAT.get(what, what)
     m = StreamedMoments(what)
     for xb, yb in paired_blocks(x, y, rows, what):
         m.update(xb, yb)
     return m
 
 
-def streamed_procrustes(x: Any, y: Any, *, rows: int = 8192) -> Measured:
-    """[`procrustes`][procrustes] of ``x`` (n, dx) and ``y`` (n, dy) from float64 moments read ``rows`` at a time."""
+def procrustes_from_moments(m: StreamedMoments) -> Measured:
+    """[`procrustes`][procrustes] of the rows whose `StreamedMoments` are ``m``."""
     from .procrustes import MIN_SAMPLES
 
-    m = moments(x, y, rows, "Procrustes")
-    m.check(MIN_SAMPLES)
+    m.check(MIN_SAMPLES, what="Procrustes")
     cxx, cyy, cxy = m.centred()
     score = float(np.linalg.svd(cxy, compute_uv=False).sum() / math.sqrt(np.trace(cxx) * np.trace(cyy)))
     score = min(1.0, max(0.0, score))
@@ -194,12 +197,11 @@ def _moment_side(c: np.ndarray, n: int) -> tuple[_Side, np.ndarray]:
     return side, vecs * inverse
 
 
-def streamed_cca_family(x: Any, y: Any, measure: str = "cca", *, rows: int = 8192, variance: float = 0.99,
-                        dims: Any = None) -> Measured:
-    """[`cca`][cca], [`svcca`][svcca] (``variance``, ``dims``) or [`pwcca`][pwcca] of ``x`` and ``y`` from float64
-    moments read ``rows`` at a time (see the module docstring for the rank rule)."""
-    m = moments(x, y, rows, _WHAT[measure])
-    m.check(3)
+def cca_family_from_moments(m: StreamedMoments, measure: str = "cca", *, variance: float = 0.99,
+                            dims: Any = None) -> Measured:
+    """[`cca`][cca], [`svcca`][svcca] (``variance``, ``dims``) or [`pwcca`][pwcca] of the rows whose
+    `StreamedMoments` are ``m`` (see the module docstring for the rank rule)."""
+    m.check(3, what=_WHAT[measure])
     cxx, cyy, cxy = m.centred()
     (a, wx), (b, wy) = _moment_side(cxx, m.n), _moment_side(cyy, m.n)
     cross = torch.from_numpy(wx.T @ cxy @ wy)
@@ -208,6 +210,22 @@ def streamed_cca_family(x: Any, y: Any, measure: str = "cca", *, rows: int = 819
     if measure == "svcca":
         return svcca_from_nodes(a, b, variance, dims, details=True, cross=cross)
     return pwcca_from_nodes(a, b, details=True, cross=cross)
+
+
+def from_moments(m: StreamedMoments, measure: str, **arguments: Any) -> Measured:
+    """``procrustes``, ``cca``, ``svcca`` or ``pwcca`` (with the measure's keyword ``arguments``) from ``m``."""
+    return procrustes_from_moments(m) if measure == "procrustes" else cca_family_from_moments(m, measure, **arguments)
+
+
+def pair_moments(context: Any, kind: str, key: Any, compute: Any) -> Any:
+    """The moments (``compute()``) of the pair ``key``, kept for the metrics of one family that read the same pair
+    one after another (a grid runs a pair's cells together): one pass over the rows serves them all. Only the last
+    pair of each ``kind`` is kept (``context.memo``), so a grid holds one pair's moments at a time."""
+    slot = ("streamed pair", kind)
+    held = context.memo.get(slot)
+    if held is None or held[0] != key:
+        context.memo[slot] = (key, compute())
+    return context.memo[slot][1]
 
 
 def streamed_regression(x_train: Any, y_train: Any, x_test: Any, y_test: Any, *, rows: int = 8192,

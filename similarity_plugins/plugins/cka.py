@@ -106,19 +106,25 @@ class _CKAPlugin(MetricPlugin):
         """Linear CKA from moments read in blocks, when both nodes' rows are on disk (`Context.row_source`: a grid
         from an activation store, ``score`` on store entries) and the moments are smaller than the rows; else None."""
         from ..cka.streaming import StreamingLinearCKA
-        from ..measures.streamed import streamed_sources
+        from ..measures.streamed import pair_moments, streamed_sources
         from ..utils.arrays import paired_blocks
 
-        sources = streamed_sources(context, front, end, layer, options.get(MAX_SAMPLES.name))
+        limit = options.get(MAX_SAMPLES.name)
+        sources = streamed_sources(context, front, end, layer, limit)
         if sources is None:
             return None
         x, y = sources
-        acc = StreamingLinearCKA(self.debiased)
-        for xb, yb in paired_blocks(x, y, STREAM_ROWS, "CKA"):
-            acc.update(xb, yb)
+
+        def accumulate() -> StreamingLinearCKA:
+            acc = StreamingLinearCKA(self.debiased)
+            for xb, yb in paired_blocks(x, y, STREAM_ROWS, "CKA"):
+                acc.update(xb, yb)
+            return acc
+
+        acc = pair_moments(context, "cka", (id(front), layer.front, id(end), layer.end, limit), accumulate)
         details = {"n": len(x), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), "kernel": self.kernel,
-                   "debiased": self.debiased, "streamed": True}
-        return SimilarityResult("", float(acc.compute()), details)
+                   "debiased": self.debiased, "streamed": True}  # both estimators from one pass over the pair
+        return SimilarityResult("", float(acc.compute(self.debiased)), details)
 
     def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: PluginContext) -> float | None:
         """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);

@@ -85,19 +85,19 @@ class _Representational(MetricPlugin):
                   context: PluginContext) -> SimilarityResult | None:
         """The measure from float64 moments read in blocks, when it reduces to sums over samples and both nodes' rows
         are on disk (`Context.row_source`) with moments smaller than the rows; else None."""
-        from ..measures.streamed import streamed_cca_family, streamed_procrustes, streamed_sources
+        from ..measures.streamed import from_moments, moments, pair_moments, streamed_sources
         from .cka import STREAM_ROWS
 
         if self.measure not in ("procrustes", "cca", "svcca", "pwcca"):
             return None
-        sources = streamed_sources(context, front, end, layer, options.get(MAX_SAMPLES.name))
+        limit = options.get(MAX_SAMPLES.name)
+        sources = streamed_sources(context, front, end, layer, limit)
         if sources is None:
             return None
         x, y = sources
-        if self.measure == "procrustes":
-            result = streamed_procrustes(x, y, rows=STREAM_ROWS)
-        else:
-            result = streamed_cca_family(x, y, self.measure, rows=STREAM_ROWS, **arguments)
+        key = (id(front), layer.front, id(end), layer.end, limit)  # procrustes and the CCA family: one pass
+        m = pair_moments(context, "moments", key, lambda: moments(x, y, STREAM_ROWS, self.measure))
+        result = from_moments(m, self.measure, **arguments)
         details = {"n": len(x), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details,
                    "streamed": True}
         return SimilarityResult("", result.score, details)

@@ -127,3 +127,48 @@ def test_streamed_permutation_tests_are_refused_naming_why():
     x, y = _pair(n=50)
     with pytest.raises(ValueError, match="full pass over both arrays per permutation"):
         F.streamed(x, y, "cka-linear", permutations=99)
+
+
+def _refused(fn) -> str:
+    try:
+        fn()
+    except ValueError as exc:
+        return str(exc)
+    return "accepted"
+
+
+@pytest.mark.parametrize("case", ["two samples", "three samples", "constant x", "constant y", "nan in x", "inf in y"])
+@pytest.mark.parametrize("measure, in_memory", [
+    ("cka-linear", lambda x, y: F.cka(x, y, "linear")),
+    ("cka-debiased", lambda x, y: F.cka(x, y, "linear", debiased=True)),
+    ("procrustes", F.procrustes), ("cca", F.cca), ("svcca", F.svcca), ("pwcca", F.pwcca),
+])
+def test_streamed_refuses_what_the_in_memory_measure_refuses_with_its_message(measure, in_memory, case):
+    rng = np.random.default_rng(0)
+    n = {"two samples": 2, "three samples": 3}.get(case, 20)
+    x, y = rng.standard_normal((n, 4)), rng.standard_normal((n, 3))
+    if case == "constant x":
+        x[:] = 1.5
+    if case == "constant y":
+        y[:] = -2.0
+    if case == "nan in x":
+        x[7, 1] = np.nan
+    if case == "inf in y":
+        y[3, 2] = np.inf
+    want = _refused(lambda: in_memory(x, y))
+    assert _refused(lambda: F.streamed(x, y, measure, rows=6)) == want
+
+
+def test_streamed_takes_tensors_that_require_grad_and_stays_with_score_on_refusals():
+    import similarity_plugins as sp
+
+    torch = pytest.importorskip("torch")
+    x = torch.randn(40, 5, requires_grad=True)
+    y = x.detach() @ torch.randn(5, 3) + 0.1 * torch.randn(40, 3)
+    for measure in ("cka-linear", "procrustes", "cca", "rsa", "linear-regression"):
+        want = sp.score(x.detach(), y, measure).results[0].score
+        assert F.streamed(x, y, measure, rows=7) == pytest.approx(want, abs=1e-9), measure
+    assert x.grad is None
+    tiny = np.random.default_rng(1).standard_normal((2, 3))
+    assert "at least 2 samples but got n=1" in _refused(lambda: F.streamed(tiny, tiny, "linear-regression"))
+    assert "at least 2 samples but got n=1" in sp.score(tiny, tiny, "linear-regression").results[0].error
