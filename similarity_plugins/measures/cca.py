@@ -24,7 +24,7 @@ __all__ = ["cca", "pwcca", "svcca"]
 
 
 @dataclass
-class _Side:
+class WhitenedSide:
     """One side whitened: ``Xc = q r``, ``r = u diag(s) v^T``; the first ``k`` columns of ``q u`` are kept.
 
     A side built from moments (`measures.streamed`) has no ``q`` (its n rows were never held): ``rows`` gives n,
@@ -53,7 +53,7 @@ class _Side:
         return self._left[:, : self.k]
 
 
-def whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> _Side:
+def whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> WhitenedSide:
     """QR of the centred ``x`` (n, d) and the singular values of its R factor; ``k`` starts at the numerical rank.
 
     ``compress``: with d > n, first rewrite ``xc`` as n columns with the same row inner products
@@ -66,17 +66,17 @@ def whiten(x: torch.Tensor, name: str, what: str, compress: bool = True) -> _Sid
     q, r = torch.linalg.qr(xc)
     s = torch.linalg.svdvals(r)
     rank = numerical_rank(s, *xc.shape)
-    return _Side(q, r, s, rank, rank)
+    return WhitenedSide(q, r, s, rank, rank)
 
 
 def _project(u: torch.Tensor | None, m: torch.Tensor) -> torch.Tensor:
     return m if u is None else u.T @ m
 
 
-def _correlations(a: _Side, b: _Side, n: int, what: str, fix: str,
+def _correlations(a: WhitenedSide, b: WhitenedSide, n: int, what: str, fix: str,
                   cross: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Canonical correlations (descending, (min(ka, kb),)), the front's canonical directions in its kept
-    basis (ka, min(ka, kb)) and that basis (`_Side.kept`); refuses when ``ka + kb >= n - 1``
+    basis (ka, min(ka, kb)) and that basis (`WhitenedSide.kept`); refuses when ``ka + kb >= n - 1``
     (correlations of 1 by construction). ``cross``: ``q_x^T q_y`` when the sides hold no ``q``."""
     if a.k + b.k >= n - 1:
         raise ValueError(
@@ -95,7 +95,7 @@ _CCA_FIX = ("use more samples (n > rank(front) + rank(end) + 1), or reduce both 
             "(option dims, e.g. dims=20, or a lower variance)")
 
 
-def _details(rho: torch.Tensor, a: _Side, b: _Side, n: int) -> dict:
+def _details(rho: torch.Tensor, a: WhitenedSide, b: WhitenedSide, n: int) -> dict:
     return {"n": n, "front_dims_kept": a.k, "end_dims_kept": b.k, "correlations": rho.tolist(),
             "yanai_r2": float((rho**2).mean())}
 
@@ -120,7 +120,7 @@ def cca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measure
     return cca_from_nodes(whiten(x, "X", "CCA"), whiten(y, "Y", "CCA"), details=details)
 
 
-def cca_node(X: ArrayLike, name: str = "X", what: str = "CCA", compress: bool = True) -> _Side:
+def cca_node(X: ArrayLike, name: str = "X", what: str = "CCA", compress: bool = True) -> WhitenedSide:
     """One side whitened (thin QR of the centred rows, the singular values of R), for reuse across many pairs
     (a grid's node) by [`cca`][cca], [`svcca`][svcca] and, with ``compress=False`` for the front,
     [`pwcca`][pwcca]. ``what`` names the measure in errors."""
@@ -128,13 +128,14 @@ def cca_node(X: ArrayLike, name: str = "X", what: str = "CCA", compress: bool = 
     return whiten(x, name, what, compress)
 
 
-def _same_n(a: _Side, b: _Side, what: str) -> int:
+def _same_n(a: WhitenedSide, b: WhitenedSide, what: str) -> int:
     if a.n != b.n:
         raise ValueError(f"{what}: X has {a.n} samples but Y has {b.n}; they must be the same inputs")
     return a.n
 
 
-def cca_from_nodes(a: _Side, b: _Side, *, details: bool = False, cross: torch.Tensor | None = None) -> float | Measured:
+def cca_from_nodes(a: WhitenedSide, b: WhitenedSide, *, details: bool = False,
+                   cross: torch.Tensor | None = None) -> float | Measured:
     """[`cca`][cca] from two sides' `cca_node` (``cross``: see `_correlations`)."""
     n = _same_n(a, b, "CCA")
     rho, _, _ = _correlations(a, b, n, "CCA", _CCA_FIX, cross)
@@ -160,9 +161,9 @@ def _check_variance(variance: float) -> float:
     return variance
 
 
-def by_variance(variance: float) -> Callable[[_Side], int]:
+def by_variance(variance: float) -> Callable[[WhitenedSide], int]:
     """A rule giving a whitened side's kept directions: the fewest whose variance share reaches ``variance``."""
-    def keep(side: _Side) -> int:
+    def keep(side: WhitenedSide) -> int:
         share = torch.cumsum(side.s**2, 0) / torch.sum(side.s**2)
         # the fewest leading directions whose share reaches `variance` (rounding: 1e-12 below counts as reached)
         return min(int(torch.searchsorted(share, torch.tensor(variance - 1e-12, dtype=share.dtype))) + 1, side.rank)
@@ -196,7 +197,7 @@ def svcca(X: ArrayLike, Y: ArrayLike, variance: float = 0.99, dims: int | tuple[
     return svcca_from_nodes(whiten(x, "X", "SVCCA"), whiten(y, "Y", "SVCCA"), variance, dims, details=details)
 
 
-def svcca_from_nodes(a: _Side, b: _Side, variance: float = 0.99, dims: int | tuple[int, int] | None = None, *,
+def svcca_from_nodes(a: WhitenedSide, b: WhitenedSide, variance: float = 0.99, dims: int | tuple[int, int] | None = None, *,
                      details: bool = False, cross: torch.Tensor | None = None) -> float | Measured:
     """[`svcca`][svcca] from two sides' `cca_node` (the nodes are not changed; ``cross``: see `_correlations`)."""
     variance = _check_variance(variance)
@@ -245,7 +246,8 @@ def pwcca(X: ArrayLike, Y: ArrayLike, *, details: bool = False) -> float | Measu
     return pwcca_from_nodes(whiten(x, "X", "PWCCA", compress=False), whiten(y, "Y", "PWCCA"), details=details)
 
 
-def pwcca_from_nodes(a: _Side, b: _Side, *, details: bool = False, cross: torch.Tensor | None = None) -> float | Measured:
+def pwcca_from_nodes(a: WhitenedSide, b: WhitenedSide, *, details: bool = False,
+                     cross: torch.Tensor | None = None) -> float | Measured:
     """[`pwcca`][pwcca] from the front's `cca_node` with ``compress=False`` and the end's `cca_node` (``cross``: see
     `_correlations`)."""
     n = _same_n(a, b, "PWCCA")

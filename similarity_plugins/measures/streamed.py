@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..utils.arrays import constant_message, format_bytes, paired_blocks
-from .cca import _Side, cca_from_nodes, pwcca_from_nodes, svcca_from_nodes
+from .cca import WhitenedSide, cca_from_nodes, pwcca_from_nodes, svcca_from_nodes
 from .common import Measured, check_count
 
 __all__ = ["nxn_bytes", "MemoryBudgetWarning"]
@@ -184,7 +184,7 @@ def procrustes_from_moments(m: StreamedMoments) -> Measured:
     return Measured(score, {"n": m.n, "angular_distance": math.acos(score)})
 
 
-def _moment_side(c: np.ndarray, n: int) -> tuple[_Side, np.ndarray]:
+def _moment_side(c: np.ndarray, n: int) -> tuple[WhitenedSide, np.ndarray]:
     """A whitened side of `measures.cca` from its centred covariance ``c`` (d, d), and the map ``V diag(1/s)``
     (d, d; zero for directions below the rank) that takes cross products to its whitened basis."""
     vals, vecs = np.linalg.eigh(c)
@@ -193,7 +193,7 @@ def _moment_side(c: np.ndarray, n: int) -> tuple[_Side, np.ndarray]:
     s = np.sqrt(vals)
     inverse = np.zeros_like(s)
     inverse[:rank] = 1.0 / s[:rank]
-    side = _Side(None, torch.from_numpy(s[:, None] * vecs.T), torch.from_numpy(s), rank, rank, rows=n)
+    side = WhitenedSide(None, torch.from_numpy(s[:, None] * vecs.T), torch.from_numpy(s), rank, rank, rows=n)
     return side, vecs * inverse
 
 

@@ -47,6 +47,7 @@ from .store_paths import (
     quote_name,
     read_store_json,
 )
+from .store_put import put_entry
 
 __all__ = ["Store", "StoredArray", "CorruptChunk", "StoreError"]
 
@@ -378,6 +379,5 @@ class Store:
             StoreError: no rows, chunks of different widths or dtypes, ids that are not one distinct integer per
                 row, a name that cannot be a folder name (`quote_name`).
         """
-        from .store_fill import put_entry
-
-        return put_entry(self, model, layer, chunks, sample_ids, produced_by)
+        put_entry(self, model, layer, chunks, sample_ids, produced_by)
+        return self.load(model, layer)

@@ -1,5 +1,4 @@
-"""Filling a store: from a model (one forward pass per batch for all its layers, only where chunks are missing), or
-from activations made elsewhere (`put_entry`).
+"""Filling a store from a model: one forward pass per batch for all its layers, only where chunks are missing.
 
 Each batch of the data split is one chunk per layer. Before a batch runs, each of its samples is digested (its
 inputs, in every view, and its label: `sample_digests`); the batch's digest names its chunks, so a batch whose
@@ -14,13 +13,9 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
-import json
-import os
-import shutil
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -33,16 +28,10 @@ from .activations import check_finite, forward_layers
 from .data import iterate_batches, split_size
 from .parallel import current_world, module_digest
 from .reading import reading_digest, reading_settings
-from .store import Store, StoredArray
-from .store_paths import FORMAT, StoreError
+from .store import Store
+from .store_paths import StoreError, entry_key
 
-__all__ = ["fill_model", "put_entry", "sample_digests"]
-
-
-def entry_key(*parts: str) -> str:
-    """The content address of an entry (32 hex digits): a digest of the store format and ``parts`` (the model's
-    fingerprint, what it reads with and the layer, or the digest of the rows of a ``put``)."""
-    return fast_hash(json.dumps([FORMAT, *parts]).encode()).hexdigest()
+__all__ = ["fill_model", "sample_digests"]
 
 
 def _feed_rows(hashes: list, label: str, x: Any) -> None:
@@ -118,7 +107,7 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
 
     Returns:
         ``{"forwarded": samples forwarded, "found": samples whose chunks were in the store, "data_fingerprint":
-        the digest of the split's samples, "model_fingerprint": the model's}``, on all ranks together.
+            the digest of the split's samples, "model_fingerprint": the model's}``, on all ranks together.
 
     Under torchrun every rank calls it with the same arguments: batch ``i`` is forwarded and written by rank
     ``i mod size``, and rank 0 writes each entry's manifest from every rank's chunk records. An error on one rank
@@ -243,72 +232,3 @@ def _finish(store: Store, name: str, layer: str, key: str, chunks: list[dict], i
     if info["layer_shape"] is None and current is not None and current["key"] == key:
         info["layer_shape"] = current.get("layer_shape")
     store.finish(name, layer, key, chunks=chunks, ids=ids, digests=digests, info=info)
-
-
-def put_entry(store: Store, model: str, layer: str, chunks: np.ndarray | Iterable[np.ndarray],
-              sample_ids: np.ndarray | None, produced_by: dict | None) -> StoredArray:
-    """`Store.put`: write the chunks as they come into a staging folder, then move it to its key (a digest of the
-    rows) and write the manifest."""
-    if isinstance(chunks, np.ndarray) or hasattr(chunks, "shape"):
-        chunks = [chunks]
-    staging = f".put-{uuid.uuid4().hex}"
-    digest, records, kinds, start = fast_hash(), [], set(), 0
-    folder = store.key_folder(model, layer, staging)
-    try:
-        for block in chunks:  # each chunk is written as it comes: an iterable is never held whole
-            block = np.asarray(block)
-            block = block.reshape(len(block), int(np.prod(block.shape[1:])))
-            kinds.add((block.shape[1], str(block.dtype)))
-            if len(kinds) > 1:
-                raise StoreError(f"put({model!r}, {layer!r}): every chunk must have the same width and dtype, got "
-                                 f"{sorted(kinds)}")
-            if block.dtype.kind not in "fiu":
-                raise StoreError(f"put({model!r}, {layer!r}): activations must be numbers, got dtype {block.dtype}")
-            if len(block):
-                digest.update(f"{block.dtype}|{block.shape}|".encode())
-                digest.update(np.ascontiguousarray(block).reshape(-1).view(np.uint8))
-                records.append(store.write_chunk(model, layer, staging, start, block, "0" * 32))
-            start += len(block)
-        if not records:
-            raise StoreError(f"put({model!r}, {layer!r}) got no rows; give an (N, D) array or (n_i, D) chunks with "
-                             "N >= 1")
-        ids = _checked_ids(sample_ids, start)
-        digest.update(b"ids|" + ids.tobytes())
-        key = entry_key("put", digest.hexdigest(), layer)
-        target = store.key_folder(model, layer, key)
-        _move(folder, target)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    store.finish(model, layer, key, chunks=records, ids=ids, digests=None,
-                 info={"model_fingerprint": None, "reading": None, "pooling": None, "layer_shape": [next(iter(kinds))[0]],
-                       "data_fingerprint": None, "produced_by": produced_by or {"by": "Store.put"}})
-    return store.load(model, layer)
-
-
-def _checked_ids(sample_ids: Any, n: int) -> np.ndarray:
-    """``sample_ids`` as (n,) distinct int64 ids (default ``0 .. n-1``); `StoreError` naming the problem."""
-    if sample_ids is None:
-        return np.arange(n, dtype=np.int64)
-    ids = np.asarray(sample_ids)
-    if ids.shape != (n,):
-        raise StoreError(f"sample_ids has shape {ids.shape}, expected ({n},): one id per row")
-    if ids.dtype.kind not in "iu" and not (ids.dtype.kind == "f" and np.array_equal(ids, np.round(ids))):
-        raise StoreError(f"sample_ids must be integers, got dtype {ids.dtype}")
-    ids = ids.astype(np.int64)
-    if len(np.unique(ids)) != n:
-        raise StoreError(f"sample_ids repeats {n - len(np.unique(ids))} id(s); each row needs its own sample id")
-    return ids
-
-
-def _move(folder: str, target: str) -> None:
-    """Move the staging ``folder`` to ``target``. A target already there holds the same rows (same key): each file is
-    moved over its namesake, so a file that was removed, damaged or replaced by a link is written again."""
-    if not os.path.isdir(target):
-        try:
-            os.replace(folder, target)
-            return
-        except OSError:
-            if not os.path.isdir(target):  # not another writer's same entry landing first
-                raise
-    for name in os.listdir(folder):
-        os.replace(os.path.join(folder, name), os.path.join(target, name))

@@ -9,11 +9,13 @@ never written through.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import urllib.parse
 from typing import Any
 
+from ..utils.digest import fast_hash
 from ..utils.readback import BadFile, read_json
 from ..utils.text import how_to
 
@@ -76,6 +78,12 @@ def quote_name(name: Any, what: str) -> str:
         raise StoreError(f"the {what} name {name[:40]!r}... is {len(quoted.encode())} bytes once quoted for the file "
                          f"system, over the {NAME_MAX} a folder name may have; use a shorter name")
     return quoted
+
+
+def entry_key(*parts: str) -> str:
+    """The content address of an entry (32 hex digits): a digest of the store format and ``parts`` (the model's
+    fingerprint, what it reads with and the layer, or the digest of the rows of a ``put``)."""
+    return fast_hash(json.dumps([FORMAT, *parts]).encode()).hexdigest()
 
 
 def chunk_file(start: int, stop: int, data_digest: str, checksum: str) -> str:
