@@ -125,8 +125,9 @@ class StoredArray:
         """The path of the entry's file ``name``, its bytes checked against the checksum in its name once."""
         path = member(self.folder, name, pattern, f"the manifest of {self.name} in {self.store.path}")
         if name not in self._verified:
-            if not os.path.exists(path):
-                raise CorruptChunk(f"{path} is missing (removed after the entry was written); {extract_again()}")
+            if not os.path.isfile(path):
+                raise CorruptChunk(f"{path} is missing or not a file (removed or replaced after the entry was "
+                                   f"written); {extract_again()}")
             if file_checksum(path) != pattern.fullmatch(name).groups()[-1]:
                 raise CorruptChunk(f"{path} does not match its checksum (the file changed or is damaged); delete "
                                    f"it and {extract_again()}")
@@ -303,8 +304,9 @@ class Store:
         folder = self.key_folder(model, layer, key)
         found = {}
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            path = os.path.join(folder, name)
             match = CHUNK.fullmatch(name)
-            if match and not os.path.islink(os.path.join(folder, name)):  # the store writes no links: not its chunk
+            if match and os.path.isfile(path) and not os.path.islink(path):  # the store writes plain files only
                 found[(int(match[1]), int(match[2]), match[3])] = name
         return found
 
