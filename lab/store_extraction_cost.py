@@ -1,7 +1,8 @@
 """Where the time of ``sp.extract`` goes beside the forward passes it runs.
 
 Two torchvision ResNet-18s (random weights, seeds 0 and 1) at the layers of ``benchmarks/bench_store.py``, N
-inputs ``rand(N, 3, 32, 32)``, two threads; medians of ``--rounds`` interleaved rounds of:
+inputs ``rand(N, 3, 32, 32)``, two threads; medians of ``--rounds`` interleaved rounds (wall time, and this
+process's CPU time, which other load on a shared machine moves less) of:
 
 - ``in-memory``: ``extract_layers`` of each model (the forward passes alone, arrays kept);
 - ``extract``: ``sp.extract`` into a fresh folder (fingerprints, input digests, forwards, chunks, fsync, manifests);
@@ -85,14 +86,17 @@ def main() -> None:
         for fn in runs.values():
             fn()  # warm-up
         times: dict[str, list[float]] = {name: [] for name in runs}
+        cpu: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.rounds):
             for name, fn in runs.items():
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 fn()
                 times[name].append(time.perf_counter() - start)
-        medians = {name: statistics.median(v) for name, v in times.items()}
-        print(f"N={n}", {k: round(v, 3) for k, v in medians.items()},
-              f"extract/in-memory {medians['extract'] / medians['in-memory']:.2f}")
+                cpu[name].append(time.process_time() - start_cpu)
+        for label, table in (("wall", times), ("cpu", cpu)):  # cpu: this process's threads, robust to other load
+            medians = {name: statistics.median(v) for name, v in table.items()}
+            print(f"N={n} {label}", {k: round(v, 3) for k, v in medians.items()},
+                  f"extract/in-memory {medians['extract'] / medians['in-memory']:.2f}", flush=True)
 
 
 if __name__ == "__main__":
