@@ -45,8 +45,8 @@ def store_table(store) -> str:
     from ..utils.io import text_table
 
     rows, origins = [], {}
-    for model in store.models:
-        for layer in store.layers(model):
+    for model, layers in store.contents().items():
+        for layer in layers:
             entry = store.entry(model, layer)
             size = _folder_bytes(store.key_folder(model, layer, entry["key"]))
             made = entry.get("produced_by") or {}

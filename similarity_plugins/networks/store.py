@@ -258,18 +258,26 @@ class Store:
                 if os.path.isfile(path):
                     yield self._read(path)
 
+    def contents(self) -> dict[str, list[str]]:
+        """``{model: [layer, ...]}`` of every complete entry (models sorted, layers in the order they were extracted,
+        then by name), each manifest read once."""
+        found: dict[str, list[dict]] = {}
+        for manifest in self._manifests():
+            found.setdefault(manifest["model"], []).append(manifest)
+        return {model: [m["layer"] for m in sorted(found[model], key=lambda m: (m.get("order", 0), m["layer"]))]
+                for model in sorted(found)}
+
     @property
     def models(self) -> list[str]:
         """The names of the models with at least one complete entry, sorted."""
-        return sorted({m["model"] for m in self._manifests()})
+        return list(self.contents())
 
     def layers(self, model: str) -> list[str]:
         """The layers of ``model`` with a complete entry, in the order they were extracted (then by name)."""
-        found = [m for m in self._manifests() if m["model"] == model]
-        if not found:
-            raise StoreError(f"the store {self.path} holds no model {model!r}; it holds: "
-                             f"{', '.join(self.models) or 'nothing'}")
-        return [m["layer"] for m in sorted(found, key=lambda m: (m.get("order", 0), m["layer"]))]
+        held = self.contents()
+        if model not in held:
+            raise StoreError(f"the store {self.path} holds no model {model!r}; it holds: {', '.join(held) or 'nothing'}")
+        return held[model]
 
     def entry(self, model: str, layer: str) -> dict:
         """The manifest of the entry (model, layer): a dict with ``model``, ``layer``, ``key``,

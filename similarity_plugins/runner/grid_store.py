@@ -142,12 +142,12 @@ def _check_made(store: Store, per_model: dict[str, list[str]], made: dict[str, d
 
 def _stored_layers(store: Store, layers: Any) -> dict[str, list[str]]:
     """``{model: [layer, ...]}`` of the store (every entry), or the ``layers`` dict chosen, checked against it."""
-    held = store.models
+    held = store.contents()
     if not held:
         raise StoreError(f"the store {store.path} holds no complete entry; extract some first ("
                          + how_to("similarity_plugins.extract", "similarity-plugins extract") + ")")
     if layers is None:
-        return {m: store.layers(m) for m in held}
+        return held
     if not isinstance(layers, Mapping):
         raise TypeError("with store= and no models, layers must be None (every entry) or a dict "
                         f"{{model: [layer, ...]}} choosing entries; got {type(layers).__name__}")
@@ -157,7 +157,7 @@ def _stored_layers(store: Store, layers: Any) -> dict[str, list[str]]:
             raise StoreError(f"the store holds no model {model!r}{did_you_mean(str(model), held)}; it holds: "
                              f"{', '.join(held)}")
         names = [names] if isinstance(names, str) else list(names)
-        stored = store.layers(model)
+        stored = held[model]
         for layer in names:
             if layer not in stored:
                 raise StoreError(f"the store holds no layer {layer!r} of model {model!r}"
