@@ -82,6 +82,7 @@ def reading_settings(model: nn.Module) -> dict:
     return out
 
 
-def reading_digest(model: nn.Module) -> str:
-    """A digest (hex) of `reading_settings`: equal for two models that read a sample alike."""
-    return _digest_text(reading_settings(model))
+def reading_digest(model: nn.Module, settings: dict | None = None) -> str:
+    """A digest (hex) of `reading_settings` (``settings``, when the caller has them): equal for two models that read
+    a sample alike."""
+    return _digest_text(reading_settings(model) if settings is None else settings)

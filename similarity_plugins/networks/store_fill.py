@@ -114,7 +114,8 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
     is raised on every rank.
     """
     fingerprint = module_digest([model])  # each weight hashed once per call
-    reads = reading_digest(model)
+    settings = reading_settings(model)
+    reads = reading_digest(model, settings)
     keys = {layer: entry_key(fingerprint, reads, layer) for layer in layers}
     world = current_world()
     shares = world.exchange(  # an error on one rank is raised on every rank
@@ -133,7 +134,7 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
             records = {start: r for s in shares for start, r in s.records.get(layer, {}).items()}
             chunks = [records[start] for start in sorted(records)]
             shape = next((s.shapes[layer] for s in shares if layer in s.shapes), None)
-            info = {"model_fingerprint": fingerprint, "reading": reads, "pooling": reading_settings(model).get("pooling"),
+            info = {"model_fingerprint": fingerprint, "reading": reads, "pooling": settings.get("pooling"),
                     "split": split_name, "order": order_, "layer_shape": shape, "data_fingerprint": fingerprint_of_data,
                     "produced_by": produced}
             _finish(store, name, layer, keys[layer], chunks, ids, digests, info)
