@@ -76,11 +76,11 @@ def write_npy(fh: BinaryIO, array: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def write_named(folder: str, array: np.ndarray, name_of: Callable[[str], str]) -> str:
-    """Write ``array`` as ``.npy`` into ``folder`` under the name ``name_of(checksum)``, atomically (one fsync; a link
-    already at that name is replaced, never followed); returns the name."""
+def write_named(folder: str, array: np.ndarray, name_of: Callable[[str], str], durable: bool = True) -> str:
+    """Write ``array`` as ``.npy`` into ``folder`` under the name ``name_of(checksum)``, atomically (one fsync unless
+    ``durable`` is false; a link already at that name is replaced, never followed); returns the name."""
     staging = os.path.join(folder, f".writing-{uuid.uuid4().hex}.npy")
-    with atomic_write(staging, follow_links=False) as fh:
+    with atomic_write(staging, follow_links=False, durable=durable) as fh:
         name = name_of(write_npy(fh, array))
     try:
         os.replace(staging, os.path.join(folder, name))
@@ -328,9 +328,11 @@ class Store:
     @staticmethod
     def write_samples(folder: str, ids: np.ndarray, digests: np.ndarray | None) -> dict:
         """Write the sample ids (N,) and, when given, the per-row input digests (N, 2) into ``folder``, each named
-        by its checksum; their names for the manifest."""
-        return {"ids": write_named(folder, np.asarray(ids, dtype=np.int64), lambda s: f"ids-{s}.npy"),
-                "digests": None if digests is None else write_named(folder, digests, lambda s: f"digests-{s}.npy")}
+        by its checksum; their names for the manifest. Not fsync'ed: the manifest is the entry's one commit point
+        and these are checked on read and written again by ``extract`` when lost."""
+        return {"ids": write_named(folder, np.asarray(ids, dtype=np.int64), lambda s: f"ids-{s}.npy", durable=False),
+                "digests": None if digests is None else write_named(folder, digests, lambda s: f"digests-{s}.npy",
+                                                                    durable=False)}
 
     def finish(self, model: str, layer: str, key: str, *, chunks: list[dict], ids: np.ndarray,
                digests: np.ndarray | None, info: dict) -> dict:

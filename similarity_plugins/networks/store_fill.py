@@ -219,6 +219,18 @@ def _version() -> str:
         return "unknown"
 
 
+def _samples_intact(store: Store, name: str, layer: str) -> bool:
+    """Whether an entry's sample files are there and match their checksums (they are not fsync'ed: a crash of the
+    machine may lose them, and the next ``extract`` writes them again)."""
+    try:
+        entry = store.load(name, layer)
+        entry.sample_ids()
+        entry.sample_digests()
+    except StoreError:
+        return False
+    return True
+
+
 def _finish(store: Store, name: str, layer: str, key: str, chunks: list[dict], ids: np.ndarray,
             digests: np.ndarray, info: dict) -> None:
     """Write the manifest of one entry unless it already records exactly these chunks and samples."""
@@ -228,7 +240,7 @@ def _finish(store: Store, name: str, layer: str, key: str, chunks: list[dict], i
         current = None
     same = (current is not None and current["key"] == key and current["chunks"] == chunks
             and current.get("data_fingerprint") == info["data_fingerprint"])
-    if same:
+    if same and _samples_intact(store, name, layer):
         return
     if info["layer_shape"] is None and current is not None and current["key"] == key:
         info["layer_shape"] = current.get("layer_shape")

@@ -74,7 +74,7 @@ def _new_temp(path: str | os.PathLike, follow_links: bool = True) -> tuple[int, 
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None,
-                 newline: str | None = None, follow_links: bool = True) -> Iterator[IO]:
+                 newline: str | None = None, follow_links: bool = True, durable: bool = True) -> Iterator[IO]:
     """Open a temporary file next to ``path`` for writing; on success it replaces ``path`` atomically.
 
     The temporary file lives in the same folder (so ``os.replace`` is a rename on one file system) and
@@ -84,7 +84,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
     ``encoding`` defaults to UTF-8). Usage: ``with atomic_write("out/report.csv", "w", newline="") as fh: ...``.
     ``follow_links=False`` (shared caches): a symlink at ``path`` is replaced by the file, its target untouched.
     A target that is not a regular file (a FIFO, ``/dev/null``) is refused; an ``OSError`` that names no file
-    (a full disk, "File too large") is raised naming ``path``.
+    (a full disk, "File too large") is raised naming ``path``. ``durable=False`` leaves out the fsync (the file is
+    still replaced whole; a crash of the machine may lose it): for files a checksum elsewhere verifies and that
+    are written again when lost.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write writes a whole new file: mode must be 'wb' or 'w', got {mode!r}")
@@ -95,7 +97,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
         with _naming(path), os.fdopen(fd, mode, encoding=encoding, newline=newline) as fh:
             yield fh
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -52,6 +52,13 @@ def test_damaged_json_is_named_and_extract_repairs_it(tmp_path):
     store = sp.extract({"m": model}, ["fc"], data, tmp_path)
     assert store.extracted["m"] == {"forwarded": 0, "found": 8}  # its chunks were intact: only the manifest rewritten
     assert store.load("m", "fc").shape == (8, 10)
+    entry = store.entry("m", "fc")
+    ids = tmp_path / "m" / "fc" / entry["key"] / entry["samples"]["ids"]
+    ids.write_bytes(b"")  # a sample file lost in a crash (they are not fsync'ed)
+    with pytest.raises(sp.CorruptChunk, match="does not match its checksum"):
+        store.sample_ids("m", "fc")
+    store = sp.extract({"m": model}, ["fc"], data, tmp_path)
+    assert store.extracted["m"]["forwarded"] == 0 and store.sample_ids("m", "fc").tolist() == list(range(8))
     (tmp_path / "store.json").write_text("{not json")
     with pytest.raises(sp.StoreError, match="store.json"):
         sp.Store(tmp_path)
