@@ -6,12 +6,10 @@ process's CPU time, which other load on a shared machine moves less) of:
 
 - ``in-memory``: ``extract_layers`` of each model (the forward passes alone, arrays kept);
 - ``extract``: ``sp.extract`` into a fresh folder (fingerprints, input digests, forwards, chunks, fsync, manifests);
-- ``no-writes``: the same with chunk writes and manifests stubbed out;
-- ``no-digests``: the same with the per-sample input digests stubbed out;
-- ``no-fsync``: the same with ``os.fsync`` a no-op (every write still goes to the page cache and is renamed);
-- ``store-work``: ``sp.extract`` with the forward passes replaced by their outputs (computed once): everything
-  the store does beside the forwards (fingerprints, digests, chunks, fsync, manifests), whose ratio to
-  ``in-memory`` does not drown in the noise of forwards that take seconds on a loaded machine;
+- ``store-work``: ``sp.extract`` with the forward passes replayed from their outputs (computed once): everything
+  the store does beside the forwards, whose ratio to ``in-memory`` does not drown in the noise of forwards that
+  take seconds on a loaded machine; and the same without chunk writes and manifests (``no-writes``), without the
+  per-sample input digests (``no-digests``), with ``os.fsync`` a no-op (``no-fsync``);
 - ``fingerprints``: ``module_digest`` of both models (the XXH3-128 of their weights and settings), alone.
 
 Run from the repository root: ``PYTHONPATH=. python lab/store_extraction_cost.py --n 384 3072``.
@@ -55,8 +53,18 @@ def variants(n: int) -> dict:
         with tempfile.TemporaryDirectory() as folder:
             sp.extract(models, LAYERS, data, folder)
 
-    def stubbed(*stubs: tuple) -> Callable[[], None]:
-        """``extract`` with each ``(owner, attribute, replacement)`` of ``stubs`` in place."""
+    outputs = {id(models[m]): list(forward_layers(models[m], LAYERS[m], iterate_batches(data.test, 256)))
+               for m in LAYERS}
+
+    def replayed(model, layers, batches, device=None):
+        """The forward loop with the passes replaced by their outputs, computed once: the store's own work alone."""
+        for k, (_, y) in enumerate(batches):
+            yield outputs[id(model)][k][0], y
+
+    def store_work(*stubs: tuple) -> Callable[[], None]:
+        """``extract`` with the forwards replayed and each ``(owner, attribute, replacement)`` of ``stubs`` in place."""
+        stubs = ((store_fill, "forward_layers", replayed), *stubs)
+
         def run() -> None:
             saved = [(owner, name, getattr(owner, name)) for owner, name, _ in stubs]
             for owner, name, stub in stubs:
@@ -68,22 +76,14 @@ def variants(n: int) -> dict:
                     setattr(owner, name, value)
         return run
 
-    outputs = {id(models[m]): list(forward_layers(models[m], LAYERS[m], iterate_batches(data.test, 256)))
-               for m in LAYERS}
-
-    def replayed(model, layers, batches, device=None):
-        """The forward loop with the passes replaced by their outputs, computed once: the store's own work alone."""
-        for k, (_, y) in enumerate(batches):
-            yield outputs[id(model)][k][0], y
-
     return {
         "in-memory": lambda: [extract_layers(models[m], LAYERS[m], data.test) for m in LAYERS],
-        "store-work": stubbed((store_fill, "forward_layers", replayed)),
         "extract": extract,
-        "no-writes": stubbed((store_module.Store, "write_chunk", lambda self, *a, **k: {}),
-                             (store_fill, "_finish", lambda *a, **k: None)),
-        "no-digests": stubbed((store_fill, "sample_digests", lambda x, y: np.zeros((len(y), 2), np.uint64))),
-        "no-fsync": stubbed((os, "fsync", lambda fd: None)),
+        "store-work": store_work(),
+        "no-writes": store_work((store_module.Store, "write_chunk", lambda self, *a, **k: {}),
+                                (store_fill, "_finish", lambda *a, **k: None)),
+        "no-digests": store_work((store_fill, "sample_digests", lambda x, y: np.zeros((len(y), 2), np.uint64))),
+        "no-fsync": store_work((os, "fsync", lambda fd: None)),
         "fingerprints": lambda: [module_digest([m]) for m in models.values()],
     }
 
