@@ -205,6 +205,7 @@ class Store:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
+        self._base = os.path.realpath(self.path)  # every folder the store uses must lead below it
         #: ``{model: {"forwarded": samples, "found": samples}}`` of the last ``extract`` call that returned this store
         self.extracted: dict[str, dict[str, int]] = {}
         marker = os.path.join(self.path, "store.json")
@@ -243,18 +244,18 @@ class Store:
     # -- reading -------------------------------------------------------------------------------------------------
     def _folder(self, model: str, layer: str) -> str:
         folder = os.path.join(self.path, quote_name(model, "model"), quote_name(layer, "layer"))
-        return checked_folder(self.path, folder)
+        return checked_folder(self.path, folder, self._base)
 
     def _read(self, path: str, model: str | None = None, layer: str | None = None) -> dict:
         return checked_manifest(read_store_json(path, "manifest"), path, model, layer)
 
     def _manifests(self) -> Iterator[dict]:
         for model_dir in sorted(os.listdir(self.path)):
-            base = checked_folder(self.path, os.path.join(self.path, model_dir))
+            base = checked_folder(self.path, os.path.join(self.path, model_dir), self._base)
             if model_dir.startswith(".") or not os.path.isdir(base):
                 continue
             for layer_dir in sorted(os.listdir(base)):
-                path = os.path.join(checked_folder(self.path, os.path.join(base, layer_dir)), "manifest.json")
+                path = os.path.join(checked_folder(self.path, os.path.join(base, layer_dir), self._base), "manifest.json")
                 if os.path.isfile(path):
                     yield self._read(path)
 
@@ -305,7 +306,7 @@ class Store:
         """The folder of the files of entry ``key`` of (model, layer), checked to lead nowhere outside the store."""
         if not KEY.fullmatch(key) and not key.startswith(".put-"):
             raise StoreError(f"{key!r} is not an entry key of this store (32 hex digits)")
-        return checked_folder(self.path, os.path.join(self._folder(model, layer), key))
+        return checked_folder(self.path, os.path.join(self._folder(model, layer), key), self._base)
 
     def found_chunks(self, model: str, layer: str, key: str) -> dict[tuple[int, int, str], str]:
         """The chunk files of entry ``key`` already written: ``{(start, stop, input digest): file name}``."""

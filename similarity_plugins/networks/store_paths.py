@@ -105,10 +105,11 @@ def member(folder: str, name: Any, pattern: re.Pattern, where: str) -> str:
     return os.path.join(folder, name)
 
 
-def checked_folder(root: str, folder: str) -> str:
-    """``folder`` (inside the store ``root``) once no part of it below ``root`` is a symbolic link that leads
-    outside ``root``; ``StoreError`` naming the link otherwise. Parts that do not exist yet are fine."""
-    base = os.path.realpath(root)
+def checked_folder(root: str, folder: str, base: str | None = None) -> str:
+    """``folder`` (inside the store ``root``, whose real path is ``base`` when the caller has it) once no part of it
+    below ``root`` is a symbolic link that leads outside ``root``; ``StoreError`` naming the link otherwise. Parts
+    that do not exist yet are fine."""
+    base = base or os.path.realpath(root)
     relative = os.path.relpath(folder, root)
     if relative == os.curdir:
         return folder
