@@ -124,7 +124,7 @@ class StreamedMoments:
 
     def update(self, x: np.ndarray, y: np.ndarray) -> None:
         """Add rows ``x`` (b, dx) and ``y`` (b, dy)."""
-        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        x, y = np.array(x, dtype=np.float64), np.array(y, dtype=np.float64)  # copies, shifted in place below
         if not len(x):
             return
         if self.shift is None:
@@ -135,7 +135,8 @@ class StreamedMoments:
             self.xx, self.yy, self.xy = np.zeros((dx, dx)), np.zeros((dy, dy)), np.zeros((dx, dy))
         for i, side in enumerate((x, y)):
             self._const[i] = self._const[i] and bool((side == self._first[i]).all())
-        x, y = x - self.shift[0], y - self.shift[1]
+        x -= self.shift[0]
+        y -= self.shift[1]
         self.n += len(x)
         self.sx += x.sum(0)
         self.sy += y.sum(0)
