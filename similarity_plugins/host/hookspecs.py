@@ -122,6 +122,8 @@ class PluginContext(Protocol):
             ``world.gather_rows``).
         reuse_nodes: True in a grid, where one node's activations serve many cells: a measure then builds what it
             derives from one node once, with `derived`.
+        derived_bytes: the most bytes a grid may hold of what measures derive from nodes (its ``cache_bytes``), or
+            None (no bound): a measure that needs more says so before it starts.
     """
 
     data: Any
@@ -131,10 +133,17 @@ class PluginContext(Protocol):
     batch_size: int
     world: Any
     reuse_nodes: bool
+    derived_bytes: int | None
 
     def activations(self, model: Any, layer: str, split: str = "test", *, flat: bool = True) -> torch.Tensor:
         """Activations of ``model`` at ``layer`` on a split, memoised: (N, D) float32 when ``flat``, else the layer's
         own shape (N, C, H, W) or (N, T, D). Shared with the other metrics: never write into them."""
+
+    def row_source(self, model: Any, layer: str, split: str = "test") -> Any | None:
+        """The same activations as rows on disk, when they come from an activation store and are not held in memory
+        yet (a grid from a store, ``score`` on store entries): an object with ``shape`` (N, D) whose slices
+        ``rows[i:j]`` are NumPy arrays. A measure that reduces to sums over samples may read it in blocks; None: use
+        `activations`."""
 
     def local_activations(self, model: Any, layer: str,
                           split: str = "test") -> tuple[torch.Tensor, torch.Tensor | None, range | None]:

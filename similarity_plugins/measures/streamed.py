@@ -221,12 +221,13 @@ def from_moments(m: StreamedMoments, measure: str, **arguments: Any) -> Measured
 def pair_moments(context: Any, kind: str, key: Any, compute: Any) -> Any:
     """The moments (``compute()``) of the pair ``key``, kept for the metrics of one family that read the same pair
     one after another (a grid runs a pair's cells together): one pass over the rows serves them all. Only the last
-    pair of each ``kind`` is kept (``context.memo``), so a grid holds one pair's moments at a time."""
-    slot = ("streamed pair", kind)
-    held = context.memo.get(slot)
-    if held is None or held[0] != key:
-        context.memo[slot] = (key, compute())
-    return context.memo[slot][1]
+    pair of each ``kind`` is kept (in a slot ``context.remember`` holds), so a grid holds one pair's moments at a
+    time."""
+    held = context.remember(("streamed pair", kind), dict)  # one slot: {pair key: moments}
+    if key not in held:
+        held.clear()
+        held[key] = compute()
+    return held[key]
 
 
 def streamed_regression(x_train: Any, y_train: Any, x_test: Any, y_test: Any, *, rows: int = 8192,
