@@ -103,12 +103,8 @@ def test_refusals_of_empty_entries_old_stores_and_store_only_grids(tmp_path):
     assert "compare_grid(models, layers, data, metrics, store=...)" in rows["stitch-slm"].error
 
 
-def test_the_command_line_names_commands_reports_counts_and_takes_names_with_colons(tmp_path, capsys):
-    empty = tmp_path / "empty"
-    sp.Store.create(empty)
-    assert main(["grid", "--store", str(empty), "--metrics", "cka-linear", "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert "`similarity-plugins extract`" in err and "similarity_plugins.extract" not in err
+@pytest.mark.slow  # digits and two extractions through the command line: about 2 s
+def test_a_rerun_of_the_extract_command_says_what_it_forwarded_and_found(tmp_path, capsys):
     from similarity_plugins.apps.zoo import build_model
 
     weights = tmp_path / "a.pt"
@@ -118,6 +114,14 @@ def test_the_command_line_names_commands_reports_counts_and_takes_names_with_col
         assert main(["extract", "--model", f"a=small-cnn@{weights}", "--layers", "block2", "--store",
                      str(tmp_path / "s"), *common]) == 0
     assert "extract: model a: forwarded 0 samples, found 20 in the store" in capsys.readouterr().out
+
+
+def test_the_command_line_names_commands_and_takes_names_with_colons(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    sp.Store.create(empty)
+    assert main(["grid", "--store", str(empty), "--metrics", "cka-linear", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "`similarity-plugins extract`" in err and "similarity_plugins.extract" not in err
     store = sp.Store.create(tmp_path / "c")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((30, 4)).astype(np.float32)
