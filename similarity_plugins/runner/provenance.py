@@ -4,9 +4,9 @@ machine, each model's identity, the data's size and fingerprint, and the options
 A reader (a co-author, a reviewer, the HTML page) can then tell which weights, which inputs and which settings
 gave the numbers. A model is identified by its class and, when it was loaded from the Hugging Face hub at a
 resolved commit (``model.source``, see `similarity_plugins.hf`), by the hub id and commit; any other model by
-the SHA-256 of its weights and module settings (`module_digest`). A data split is identified by its number of
-samples and the SHA-256 of its content (`split_digest`: every input and label); arrays by their shape, dtype
-and SHA-256. Recording costs one hash of each model's weights and one pass over each split the metrics read.
+the XXH3-128 digest of its weights and module settings (`module_digest`). A data split is identified by its number
+of samples and the XXH3-128 digest of its content (`split_digest`: every input and label); arrays by their shape,
+dtype and SHA-256. Recording costs one hash of each model's weights and one pass over each split the metrics read.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def store_provenance(store: Any, per_model: Mapping[str, list[str]]) -> dict:
             if entry.get("data_fingerprint") not in prints:
                 prints.append(entry.get("data_fingerprint"))
             made = entry.get("produced_by") or {}
-            models.setdefault(name, {"class": made.get("class") or made.get("model"), "source": made.get("source"),
+            models.setdefault(name, {"class": made.get("model_class"), "source": made.get("source"),
                                      "fingerprint": entry.get("model_fingerprint"), "store": store.path})
     size = sizes.pop() if len(sizes) == 1 else sorted(sizes)
     return jsonable({"models": models, "data": {"test": {"size": size, "fingerprint": prints[0] if len(prints) == 1

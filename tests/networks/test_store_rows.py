@@ -42,6 +42,8 @@ def test_the_same_samples_in_another_order_are_aligned_everywhere(tmp_path):
     for r in got.results:
         assert r.error is None and r.score == pytest.approx(want[r.metric], abs=1e-10), r.metric
     assert got.meta["samples"] == {"kept": 120, "dropped": {"a:l": 0, "b:l": 0}}
+    assert got.meta["provenance"]["data"]["y"] == {"store": store.path, "entry": "b:l", "shape": [120, 5],
+                                                   "dtype": "float32", "fingerprint": None}  # put: inputs unknown
     grid = sp.compare_grid(metrics=METRICS, pairs="across", store=store.path)
     for r in grid.report.results:
         assert r.score == pytest.approx(want[r.metric], abs=1e-10), r.metric

@@ -98,6 +98,7 @@ def test_a_grid_records_each_model_and_from_a_store_what_the_store_recorded(tmp_
     alone = sp.compare_grid(metrics=["cka-linear"], pairs="across", store=tmp_path).meta["provenance"]
     assert {m: alone["models"][m]["fingerprint"] for m in models} == {m: module_digest([v]) for m, v in models.items()}
     assert alone["models"]["a"]["store"] == str(tmp_path) and alone["data"]["test"]["size"] == 24
+    assert alone["models"]["a"]["class"] == "Sequential"  # the entry's produced_by["model_class"]
 
 
 def test_a_gpu_run_records_the_gpu(monkeypatch):

@@ -36,9 +36,9 @@ def _models_table(name: str, models: Mapping[str, Any]) -> Table:
                      source.get("hub_id"), source.get("revision"), source.get("commit"), source.get("path"),
                      ident.get("fingerprint") or ("pinned by the hub commit" if source.get("commit") else None)])
     return Table(name, ["model", "class", "dtype", "parameters", "hub id", "revision", "commit", "path",
-                        "fingerprint (SHA-256 of weights and module settings)"], rows,
+                        "fingerprint (XXH3-128 of weights and module settings)"], rows,
                  "A model loaded from the Hugging Face hub at a resolved commit is identified by it; any other by the "
-                 "SHA-256 of its parameters, buffers and module settings.")
+                 "XXH3-128 digest of its parameters, buffers and module settings.")
 
 
 def _data_table(name: str, data: Mapping[str, Any]) -> Table:
@@ -49,7 +49,7 @@ def _data_table(name: str, data: Mapping[str, Any]) -> Table:
         rows.append([split, size if isinstance(size, str) else Number(size) if isinstance(size, int) else str(size),
                      ident.get("dtype"), json.dumps(ident["fingerprint"]) if isinstance(ident.get("fingerprint"), list)
                      else ident.get("fingerprint")])
-    return Table(name, ["data", "samples (or shape)", "dtype", "fingerprint (SHA-256 of every input and label)"], rows,
+    return Table(name, ["data", "samples (or shape)", "dtype", "fingerprint (XXH3-128 of every input and label)"], rows,
                  "The splits the metrics read, each as it was given (options such as max_samples then take a part).")
 
 
