@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..utils.digest import fast_hash, update_tensor_digest
-from .fingerprint import update_module_configs
+from .fingerprint import fingerprinted_tensors, update_module_configs
 
 __all__ = ["World", "CollectiveError", "current_world", "register_world_factory", "module_digest"]
 
@@ -188,10 +188,10 @@ class World:
 
 def module_digest(modules: Iterable[nn.Module]) -> str:
     """A digest (hex, `fast_hash`) over every parameter and buffer of ``modules`` (names, shapes, dtypes, bytes;
-    each tensor once) and each submodule's class and non-tensor configuration (`module_config`)."""
+    each tensor once, `fingerprinted_tensors`) and each submodule's class and non-tensor configuration (`module_config`)."""
     h = fast_hash()
     for i, module in enumerate(modules):
-        for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        for name, t in fingerprinted_tensors(module):
             update_tensor_digest(h, f"{i}|{name}", t)
         update_module_configs(h, ((f"{i}|{name}", m) for name, m in module.named_modules()))
     return h.hexdigest()

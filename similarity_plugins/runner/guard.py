@@ -9,6 +9,11 @@ device or flag). A copy rather than a hash: comparing with a copy is cheaper tha
 (docs/reliability.md has the costs), and a hash could not restore.
 Memory: one extra copy of each donor's parameters and buffers, on the donor's device.
 
+What transformers adds to a model during its own forward is not a change (`networks.hf_runtime`): the
+output-capturing hooks it installs on a first forward with ``output_hidden_states`` are kept (the model's flag
+says they are there; without them it would return no hidden states), and the caches of a dynamic rotary
+embedding are restored without a word.
+
 What a metric can change outside the donors (grad mode, the default dtype and device, thread count, the
 working directory, ...) is saved and restored by `process.process_state` / `process.restore_process_state`,
 the one code path ``score`` uses too.
@@ -24,6 +29,7 @@ from torch import nn
 from torch.nn.modules import module as module_globals
 
 from ..networks.fingerprint import module_settings
+from ..networks.hf_runtime import forward_cache, is_capture_hook
 from .process import note_restored, restore_process_state
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
@@ -53,6 +59,7 @@ class _Tensor:
     copy: torch.Tensor   # its values as they were
     requires_grad: bool
     grad: torch.Tensor | None
+    cache: bool = False  # a cache that transformers' forward rewrites: restored without a word
 
     def moved(self) -> bool:
         """True when the tensor object no longer holds the storage it held (``.data`` reassigned)."""
@@ -69,6 +76,8 @@ class _Module:
     hooks: dict[str, dict]
     registry: dict[str, dict]   # the parameter and buffer dicts as they were (name -> tensor object or None)
     attributes: dict[str, Any]  # the plain attributes (stride, eps, ...) as they were
+    cached: dict[str, Any]      # the attributes that transformers' forward rewrites as a cache, as they were
+    cached_buffers: frozenset[str]  # the names of the buffers it rewrites
 
 
 class DonorGuard:
@@ -92,16 +101,19 @@ class DonorGuard:
         modules: dict[str, _Module] = {}
         tensors: dict[str, _Tensor] = {}
         for mname, m in model.named_modules(remove_duplicate=False):
+            cached_buffers, cached_attributes = forward_cache(m)
             modules[mname] = _Module(m, m.training, dict(m._modules), {h: dict(getattr(m, h, {})) for h in _HOOK_DICTS},
                                      {"_parameters": dict(m._parameters), "_buffers": dict(m._buffers)},
-                                     module_settings(m))
+                                     module_settings(m), {k: getattr(m, k) for k in cached_attributes},
+                                     cached_buffers)
             for kind in ("_parameters", "_buffers"):
                 for local, t in getattr(m, kind).items():
                     if t is None:
                         continue
                     name = f"{mname}.{local}" if mname else local
                     tensors.setdefault(name, _Tensor(m, kind, local, t, t.data, t.detach().clone(),
-                                                     bool(t.requires_grad), t.grad))
+                                                     bool(t.requires_grad), t.grad,
+                                                     kind == "_buffers" and local in cached_buffers))
         return modules, tensors
 
     def check(self) -> str | None:
@@ -132,15 +144,13 @@ class DonorGuard:
             for kind, before in saved.registry.items():
                 now = getattr(m, kind)
                 if now.keys() != before.keys() or any(now[k] is not v for k, v in before.items()):
-                    found.append(f"{kind.strip('_')} of {where} replaced or added ({_diff_keys(now, before)})")
+                    if not set(_changed_keys(now, before)) <= saved.cached_buffers:  # a cache: restored silently
+                        found.append(f"{kind.strip('_')} of {where} replaced or added ({_diff_keys(now, before)})")
                     now.clear()
                     now.update(before)
-            for hook, before in saved.hooks.items():
-                now = getattr(m, hook, None)
-                if now is not None and dict(now) != before:
-                    found.append(f"{hook.strip('_').replace('_', ' ')} on {where} ({len(now)} now, {len(before)} before)")
-                    now.clear()
-                    now.update(before)
+            for name, value in saved.cached.items():
+                setattr(m, name, value)
+            found += _restore_hooks(m, saved.hooks, where)
             if m.training != saved.training:
                 m.training = saved.training   # a flag: restored silently (as preserved() always did)
             attributes = module_settings(m)
@@ -160,13 +170,16 @@ class DonorGuard:
         found = []
         for name, t in tensors.items():
             obj = t.obj
-            if t.moved():
+            if t.moved() and t.cache:
+                obj.data = t.data
+            elif t.moved():
                 what = (f"moved to {obj.dtype} on {obj.device} (was {t.copy.dtype} on {t.copy.device})"
                         if obj.dtype != t.copy.dtype or obj.device != t.copy.device else "given new storage")
                 found.append(f"{name} {what}")
                 obj.data = t.data
             if not same_bits(t.data, t.copy):
-                found.append(f"{name} values changed")
+                if not t.cache:
+                    found.append(f"{name} values changed")
                 with torch.no_grad():
                     t.data.copy_(t.copy)
             if obj.requires_grad != t.requires_grad:
@@ -179,9 +192,29 @@ class DonorGuard:
 _MISSING = object()
 
 
+def _restore_hooks(m: nn.Module, saved: dict[str, dict], where: str) -> list[str]:
+    """Restore ``m``'s hook dicts to ``saved``, keeping the output-capturing hooks transformers added since (they
+    belong to the model from its first forward on); returns what changed besides those."""
+    found = []
+    for hook, before in saved.items():
+        now = getattr(m, hook, None)
+        if now is None or dict(now) == before:
+            continue
+        added = {k: v for k, v in now.items() if k not in before and is_capture_hook(v)}
+        if {k: v for k, v in now.items() if k not in added} != before:
+            found.append(f"{hook.strip('_').replace('_', ' ')} on {where} ({len(now)} now, {len(before)} before)")
+            now.clear()
+            now.update(before)
+            now.update(added)
+    return found
+
+
+def _changed_keys(now: Any, before: dict) -> list[str]:
+    return sorted({k for k in set(now) | set(before) if now.get(k) is not before.get(k)})
+
+
 def _diff_keys(now: Any, before: dict) -> str:
-    names = sorted({k for k in set(now) | set(before) if now.get(k) is not before.get(k)})
-    return ", ".join(names) or "same names, new objects"
+    return ", ".join(_changed_keys(now, before)) or "same names, new objects"
 
 
 class DonorModified(RuntimeError):
