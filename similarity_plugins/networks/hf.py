@@ -29,6 +29,7 @@ from .hf_options import (
     position_limit,
     vocabulary_rows,
 )
+from .hf_tokens import encode, padding_side_for, token_counts
 from .pooling import check_pooling, pool_tokens
 from .preprocess import Preprocessing, preprocess_images, preprocessing_of
 
@@ -64,7 +65,8 @@ def hf(source: nn.Module | str | os.PathLike, *, tokenizer: PreTrainedTokenizerB
             true/false, yes/no, on/off, 1/0 too).
         view: the view of paired data this model reads (default: ``"text"`` for a model with a tokenizer,
             ``"image"`` otherwise).
-        padding_side: ``"left"`` or ``"right"`` (default: the tokenizer's); pooled rows do not depend on it.
+        padding_side: ``"left"`` or ``"right"`` (default: the tokenizer's, and ``"right"`` for a model whose
+            forward takes no position ids, which refuses ``"left"``); pooled rows do not depend on it.
         max_length: longest tokenized sample in tokens (longer ones are truncated), a positive whole number no
             larger than the model's position limit; default: that limit.
         preprocess: apply the processor's preprocessing to images (False: the images are ``pixel_values``
@@ -176,6 +178,8 @@ class HFModel(nn.Module):
         self._layers: list[str] | None = None
         accepted = inspect.signature(model.forward).parameters
         self._positions = "position_ids" in accepted
+        if tokenizer is not None:   # a model that cannot be told its positions is padded where they stay put
+            self.padding_side = padding_side_for(type(model).__name__, padding_side, self._positions)
 
     @property
     def reads_text(self) -> bool:
@@ -207,9 +211,8 @@ class HFModel(nn.Module):
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError(f"{type(self.hf_model).__name__} reads text: give it a list of strings (text_data, "
                             f"paired_data), got {type(texts).__name__}")
-        kw = {"padding_side": self.padding_side} if self.padding_side else {}
-        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
-                             return_tensors="pt", return_special_tokens_mask=self.exclude_special, **kw)
+        enc = encode(self.tokenizer, texts, padding_side=self.padding_side, max_length=self.max_length,
+                     special_mask=self.exclude_special)
         check_token_ids(enc["input_ids"], self._vocab_rows, self.hf_model, self.tokenizer)
         mask = enc["attention_mask"]
         inputs = {"input_ids": enc["input_ids"].to(device), "attention_mask": mask.to(device)}
@@ -221,6 +224,11 @@ class HFModel(nn.Module):
             self._mask = torch.where(content.any(1, keepdim=True), content, self._mask)  # all special: keep all
         self._mask = self._mask.to(device)
         return inputs
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """How many tokens the model reads of each text (after truncation to ``max_length``), for batching by
+        length; the tokenizer is left as it was."""
+        return token_counts(self.tokenizer, texts, self.max_length)
 
     def forward(self, x: Any) -> Any:
         """Run the transformers model on one batch of the data pipeline (see `model_inputs`)."""

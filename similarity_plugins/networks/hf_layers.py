@@ -1,10 +1,12 @@
 """The cut points of a transformers model: its embedding output and every block's output, in forward order.
 
 The blocks are the longest ``nn.ModuleList`` of modules of one class (``h``, ``model.layers``,
-``encoder.layer``). The embedding output is the last module to finish before the first block starts whose
-output is that block's input (``drop`` of GPT-2, ``embed_tokens`` of Llama, ``embeddings`` of BERT and ViT,
-``pre_layrnorm`` of CLIP's vision tower): the tensor ``hidden_states[0]`` holds. It is found with one forward
-pass on a one-sample dummy input, under ``no_grad`` and in eval mode (the model's flags restored).
+``encoder.layer``, ``encoder.block``). The embedding output is the last module to finish before the first block
+starts whose output is that block's input (``drop`` of GPT-2, ``embed_tokens`` of Llama, ``embeddings`` of BERT
+and ViT, ``pre_layrnorm`` of CLIP's vision tower, ``encoder.embed_tokens`` of a T5 encoder): the tensor ``hidden_states[0]``
+holds. Both are found with one forward pass on a one-sample dummy input, under ``no_grad`` and in eval mode (the
+model's flags restored), which also counts how often each module runs: a module that runs more than once per
+forward pass (a shared dropout) is never listed.
 """
 
 from __future__ import annotations
@@ -31,49 +33,58 @@ def find_blocks(model: nn.Module) -> tuple[str, nn.ModuleList]:
 
 
 def block_layers(wrapped: Any) -> list[str]:
-    """``[embedding output, block 0, ..., block L-1]`` of an `HFModel` (module names of ``named_modules()``)."""
+    """``[embedding output, block 0, ..., block L-1]`` of an `HFModel` (module names of ``named_modules()``).
+
+    Only modules that run exactly once per forward pass are listed (a module that runs twice, such as T5's
+    ``dropout`` after the embedding and again after the final norm, has no one activation); the embedding output
+    is left out when no module computes it (OPT adds its position embedding outside any module).
+
+    Raises:
+        ValueError: the model has no list of blocks, or none of its blocks runs exactly once (a model that
+            shares one block across depth, such as ALBERT).
+    """
     name, blocks = find_blocks(wrapped)
-    names = [f"{name}.{i}" if name else str(i) for i in range(len(blocks))]
-    embedding = _embedding_output(wrapped, blocks[0])
+    calls, embedding = _one_forward(wrapped, blocks[0])
+    names = [f"{name}.{i}" if name else str(i) for i, block in enumerate(blocks) if calls.get(id(block)) == 1]
+    if not names:
+        raise ValueError(f"the blocks of {type(wrapped.hf_model).__name__} ({name}) do not each run once per "
+                         "forward pass (one block shared across depth?); name the layers yourself: any module of "
+                         "named_modules() that runs once")
     return ([embedding] if embedding else []) + names
 
 
-def _embedding_output(wrapped: Any, first: nn.Module) -> str | None:
-    finished: list[tuple[str, Any]] = []
-    started: list[torch.Tensor] = []
-
-    class _Stop(Exception):
-        pass
+def _one_forward(wrapped: Any, first: nn.Module) -> tuple[dict[int, int], str | None]:
+    """One forward pass on a dummy input: how often each module ran (by ``id``) and the embedding output: the
+    last module that ran once, finished before ``first`` started, and output exactly ``first``'s input."""
+    calls: dict[int, int] = {}
+    finished: list[tuple[str, nn.Module, Any]] = []
+    started: list[Any] = []
 
     def pre(_module: nn.Module, args: tuple, kwargs: dict) -> None:
-        hidden = args[0] if args else kwargs.get("hidden_states")
-        started.append(hidden)
-        raise _Stop
+        if not started:
+            started.append(args[0] if args else kwargs.get("hidden_states"))
 
     def post_for(name: str):
-        def post(_module: nn.Module, _inputs: object, output: object) -> None:
+        def post(module: nn.Module, _inputs: object, output: object) -> None:
+            calls[id(module)] = calls.get(id(module), 0) + 1
             if not started:
-                finished.append((name, output))
+                finished.append((name, module, output))
         return post
 
     handles = [first.register_forward_pre_hook(pre, with_kwargs=True)]
     handles += [m.register_forward_hook(post_for(n)) for n, m in wrapped.named_modules() if n]
     try:
         with torch.no_grad(), frozen(wrapped):
-            try:
-                wrapped.hf_model(**_dummy_inputs(wrapped))
-            except _Stop:
-                pass
+            wrapped.hf_model(**_dummy_inputs(wrapped))
     finally:
         for handle in handles:
             handle.remove()
-    if not started or not isinstance(started[0], torch.Tensor):
-        return None
-    target = started[0]
-    for name, output in reversed(finished):
-        if isinstance(output, torch.Tensor) and output.shape == target.shape and torch.equal(output, target):
-            return name
-    return None
+    target = started[0] if started else None
+    for name, module, output in reversed(finished):
+        if (isinstance(target, torch.Tensor) and calls[id(module)] == 1 and isinstance(output, torch.Tensor)
+                and output.shape == target.shape and torch.equal(output, target)):
+            return calls, name
+    return calls, None
 
 
 def _dummy_inputs(wrapped: Any) -> dict[str, torch.Tensor]:

@@ -5,6 +5,8 @@ A layer that runs more than once in one forward pass has no single activation: `
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -42,15 +44,16 @@ class _Stop(Exception):
         self.value = value
 
 
-def front_by_hook(model: nn.Module, layer: str, x: torch.Tensor) -> object:
-    """Run ``model(x)`` until ``layer`` has produced its output, then stop and return it."""
+def front_by_hook(model: nn.Module, layer: str, x: Any, *, keywords: bool = False) -> object:
+    """Run ``model(x)`` (``model(**x)`` with ``keywords``: a dict of keyword arguments) until ``layer`` has
+    produced its output, then stop and return it."""
 
     def hook(_module: nn.Module, _inputs: object, output: object) -> None:
         raise _Stop(output)
 
     handle = dict(model.named_modules())[layer].register_forward_hook(hook)
     try:
-        model(x)
+        model(**x) if keywords else model(x)
     except _Stop as stop:
         return stop.value
     finally:

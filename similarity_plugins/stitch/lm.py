@@ -63,7 +63,9 @@ def lm_stitch_result(context: PluginContext, front: Any, end: Any, layer: LayerP
 
 
 def _inputs(front: Any, end: Any, texts: list[str]) -> tuple[dict, dict, torch.Tensor]:
-    """Both models' inputs for ``texts`` (refused when the tokenizers disagree) and the (B, T) real-token mask."""
+    """Both models' inputs for ``texts`` on one layout (refused when the tokenizers disagree) and the (B, T)
+    real-token mask. Padded on two sides, both run on the end's layout when the end takes no position ids (it
+    is padded on the right, where any model's real tokens keep their positions), else on the front's."""
     a, b = front.model_inputs(texts), end.model_inputs(texts)
     mask_a, mask_b = a["attention_mask"].bool(), b["attention_mask"].bool()
     ids_a = [row[m].tolist() for row, m in zip(a["input_ids"], mask_a)]
@@ -73,7 +75,9 @@ def _inputs(front: Any, end: Any, texts: list[str]) -> tuple[dict, dict, torch.T
         raise ValueError(f"the two models' tokenizers give different token ids (sample {first}: "
                          f"{ids_a[first][:6]}... vs {ids_b[first][:6]}...); stitching language models needs one "
                          "tokenizer: compare models of different tokenizers with activation-only metrics")
-    if not torch.equal(mask_a, mask_b):  # another padding side: run the end on the front's layout
+    if not torch.equal(mask_a, mask_b) and "position_ids" not in b:   # the front runs on the end's layout
+        a, mask_a = dict(b), mask_b
+    elif not torch.equal(mask_a, mask_b):   # the end runs on the front's layout
         b = {k: v for k, v in a.items() if k != "position_ids" or "position_ids" in b}
     return a, b, mask_a
 
@@ -102,8 +106,8 @@ def _run_end(end: Any, inputs: dict, layer: str, replacement: torch.Tensor | Non
     return logits.float(), seen[0].float()
 
 
-def _front(front: Any, texts: list[str], layer: str) -> torch.Tensor:
-    return first_tensor(front_by_hook(front, layer, texts)).float()
+def _front(front: Any, inputs: dict, layer: str) -> torch.Tensor:
+    return first_tensor(front_by_hook(front.hf_model, layer, inputs, keywords=True)).float()
 
 
 def _fit(context: PluginContext, front: Any, end: Any, layer: LayerPair, objective: str,
@@ -114,7 +118,7 @@ def _fit(context: PluginContext, front: Any, end: Any, layer: LayerPair, objecti
         for texts, _ in iterate_batches(context.data.split("train"), settings.batch_size, "the train split"):
             a, b, mask = _inputs(front, end, texts)
             logits, hidden = _run_end(end, b, layer.end, None)
-            batches.append((a, b, mask, _front(front, texts, layer.front), logits.log_softmax(-1), hidden))
+            batches.append((a, b, mask, _front(front, a, layer.front), logits.log_softmax(-1), hidden))
     h = torch.cat([x[3][x[2]] for x in batches])
     target = torch.cat([x[5][x[2]] for x in batches])
     with torch.random.fork_rng(devices=[]):
@@ -155,7 +159,7 @@ def _evaluate(context: PluginContext, front: Any, end: Any, layer: LayerPair, st
         for texts, _ in iterate_batches(context.data.split("test"), settings.eval_batch_size, "the test split"):
             a, b, mask = _inputs(front, end, texts)
             native, _ = _run_end(end, b, layer.end, None)
-            stitched, _ = _run_end(end, b, layer.end, stitch(_front(front, texts, layer.front)))
+            stitched, _ = _run_end(end, b, layer.end, stitch(_front(front, a, layer.front)))
             pairs = mask[:, :-1] & mask[:, 1:]   # a real token followed by a real token
             target = a["input_ids"][:, 1:][pairs]
             for slot, logits in ((1, native), (2, stitched)):

@@ -100,3 +100,55 @@ def offline_hub(monkeypatch, home) -> None:
     monkeypatch.setattr(constants, "HF_HOME", str(home))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+_NO_IDS = dict(bos_token_id=None, eos_token_id=None)
+
+
+def tiny_opt(vocab: int = 270, seed: int = 4):
+    config = transformers.OPTConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, ffn_dim=64,
+                                    num_attention_heads=2, max_position_embeddings=256, word_embed_proj_dim=32,
+                                    pad_token_id=0, **_NO_IDS)
+    return _seeded(lambda: transformers.OPTModel(config), seed)
+
+
+def tiny_bloom(vocab: int = 270, seed: int = 5):
+    config = transformers.BloomConfig(vocab_size=vocab, hidden_size=32, n_layer=2, n_head=2, pad_token_id=0, **_NO_IDS)
+    return _seeded(lambda: transformers.BloomModel(config), seed)
+
+
+def tiny_gpt_neo(vocab: int = 270, seed: int = 6):
+    config = transformers.GPTNeoConfig(vocab_size=vocab, hidden_size=32, num_layers=2, num_heads=2,
+                                       attention_types=[[["global", "local"], 1]], max_position_embeddings=256,
+                                       window_size=256, **_NO_IDS)
+    return _seeded(lambda: transformers.GPTNeoModel(config), seed)
+
+
+def tiny_bart_decoder(vocab: int = 270, seed: int = 7):
+    """A BART decoder as a causal LM: its learned positions count from the first token, it takes no position ids."""
+    config = transformers.BartConfig(vocab_size=vocab, d_model=32, decoder_layers=2, encoder_layers=2,
+                                     decoder_attention_heads=2, encoder_attention_heads=2, decoder_ffn_dim=64,
+                                     encoder_ffn_dim=64, max_position_embeddings=256, pad_token_id=0,
+                                     decoder_start_token_id=None, forced_eos_token_id=None, **_NO_IDS)
+    return _seeded(lambda: transformers.BartForCausalLM(config), seed)
+
+
+def tiny_t5_encoder(vocab: int = 270, seed: int = 8):
+    """A T5 encoder: relative positions, no position ids, and one dropout module that runs twice per forward."""
+    config = transformers.T5Config(vocab_size=vocab, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+                                   pad_token_id=0, eos_token_id=None, decoder_start_token_id=0)
+    return _seeded(lambda: transformers.T5EncoderModel(config), seed)
+
+
+def tiny_xglm(vocab: int = 270, seed: int = 9):
+    config = transformers.XGLMConfig(vocab_size=vocab, d_model=32, num_layers=2, attention_heads=2, ffn_dim=64,
+                                     max_position_embeddings=256, pad_token_id=0, **_NO_IDS)
+    return _seeded(lambda: transformers.XGLMModel(config), seed)
+
+
+#: Every architecture the text tests cover, each built from a config: name -> builder(vocab).
+ARCHITECTURES = {
+    "gpt2": lambda v: tiny_gpt2(v), "llama": lambda v: tiny_llama(v, head=False), "bert": lambda v: tiny_bert(v),
+    "opt": tiny_opt, "bloom": tiny_bloom, "gpt-neo": tiny_gpt_neo, "bart-decoder": tiny_bart_decoder,
+    "t5-encoder": tiny_t5_encoder, "xglm": tiny_xglm,
+}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import similarity_plugins as sp
-from tests.helpers.hf_models import byt5, small_bpe, tiny_gpt2, zen_lines
+from tests.helpers.hf_models import byt5, small_bpe, tiny_bart_decoder, tiny_gpt2, zen_lines
 
 TEXTS = zen_lines()
 
@@ -66,3 +66,22 @@ def test_a_test_split_without_a_next_token_pair_says_so():
                         metrics=["stitch-dm"], options={"epochs": 1})
     error = report.results[0].error
     assert "no next-token pair (every text is one token long" in error and "trained end model" not in error
+
+
+def test_two_padding_sides_stitch_on_the_layout_that_keeps_positions():
+    from similarity_plugins.stitch.lm import _front, _inputs
+
+    tok = byt5()
+    gpt = sp.hf(tiny_gpt2(len(tok), head=True), tokenizer=tok, padding_side="left")
+    bart = sp.hf(tiny_bart_decoder(len(tok)), tokenizer=tok)   # takes no position ids: padded on the right
+    texts = TEXTS[:5]
+    for front, end in ((gpt, bart), (bart, gpt)):
+        a, b, mask = _inputs(front, end, texts)
+        assert torch.equal(a["attention_mask"], b["attention_mask"]) and torch.equal(mask, a["attention_mask"].bool())
+        assert mask[:, 0].all() and "position_ids" not in b   # right padding: every text starts at column 0
+    a, _, mask = _inputs(gpt, bart, texts)
+    with torch.no_grad():
+        hidden = _front(gpt, a, "transformer.h.0")
+        for i, text in enumerate(texts):   # the front's tokens on that layout are those of the text alone
+            alone = gpt.hf_model(input_ids=tok(text, return_tensors="pt")["input_ids"], output_hidden_states=True)
+            assert torch.allclose(hidden[i][mask[i]], alone.hidden_states[1][0], atol=1e-5)
