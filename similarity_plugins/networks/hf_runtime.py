@@ -53,8 +53,8 @@ def forward_cache(module: nn.Module) -> tuple[frozenset[str], frozenset[str]]:
             a dict of layer types to such kinds) has such state.
 
     Returns:
-        ``(buffer names, attribute names)``: its frequency buffers (names ending in ``inv_freq``, except the
-        ``original_inv_freq`` it starts from) and its cached length and scaling; both empty for other modules.
+        ``(buffer names, attribute names)``, the frequency buffers (names ending in ``inv_freq``, except the
+            ``original_inv_freq`` it starts from) and the cached length and scaling; both empty for other modules.
     """
     kinds = getattr(module, "rope_type", None)
     kinds = list(kinds.values()) if isinstance(kinds, dict) else [kinds]

@@ -76,7 +76,7 @@ def encode(tokenizer: Any, texts: Sequence[str], *, padding_side: str | None, ma
 
     Returns:
         The tokenizer's ``BatchEncoding`` (``input_ids``, ``attention_mask`` and, when asked,
-        ``special_tokens_mask``); the tokenizer is left as it was.
+            ``special_tokens_mask``); the tokenizer is left as it was.
     """
     side = {"padding_side": padding_side} if padding_side else {}
     with backend_kept(tokenizer):
