@@ -1,18 +1,21 @@
-"""Text grids: our extraction + CKA grid of two language models vs a plain transformers loop.
+"""Text grids: our extraction + CKA grid of two language models vs a plain transformers loop, on mixed lengths.
 
 Run from the repository root: ``python -m pytest benchmarks/bench_text_grid.py --benchmark-only`` (autosaved to
-``.benchmarks/``). ``BENCH_TEXT_N`` sets the number of texts (default 512), ``BENCH_TEXT_ROUNDS`` the rounds of
-each (default 7: the models' forward passes vary from round to round).
+``.benchmarks/``). ``BENCH_TEXT_N`` sets the number of texts (default 2048), ``BENCH_TEXT_ROUNDS`` the rounds of
+each (default 5: the models' forward passes vary from round to round).
 
-Group ``text-grid-N{N}``: a GPT-2 (4 blocks, width 64) against a Llama-style model (4 blocks, width 64), random
-weights (seeded), the ByT5 byte tokenizer (no files), N sentences built from the Zen of Python's words, batches
-of 256, every layer (embedding output and the 4 blocks: 5 x 5 cells), mean pooling over the real tokens.
-  * ours    ``compare_grid`` of ``sp.hf`` wrappers on ``sp.text_data`` with ``cka-linear`` (pairs across)
-  * plain   per model and batch ``model(**batch, output_hidden_states=True)``, a masked mean of each hidden
-            state, then a float64 linear CKA (feature space) for each of the 25 pairs
-``extra_info`` holds ``ours_over_plain`` (ratio of medians), the largest difference between the two matrices
-(the plain loop's last entry has the final norm applied, so only the first 4 x 4 cells are compared) and the peak
-resident memory of a fresh process running each (``peak_rss_mib``, ``increase_mib`` over the process before it).
+Group ``text-grid-N{N}``: a GPT-2 (6 blocks, width 64) against a Llama-style model (6 blocks, width 64), random
+weights (seeded), the ByT5 byte tokenizer (no files; one token a byte, plus EOS), N texts of 5 to 200 tokens
+(lengths uniform, words of the Zen of Python), every layer (embedding output and the 6 blocks: 7 x 7 cells),
+mean pooling over the real tokens.
+  * ours    ``compare_grid`` of ``sp.hf`` wrappers on ``sp.text_data`` with ``cka-linear`` (pairs across): text
+            batched by length, at most 8,192 padded tokens a batch
+  * plain   per model, batches of 64 texts in the data's order, ``model(**batch, output_hidden_states=True)``, a
+            masked mean of each hidden state, then a float64 linear CKA (feature space) for each of the 49 pairs
+``extra_info`` holds ``ours_over_plain`` (ratio of medians), ``tokens_per_second`` (the real tokens both models
+read, over the median time), the largest difference between the two matrices (the plain loop's last entry has
+the final norm applied, so only the first 6 x 6 cells are compared) and the peak resident memory of a fresh
+process running each (``peak_rss_mib``, ``increase_mib`` over the process before it).
 """
 
 from __future__ import annotations
@@ -33,20 +36,28 @@ import transformers
 
 import similarity_plugins as sp
 
-N = int(os.environ.get("BENCH_TEXT_N", "512"))
-BATCH = 256
-ROUNDS = int(os.environ.get("BENCH_TEXT_ROUNDS", "7"))
+N = int(os.environ.get("BENCH_TEXT_N", "2048"))
+BATCH = 64
+BLOCKS = 6
+ROUNDS = int(os.environ.get("BENCH_TEXT_ROUNDS", "5"))
 GROUP = f"text-grid-N{N}"
 _VALUES: dict[str, object] = {}
 
 
 def texts(n: int = N) -> list[str]:
-    """``n`` sentences of 4 to 16 words drawn (seeded) from the Zen of Python's words."""
+    """``n`` texts of 4 to 199 characters (5 to 200 ByT5 tokens with EOS), lengths uniform, words drawn (seeded)
+    from the Zen of Python's."""
     with contextlib.redirect_stdout(io.StringIO()):
         import this
     words = codecs.decode(this.s, "rot13").split()
     rng = np.random.default_rng(0)
-    return [" ".join(rng.choice(words, size=rng.integers(4, 17))) for _ in range(n)]
+    out = []
+    for length in rng.integers(4, 200, size=n):
+        text = ""
+        while len(text) <= length:
+            text += str(rng.choice(words)) + " "
+        out.append(text[:length].strip().ljust(length, "."))
+    return out
 
 
 def models() -> tuple[transformers.ByT5Tokenizer, torch.nn.Module, torch.nn.Module]:
@@ -54,11 +65,11 @@ def models() -> tuple[transformers.ByT5Tokenizer, torch.nn.Module, torch.nn.Modu
     ids = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        gpt = transformers.GPT2Model(transformers.GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=4, n_head=4,
-                                                             **ids)).eval()
+        gpt = transformers.GPT2Model(transformers.GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=BLOCKS,
+                                                             n_head=4, **ids)).eval()
         llama = transformers.LlamaModel(transformers.LlamaConfig(
-            vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-            num_key_value_heads=4, **ids)).eval()
+            vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=BLOCKS,
+            num_attention_heads=4, num_key_value_heads=4, **ids)).eval()
     return tok, gpt, llama
 
 
@@ -111,12 +122,16 @@ def _run(name: str, fn, benchmark, setup) -> None:
     matrix = benchmark.pedantic(fn, args=setup, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     _VALUES[name] = matrix
     ratios.record(name, benchmark)
+    tokens = 2 * sum(len(t) + 1 for t in setup[-1])   # both models read every byte and an EOS
+    benchmark.extra_info["tokens_per_second"] = round(tokens / ratios.median_seconds(name))
+    _VALUES[f"{name}_tokens_per_second"] = benchmark.extra_info["tokens_per_second"]
     if ratios.share_ratio("ours_over_plain", "ours", "plain") is not None:
-        diff = float(np.abs(_VALUES["ours"][:4, :4] - _VALUES["plain"][:4, :4]).max())
+        cells = BLOCKS
+        diff = float(np.abs(_VALUES["ours"][:cells, :cells] - _VALUES["plain"][:cells, :cells]).max())
         _VALUES.update(ours_over_plain=ratios.RUNS["ours"].extra_info["ours_over_plain"], max_abs_diff=diff)
         del _VALUES["ours"], _VALUES["plain"]
         for variant in ("ours", "plain"):
-            ratios.RUNS[variant].extra_info["max_abs_diff_4x4"] = diff
+            ratios.RUNS[variant].extra_info[f"max_abs_diff_{cells}x{cells}"] = diff
     memory = _peak_memory(name)
     benchmark.extra_info.update(memory)
     _VALUES[f"{name}_memory"] = memory

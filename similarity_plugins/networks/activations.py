@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..utils.progress import Progress, progress_bar
 from .data import BadData, iterate_batches, to_device
 from .layer_calls import AmbiguousLayer, called_often
+from .length_batches import by_length, in_data_order
 from .model_state import as_model_input, frozen, model_device, model_dtype
 from .split import SplitNetwork, pick_logits
 
@@ -62,7 +63,9 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
         names: module names (``named_modules()``); each must run once per forward pass (``AmbiguousLayer`` for a
             shared module that runs more, counted on the first batch, which runs the whole model). A model
             with a ``layer_activation(output)`` method (a wrapped transformers model) gives each output through it
-            (the block's hidden states, pooled per batch); others must output tensors.
+            (the block's hidden states, pooled per batch); others must output tensors. A model that reads text
+            (with ``token_counts``) runs its texts batched by length (`length_batches.by_length`: at most
+            ``batch_size * TOKENS_PER_SAMPLE`` (32) padded tokens a batch), and its rows come back in the data's order.
         data: a Dataset or DataLoader of ``(x, y)``.
 
     Returns:
@@ -73,17 +76,18 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     """
     chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     labels = []
-    batches = progress_bar(iterate_batches(data, batch_size), progress=progress, desc=desc, leave=False)
+    batches, order = iterate_batches(data, batch_size), None
+    if callable(getattr(model, "token_counts", None)):
+        batches, order = by_length(model, batches, batch_size)
+    batches = progress_bar(batches, progress=progress, desc=desc, leave=False)
     for outputs, y in forward_layers(model, names, batches, device=device):
         for n in names:
             chunks[n].append(outputs[n])
         labels.append(y)
-    out = []
-    for n in names:
-        acts = torch.cat(chunks[n])
+    out = in_data_order([*(torch.cat(chunks[n]) for n in names), torch.cat(labels)], order)
+    for n, acts in zip(names, out):
         check_finite(acts, n)
-        out.append(acts)
-    return (*out, torch.cat(labels))
+    return tuple(out)
 
 
 def forward_layers(model: nn.Module, names: list[str], batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
