@@ -29,7 +29,7 @@ from .hf_options import (
     position_limit,
     vocabulary_rows,
 )
-from .hf_tokens import encode, padding_side_for, token_counts
+from .hf_tokens import check_left_padding, encode, token_counts
 from .pooling import check_pooling, pool_tokens
 from .preprocess import Preprocessing, preprocess_images, preprocessing_of
 
@@ -65,8 +65,9 @@ def hf(source: nn.Module | str | os.PathLike, *, tokenizer: PreTrainedTokenizerB
             true/false, yes/no, on/off, 1/0 too).
         view: the view of paired data this model reads (default: ``"text"`` for a model with a tokenizer,
             ``"image"`` otherwise).
-        padding_side: ``"left"`` or ``"right"`` (default: the tokenizer's, and ``"right"`` for a model whose
-            forward takes no position ids, which refuses ``"left"``); pooled rows do not depend on it.
+        padding_side: ``"right"`` (the default for every model, whatever the tokenizer's side) or ``"left"``
+            (checked by running the model once: refused where it would move the real tokens' positions, as in a
+            BART decoder); pooled rows do not depend on it.
         max_length: longest tokenized sample in tokens (longer ones are truncated), a positive whole number no
             larger than the model's position limit; default: that limit.
         preprocess: apply the processor's preprocessing to images (False: the images are ``pixel_values``
@@ -178,8 +179,15 @@ class HFModel(nn.Module):
         self._layers: list[str] | None = None
         accepted = inspect.signature(model.forward).parameters
         self._positions = "position_ids" in accepted
-        if tokenizer is not None:   # a model that cannot be told its positions is padded where they stay put
-            self.padding_side = padding_side_for(type(model).__name__, padding_side, self._positions)
+        if tokenizer is not None:   # right padding keeps every model's positions; left only where a run shows it
+            self.padding_side = padding_side or "right"
+            if self.padding_side == "left":
+                check_left_padding(self)
+
+    @property
+    def takes_positions(self) -> bool:
+        """Whether the model's ``forward`` takes ``position_ids`` (passed under left padding)."""
+        return self._positions
 
     @property
     def reads_text(self) -> bool:
@@ -216,7 +224,7 @@ class HFModel(nn.Module):
         check_token_ids(enc["input_ids"], self._vocab_rows, self.hf_model, self.tokenizer)
         mask = enc["attention_mask"]
         inputs = {"input_ids": enc["input_ids"].to(device), "attention_mask": mask.to(device)}
-        if self._positions:   # left padding: real tokens start at position 0 whatever the padding
+        if self._positions and self.padding_side == "left":   # real tokens start at position 0 whatever the padding
             inputs["position_ids"] = (mask.cumsum(1) - 1).clamp(min=0).to(device)
         self._mask = mask.bool()
         if self.exclude_special:

@@ -1,10 +1,13 @@
-"""How a wrapped text model's tokenizer is called: padding on a side that leaves every real token's position as it
-is alone, token counts for batches made by length, and the user's tokenizer left as it was.
+"""How a wrapped text model's tokenizer is called: padding on a side that leaves every real token where it is
+alone, token counts for batches made by length, and the user's tokenizer left as it was.
 
 A padded batch changes no pooled row when each real token sits where it would sit without padding. Right padding
-does that for every model (the real tokens come first). Left padding does it only when the wrapper can tell the
-model where the tokens are: it passes ``position_ids`` counted from the first real token, so a model whose
-``forward`` takes no position ids (a BART decoder, a T5 encoder, Bloom) is padded on the right.
+does that for every model: the real tokens come first, and the model counts their positions itself (from 0, or
+from RoBERTa's ``padding_idx + 1``), so it is the default whatever the tokenizer's own side. Left padding does it
+only when the model is told where the tokens are (``position_ids`` counted from the first real token, for a
+model whose ``forward`` takes them) and counts them as the wrapper does, or needs no positions (relative
+positions, ALiBi); `check_left_padding` runs the model once on two texts to tell, and refuses it otherwise (a
+BART decoder, RoBERTa).
 
 A fast tokenizer keeps the truncation and padding of its last call in its Rust backend
 (``tokenizer.backend_tokenizer.truncation`` and ``.padding``); every call here puts them back as they were.
@@ -15,31 +18,48 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Sequence
 
-__all__ = ["encode", "padding_side_for", "token_counts"]
+import torch
+
+from .model_state import frozen, model_dtype
+
+__all__ = ["check_left_padding", "encode", "token_counts"]
+
+#: Two texts of different lengths in any tokenizer: the first is padded when they share a batch.
+_PROBE = ("a", "a longer text, so that the short one is padded")
 
 
-def padding_side_for(model_name: str, requested: str | None, takes_positions: bool) -> str | None:
-    """The side a text model is padded on.
+def check_left_padding(wrapped: Any) -> None:
+    """Raise ``ValueError`` unless left padding leaves a wrapped text model's outputs as they are without padding.
 
     Args:
-        model_name: the model's class name (for the error).
-        requested: ``"left"``, ``"right"`` or None (the tokenizer's own side).
-        takes_positions: whether the model's ``forward`` takes ``position_ids``.
-
-    Returns:
-        ``requested`` for a model that takes position ids; ``"right"`` for one that does not.
+        wrapped: an `HFModel` that reads text, set to pad on the left.
 
     Raises:
-        ValueError: ``"left"`` requested for a model that takes no position ids (its real tokens would move
-            by the padding, so its rows would depend on the batch).
+        ValueError: the short probe text, left-padded in a batch with a longer one, gives the model other outputs
+            than alone (its real tokens sit at other positions: a model without position ids that counts them
+            from the first column, or one that counts its own from another start), naming the fix.
     """
-    if takes_positions:
-        return requested
-    if requested == "left":
-        raise ValueError(f"{model_name} takes no position ids, so under left padding its real tokens would sit "
-                         "at positions moved by the padding and each row would depend on its batch; leave "
-                         "padding_side unset or 'right' (the package pads this model on the right)")
-    return "right"
+    with torch.no_grad(), frozen(wrapped):
+        wrapped.padding_side = "right"   # alone as the model reads it by itself: no position ids of ours
+        try:
+            alone = _output(wrapped(list(_PROBE[:1])))[0]
+        finally:
+            wrapped.padding_side = "left"
+        padded = _output(wrapped(list(_PROBE)))[0, -len(alone):]
+    tol = 3e-2 if model_dtype(wrapped) in (torch.float16, torch.bfloat16) else 1e-4   # a half model rounds more
+    if padded.shape == alone.shape and torch.allclose(padded, alone, rtol=tol, atol=tol * float(alone.abs().max())):
+        return
+    model = type(wrapped.hf_model).__name__
+    why = ("takes no position ids and counts them from the first column" if not wrapped.takes_positions else
+           "counts its positions otherwise than from 0 at the first real token")
+    raise ValueError(f"left padding changes the outputs of {model} (it {why}), so each row would depend on its "
+                     "batch; leave padding_side unset or 'right' (right padding keeps every model's positions)")
+
+
+def _output(output: Any) -> torch.Tensor:
+    from .hf import first_tensor
+
+    return first_tensor(output).float()
 
 
 @contextlib.contextmanager

@@ -64,8 +64,7 @@ def lm_stitch_result(context: PluginContext, front: Any, end: Any, layer: LayerP
 
 def _inputs(front: Any, end: Any, texts: list[str]) -> tuple[dict, dict, torch.Tensor]:
     """Both models' inputs for ``texts`` on one layout (refused when the tokenizers disagree) and the (B, T)
-    real-token mask. Padded on two sides, both run on the end's layout when the end takes no position ids (it
-    is padded on the right, where any model's real tokens keep their positions), else on the front's."""
+    real-token mask. Padded on two sides, both run on the right-padded one, which keeps any model's positions."""
     a, b = front.model_inputs(texts), end.model_inputs(texts)
     mask_a, mask_b = a["attention_mask"].bool(), b["attention_mask"].bool()
     ids_a = [row[m].tolist() for row, m in zip(a["input_ids"], mask_a)]
@@ -75,10 +74,9 @@ def _inputs(front: Any, end: Any, texts: list[str]) -> tuple[dict, dict, torch.T
         raise ValueError(f"the two models' tokenizers give different token ids (sample {first}: "
                          f"{ids_a[first][:6]}... vs {ids_b[first][:6]}...); stitching language models needs one "
                          "tokenizer: compare models of different tokenizers with activation-only metrics")
-    if not torch.equal(mask_a, mask_b) and "position_ids" not in b:   # the front runs on the end's layout
-        a, mask_a = dict(b), mask_b
-    elif not torch.equal(mask_a, mask_b):   # the end runs on the front's layout
-        b = {k: v for k, v in a.items() if k != "position_ids" or "position_ids" in b}
+    if not torch.equal(mask_a, mask_b):   # the right-padded inputs carry no position ids: every model counts its own
+        right, mask_a = (a, mask_a) if front.padding_side == "right" else (b, mask_b)
+        a, b = dict(right), dict(right)
     return a, b, mask_a
 
 

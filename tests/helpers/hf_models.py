@@ -146,9 +146,16 @@ def tiny_xglm(vocab: int = 270, seed: int = 9):
     return _seeded(lambda: transformers.XGLMModel(config), seed)
 
 
+def tiny_roberta(vocab: int = 270, seed: int = 10):
+    """RoBERTa counts its positions from ``padding_idx + 1`` (here 1), not from 0."""
+    config = transformers.RobertaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                        intermediate_size=64, max_position_embeddings=258, pad_token_id=0)
+    return _seeded(lambda: transformers.RobertaModel(config), seed)
+
+
 #: Every architecture the text tests cover, each built from a config: name -> builder(vocab).
 ARCHITECTURES = {
     "gpt2": lambda v: tiny_gpt2(v), "llama": lambda v: tiny_llama(v, head=False), "bert": lambda v: tiny_bert(v),
     "opt": tiny_opt, "bloom": tiny_bloom, "gpt-neo": tiny_gpt_neo, "bart-decoder": tiny_bart_decoder,
-    "t5-encoder": tiny_t5_encoder, "xglm": tiny_xglm,
+    "t5-encoder": tiny_t5_encoder, "xglm": tiny_xglm, "roberta": tiny_roberta,
 }

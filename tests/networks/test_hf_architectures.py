@@ -1,4 +1,4 @@
-"""Nine transformers architectures built from configs: padding never shows in a pooled row, and `layers` lists only
+"""Ten transformers architectures built from configs: padding never shows in a pooled row, and `layers` lists only
 modules that run once per forward pass."""
 
 from __future__ import annotations
@@ -15,13 +15,16 @@ from tests.helpers.hf_models import ARCHITECTURES, byt5, small_bpe, zen_lines
 
 TEXTS = zen_lines()[:9]   # 19 to 51 characters: every batch of several texts is padded
 TOL = 1e-5                # float32 attention over padded and unpadded sequences (about 1e-6 here)
-NO_POSITION_IDS = {"bloom", "bart-decoder", "t5-encoder"}
+# left padding moves their real tokens: a BART decoder takes no position ids and counts from the first column,
+# RoBERTa counts its own from padding_idx + 1 (Bloom's ALiBi and T5's relative positions need none)
+LEFT_REFUSED = {"bart-decoder", "roberta"}
 LAYERS = {   # the embedding output where a module computes it (OPT and XGLM add positions outside any module)
     "gpt2": ["drop", "h.0", "h.1"], "llama": ["embed_tokens", "layers.0", "layers.1"],
     "bert": ["embeddings", "encoder.layer.0", "encoder.layer.1"], "opt": ["decoder.layers.0", "decoder.layers.1"],
     "bloom": ["word_embeddings_layernorm", "h.0", "h.1"], "gpt-neo": ["drop", "h.0", "h.1"],
     "bart-decoder": ["model.decoder.layernorm_embedding", "model.decoder.layers.0", "model.decoder.layers.1"],
     "t5-encoder": ["encoder.embed_tokens", "encoder.block.0", "encoder.block.1"], "xglm": ["layers.0", "layers.1"],
+    "roberta": ["embeddings", "encoder.layer.0", "encoder.layer.1"],
 }
 
 
@@ -57,16 +60,15 @@ def test_every_pooled_row_is_its_text_run_alone(arch):
     model = ARCHITECTURES[arch](len(tok))
     layers = sp.layers(sp.hf(model, tokenizer=tok))
     refs = alone(model, tok, layers)
-    for side in ("left", "right"):
-        if side == "left" and arch in NO_POSITION_IDS:
-            with pytest.raises(ValueError, match="takes no position ids.*left padding"):
+    for side in ("left", "right", None):
+        if side == "left" and arch in LEFT_REFUSED:
+            with pytest.raises(ValueError, match="left padding changes the outputs"):
                 sp.hf(model, tokenizer=tok, padding_side="left")
-            leftish = copy.deepcopy(tok)   # a tokenizer that pads on the left by itself: the wrapper pads right
-            leftish.padding_side = "left"
-            wrappers = {p: sp.hf(model, tokenizer=leftish, pooling=p) for p in ("mean", "last", "first")}
-            assert all(w.padding_side == "right" for w in wrappers.values())
-        else:
-            wrappers = {p: sp.hf(model, tokenizer=tok, pooling=p, padding_side=side) for p in ("mean", "last", "first")}
+            continue
+        own = copy.deepcopy(tok)   # unset: padded on the right even by a tokenizer that pads on the left itself
+        own.padding_side = "left"
+        wrappers = {p: sp.hf(model, tokenizer=own, pooling=p, padding_side=side) for p in ("mean", "last", "first")}
+        assert all(w.padding_side == (side or "right") for w in wrappers.values())
         for pooling, wrapped in wrappers.items():
             for batch_size in (1, 7):
                 got = extract_layers(wrapped, layers, TextDataset(TEXTS), batch_size=batch_size)[:-1]
