@@ -105,7 +105,11 @@ def encode(tokenizer: Any, texts: Sequence[str], *, padding_side: str | None, ma
 
 
 def token_counts(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[int]:
-    """How many tokens each text has after truncation to ``max_length`` (special tokens included), unpadded."""
+    """How many tokens each text has after truncation to ``max_length`` (special tokens included), unpadded;
+    tokenized 4,096 texts at a time, so that the token ids of a large split are never held at once."""
+    counts: list[int] = []
     with backend_kept(tokenizer):
-        ids = tokenizer(list(texts), truncation=True, max_length=max_length, padding=False)["input_ids"]
-    return [len(row) for row in ids]
+        for i in range(0, len(texts), 4096):
+            ids = tokenizer(list(texts[i:i + 4096]), truncation=True, max_length=max_length, padding=False)
+            counts += [len(row) for row in ids["input_ids"]]
+    return counts
