@@ -128,12 +128,15 @@ class _CKAPlugin(MetricPlugin):
 
     def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: PluginContext) -> float | None:
         """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);
-        None when the n x n matrices would not fit in memory or a product under/overflowed (then `cka`)."""
+        None (then `cka`) when a linear cell costs less in feature space (few features: no n x n matrix is held),
+        the n x n matrices would not fit in memory or a product under/overflowed."""
         from ..cka.inputs import available_memory_bytes
         from ..cka.nodes import cka_from_node_grams, node_gram
 
         n = int(x.shape[0])
         if len(y) != n or n < 4 or 8 * n * n * 3 > available_memory_bytes():
+            return None
+        if self.kernel == "linear" and _features_cost_less(n, int(x.shape[1]), int(y.shape[1])):
             return None
         threshold = kwargs.get("threshold", THRESHOLD.default)  # linear kernels ignore it
 
@@ -202,3 +205,13 @@ def register_metrics(register) -> None:
     register("cka-linear", LinearCKA)
     register("cka-debiased", DebiasedCKA)
     register("cka-rbf", RBFCKA)
+
+
+def _features_cost_less(n: int, d1: int, d2: int) -> bool:
+    """Whether one linear CKA cell in feature space (``n (d1^2 + d2^2) / 2 + n d1 d2`` flops, d x d matrices)
+    costs less than a cell from two nodes' Gram matrices (memory-bound passes over ``n^2`` entries, weighted
+    ``GRAM_PASS_FLOPS``, and ``8 n^2`` bytes held per node): true where d^2 is below about 20 n, as for the
+    pooled rows of a small language model (64 features of 2,048 texts)."""
+    from ..cka.inputs import GRAM_PASS_FLOPS
+
+    return n * (d1 * d1 + d2 * d2) / 2 + n * d1 * d2 <= GRAM_PASS_FLOPS * n * n
