@@ -17,6 +17,7 @@ from torch import nn
 
 from ..utils.rules import BOOLEAN_WORDS, as_positive_int, bool_of
 from ..utils.text import did_you_mean
+from .hf_tokens import backend_kept
 
 __all__ = ["HFOptions", "check_options", "DTYPES", "TOWERS", "position_limit", "check_max_length", "pick_tower",
            "check_tokenizer", "check_token_ids", "vocabulary_rows"]
@@ -182,7 +183,8 @@ def check_tokenizer(tokenizer: Any, folder: str | None, where: str) -> None:
     Raises:
         ValueError: the tokenizer is empty, saying what to do.
     """
-    ids = tokenizer(_PROBE, add_special_tokens=False)["input_ids"]
+    with backend_kept(tokenizer):   # a fast tokenizer's truncation and padding stay the user's
+        ids = tokenizer(_PROBE, add_special_tokens=False)["input_ids"]
     if len(ids):
         return
     fix = "pass hf(..., tokenizer=...) with the tokenizer the model was trained with"
