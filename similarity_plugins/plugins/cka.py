@@ -136,7 +136,7 @@ class _CKAPlugin(MetricPlugin):
         n = int(x.shape[0])
         if len(y) != n or n < 4 or 8 * n * n * 3 > available_memory_bytes():
             return None
-        if self.kernel == "linear" and _features_cost_less(n, int(x.shape[1]), int(y.shape[1])):
+        if self.kernel == "linear" and _feature_space_pays(n, int(x.shape[1]), int(y.shape[1])):
             return None
         threshold = kwargs.get("threshold", THRESHOLD.default)  # linear kernels ignore it
 
@@ -207,11 +207,16 @@ def register_metrics(register) -> None:
     register("cka-rbf", RBFCKA)
 
 
-def _features_cost_less(n: int, d1: int, d2: int) -> bool:
-    """Whether one linear CKA cell in feature space (``n (d1^2 + d2^2) / 2 + n d1 d2`` flops, d x d matrices)
-    costs less than a cell from two nodes' Gram matrices (memory-bound passes over ``n^2`` entries, weighted
-    ``GRAM_PASS_FLOPS``, and ``8 n^2`` bytes held per node): true where d^2 is below about 20 n, as for the
-    pooled rows of a small language model (64 features of 2,048 texts)."""
+def _feature_space_pays(n: int, d1: int, d2: int) -> bool:
+    """Whether a grid's linear CKA cell is better scored in feature space than from the two nodes' Gram matrices:
+    when those are large (over 1 MiB each; smaller ones cost nothing worth saving and serve many cells) and one
+    cell in feature space (``n (d1^2 + d2^2) / 2 + n d1 d2`` flops, d x d matrices) costs less than the memory-bound
+    passes over ``n^2`` entries of a cell from Grams (weighted ``GRAM_PASS_FLOPS``), which also hold ``8 n^2``
+    bytes per node. True where d^2 is below about 20 n, as for the pooled rows of a small language model (64
+    features of 2,048 texts)."""
     from ..cka.inputs import GRAM_PASS_FLOPS
 
-    return n * (d1 * d1 + d2 * d2) / 2 + n * d1 * d2 <= GRAM_PASS_FLOPS * n * n
+    return 8 * n * n > _SMALL_GRAM_BYTES and n * (d1 * d1 + d2 * d2) / 2 + n * d1 * d2 <= GRAM_PASS_FLOPS * n * n
+
+
+_SMALL_GRAM_BYTES = 1 << 20

@@ -365,15 +365,19 @@ def test_resume_reads_finished_cells_back_and_computes_only_the_rest(fresh_manag
     assert json.loads(path.read_text().splitlines()[0])["format"] == "similarity-plugins grid cells"
 
 
-def test_few_features_are_scored_in_feature_space_without_n_by_n_matrices(monkeypatch):
+def test_few_features_of_many_samples_are_scored_without_n_by_n_matrices(monkeypatch):
     from similarity_plugins.cka import nodes
 
     made = []
     original = nodes.node_gram
     monkeypatch.setattr(nodes, "node_gram", lambda x, *a, **k: made.append(tuple(x.shape)) or original(x, *a, **k))
-    grid = sp.compare_grid(_models(), SMALL, _data(), "cka-linear,cka-debiased,cka-rbf")
+    g = torch.Generator().manual_seed(1)
+    many = sp.Data(test=TensorDataset(torch.rand(400, 1, 16, 16, generator=g), torch.zeros(400, dtype=torch.long)))
+    grid = sp.compare_grid(_models(), SMALL, many, "cka-linear,cka-rbf")
     assert all(cell.ok for cell in grid.cells.values())
-    assert len(made) == 4   # 32 and 8 features on 96 samples: only cka-rbf builds a Gram matrix per node
+    assert len(made) == 4   # 32 and 8 features of 400 samples: only cka-rbf builds a Gram matrix per node (1.2 MiB)
+    small = sp.compare_grid(_models(), SMALL, _data(), "cka-linear")   # 96 samples: Grams of 72 KiB serve the cells
+    assert len(made) == 8 and all(cell.ok for cell in small.cells.values())
 
 
 def test_a_memory_bound_recomputes_and_never_changes_a_value():
