@@ -30,7 +30,7 @@ from .hf_options import (
     vocabulary_rows,
 )
 from .hf_tokens import check_left_padding, encode, token_counts
-from .pooling import check_pooling, pool_tokens
+from .pooling import check_pooling, first_tensor, pool_tokens
 from .preprocess import Preprocessing, preprocess_images, preprocessing_of
 
 if TYPE_CHECKING:  # transformers is optional: its types name the arguments, the module never imports it here
@@ -271,14 +271,6 @@ class HFModel(nn.Module):
 
             self._layers = block_layers(self)
         return list(self._layers)
-
-
-def first_tensor(output: Any) -> torch.Tensor | None:
-    """The hidden states of a block's output: the tensor itself, or the first tensor of a tuple or ModelOutput."""
-    if isinstance(output, torch.Tensor):
-        return output
-    values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
-    return next((v for v in values if isinstance(v, torch.Tensor)), None)
 
 
 def _with_pad(tokenizer: Any) -> Any:

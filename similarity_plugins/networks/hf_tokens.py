@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from .model_state import frozen, model_dtype
+from .pooling import first_tensor
 
 __all__ = ["check_left_padding", "encode", "token_counts"]
 
@@ -57,8 +58,6 @@ def check_left_padding(wrapped: Any) -> None:
 
 
 def _output(output: Any) -> torch.Tensor:
-    from .hf import first_tensor
-
     return first_tensor(output).float()
 
 

@@ -6,6 +6,8 @@ row depends only on its own sample's real tokens, so it is the same whatever the
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..utils.text import did_you_mean
@@ -24,6 +26,14 @@ def check_pooling(pooling: str) -> None:
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}{did_you_mean(str(pooling), POOLINGS)}; "
                          f"choose one of: {', '.join(POOLINGS)}")
+
+
+def first_tensor(output: Any) -> torch.Tensor | None:
+    """The hidden states of a block's output: the tensor itself, or the first tensor of a tuple or ModelOutput."""
+    if isinstance(output, torch.Tensor):
+        return output
+    values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    return next((v for v in values if isinstance(v, torch.Tensor)), None)
 
 
 def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor | None, pooling: str) -> torch.Tensor:

@@ -18,8 +18,8 @@ from torch import nn
 from ..host.hookspecs import PluginContext
 from ..host.results import LayerPair, SimilarityResult
 from ..networks.data import iterate_batches
-from ..networks.hf import first_tensor
 from ..networks.layer_calls import front_by_hook
+from ..networks.pooling import first_tensor
 from ..networks.split import frozen
 from .settings import StitchSettings
 
