@@ -2,7 +2,7 @@
 
 CKA (`similarity_plugins.cka`: ``cka``, ``StreamingLinearCKA``, Gram helpers) and the representational
 measures of `similarity_plugins.measures`, named like their metrics with underscores: ``procrustes``,
-``cca``, ``svcca``, ``pwcca``, ``rsa``, ``linear_regression``, ``mutual_knn``.
+``cca``, ``svcca``, ``pwcca``, ``rsa``, ``linear_regression``, ``mutual_knn``, ``cknna``.
 
 Convention: every function takes ``(X, Y, ...)`` of shape (n, dx), (n, dy) with the same input checks and
 returns the score as a Python float. The representational measures also take ``details=True`` and then

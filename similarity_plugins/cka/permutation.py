@@ -19,21 +19,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..stats.permutation import (
-    GATHER_COST,
-    batch_size,
-    check_cost,
-    check_permutations,
-    draws,
-    pearson3_p_value,
-    permuted_inner,
-    summarise,
-)
+from ..stats.calibration import check_alpha
+from ..stats.designs import plan_permutations
+from ..stats.permutation import GATHER_COST, batch_size, check_cost, pearson3_p_value, permuted_inner, summarise
 from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
 from .hsic import debiased_term, row_sq_norms
 from .inputs import ArrayLike, available_memory_bytes, centered_float64, check_debiased_n, cka_as_samples, cka_check_same_n
 
-__all__ = ["cka_permutation_test"]
+__all__ = ["cka_permutation_test", "cka_range"]
 
 
 def _compressed(xc: np.ndarray) -> np.ndarray:
@@ -99,9 +92,15 @@ def _statistic(xc: np.ndarray, yc: np.ndarray, kernel: str, debiased: bool, thre
     return hxx, hyy, cross, batch, grams
 
 
+def cka_range(debiased: bool) -> tuple[float, float]:
+    """The values CKA can take: [0, 1] for the biased estimator, [-1, 1] for the debiased one."""
+    return (-1.0, 1.0) if debiased else (0.0, 1.0)
+
+
 def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", debiased: bool = False,
-                         threshold: float = 1.0, *, permutations: int = 999, seed: int = 0,
-                         analytic: bool = True, null_values: bool = False) -> dict[str, Any]:
+                         threshold: float = 1.0, *, permutations: Any = 999, seed: int = 0,
+                         analytic: bool = True, null_values: bool = False, alpha: float = 0.05,
+                         groups: Any = None, permute: str = "within") -> dict[str, Any]:
     """The permutation test of [`cka`][similarity_plugins.cka.functional.cka] between X and row-permuted copies of Y.
 
     Args:
@@ -110,25 +109,33 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
         kernel: as [`cka`][similarity_plugins.cka.functional.cka].
         debiased: as [`cka`][similarity_plugins.cka.functional.cka].
         threshold: as [`cka`][similarity_plugins.cka.functional.cka].
-        permutations: K, the number of seeded permutations of Y's rows (>= 1).
+        permutations: K >= 1 seeded permutations of Y's rows, or a (K, n) integer array of permutations (row k
+            pairs X with ``Y[perms[k]]``; `similarity_plugins.stats.designs`).
         seed: the permutations' seed (`draws`).
         analytic: also compute ``p_value_analytic`` (needs the two n x n matrices; left out, with a warning in
-            ``warnings``, when they do not fit in a quarter of the free memory).
+            ``warnings``, when they do not fit in a quarter of the free memory, and with ``groups``: it is the
+            law of all n! permutations).
         null_values: also return the K null values in permutation order (``null_values``, `summarise`).
+        alpha: the level of the calibrated score's critical value ``tau``, in (0, 1).
+        groups: one label per row: permutations move rows only inside their group, or whole groups (``permute``).
+        permute: ``"within"`` or ``"groups"`` (with ``groups``).
 
     Returns:
-        ``{"p_value", "null_mean", "null_std", "permutations"[, "p_value_analytic"][, "warnings"][, "null_values"]}``: the
-            one-sided p-value (1 + #null >= observed) / (K + 1), the null's mean and standard deviation (CKA units).
+        ``{"p_value", "null_mean", "null_std", "permutations", "alpha", "tau", "calibrated"[, "p_value_analytic"]
+            [, "warnings"][, "null_values"]}``: the one-sided p-value (1 + #null >= observed) / (K + 1), the null's
+            mean and standard deviation (CKA units), the critical value and the calibrated score
+            (`similarity_plugins.stats.calibration`; upper bound 1), and for a restricted design ``permute`` and
+            ``groups`` (their number).
 
     Raises:
-        ValueError: bad input (as [`cka`][similarity_plugins.cka.functional.cka]) or ``permutations`` not a whole number >= 1.
+        ValueError: bad input (as [`cka`][similarity_plugins.cka.functional.cka]) or bad permutation options.
     """
-    k = check_permutations(permutations)
-    if k < 1:
-        raise ValueError("option permutations: the test needs at least 1 permutation (got 0)")
+    alpha = check_alpha(alpha)
     threshold = check_threshold(threshold)
     xa, ya = cka_as_samples(X, "X"), cka_as_samples(Y, "Y")
     n = cka_check_same_n(xa, ya)
+    plan = plan_permutations(permutations, n, seed, groups, permute)
+    k = plan.k
     check_debiased_n(n, debiased)
     xc, yc = centered_float64(xa, "X")[0], centered_float64(ya, "Y")[0]
     if kernel == "linear":
@@ -137,14 +144,16 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     free = float(available_memory_bytes())
     gram_bytes = 16.0 * n * n
     work = 2.0 * n * xc.shape[1] * yc.shape[1] if feature else 3.0 * n * n * GATHER_COST
-    notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free, n)]
+    notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free, n, plan.distinct())]
     hxx, hyy, cross, batch, grams = _statistic(xc, yc, kernel, debiased, threshold, feature, k)
     scale = math.sqrt(hxx) * math.sqrt(hyy)
     identity = torch.arange(n)[None]
     observed_t = float(cross(identity)[0])
-    null = torch.cat([cross(perms) for perms in draws(n, k, seed, batch)]) / scale
-    out = summarise(observed_t / scale, null, "similarity", keep_null=null_values)
-    if analytic:
+    null = torch.cat([cross(perms) for perms in plan.batches(batch)]) / scale
+    out = summarise(observed_t / scale, null, "similarity", keep_null=null_values, alpha=alpha,
+                    bounds=cka_range(debiased))
+    out.update(plan.details())
+    if analytic and plan.groups is None:
         if grams is None and 3.0 * gram_bytes <= free / 4:
             grams = _grams(xc, yc, kernel, debiased, threshold)
         if grams is not None:

@@ -7,7 +7,9 @@ value a metric is given against its default, the same way for ``compare``, ``sco
   ``max_samples``, ``max_train``, ``max_test`` or ``max_seeds``) must be a positive whole number or None;
 - an option whose default is a bool takes True/False, 1/0, or the words ``true``/``yes``/``on``/``1`` and
   ``false``/``no``/``off``/``0`` (any case); anything else is an error, never silently true;
-- an option whose default is a number refuses text, booleans and NaN;
+- an option whose default is a number refuses text, booleans and NaN; one whose default is a whole number also
+  takes an array of numbers (``permutations`` takes the permutations themselves), which the metric's own rule
+  then checks;
 - a path option (a name ending in ``_dir``, ``_path`` or ``_file``) must be None or a non-empty path, and a
   ``_dir`` that exists must be a folder.
 
@@ -29,6 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from ..utils.rules import BOOLEAN_WORDS, FALSE_WORDS, TRUE_WORDS, as_positive_int, bool_of
 from ..utils.text import did_you_mean
 
@@ -47,6 +51,19 @@ def is_limit(name: str) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_numeric_array(value: Any) -> bool:
+    """True for a NumPy array, tensor or (nested) list of real numbers with at least one dimension."""
+    if not hasattr(value, "__array__") and not isinstance(value, (list, tuple)):
+        return False
+    if hasattr(value, "detach"):  # a torch tensor, wherever it lives
+        value = value.detach().cpu()
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    return array.ndim >= 1 and array.size > 0 and array.dtype.kind in "biuf"
 
 
 def _as_bool(name: str, value: Any) -> bool:
@@ -83,6 +100,8 @@ def coerce_option_value(name: str, value: Any, default: Any = None) -> Any:
         return _as_bool(name, value)
     if _PATH.search(name):
         return _as_path(name, value)
+    if isinstance(default, numbers.Integral) and not isinstance(default, bool) and _is_numeric_array(value):
+        return value
     if _is_number(default) and not _is_number(value):
         kind = "a whole number" if isinstance(default, numbers.Integral) else "a number"
         raise ValueError(f"option {name}: expected {kind}, got {value!r}")

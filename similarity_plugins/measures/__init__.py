@@ -10,13 +10,15 @@ and returns a float, or a [`Measured`][Measured] (score and details) with ``deta
 - `rsa`: correlation of the two representational dissimilarity matrices (O(n^2) memory).
 - [`linear_regression`][linear_regression]: variance-weighted R^2 of a ridge map front -> end on held-out rows.
 - [`mutual_knn`][mutual_knn]: mutual k-nearest-neighbour alignment (Huh et al. 2024).
+- [`cknna`][cknna]: CKA of the inner products over mutual nearest neighbours (Huh et al. 2024).
 - [`permutation_test`][permutation_test]: the permutation null of any of them (p-value, null mean and spread).
 
 ``similarity_plugins.functional`` re-exports them; the metrics (``procrustes``, ``cca``, ``svcca``,
-``pwcca``, ``rsa``, ``linear-regression``, ``mutual-knn``) are in `similarity_plugins.plugins.representational`.
+``pwcca``, ``rsa``, ``linear-regression``, ``mutual-knn``, ``cknna``) are in `similarity_plugins.plugins.representational`.
 """
 
 from .cca import cca, pwcca, svcca
+from .cknna import cknna
 from .common import Measured
 from .knn import mutual_knn
 from .permutation import permutation_test
@@ -25,5 +27,5 @@ from .regression import linear_regression
 from .rsa import rsa
 from .streamed import MemoryBudgetWarning, nxn_bytes
 
-__all__ = ["Measured", "cca", "linear_regression", "mutual_knn", "permutation_test", "procrustes", "pwcca", "rsa", "svcca",
-           "nxn_bytes", "MemoryBudgetWarning"]
+__all__ = ["Measured", "cca", "cknna", "linear_regression", "mutual_knn", "permutation_test", "procrustes", "pwcca", "rsa",
+           "svcca", "nxn_bytes", "MemoryBudgetWarning"]

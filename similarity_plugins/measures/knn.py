@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, check_positive_int, finish, pair
+from .neighbours import Neighbours, match, neighbour_graph
 
 __all__ = ["mutual_knn"]
-
-# rows of the n x n similarity matrix computed at once: about this many float64 values per block
-BLOCK_VALUES = 1 << 22
-
 
 #: With two samples each one's only neighbour is the other, in both representations: every pair scores 1.
 MIN_SAMPLES = 3
@@ -27,39 +26,21 @@ def unit_rows(x: torch.Tensor, name: str) -> torch.Tensor:
     return x / norms[:, None]
 
 
-def neighbour_mask(sim: torch.Tensor, start: int, k: int) -> tuple[torch.Tensor, int]:
-    """Boolean (b, n) mask of each row's k most similar other rows, and how many rows had a tie at the cut.
-
-    ``sim`` (b, n) holds rows ``start .. start+b-1`` of the similarity matrix (changed in place: the
-    diagonal becomes -inf). Ties at the k-th value go to the lowest column indices (a stable descending sort).
-    """
-    rows = torch.arange(sim.shape[0], device=sim.device)
-    sim[rows, rows + start] = -torch.inf
-    kth = torch.topk(sim, k, dim=1, sorted=True).values[:, -1:]
-    chosen = sim >= kth
-    tied = torch.nonzero(chosen.sum(dim=1) > k).flatten()  # more than k at or above the k-th value: a tie
-    if len(tied):  # keep the lowest indices among those equal to the k-th value
-        t_sim, t_kth = sim[tied], kth[tied]
-        equal = t_sim == t_kth
-        need = k - (t_sim > t_kth).sum(dim=1, keepdim=True)
-        chosen[tied] = (t_sim > t_kth) | (equal & (torch.cumsum(equal, dim=1) <= need))
-    return chosen, int(len(tied))
-
-
 def mutual_knn(X: ArrayLike, Y: ArrayLike, topk: int = 10, *, details: bool = False) -> float | Measured:
     """Mutual k-NN alignment: the mean share of each sample's ``topk`` nearest neighbours shared by X and Y.
 
     Rows are L2-normalised and neighbours are the other samples of highest cosine similarity (Huh et al.
     2024's ``mutual_knn``: the sample itself excluded); the score is ``mean_i |N_X(i) & N_Y(i)| / topk``.
-    Ties at the k-th similarity are broken towards the lower sample index. The n x n similarities are
-    computed in row blocks (about 32 MiB each), so memory is O(n d + block).
+    Candidates tied at the k-th similarity share the places left equally (`similarity_plugins.measures.neighbours`),
+    so the score is the expected value under random tie-breaking and does not depend on the order of the samples.
+    The n x n similarities are computed in row blocks (about 32 MiB each), so memory is O(n d + block).
 
     Args:
         X: (n, dx) array or tensor (higher rank flattens after axis 0).
         Y: (n, dy), the same n inputs.
-        topk: neighbours per sample, 1 <= topk <= n - 1 (default 10).
-        details: return a [`Measured`][Measured] with ``topk``, ``n`` and ``tied_rows`` (rows whose k-th
-            similarity was tied in X or Y, so the tie rule chose).
+        topk: neighbours per sample, 1 <= topk <= n - 2 (default 10).
+        details: return a [`Measured`][Measured] with ``topk``, ``n`` and ``tied_rows`` (rows of X or Y whose
+            tied candidates at the k-th similarity outnumbered the places left, so the tie rule shared them).
 
     Returns:
         The alignment in [0, 1], or a [`Measured`][Measured].
@@ -71,7 +52,7 @@ def mutual_knn(X: ArrayLike, Y: ArrayLike, topk: int = 10, *, details: bool = Fa
     return mutual_knn_from_nodes(knn_node(x, topk, "X"), knn_node(y, topk, "Y"), details=details)
 
 
-def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> tuple[torch.Tensor, int]:
+def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> Neighbours:
     """Each sample's ``topk`` nearest other samples by cosine similarity, for reuse across many pairs.
 
     Args:
@@ -80,8 +61,8 @@ def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> tuple[torch.Tenso
         name: the argument in errors.
 
     Returns:
-        ``(neighbours, tied)``: (n, topk) int64 sample indices (ascending within a row) and the number of rows
-            whose k-th similarity was tied (the tie rule chose). Memory O(n d + block + n topk).
+        [`Neighbours`][similarity_plugins.measures.neighbours.Neighbours]: each sample's neighbour weights (1, or
+            the shared weight of candidates tied at the k-th similarity) and the count of rows with ties.
     """
     k = check_positive_int(topk, "topk", "mutual-kNN")
     x, _ = pair(X, X, "mutual-kNN", min_n=MIN_SAMPLES)
@@ -91,25 +72,38 @@ def knn_node(X: ArrayLike, topk: int = 10, name: str = "X") -> tuple[torch.Tenso
                          f"neighbours are all the other samples and every pair scores 1) but got n={n}; pass more "
                          f"samples or a smaller topk")
     centred(x, name, "mutual-kNN")  # refuses a constant representation like every measure
-    xn = unit_rows(x, name)
-    block = max(1, min(n, BLOCK_VALUES // n))
-    parts, tied = [], 0
-    for start in range(0, n, block):
-        chosen, t = neighbour_mask(xn[start:start + block] @ xn.T, start, k)
-        parts.append(chosen.nonzero()[:, 1].reshape(-1, k))  # exactly k per row, in column order
-        tied += t
-    return torch.cat(parts), tied
+    unit_rows(x, name)
+    return neighbour_graph(x, k, cosine=True)
 
 
-def mutual_knn_from_nodes(a: tuple[torch.Tensor, int], b: tuple[torch.Tensor, int], *,
-                          details: bool = False) -> float | Measured:
+def _same_inputs(a: Neighbours, b: Neighbours, what: str) -> None:
+    if (a.n, a.k) != (b.n, b.k):
+        raise ValueError(f"{what}: X has {a.n} samples and topk={a.k} but Y has {b.n} and topk={b.k}; they must be "
+                         "the same inputs and topk")
+
+
+def mutual_knn_from_nodes(a: Neighbours, b: Neighbours, *, details: bool = False) -> float | Measured:
     """[`mutual_knn`][mutual_knn] from two sides' `knn_node` (the same n inputs and ``topk``)."""
-    (na, ta), (nb, tb) = a, b
-    if na.shape != nb.shape:
-        raise ValueError(f"mutual-kNN: X has {na.shape[0]} samples but Y has {nb.shape[0]} (or another topk); they "
-                         "must be the same inputs")
-    n, k = na.shape
-    nb = nb.to(na.device)
-    rows = max(1, BLOCK_VALUES // (k * k))
-    shared = sum(int((na[s:s + rows, :, None] == nb[s:s + rows, None, :]).sum()) for s in range(0, n, rows))
-    return finish(shared / (n * k), {"n": n, "topk": k, "tied_rows": ta + tb}, details)
+    _same_inputs(a, b, "mutual-kNN")
+    score = float(mutual_knn_null(a, b)(torch.arange(a.n)[None])[0])
+    return finish(score, {"n": a.n, "topk": a.k, "tied_rows": a.tied + b.tied}, details)
+
+
+def mutual_knn_null(a: Neighbours, b: Neighbours) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The mutual k-NN of ``a``'s samples against ``b``'s with its rows permuted, for a batch of permutations.
+
+    Row ``i`` of the permuted side is ``b``'s row ``p(i)``, so ``b``'s entry (r, c) becomes (p^-1(r), p^-1(c)):
+    each permutation costs one lookup of ``b``'s entries among ``a``'s.
+
+    Returns:
+        A function: (m, n) int64 permutations -> (m,) float64 scores (the identity gives the score itself).
+    """
+    keys, wa = a.keys.cpu(), a.weights.cpu()
+    rows, cols, wb = b.rows.cpu(), b.cols.cpu(), b.weights.cpu()
+
+    def statistic(perms: torch.Tensor) -> torch.Tensor:
+        inverse = torch.argsort(perms, dim=1)
+        at, hit = match(keys, inverse[:, rows] * a.n + inverse[:, cols])
+        return (wa[at] * wb * hit).sum(dim=1) / (a.n * a.k)
+
+    return statistic

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from .cca import cca_from_nodes, cca_node, pwcca_from_nodes, svcca_from_nodes
+from .cknna import cknna_from_nodes, cknna_node
 from .common import Measured
 from .knn import knn_node, mutual_knn_from_nodes
 from .procrustes import procrustes_from_nodes, procrustes_node
@@ -63,4 +64,7 @@ NODE_FORMS: dict[str, NodeForm] = {
     "mutual_knn": NodeForm(lambda x, role, kw: knn_node(x, kw["topk"], _NAME[role]),
                            lambda role, kw: ("knn", kw["topk"]),
                            lambda a, b, kw: mutual_knn_from_nodes(a, b, details=True)),
+    "cknna": NodeForm(lambda x, role, kw: cknna_node(x, kw["topk"], _NAME[role]),
+                      lambda role, kw: ("cknna", kw["topk"]),
+                      lambda a, b, kw: cknna_from_nodes(a, b, details=True)),
 }

@@ -9,7 +9,10 @@ measure's own options, and returns the test's details
   ``Q_x^T P Q_y`` (PWCCA's weights also take its left singular vectors); no new QR or variance cut.
 - ``rsa``: the RDMs and their ranks stay; P permutes the rows and columns of Y's, so each null correlation is
   one gathered inner product (Pearson and Spearman: the Mantel test; Kendall recomputes tau on each).
-- ``mutual-knn``: the neighbour sets stay; sample i's neighbours in P Y are ``P^-1 N_Y(p(i))``.
+- ``mutual-knn``: the neighbour weights stay; Y's entry (r, c) of the neighbour graph moves to
+  ``(p^-1(r), p^-1(c))`` and is looked up among X's (`knn.mutual_knn_null`).
+- ``cknna``: the same lookup finds the mutual neighbours; the unbiased HSIC of the two masked kernels is then a
+  few passes over X's entries (`cknna.cknna_null`).
 - ``linear-regression``: the end's *training* rows are permuted and the ridge map refitted on them, exactly,
   through the fixed hat matrix of the front's training rows; the test pairs are kept. With no relation
   between the sides the training pairs are exchangeable, so every permuted fit is as likely as the real one,
@@ -27,20 +30,14 @@ from typing import Any, Callable
 
 import torch
 
-from ..stats.permutation import (
-    GATHER_COST,
-    batch_size,
-    check_cost,
-    check_permutations,
-    draws,
-    pearson3_p_value,
-    permuted_inner,
-    summarise,
-)
+from ..stats.calibration import check_alpha
+from ..stats.designs import plan_permutations
+from ..stats.permutation import GATHER_COST, batch_size, check_cost, pearson3_p_value, permuted_inner, summarise
 from ..utils.arrays import ArrayLike
 from .cca import by_variance, dims_pair, whiten
+from .cknna import cknna_node, cknna_null
 from .common import centred, compress_columns, pair
-from .knn import BLOCK_VALUES, neighbour_mask, unit_rows
+from .knn import knn_node, mutual_knn_null
 from .regression import ridge_front
 from .rsa import average_ranks, kendall_tau, rdm_upper
 
@@ -147,26 +144,15 @@ def _rsa(x: torch.Tensor, y: torch.Tensor, rdm: str = "correlation", compare: st
 
 
 def _mutual_knn(x: torch.Tensor, y: torch.Tensor, topk: int = 10) -> tuple[Statistic, float]:
-    n, k = x.shape[0], int(topk)
-    centred(x, "X", "mutual-kNN")
-    centred(y, "Y", "mutual-kNN")
-    sets = []
-    for z, name in ((x, "X"), (y, "Y")):
-        zn, block, rows = unit_rows(z, name), max(1, min(n, BLOCK_VALUES // n)), []
-        for start in range(0, n, block):
-            chosen = neighbour_mask(zn[start:start + block] @ zn.T, start, k)[0]
-            rows.append(chosen.nonzero()[:, 1].reshape(-1, k))
-        sets.append(torch.cat(rows).cpu())
-    keys = torch.sort((torch.arange(n)[:, None] * n + sets[0]).reshape(-1)).values
+    n, a, b = x.shape[0], knn_node(x, topk, "X"), knn_node(y, topk, "Y")
+    entries = b.rows.numel()
+    return mutual_knn_null(a, b), GATHER_COST * entries * math.log2(max(2, n * a.k)), 40.0 * entries
 
-    def statistic(perms: torch.Tensor) -> torch.Tensor:
-        inverse = torch.argsort(perms, dim=1)
-        theirs = torch.gather(inverse, 1, sets[1][perms].reshape(len(perms), -1))  # row i: P^-1 N_Y(p(i))
-        query = (torch.arange(n).repeat_interleave(k)[None] * n + theirs)
-        at = torch.searchsorted(keys, query).clamp(max=len(keys) - 1)
-        return (keys[at] == query).sum(dim=1).double() / (n * k)
 
-    return statistic, GATHER_COST * n * k * math.log2(max(2, n * k)), 40.0 * n * k
+def _cknna(x: torch.Tensor, y: torch.Tensor, topk: int = 10) -> tuple[Statistic, float]:
+    n, a, b = x.shape[0], cknna_node(x, topk, "X"), cknna_node(y, topk, "Y")
+    entries = b.graph.rows.numel() + a.graph.rows.numel()
+    return cknna_null(a, b), GATHER_COST * entries * math.log2(max(2, n * a.graph.k)), 64.0 * entries
 
 
 def _regression(x: torch.Tensor, y: torch.Tensor, alpha: float = 1e-3, *, x_test: torch.Tensor,
@@ -192,54 +178,69 @@ def _regression(x: torch.Tensor, y: torch.Tensor, alpha: float = 1e-3, *, x_test
 
 MEASURES: dict[str, Callable[..., tuple]] = {
     "procrustes": _procrustes, "cca": _cca, "svcca": lambda x, y, **o: _cca(x, y, "SVCCA", **o), "pwcca": _pwcca,
-    "rsa": _rsa, "mutual_knn": _mutual_knn, "linear_regression": _regression,
+    "rsa": _rsa, "mutual_knn": _mutual_knn, "cknna": _cknna, "linear_regression": _regression,
 }
 
 
-def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: int = 999, seed: int = 0,
+#: the values each measure can take, which scale its calibrated score (CKNNA has no bound: its masks are not
+#: symmetric, so CKA's Cauchy-Schwarz bound does not hold; R^2 is at most 1 and unbounded below)
+RANGES: dict[str, tuple[float, float] | None] = {
+    "procrustes": (0.0, 1.0), "cca": (0.0, 1.0), "svcca": (0.0, 1.0), "pwcca": (0.0, 1.0), "rsa": (-1.0, 1.0),
+    "mutual_knn": (0.0, 1.0), "cknna": None, "linear_regression": (-math.inf, 1.0),
+}
+
+
+def permutation_test(measure: str, X: ArrayLike, Y: ArrayLike, *, permutations: Any = 999, seed: int = 0,
                      kind: str = "similarity", X_test: ArrayLike = None, Y_test: ArrayLike = None,
-                     null_values: bool = False, **options: Any) -> dict[str, Any]:
+                     null_values: bool = False, level: float = 0.05, groups: Any = None,
+                     permute: str = "within", **options: Any) -> dict[str, Any]:
     """The permutation test of one measure of `similarity_plugins.measures` between X and row-permuted Y.
 
     Args:
-        measure: ``"procrustes"``, ``"cca"``, ``"svcca"``, ``"pwcca"``, ``"rsa"``, ``"mutual_knn"`` or
+        measure: ``"procrustes"``, ``"cca"``, ``"svcca"``, ``"pwcca"``, ``"rsa"``, ``"mutual_knn"``, ``"cknna"`` or
             ``"linear_regression"`` (then X, Y are the training rows and ``X_test``, ``Y_test`` the test rows).
         X: (n, dx) array or tensor (the front).
         Y: (n, dy), the same n inputs (the end; its rows are permuted).
-        permutations: K >= 1 seeded permutations (`draws`).
+        permutations: K >= 1 seeded permutations, or a (K, n) integer array of permutations (row k pairs X with
+            ``Y[perms[k]]``; `similarity_plugins.stats.designs`).
         seed: the permutations' seed.
         kind: ``"similarity"`` (extreme: high) or ``"distance"`` (extreme: low).
         null_values: also return the K null values in permutation order (``null_values``, `summarise`).
+        level: the level of the calibrated score's critical value ``tau`` (the metrics' option ``alpha``; named
+            apart here because ``alpha`` is linear regression's ridge strength among ``options``).
+        groups: one label per permuted row: permutations move rows only inside their group, or whole groups.
+        permute: ``"within"`` or ``"groups"`` (with ``groups``).
         options: the measure's own options (``rdm``, ``compare``, ``topk``, ``variance``, ``dims``, ``alpha``).
 
     Returns:
-        ``{"p_value", "null_mean", "null_std", "permutations"}`` (null values in the measure's units), with
-            ``p_value_analytic`` for RSA with Pearson or Spearman (the Mantel test's Pearson type III p-value),
-            ``permuted`` (which rows were permuted), ``warnings`` when the cost exceeds its bound and ``null_values``
-            when asked.
+        ``{"p_value", "null_mean", "null_std", "permutations", "alpha", "tau", "calibrated"}`` (null values and
+            ``tau`` in the measure's units; ``calibrated`` scaled by the measure's range, `RANGES`), with
+            ``p_value_analytic`` for RSA with Pearson or Spearman and free permutations (the Mantel test's
+            Pearson type III p-value), ``permuted`` (which rows were permuted), ``permute`` and ``groups`` for a
+            restricted design, ``warnings`` when the cost exceeds its bound and ``null_values`` when asked.
 
     Raises:
-        ValueError: an unknown measure, bad input, ``permutations`` not a whole number >= 1, or a degenerate case
-            the measure itself refuses.
+        ValueError: an unknown measure, bad input, bad permutation options, or a degenerate case the measure
+            itself refuses.
     """
     if measure not in MEASURES:
         raise ValueError(f"no permutation test for measure {measure!r}; one of {', '.join(MEASURES)}")
-    k = check_permutations(permutations)
-    if k < 1:
-        raise ValueError("option permutations: the test needs at least 1 permutation (got 0)")
+    level = check_alpha(level)
     x, y = pair(X, Y, measure, min_n=3)
+    plan = plan_permutations(permutations, x.shape[0], seed, groups, permute)
     extra = {}
     if measure == "linear_regression":
         extra = dict(zip(("x_test", "y_test"), pair(X_test, Y_test, measure, min_n=2)))
     made = MEASURES[measure](x, y, **options, **extra)
     statistic, work, per_permutation = made[:3]
-    n = x.shape[0]
-    note = check_cost(k, work, f"{measure} permutation test", n=x.shape[0])
+    n, k = x.shape[0], plan.k
+    note = check_cost(k, work, f"{measure} permutation test", n=n, distinct=plan.distinct())
     batch = batch_size(per_permutation + 8.0 * n, k)  # the route's copies and the permutations' own storage
     observed = float(statistic(torch.arange(n)[None])[0])
-    null = torch.cat([statistic(p) for p in draws(n, k, seed, batch)])
-    out = summarise(observed, null, kind, keep_null=null_values)
-    if measure == "rsa" and made[3] is not None:
+    null = torch.cat([statistic(p) for p in plan.batches(batch)])
+    out = summarise(observed, null, kind, keep_null=null_values, alpha=level, bounds=RANGES[measure])
+    out.update(plan.details())
+    if measure == "rsa" and made[3] is not None and plan.groups is None:
         sa, sb, scale = made[3]
         out["p_value_analytic"] = pearson3_p_value(observed * scale, sa, sb, kind)
     out["permuted"] = ("the end's training rows (the map refitted on each, the test pairs kept)"

@@ -3,7 +3,8 @@
 Each compares the front's activations at ``layer.front`` with the end's at ``layer.end`` on the
 test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64. Options:
 ``max_samples`` (use the first N test samples; default all), ``threshold`` (RBF bandwidth factor,
-default 1.0), ``permutations`` (K > 0: also a permutation test of the score, `with_permutation_test`).
+default 1.0), ``permutations``, ``alpha``, ``groups``, ``permute`` (a permutation test of the score and its
+calibrated value, `similarity_plugins.plugins.permutations`).
 CKA measures representational geometry, not function: see the stitching metrics.
 
 Under torch.distributed each rank extracts its share of the test split. Linear and debiased CKA then
@@ -14,47 +15,16 @@ matrices, so it gathers all activations on every rank (memory: the whole (N, D) 
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from ..host.contract import Option
 from ..host.hookspecs import PluginContext, hookimpl
 from ..host.plugin import MetricPlugin, declared_value
 from ..host.results import LayerPair, SimilarityResult
+from .permutations import PERMUTATION_OPTIONS, keeps_nulls, permutation_options, with_permutation_test
 
 MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)")
 THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)")
 #: Rows read per block when a measure streams from disk (`_CKAPlugin._streamed`): 8192 x (dx + dy) float64.
 STREAM_ROWS = 8192
-PERMUTATIONS = Option("permutations", 0, "K > 0: also score K seeded permutations of the end's rows and report "
-                      "p_value, null_mean, null_std (0: no test)")
-
-
-def permutation_count(options: dict) -> int:
-    """The metric's ``permutations`` option as an int >= 0 (its declared default when absent); ``ValueError``
-    naming the option for anything else (checked before any work)."""
-    from ..stats.permutation import check_permutations
-
-    return check_permutations(options.get(PERMUTATIONS.name, PERMUTATIONS.default))
-
-
-def keeps_nulls(context: PluginContext) -> bool:
-    """True in a grid (``context.reuse_nodes``): each cell's test returns its null values in permutation order, so
-    the grid can form the maximum over a block's cells per permutation (`Grid.best_pair`); the grid keeps them
-    out of the cells' details."""
-    return bool(context.reuse_nodes)
-
-
-def with_permutation_test(details: dict, k: int, test: Callable[[], dict[str, Any]]) -> dict:
-    """``details`` with the permutation test's keys (``p_value``, ``null_mean``, ``null_std``, ``permutations``,
-    and ``p_value_analytic`` where the measure has one) when ``k > 0``; its cost warnings join ``warnings``."""
-    if k <= 0:
-        return details
-    found = test()
-    notes = found.pop("warnings", [])
-    details.update(found)
-    if notes:
-        details["warnings"] = [*details.get("warnings", []), *notes]
-    return details
 
 
 class _CKAPlugin(MetricPlugin):
@@ -62,7 +32,7 @@ class _CKAPlugin(MetricPlugin):
     kernel = "linear"
     debiased = False
     needs = ("test",)
-    options = (MAX_SAMPLES, PERMUTATIONS)
+    options = (MAX_SAMPLES, *PERMUTATION_OPTIONS)
     deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
     activations_only = True  # needs nothing but the two layers' activations: score(x, y) can run it
     kind = "similarity"
@@ -75,11 +45,12 @@ class _CKAPlugin(MetricPlugin):
         from ..cka import cka
         from ..cka.permutation import cka_permutation_test
 
-        k = permutation_count(options)
-        streamed = self._streamed(front, end, layer, options, context) if self.kernel == "linear" and not k else None
+        test = permutation_options(self, options)
+        streamed = self._streamed(front, end, layer, options, context) \
+            if self.kernel == "linear" and not test.asked else None  # a test needs every row in memory
         if streamed is not None:
             return streamed
-        if context.world.distributed and self.kernel == "linear" and not k:  # a test needs every row: gathered
+        if context.world.distributed and self.kernel == "linear" and not test.asked:  # a test needs every row
             return self._sharded_linear(front, end, layer, options, context)
         if self.kernel == "rbf":
             from ..measures.streamed import warn_nxn
@@ -87,7 +58,7 @@ class _CKAPlugin(MetricPlugin):
             warn_nxn(context, front, end, layer, "cka-rbf")
         x = context.activations(front, layer.front, "test")
         y = context.activations(end, layer.end, "test")
-        limit = options.get("max_samples")
+        full, limit = len(x), options.get("max_samples")
         if limit:
             x, y = x[: int(limit)], y[: int(limit)]
         kwargs = {"kernel": self.kernel, "debiased": self.debiased}
@@ -98,8 +69,9 @@ class _CKAPlugin(MetricPlugin):
         if score is None:
             score = cka(x, y, **kwargs)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
-        with_permutation_test(details, k, lambda: cka_permutation_test(x, y, **kwargs, permutations=k, seed=seed,
-                                                                             null_values=keeps_nulls(context)))
+        with_permutation_test(details, test, lambda: cka_permutation_test(
+            x, y, **kwargs, seed=seed, null_values=keeps_nulls(context), alpha=test.alpha,
+            **test.for_rows(len(x), full)))
         return SimilarityResult("", float(score), details)
 
     def _streamed(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult | None:
@@ -196,7 +168,7 @@ class RBFCKA(_CKAPlugin):
 
     description = "RBF-kernel CKA (bandwidth: threshold x median squared distance; O(n^2) memory)"
     kernel = "rbf"
-    options = (MAX_SAMPLES, THRESHOLD, PERMUTATIONS)
+    options = (MAX_SAMPLES, THRESHOLD, *PERMUTATION_OPTIONS)
 
 
 @hookimpl

@@ -1,11 +1,12 @@
 """Representational measures beside CKA as metric plugins: ``procrustes``, ``cca``, ``svcca``, ``pwcca``, ``rsa``,
-``linear-regression``, ``mutual-knn`` (the maths: `similarity_plugins.measures`).
+``linear-regression``, ``mutual-knn``, ``cknna`` (the maths: `similarity_plugins.measures`).
 
 Like the CKA plugins, each compares the front's activations at ``layer.front`` with the end's at ``layer.end``
 on the test split, flattened to (N, C*H*W) for CNN maps and (N, T*D) for tokens, in float64, and reads them
 only through ``context.activations(model, layer, split)`` (so ``score(x, y)`` can feed arrays). Option
 ``max_samples``: use the first N test samples (default all). ``linear-regression`` also fits on the train split.
-Option ``permutations`` (K > 0): also a permutation test of the score (`similarity_plugins.measures.permutation`).
+Options ``permutations``, ``alpha``, ``groups``, ``permute``: a permutation test of the score and its calibrated value
+(`similarity_plugins.plugins.permutations`, `similarity_plugins.measures.permutation`).
 
 Each declares what its score means: ``kind``, ``range``, ``symmetric`` and ``invariances`` (vocabulary in
 docs/metrics.md; for option-dependent invariances, those of the defaults).
@@ -17,11 +18,22 @@ measures' own memory comes on top (RSA: about 40 N^2 bytes).
 
 from __future__ import annotations
 
+import math
+
 from ..host.contract import Option
 from ..host.hookspecs import PluginContext, hookimpl
 from ..host.plugin import MetricPlugin, declared_value
 from ..host.results import LayerPair, SimilarityResult
-from .cka import MAX_SAMPLES, PERMUTATIONS, keeps_nulls, permutation_count, with_permutation_test
+from .cka import MAX_SAMPLES
+from .permutations import (
+    GROUPS,
+    PERMUTATION_OPTIONS,
+    PERMUTATIONS,
+    PERMUTE,
+    keeps_nulls,
+    permutation_options,
+    with_permutation_test,
+)
 
 _ALL_LINEAR = ("translation", "isotropic-scaling", "orthogonal", "permutation")
 
@@ -31,7 +43,7 @@ class _Representational(MetricPlugin):
 
     family = "representational"
     needs = ("test",)
-    options: tuple[Option, ...] = (MAX_SAMPLES, PERMUTATIONS)
+    options: tuple[Option, ...] = (MAX_SAMPLES, *PERMUTATION_OPTIONS)
     deterministic = True  # no seed enters the score: compare(repeats=k) computes it once
     activations_only = True  # needs nothing but the two layers' activations: score(x, y) can run it
     kind = "similarity"
@@ -42,10 +54,10 @@ class _Representational(MetricPlugin):
     measure: str  # the name of the function of similarity_plugins.measures that computes the score
 
     def arguments(self, options: dict) -> dict:
-        """The measure's keyword arguments: every declared option but ``max_samples`` and ``permutations``, at the
-        value given or its declared default."""
-        return {o.name: declared_value(self, options, o.name) for o in self.options
-                if o.name not in (MAX_SAMPLES.name, PERMUTATIONS.name)}
+        """The measure's keyword arguments: every declared option but ``max_samples`` and the permutation options, at
+        the value given or its declared default."""
+        skip = {MAX_SAMPLES.name, *(o.name for o in PERMUTATION_OPTIONS)}
+        return {o.name: declared_value(self, options, o.name) for o in self.options if o.name not in skip}
 
     @staticmethod
     def test_activations(front, end, layer: LayerPair, options: dict, context: PluginContext) -> tuple:
@@ -60,9 +72,9 @@ class _Representational(MetricPlugin):
         from .. import measures
         from ..measures.permutation import permutation_test
 
-        k = permutation_count(options)
+        test = permutation_options(self, options)
         arguments = self.arguments(options)
-        streamed = self._streamed(front, end, layer, arguments, options, context) if not k else None
+        streamed = self._streamed(front, end, layer, arguments, options, context) if not test.asked else None
         if streamed is not None:
             return streamed
         if self.measure in ("rsa", "mutual_knn"):
@@ -70,14 +82,15 @@ class _Representational(MetricPlugin):
 
             warn_nxn(context, front, end, layer, self.measure.replace("_", "-"))
         x, y = self.test_activations(front, end, layer, options, context)
+        full = len(context.activations(front, layer.front, "test"))  # the split's rows before max_samples
         if context.reuse_nodes:  # a grid: each node's part is built once, for all its cells
             result = self._from_nodes(front, end, layer, x, y, arguments, options, context)
         else:
             result = getattr(measures, self.measure)(x, y, **arguments, details=True)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
-        with_permutation_test(details, k, lambda: permutation_test(self.measure, x, y, permutations=k, seed=seed,
-                                                                   kind=self.kind, null_values=keeps_nulls(context),
-                                                                   **arguments))
+        with_permutation_test(details, test, lambda: permutation_test(
+            self.measure, x, y, seed=seed, kind=self.kind, null_values=keeps_nulls(context), level=test.alpha,
+            **test.for_rows(len(x), full), **arguments))
         return SimilarityResult("", result.score, details)
 
 
@@ -139,7 +152,7 @@ class SVCCA(_Representational):
     description = "SVCCA: each side SVD-reduced to `variance` of its variance (or `dims`), then mean CCA (Raghu 2017)"
     options = (MAX_SAMPLES, Option("variance", 0.99, "share of each side's variance its kept SVD directions reach"),
                Option("dims", None, "SVD directions kept per side (int, or [front, end]); overrides variance"),
-               PERMUTATIONS)
+               *PERMUTATION_OPTIONS)
 
     measure = "svcca"
 
@@ -159,7 +172,8 @@ class RSA(_Representational):
 
     description = "RSA: Spearman (or pearson/kendall) correlation of the two RDMs (correlation distance by default)"
     options = (MAX_SAMPLES, Option("rdm", "correlation", "dissimilarity: correlation, euclidean or cosine (scipy pdist)"),
-               Option("compare", "spearman", "RDM comparison: spearman, pearson or kendall (tau-b)"), PERMUTATIONS)
+               Option("compare", "spearman", "RDM comparison: spearman, pearson or kendall (tau-b)"),
+               *PERMUTATION_OPTIONS)
     range = (-1.0, 1.0)
     invariances = ("isotropic-scaling", "permutation")
 
@@ -172,9 +186,10 @@ class LinearRegression(_Representational):
     description = "linear (ridge) regression front -> end: variance-weighted R^2 on test, fitted on train"
     needs = ("train", "test")
     options = (Option("max_samples", None, "use the first N test samples (None: all; fitting uses the whole train split)"),
-               Option("alpha", 1e-3, "ridge strength relative to the mean eigenvalue of the front's covariance"),
-               PERMUTATIONS)
-    range = None  # at most 1; unbounded below (worse than predicting the mean)
+               Option("alpha", 1e-3, "ridge strength relative to the mean eigenvalue of the front's covariance (with "
+                      "permutations, the calibrated score's level is therefore 0.05)"),
+               PERMUTATIONS, GROUPS, PERMUTE)
+    range = (-math.inf, 1.0)  # at most 1; unbounded below (worse than predicting the mean)
     symmetric = False
 
     @hookimpl
@@ -182,9 +197,9 @@ class LinearRegression(_Representational):
         from ..measures import linear_regression
         from ..measures.permutation import permutation_test
 
-        k = permutation_count(options)
+        test = permutation_options(self, options, alpha=False)
         alpha = declared_value(self, options, "alpha")
-        streamed = self._streamed_fit(front, end, layer, options, context, alpha) if not k else None
+        streamed = self._streamed_fit(front, end, layer, options, context, alpha) if not test.asked else None
         if streamed is not None:
             return streamed
         x, y = self.test_activations(front, end, layer, options, context)
@@ -199,9 +214,9 @@ class LinearRegression(_Representational):
             result = linear_regression(x_train, y_train, alpha, X_test=x, Y_test=y, details=True)
         details = {"front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **result.details}
         details["split"] = "fitted on the train split, scored on the test split"
-        with_permutation_test(details, k, lambda: permutation_test(
-            "linear_regression", x_train, y_train, permutations=k, seed=seed, kind=self.kind, alpha=alpha,
-            X_test=x, Y_test=y, null_values=keeps_nulls(context)))
+        with_permutation_test(details, test, lambda: permutation_test(
+            "linear_regression", x_train, y_train, seed=seed, kind=self.kind, alpha=alpha, X_test=x, Y_test=y,
+            null_values=keeps_nulls(context), **test.for_rows(len(x_train))))
         return SimilarityResult("", result.score, details)
 
 
@@ -226,10 +241,24 @@ class MutualKNN(_Representational):
     """Mutual k-nearest-neighbour alignment of L2-normalised rows (Huh et al. 2024)."""
 
     description = "mutual k-NN alignment: shared share of each sample's topk cosine neighbours (Huh et al. 2024)"
-    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample (other samples; needs N > topk)"), PERMUTATIONS)
+    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample (other samples; needs N > topk + 1)"),
+               *PERMUTATION_OPTIONS)
     invariances = ("isotropic-scaling", "orthogonal", "permutation")
 
     measure = "mutual_knn"
+
+
+class CKNNA(_Representational):
+    """CKNNA (Huh et al. 2024): CKA of the inner-product kernels over the pairs of mutual nearest neighbours."""
+
+    description = "CKNNA: unbiased CKA of the inner products over mutual topk neighbours (Huh et al. 2024)"
+    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample by inner product (2 <= topk <= N - 1)"),
+               *PERMUTATION_OPTIONS)
+    range = None  # usually within [-1, 1], but the neighbour masks are not symmetric: no bound holds
+    symmetric = False
+    invariances = ("isotropic-scaling", "orthogonal", "permutation")
+
+    measure = "cknna"
 
 
 @hookimpl
@@ -242,3 +271,4 @@ def register_metrics(register) -> None:
     register("rsa", RSA)
     register("linear-regression", LinearRegression)
     register("mutual-knn", MutualKNN)
+    register("cknna", CKNNA)

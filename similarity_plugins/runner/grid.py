@@ -189,6 +189,7 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
     info = declared_meanings(names)
     meta = {"models": {m: type(model).__name__ for m, model in named.items()}, "layers": per_model, "metrics": names,
             "pairs": pairs if isinstance(pairs, str) else "explicit", "seed": seed, "device": str(device),
+            **({} if isinstance(pairs, str) else {"explicit_pairs": [list(p) for p in chosen]}),
             "torch": torch.__version__, "world_size": ctx.world.size,
             **({"store": source.store.path, "samples": source.samples} if source else {}), **sources_of(named),
             "provenance": _provenance(named, data, source, names, pm, options, device, ctx, store is not None and models is None)}

@@ -26,9 +26,9 @@ def cell_result_dict(result: SimilarityResult) -> dict:
     return {**result.to_dict(), "score": encode_float(result.score)}
 
 
-def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict, dict, dict]:
-    """``(nodes, metrics, cells, info, meta, block_nulls, cell_nulls)`` of a grid's `to_dict` payload, every part
-    checked; `BadFile` naming ``source`` (the file, or "the grid dict") and the first problem."""
+def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict, dict, dict, dict]:
+    """``(nodes, metrics, cells, info, meta, block_nulls, cell_nulls, block_means)`` of a grid's `to_dict` payload,
+    every part checked; `BadFile` naming ``source`` (the file, or "the grid dict") and the first problem."""
     def at(place: str = "") -> Callable[[], str]:
         return lambda: f"{source}{place}"
 
@@ -59,18 +59,20 @@ def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict,
     expect(all(v.get("range") is None or (isinstance(v["range"], list) and len(v["range"]) == 2) for v in info.values()),
            at(), "a metric's 'range' in 'info' must be [low, high] or null")
     info = {m: {**v, "range": tuple(v["range"]) if v.get("range") else None} for m, v in info.items()}
-    blocks = _nulls(payload.get("block_nulls") or [], metrics, at, "block_nulls", lambda v: isinstance(v, str),
-                    "model names")
+    named = lambda v: isinstance(v, str)  # noqa: E731
+    blocks = _nulls(payload.get("block_nulls") or [], metrics, at, "block_nulls", named, "model names")
     index = lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(nodes)  # noqa: E731
     cell_nulls = _nulls(payload.get("cell_nulls") or [], metrics, at, "cell_nulls", index, "node indices")
-    return [tuple(n) for n in nodes], metrics, out, info, meta, blocks, cell_nulls
+    means = _nulls(payload.get("block_means") or [], metrics, at, "block_means", named, "model names")
+    return [tuple(n) for n in nodes], metrics, out, info, meta, blocks, cell_nulls, means
 
 
 def _nulls(entries: Any, metrics: list, at: Callable, field: str, ends: Callable[[Any], bool], names: str) -> dict:
     """Null values the grid keeps (`grid_best.take_nulls`), checked: ``{(metric, front, end): [float, ...]}``.
 
-    ``field``: ``"block_nulls"`` (each block's best null value per permutation, ``front`` and ``end`` model names)
-    or ``"cell_nulls"`` (a block's best cell's own null values, ``front`` and ``end`` node indices); ``ends``
+    ``field``: ``"block_nulls"`` (each block's best null value per permutation, ``front`` and ``end`` model names),
+    ``"block_means"`` (each block's mean null value per permutation, model names; a grid written before they were
+    kept has none) or ``"cell_nulls"`` (a block's best cell's own null values, ``front`` and ``end`` node indices); ``ends``
     tells whether a front or end value is valid, ``names`` says what they must be."""
     expect(isinstance(entries, list), at(), f"'{field}' must be a list")
     nulls = {}
@@ -86,7 +88,7 @@ def _nulls(entries: Any, metrics: list, at: Callable, field: str, ends: Callable
     return nulls
 
 
-def read_grid_file(path: str | os.PathLike) -> tuple[list, list, dict, dict, dict, dict, dict]:
+def read_grid_file(path: str | os.PathLike) -> tuple[list, list, dict, dict, dict, dict, dict, dict]:
     """`grid_parts` of the grid JSON file ``path``."""
     return grid_parts(read_json(path, "grid file"), f"grid file {os.fspath(path)!r}")
 

@@ -40,20 +40,25 @@ class Grid:
         cell_nulls: ``{(metric, front index, end index): [K floats]}``: with permutations, the null values of each
             block's best cell (the cell `best_pair` picks), in permutation order; the other cells keep only their
             ``p_value``, ``null_mean`` and ``null_std``.
+        block_means: ``{(metric, front model, end model): [K floats]}``: with permutations, each permutation's mean
+            null value over the block's cells, for [`aggregate`][similarity_plugins.Grid.aggregate] with
+            ``agg="mean"`` (``block_nulls`` serves ``"max"``).
     """
 
     def __init__(self, nodes: list[Node], metrics: list[str], cells: dict[tuple[str, int, int], SimilarityResult],
                  info: dict[str, dict] | None = None, meta: dict | None = None,
                  block_nulls: dict[tuple[str, str, str], list[float]] | None = None,
-                 cell_nulls: dict[tuple[str, int, int], list[float]] | None = None) -> None:
+                 cell_nulls: dict[tuple[str, int, int], list[float]] | None = None,
+                 block_means: dict[tuple[str, str, str], list[float]] | None = None) -> None:
         from .grid_best import take_nulls
 
         self.nodes: list[Node] = [tuple(n) for n in nodes]
         self.metrics = list(metrics)
         self.info = {m: dict((info or {}).get(m, {})) for m in self.metrics}
-        self.cells, found, best = take_nulls(dict(cells), self.nodes, self.info)
+        self.cells, found, means, best = take_nulls(dict(cells), self.nodes, self.info)
         self.block_nulls = {**found, **{tuple(k): list(v) for k, v in (block_nulls or {}).items()}}
         self.cell_nulls = {**best, **{tuple(k): list(v) for k, v in (cell_nulls or {}).items()}}
+        self.block_means = {**means, **{tuple(k): list(v) for k, v in (block_means or {}).items()}}
         self.meta = dict(meta or {})
 
     # -- shape -----------------------------------------------------------------------------------
@@ -108,6 +113,43 @@ class Grid:
                 (all, or ``end``'s layers), in ``nodes`` order; NaN where a cell was not asked for or failed.
         """
         return self._matrix(metric, front, end, lambda cell: float(cell.score))
+
+    def calibrated(self, metric: str, front: str | None = None, end: str | None = None) -> np.ndarray:
+        """The cells' calibrated scores (``details["calibrated"]``) of ``metric``, shaped like [`matrix`][matrix].
+
+        With ``compare_grid(..., options={"permutations": K})`` each cell's score against its own permutation
+        null: ``clamp((s - tau) / (smax - tau), 0, 1)`` with ``tau`` the level-``alpha`` critical value and
+        ``smax`` the metric's declared upper bound (``relu(s - tau)`` without one); 0 where the cell's test does
+        not reject. NaN where a cell has none (not asked for, failed, or run without permutations).
+        """
+        return self._matrix(metric, front, end, lambda cell: _number(cell.details.get("calibrated")))
+
+    def aggregate(self, metric: str, front: str, end: str, agg: str = "max",
+                  alpha: float | None = None) -> dict[str, Any]:
+        """The maximum or the mean of ``metric`` over the block of ``front``'s x ``end``'s layers, calibrated under
+        the block's joint null (every permutation applied to the whole block, as for
+        [`best_pair`][similarity_plugins.Grid.best_pair]).
+
+        Args:
+            metric: a metric of the grid.
+            front: a model name of the grid.
+            end: a model name of the grid (``front`` again: that model's own block).
+            agg: ``"max"`` (the best cell; the lowest for a distance) or ``"mean"``.
+            alpha: the level of ``tau``; None: the ``alpha`` option the cells ran with (default 0.05).
+
+        Returns:
+            ``{"score", "p_value", "tau", "calibrated"}``; ``p_value``, ``tau`` and ``calibrated`` are None when the
+                grid ran without permutations. For ``"max"`` the p-value is the family-wise p-value of
+                ``best_pair``. See `similarity_plugins.runner.grid_best`.
+
+        Raises:
+            ValueError: an unknown metric, model or ``agg``, a bad ``alpha``, or a block with cells missing (an
+                interrupted grid), naming them; failed cells (no value) are left out with an
+                ``IncompleteBlockWarning`` naming them.
+        """
+        from .grid_best import aggregate
+
+        return aggregate(self, metric, front, end, agg, alpha)
 
     def best(self, metric: str, front: str, end: str) -> list[tuple[str, str | None, float]]:
         """For each layer of model ``front``, the layer of model ``end`` with the best score of ``metric``.
@@ -192,9 +234,10 @@ class Grid:
                  for (m, i, j), c in sorted(self.cells.items(), key=lambda kv: (self.metrics.index(kv[0][0]),) + kv[0][1:])]
         nulls = [{"metric": m, "front": f, "end": e, "null": list(v)} for (m, f, e), v in self.block_nulls.items()]
         kept = [{"metric": m, "front": i, "end": j, "null": list(v)} for (m, i, j), v in self.cell_nulls.items()]
+        means = [{"metric": m, "front": f, "end": e, "null": list(v)} for (m, f, e), v in self.block_means.items()]
         return {"format": GRID_FORMAT, "version": 1, "nodes": [list(n) for n in self.nodes], "metrics": self.metrics,
                 "info": jsonable(self.info), "meta": jsonable(self.meta), "cells": cells, "block_nulls": nulls,
-                "cell_nulls": kept}
+                "cell_nulls": kept, "block_means": means}
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int = 2) -> str:
         """The grid as JSON text; also written (whole, atomically) to ``path`` when given."""
@@ -283,6 +326,11 @@ class Grid:
         done = sum(c.ok for c in self.cells.values())
         return (f"Grid({len(self.nodes)} nodes of {len(self.models)} model(s), metrics {self.metrics}, "
                 f"{done}/{len(self.cells)} cells scored)")
+
+
+def _number(value: Any) -> float:
+    """``value`` as a float when it is a finite number, else NaN."""
+    return float(value) if _is_p(value) else math.nan
 
 
 def _is_p(value: Any) -> bool:

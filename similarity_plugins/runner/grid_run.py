@@ -16,6 +16,8 @@ from ..networks.data import split_digest
 from ..networks.parallel import World, module_digest
 from ..networks.reading import reading_digest
 from ..networks.split import preserved
+from ..stats.designs import is_permutation_array
+from ..utils.digest import value_text
 from ..utils.progress import progress_bar
 from ..utils.rng import isolated_rng
 from .compare import run_metric
@@ -49,7 +51,8 @@ class Plan:
         A symmetric metric runs once per unordered pair and is mirrored, except that with a permutation test it
         is mirrored only in a block (front model x end model) of two models whose every pair is mirrored: the
         reversed order of a cell scores the inverse permutations, so a block mixing both orders (a model's own
-        block above all) would not have every cell's null under the same permutations (`Grid.best_pair`).
+        block above all) would not have every cell's null under the same permutations (`Grid.best_pair`); and
+        never when the permutations are given as an array (each block then scores exactly those).
         """
         asked = set(self.pairs)
         models = list(dict.fromkeys(m for m, _ in self.nodes))
@@ -58,7 +61,8 @@ class Plan:
         compute, mirrors = [], {}
         for i, j in self.pairs:
             for metric in self.metrics:
-                blocks_ok = not _tested(self.options.get(metric, {})) or (self.nodes[i][0], self.nodes[j][0]) in whole
+                own = self.options.get(metric, {})
+                blocks_ok = not _tested(own) or (self.nodes[i][0], self.nodes[j][0]) in whole and not _given_permutations(own)
                 if self.symmetric[metric] and i > j and (j, i) in asked and blocks_ok:
                     mirrors[(metric, i, j)] = (metric, j, i)
                 else:
@@ -78,9 +82,15 @@ class Plan:
 
 
 def _tested(options: dict) -> bool:
-    """True when a metric's options ask for a permutation test (a valid ``permutations`` > 0)."""
+    """True when a metric's options ask for a permutation test (a valid ``permutations`` > 0, or an array of them)."""
     k = options.get("permutations", 0)
-    return isinstance(k, (int, float)) and not isinstance(k, bool) and k > 0
+    return _given_permutations(options) or isinstance(k, (int, float)) and not isinstance(k, bool) and k > 0
+
+
+def _given_permutations(options: dict) -> bool:
+    """True when a metric's options give the permutations themselves (an array: the mirrored order of a cell would
+    score their inverses, not the permutations given)."""
+    return is_permutation_array(options.get("permutations"))
 
 
 def _needed_splits(plan: Plan, pm) -> dict[str, bool]:
@@ -247,7 +257,7 @@ def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan, weights:
     weights = weights or {}
     return jsonable({"models": {m: weights.get(m) or module_digest([model]) for m, model in named.items()},
                      "reading": {m: reading_digest(model) for m, model in named.items()}, "seed": plan.seed,
-                      "options": {metric: repr(sorted(opts.items(), key=repr)) for metric, opts in plan.options.items()},
+                      "options": {metric: value_text(sorted(opts.items(), key=repr)) for metric, opts in plan.options.items()},
                       "data": [split_digest(ctx.data.train, ctx.batch_size, "the train split"),
                                split_digest(ctx.data.test, ctx.batch_size, "the test split")]})
 

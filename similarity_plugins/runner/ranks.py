@@ -11,6 +11,7 @@ from torch import nn
 from ..host.results import SimilarityResult
 from ..networks.data import Data, split_size
 from ..networks.parallel import CollectiveError, World, module_digest
+from ..utils.digest import value_text
 
 
 def check_ranks_agree(world: World, front: nn.Module, end: nn.Module, data: Data, settings: object) -> None:
@@ -18,7 +19,7 @@ def check_ranks_agree(world: World, front: nn.Module, end: nn.Module, data: Data
     weights (a digest of every parameter and buffer), the same split sizes and the same call settings."""
     world.check_same("front/end weights", (module_digest([front]), module_digest([end])))
     world.check_same("data split sizes (train, test)", (split_size(data.train), split_size(data.test)))
-    world.check_same("compare settings (layers, metrics, seed, options)", repr(settings))
+    world.check_same("compare settings (layers, metrics, seed, options)", value_text(settings))
 
 
 def agree_on_result(world: World, result: SimilarityResult,

@@ -28,6 +28,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from .calibration import calibrate
+
 __all__ = [
     "WORK_BOUND", "GATHER_COST", "PERMUTATION_COST", "NULL_BYTES", "PermutationCostWarning", "check_permutations",
     "draws", "summarise", "permuted_inner", "pearson3_p_value", "check_cost"
@@ -70,7 +72,9 @@ def check_permutations(value: Any) -> int:
     return int(value)
 
 
-def _generator(seed: int) -> torch.Generator:
+def seeded_generator(seed: int) -> torch.Generator:
+    """The CPU generator of the permutations drawn from ``seed`` (its own stream: the same seed's other draws,
+    such as a train/test split, do not share it)."""
     state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, _SALT]).generate_state(2, dtype=np.uint32)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
@@ -81,7 +85,7 @@ def draws(n: int, k: int, seed: int, batch: int) -> Iterator[torch.Tensor]:
     Drawn one by one (``torch.randperm`` on a CPU generator seeded from ``seed``), so the sequence does not
     depend on ``batch``, the device or the thread count.
     """
-    gen = _generator(seed)
+    gen = seeded_generator(seed)
     batch = max(1, int(batch))
     for start in range(0, k, batch):
         yield torch.stack([torch.randperm(n, generator=gen) for _ in range(min(batch, k - start))])
@@ -92,8 +96,10 @@ def batch_size(bytes_per_permutation: float, k: int) -> int:
     return max(1, min(k, int(BATCH_BYTES // max(1.0, bytes_per_permutation))))
 
 
-def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: bool = False) -> dict[str, Any]:
-    """The permutation test's details: ``p_value``, ``null_mean``, ``null_std`` (ddof 1) and ``permutations``.
+def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: bool = False,
+              alpha: float | None = None, bounds: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The permutation test's details: ``p_value``, ``null_mean``, ``null_std`` (ddof 1) and ``permutations``, and
+    with ``alpha`` the calibrated score (`similarity_plugins.stats.calibration`).
 
     Args:
         observed: the statistic on the unpermuted pairing, computed the way the null values are.
@@ -103,11 +109,14 @@ def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: 
             which are extreme: rounding of the same number never lowers a p-value.
         keep_null: also return the K null values, in the order of the permutations (``null_values``), so that a
             grid can form the maximum over its cells per permutation.
+        alpha: the level of the critical value ``tau``; None: no calibrated score.
+        bounds: the metric's declared ``(lo, hi)`` range (None: unbounded), which scales the calibrated score.
 
     Returns:
-        ``{"p_value": float in [1/(K+1), 1], "null_mean": float, "null_std": float, "permutations": K}``, and
-            ``"null_values"`` (a list of K floats) when ``keep_null``; ``null_std`` is NaN for K = 1 (a standard
-            deviation with ddof 1 needs two values).
+        ``{"p_value": float in [1/(K+1), 1], "null_mean": float, "null_std": float, "permutations": K}``, with
+            ``"alpha"``, ``"tau"`` and ``"calibrated"`` when ``alpha`` is given, and ``"null_values"`` (a list of K
+            floats) when ``keep_null``; ``null_std`` is NaN for K = 1 (a standard deviation with ddof 1 needs two
+            values).
     """
     values = null.double().cpu()
     k = int(values.numel())
@@ -116,6 +125,8 @@ def summarise(observed: float, null: torch.Tensor, kind: str | None, keep_null: 
     std = float(values.std()) if k > 1 else math.nan  # ddof 1: undefined for one value, not 0
     out = {"p_value": (1 + int(extreme.sum())) / (k + 1), "null_mean": float(values.mean()) if k else math.nan,
            "null_std": std, "permutations": k}
+    if alpha is not None:
+        out.update(calibrate(observed, values, alpha, bounds, kind))
     if keep_null:
         out["null_values"] = values.tolist()
     return out
@@ -180,7 +191,7 @@ def dot(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: float = 0.0,
-               available: float | None = None, n: int | None = None) -> str | None:
+               available: float | None = None, n: int | None = None, distinct: int | None = None) -> str | None:
     """Warn (`PermutationCostWarning`) before the work when ``k`` permutations would exceed a bound.
 
     Args:
@@ -193,6 +204,8 @@ def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: flo
             null values (`NULL_BYTES` per permutation) must fit.
         n: the number of samples; with it, a note when ``k`` is near or above the ``n!`` distinct permutations
             (draws then repeat, so more permutations add little).
+        distinct: the number of distinct permutations when the design restricts them (`PermutationPlan.distinct`),
+            instead of ``n!``.
 
     Returns:
         The warning's text (also for ``details["warnings"]``), or None when within the bounds.
@@ -210,7 +223,7 @@ def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: flo
     if memory > available:
         problems.append(f"{memory / 2**30:.3g} GiB for its matrices and null values, above the "
                         f"{available / 2**30:.3g} GiB of memory available")
-    repeats = _repeat_note(k, n)
+    repeats = _repeat_note(k, n, distinct)
     if not problems and repeats is None:
         return None
     text = (f"{what}: permutations={k} needs " + " and ".join(problems)
@@ -221,17 +234,20 @@ def check_cost(k: int, work_per_permutation: float, what: str, matrix_bytes: flo
     return text
 
 
-def _repeat_note(k: int, n: int | None) -> str | None:
-    """A note when ``k`` draws from the ``n!`` permutations repeat often (``k >= n!/10``), or None."""
-    if n is None or n > 20:  # 20! > 2e18 draws: never reached
-        return None
-    distinct = math.factorial(int(n))
+def _repeat_note(k: int, n: int | None, distinct: int | None = None) -> str | None:
+    """A note when ``k`` draws from the ``n!`` permutations (or the ``distinct`` ones of a restricted design) repeat
+    often (``k >= distinct / 10``), or None."""
+    among = f"the {distinct} distinct permutations of the design"
+    if distinct is None:
+        if n is None or n > 20:  # 20! > 2e18 draws: never reached
+            return None
+        distinct = math.factorial(int(n))
+        among = f"{n}! = {distinct} distinct permutations of the {n} samples"
     if k * 10 < distinct:
         return None
     share = distinct / k * -math.expm1(-k / distinct)  # expected share of distinct draws among k
-    return (f"permutations={k} draws from only {n}! = {distinct} distinct permutations of the {n} samples, so "
-            f"about {100 * (1 - share):.0f}% of the draws repeat one already drawn"
-            + (" (more permutations than exist)" if k > distinct else "")
+    return (f"permutations={k} draws from only {among}, so about {100 * (1 - share):.0f}% of the draws repeat one "
+            "already drawn" + (" (more permutations than exist)" if k > distinct else "")
             + f"; the p-value cannot resolve below 1/{distinct}: use at most about {max(1, distinct // 10)} "
             "permutations, or more samples")
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import xxhash
 
-__all__ = ["update_tensor_digest", "save_verified", "load_verified", "CorruptFileWarning", "fast_hash"]
+__all__ = ["update_tensor_digest", "save_verified", "load_verified", "CorruptFileWarning", "fast_hash", "value_text"]
 
 FORMAT = "similarity-plugins-verified-1"
 #: The name of the hash `fast_hash` returns (recorded in the files whose keys and checksums it makes).
@@ -52,6 +52,27 @@ def update_tensor_digest(h: hashlib._Hash, label: str, t: torch.Tensor) -> None:
         if data.dtype == torch.bfloat16:
             data = data.view(torch.int16)
         h.update(data.numpy().reshape(-1).view(np.uint8))  # the bytes, without a copy
+
+
+def value_text(value: Any) -> str:
+    """``repr(value)`` with every NumPy array and tensor inside it (dicts, lists, tuples) written as its dtype, shape
+    and the SHA-256 of its contents: two values whose arrays differ anywhere get different texts (a plain ``repr``
+    elides the middle of a large array)."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        h = hashlib.sha256()
+        if isinstance(value, torch.Tensor):
+            update_tensor_digest(h, "array", value)
+        else:
+            h.update(f"{value.dtype}|{value.shape}|".encode())
+            h.update(np.ascontiguousarray(value).tobytes() if value.dtype.kind in "biufc" else
+                     repr(value.tolist()).encode("utf-8", "surrogatepass"))
+        return f"<array {value.dtype} {tuple(value.shape)} sha256:{h.hexdigest()}>"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{value_text(k)}: {value_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(value_text(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    return repr(value)
 
 
 def update_inputs_digest(h: hashlib._Hash, label: str, x: Any) -> None:

@@ -178,7 +178,10 @@ def test_literal_defaults_are_their_constants():
 
     from similarity_plugins.apps.bench.measure import benchmark_metric
     from similarity_plugins.apps.bench.workloads import DEFAULT_WORKLOAD
+    from similarity_plugins.cka.permutation import cka_permutation_test
+    from similarity_plugins.measures.permutation import permutation_test
     from similarity_plugins.measures.regression import DEFAULT_ALPHA, linear_regression, ridge_front
+    from similarity_plugins.stats.calibration import DEFAULT_ALPHA as LEVEL
     from similarity_plugins.stitch.bootstrap import DEFAULT_RESAMPLES, relative_accuracy_ci
 
     def default(function, name):
@@ -187,6 +190,7 @@ def test_literal_defaults_are_their_constants():
     assert default(linear_regression, "alpha") == default(ridge_front, "alpha") == DEFAULT_ALPHA
     assert default(relative_accuracy_ci, "resamples") == DEFAULT_RESAMPLES
     assert default(benchmark_metric, "workload") == DEFAULT_WORKLOAD
+    assert default(cka_permutation_test, "alpha") == default(permutation_test, "level") == LEVEL
 
 
 def test_the_checks_find_what_they_look_for(tmp_path):

@@ -14,7 +14,7 @@ from similarity_plugins.host.manager import BUILTIN_PACKAGE, DEFAULT_PLUGINS, bu
 from tests.helpers.repo import ROOT
 
 BUILTINS = ["cka-linear", "cka-debiased", "cka-rbf", "procrustes", "cca", "svcca", "pwcca", "rsa", "linear-regression",
-            "mutual-knn", "stitch-hlm", "stitch-slm", "stitch-dm", "stitch-fula", "iri-hlm", "iri-slm", "iri-dm",
+            "mutual-knn", "cknna", "stitch-hlm", "stitch-slm", "stitch-dm", "stitch-fula", "iri-hlm", "iri-slm", "iri-dm",
             "iri-fula"]
 
 

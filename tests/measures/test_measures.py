@@ -211,13 +211,14 @@ def test_mutual_knn_matches_huh_et_al(k):
     assert F.mutual_knn(x, y, topk=k) == pytest.approx(ref_mutual_knn(x, y, k), abs=1e-12)
 
 
-def test_mutual_knn_ties_go_to_the_lower_index():
-    # sample 0's other rows: 1 and 2 tie in X (same direction); in Y row 1 is the clear neighbour
+def test_mutual_knn_shares_tied_places_equally():
+    """Sample 0's neighbours 1 and 2 tie in X (one direction): each counts 1/2; sample 3 ties with all three in X
+    (1/3 each) and with 0 and 2 in Y (1/2 each). By hand: (1/2 + 0 + 1 + 1/3) / 4 = 11/24."""
     x = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 2.0], [-1.0, -1.0]])
     y = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [-1.0, -1.0]])
     out = F.mutual_knn(x, y, topk=1, details=True)
-    assert out.details["tied_rows"] >= 1
-    assert out.score == pytest.approx(ref_mutual_knn(x, y, 1))
+    assert out.details["tied_rows"] == 3
+    assert out.score == pytest.approx(11 / 24, abs=1e-15)
 
 
 # --------------------------------------------------------------------------- conventions of the functional form

@@ -17,7 +17,7 @@ from similarity_plugins.plugins import cka as cka_plugins
 from similarity_plugins.plugins import representational as rep
 from tests.helpers.models import tiny_cnn
 
-NEW = ["procrustes", "cca", "svcca", "pwcca", "rsa", "linear-regression", "mutual-knn"]
+NEW = ["procrustes", "cca", "svcca", "pwcca", "rsa", "linear-regression", "mutual-knn", "cknna"]
 ACTIVATION_METRICS = ["cka-linear", "cka-debiased", "cka-rbf", *NEW]
 VOCABULARY = ["translation", "isotropic-scaling", "orthogonal", "permutation", "invertible-linear", "monotonic"]
 
@@ -27,12 +27,13 @@ FUNCTIONS = {
     "cka-rbf": lambda x, y: F.cka(x, y, kernel="rbf"),
     "procrustes": F.procrustes, "cca": F.cca, "svcca": F.svcca, "pwcca": F.pwcca, "rsa": F.rsa,
     "linear-regression": F.linear_regression, "mutual-knn": lambda x, y: F.mutual_knn(x, y, topk=5),
+    "cknna": lambda x, y: F.cknna(x, y, topk=5),
 }
 
 
 PLUGINS = {"cka-linear": cka_plugins.LinearCKA, "cka-debiased": cka_plugins.DebiasedCKA, "cka-rbf": cka_plugins.RBFCKA,
            "procrustes": rep.Procrustes, "cca": rep.CCA, "svcca": rep.SVCCA, "pwcca": rep.PWCCA, "rsa": rep.RSA,
-           "linear-regression": rep.LinearRegression, "mutual-knn": rep.MutualKNN}
+           "linear-regression": rep.LinearRegression, "mutual-knn": rep.MutualKNN, "cknna": rep.CKNNA}
 
 
 def _plugin(name: str):
@@ -105,7 +106,7 @@ def test_declared_invariances_hold_and_undeclared_ones_do_not(name, word):
 
 # --------------------------------------------------------------------------- bad input
 BAD_NAME = {"procrustes": "Procrustes", "cca": "CCA", "svcca": "SVCCA", "pwcca": "PWCCA", "rsa": "RSA",
-            "linear-regression": "linear-regression", "mutual-knn": "mutual-kNN"}
+            "linear-regression": "linear-regression", "mutual-knn": "mutual-kNN", "cknna": "CKNNA"}
 MEASURES = {name: FUNCTIONS[name] for name in NEW}
 
 

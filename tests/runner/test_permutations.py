@@ -18,7 +18,7 @@ from similarity_plugins.networks.context import Context
 from similarity_plugins.stats import permutation as perm
 
 METRICS = ["cka-linear", "cka-debiased", "cka-rbf", "procrustes", "cca", "svcca", "pwcca", "rsa",
-           "linear-regression", "mutual-knn"]
+           "linear-regression", "mutual-knn", "cknna"]
 KEYS = ("p_value", "null_mean", "null_std", "permutations")
 
 
