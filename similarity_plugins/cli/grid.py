@@ -22,6 +22,7 @@ from .common import (
     progress_of,
     write_outputs,
 )
+from .grid_calibrated import calibrated_text, check_calibrate
 from .outputs import input_files, resolve_outputs
 
 BYTE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -162,15 +163,15 @@ def _best_pairs_text(grid, pairs: str) -> str:
     """One line per metric and block of two models (or each model's own block, for one model or ``within``):
     the best layer pair (in a model's own block, of two different layers), its score and its family-wise p-value
     when the grid ran permutations."""
-    models = grid.models
-    blocks = [(f, e) for i, f in enumerate(models) for e in models[i:]
-              if (f == e) == (len(models) == 1 or pairs == "within")]
+    from .grid_calibrated import blocks_of
+
     lines = []
     for metric in grid.metrics:
-        for front, end in blocks:
+        for front, end in blocks_of(grid, pairs):
             try:
                 best = grid.best_pair(metric, front, end, other_layers=True)
-            except ValueError:  # no scored cell in this block (its errors are in the matrices and the report)
+            except ValueError as exc:  # no scored cell, or cells missing or failed: the block has no best pair
+                lines.append(f"best {metric}: {front} x {end}: not given: {exc}")
                 continue
             p = "" if best["p_value"] is None else f" (family-wise p = {best['p_value']:.4g})"
             lines.append(f"best {metric}: {front}:{best['front_layer']} x {end}:{best['end_layer']} = "
@@ -191,6 +192,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
         args.store = os.path.abspath(args.store)
     _check_figure(args.figure)
     options = metric_options(args, select_score_metrics(args.metrics))
+    if args.calibrate:
+        check_calibrate(options, select_score_metrics(args.metrics))
     specs = model_specs(args.model)
     layers = parse_layers(args.layers, [n for n, _ in specs]) if args.layers else None
     data = load_data(args.data, args.max_train, args.max_test) if args.data else None
@@ -211,7 +214,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
     failed, reasons = failure_notes(grid)
     for metric in grid.metrics:
         print(_matrix_text(grid, metric, failed) + "\n")
-    for text in (_best_pairs_text(grid, args.pairs), reasons):
+    for text in (_best_pairs_text(grid, args.pairs), calibrated_text(grid, args.pairs) if args.calibrate else "",
+                 reasons):
         if text:
             print(text + "\n")
     print(f"{counted(len(grid.cells), 'cell')} ({len(failed)} failed) in {time.perf_counter() - start:.1f} s"
@@ -252,6 +256,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     outputs = add_output_args(p, "write the grid as JSON (Grid.from_json reads it)",
                               "write the flat report (one row per metric and cell) as CSV")
     outputs.add_argument("--figure", default=None, help="write the heatmaps (.png, .svg or .pdf)")
+    outputs.add_argument("--calibrate", action="store_true",
+                         help="also print each cell's calibrated score and each block's calibrated max and mean "
+                              "(needs --option permutations=K; docs: significance, calibrated scores)")
     outputs.add_argument("--resume", default=None, metavar="PATH",
                          help="finished-cells file: cells in it are read back, new ones appended as they finish")
     p.set_defaults(func=cmd_grid)

@@ -124,6 +124,8 @@ class PluginContext(Protocol):
             derives from one node once, with `derived`.
         derived_bytes: the most bytes a grid may hold of what measures derive from nodes (its ``cache_bytes``), or
             None (no bound): a measure that needs more says so before it starts.
+        grid_layers: in a grid, ``{id(model): [layer, ...]}``: the layers of each model's nodes, for what a whole
+            block of cells (one model's layers against another's) shares; empty elsewhere.
     """
 
     data: Any
@@ -134,6 +136,7 @@ class PluginContext(Protocol):
     world: Any
     reuse_nodes: bool
     derived_bytes: int | None
+    grid_layers: dict[int, list[str]]
 
     def activations(self, model: Any, layer: str, split: str = "test", *, flat: bool = True) -> torch.Tensor:
         """Activations of ``model`` at ``layer`` on a split, memoised: (N, D) float32 when ``flat``, else the layer's

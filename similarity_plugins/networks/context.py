@@ -28,7 +28,8 @@ from .split import SplitNetwork
 SHARED_KINDS = ("activations", "shard", "outputs", "array rows")
 
 #: The settings of a context, its constructor's arguments: what [`derive`][Context.derive] copies or replaces.
-SETTINGS = ("data", "seed", "device", "options", "progress", "batch_size", "world", "reuse_nodes", "derived_bytes")
+SETTINGS = ("data", "seed", "device", "options", "progress", "batch_size", "world", "reuse_nodes", "derived_bytes",
+            "grid_layers")
 
 
 def _nothing(_key: Hashable) -> bool:
@@ -58,13 +59,16 @@ class Context:
     read again, from an activation store, instead of computed; read on first use), ``row_sources``
     (``{activation key: rows}``: the same activations as rows on disk that a measure may read in blocks,
     [`row_source`][row_source]), ``versions`` (the in-place write counters of the shared tensors in ``memo``),
-    ``train_only`` (the memo keys whose values depend on the models and the train split alone). The settings
-    (`SETTINGS`) are the constructor's arguments.
+    ``train_only`` (the memo keys whose values depend on the models and the train split alone), ``grid_layers``
+    (``{id(model): [layer, ...]}``: in a grid, the layers of each model's nodes, so that a measure can compute
+    what a whole block of cells shares once; empty elsewhere). The settings (`SETTINGS`) are the constructor's
+    arguments.
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,
                  options: dict | None = None, progress: Progress = "never", batch_size: int = 256,
-                 world: World | None = None, reuse_nodes: bool = False, derived_bytes: int | None = None) -> None:
+                 world: World | None = None, reuse_nodes: bool = False, derived_bytes: int | None = None,
+                 grid_layers: dict[int, list[str]] | None = None) -> None:
         self.data = data
         self.seed = int(seed)
         self.device = device or torch.device("cpu")
@@ -80,6 +84,7 @@ class Context:
         self.loaders: dict[Hashable, Callable[[], torch.Tensor]] = {}
         self.row_sources: dict[Hashable, Any] = {}
         self.train_only: set[Hashable] = set()   # memo keys whose values depend on the models and Data.train alone
+        self.grid_layers: dict[int, list[str]] = dict(grid_layers or {})
 
     def derive(self, *, keep: Callable[[Hashable], bool] | None = None, **settings: Any) -> Context:
         """A child context: this one's settings (`SETTINGS`), those given in ``settings`` replaced, and its caches.

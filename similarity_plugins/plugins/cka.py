@@ -15,6 +15,8 @@ matrices, so it gathers all activations on every rank (memory: the whole (N, D) 
 
 from __future__ import annotations
 
+import torch
+
 from ..host.contract import Option
 from ..host.hookspecs import PluginContext, hookimpl
 from ..host.plugin import MetricPlugin, declared_value
@@ -69,9 +71,11 @@ class _CKAPlugin(MetricPlugin):
         if score is None:
             score = cka(x, y, **kwargs)
         details = {"n": int(x.shape[0]), "front_dim": int(x.shape[1]), "end_dim": int(y.shape[1]), **kwargs}
-        with_permutation_test(details, test, lambda: cka_permutation_test(
+        block = self._block_test(front, end, layer, len(x), full, kwargs, limit, test, seed, context) \
+            if per_node and test.asked else None
+        with_permutation_test(details, test, block or (lambda: cka_permutation_test(
             x, y, **kwargs, seed=seed, null_values=keeps_nulls(context), alpha=test.alpha,
-            **test.for_rows(len(x), full)))
+            **test.for_rows(len(x), full))))
         return SimilarityResult("", float(score), details)
 
     def _streamed(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult | None:
@@ -98,12 +102,75 @@ class _CKAPlugin(MetricPlugin):
                    "debiased": self.debiased, "streamed": True}  # both estimators from one pass over the pair
         return SimilarityResult("", float(acc.compute(self.debiased)), details)
 
+    def _node_gram(self, model, name: str, acts, threshold: float, limit, context: PluginContext):
+        """The node's centred Gram matrix, built once per node (`context.derived`) for both estimators."""
+        from ..cka.nodes import node_gram
+
+        return context.derived(model, name, "test", ("cka-gram", self.kernel, threshold, limit),
+                               lambda: node_gram(acts, self.kernel, threshold))
+
+    def _block_test(self, front, end, layer: LayerPair, n: int, full: int, kwargs: dict, limit, test,
+                    seed: int, context: PluginContext):
+        """In a grid: the cell's permutation test cut from its whole block's (`cka.block`), which every cell of the
+        block shares (`context.remember`); None when the grid's layers are unknown or the block's n x n matrices
+        would not fit in a quarter of the free memory (then the cell's own test). The block leaves out nodes
+        whose Gram matrix cannot be built (their cells fail on their own)."""
+        from ..cka.inputs import available_memory_bytes
+        from ..stats.blocks import block_bytes
+        from ..utils.digest import value_text
+
+        fronts, ends = context.grid_layers.get(id(front)), context.grid_layers.get(id(end))
+        if not fronts or not ends or layer.front not in fronts or layer.end not in ends:
+            return None
+        if block_bytes(n, len(fronts), len(ends)) * 2 > available_memory_bytes() / 4:
+            return None
+        threshold = kwargs.get("threshold", THRESHOLD.default)
+        key = ("cka-block-test", id(front), id(end), tuple(fronts), tuple(ends), self.kernel, self.debiased,
+               threshold, limit, seed, value_text(test))
+
+        def compute() -> tuple:
+            from ..cka.block import cka_block_nulls
+            from ..stats.designs import plan_permutations
+            from ..stats.permutation import GATHER_COST, check_cost
+
+            plan = plan_permutations(n=n, seed=seed, **test.for_rows(n, full))
+            sides = [self._usable_nodes(model, names, threshold, limit, context)
+                     for model, names in ((front, fronts), (end, ends))]
+            observed, null = cka_block_nulls(list(sides[0].values()), list(sides[1].values()), plan, self.debiased)
+            work = 0.5 * n * n * (GATHER_COST + len(sides[0])) * len(sides[1])
+            note = check_cost(plan.k, work, "CKA permutation test of a grid block", 0.0, None, n, plan.distinct())
+            return plan, list(sides[0]), list(sides[1]), observed, null, note
+
+        def run() -> dict:
+            from ..cka.permutation import cka_range
+            from ..stats.permutation import summarise
+
+            plan, rows, cols, observed, null, note = context.remember(key, compute)
+            i, j = rows.index(layer.front), cols.index(layer.end)
+            out = summarise(float(observed[i, j]), torch.from_numpy(null[:, i, j]), "similarity",
+                            keep_null=keeps_nulls(context), alpha=test.alpha, bounds=cka_range(self.debiased))
+            out.update(plan.details())
+            return {**out, "warnings": [note]} if note else out
+
+        return run
+
+    def _usable_nodes(self, model, names: list[str], threshold: float, limit, context: PluginContext) -> dict:
+        """``{layer: NodeGram}`` of the model's grid layers whose Gram matrix can be built (in layer order)."""
+        out = {}
+        for name in names:
+            acts = context.activations(model, name, "test")
+            try:
+                out[name] = self._node_gram(model, name, acts[: int(limit)] if limit else acts, threshold, limit, context)
+            except ValueError:  # a constant or non-finite layer: its own cells say so
+                continue
+        return out
+
     def _per_node(self, front, end, layer: LayerPair, x, y, kwargs: dict, limit, context: PluginContext) -> float | None:
         """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);
         None (then `cka`) when a linear cell costs less in feature space (few features: no n x n matrix is held),
         the n x n matrices would not fit in memory or a product under/overflowed."""
         from ..cka.inputs import available_memory_bytes
-        from ..cka.nodes import cka_from_node_grams, node_gram
+        from ..cka.nodes import cka_from_node_grams
 
         n = int(x.shape[0])
         if len(y) != n or n < 4 or 8 * n * n * 3 > available_memory_bytes():
@@ -112,12 +179,8 @@ class _CKAPlugin(MetricPlugin):
             return None
         threshold = kwargs.get("threshold", THRESHOLD.default)  # linear kernels ignore it
 
-        def gram(model, name: str, acts):  # one matrix per node, for both estimators
-            return context.derived(model, name, "test", ("cka-gram", self.kernel, threshold, limit),
-                                   lambda: node_gram(acts, self.kernel, threshold))
-
-        a = gram(front, layer.front, x)
-        b = gram(end, layer.end, y)
+        a = self._node_gram(front, layer.front, x, threshold, limit, context)
+        b = self._node_gram(end, layer.end, y, threshold, limit, context)
         return cka_from_node_grams(a, b, self.debiased)
 
     def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult:

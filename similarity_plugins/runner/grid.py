@@ -183,7 +183,7 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
     device = torch.device(device) if device is not None else model_device(next(iter(named.values())))
     placed = {name: on_device(model, device, f"model {name!r}") for name, model in named.items()}
     ctx = Context(data, seed=seed, device=device, options=options, progress=progress, reuse_nodes=True,
-                  derived_bytes=cache_bytes)
+                  derived_bytes=cache_bytes, grid_layers={id(placed[m]): list(per_model[m]) for m in named})
     if source is not None:
         source.prefill(ctx, placed)
     info = declared_meanings(names)

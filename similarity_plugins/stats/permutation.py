@@ -143,7 +143,7 @@ def permuted_inner(a: torch.Tensor, b: torch.Tensor, perms: torch.Tensor) -> tor
     Returns:
         (K,) float64 tensor on the CPU, exact up to float64 rounding of the sum.
 
-    O(n^2) per permutation. On the CPU, by symmetry, only the pairs ``i <= j`` are visited (`_upper_blocks`):
+    O(n^2) per permutation. On the CPU, by symmetry, only the pairs ``i <= j`` are visited (`upper_blocks`):
     for each row block of about ``GATHER_BLOCK_BYTES``, every permutation's rows ``p(i)`` of ``b`` are gathered
     (a contiguous copy), then their columns ``p(j)`` inside the block, which stays in cache, and the block meets
     the same weighted part of ``a``, read once for all the permutations, in one dot product. Elsewhere two
@@ -160,19 +160,20 @@ def permuted_inner(a: torch.Tensor, b: torch.Tensor, perms: torch.Tensor) -> tor
         return out
     bn = b.numpy()
     totals = np.zeros(len(perms))
-    for start, stop, weights in _upper_blocks(a.numpy()):
+    for start, stop, weights in upper_blocks(a.numpy()):
         for i, p in enumerate(perms.numpy()):
             totals[i] += np.vdot(weights, bn[p[start:stop]].take(p[start:], axis=1))
     out[:] = torch.from_numpy(totals)
     return out
 
 
-def _upper_blocks(a: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+def upper_blocks(a: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
     """``a``'s rows in blocks of about ``GATHER_BLOCK_BYTES``, each from its diagonal on, with the entries right
     of the diagonal block doubled: ``sum_ij a_ij c_ij = sum over blocks of <weights, c[start:stop, start:]>`` for
-    every symmetric ``c``, which visits each pair ``i <= j`` once."""
+    every symmetric ``c``, which visits each pair ``i <= j`` once. ``a`` is (n, n), or (n, n, m): m symmetric
+    matrices stacked on the last axis, blocked together."""
     n = a.shape[0]
-    step = max(1, GATHER_BLOCK_BYTES // (8 * n))
+    step = max(1, GATHER_BLOCK_BYTES // (8 * n * int(np.prod(a.shape[2:], dtype=np.int64))))
     blocks = []
     for start in range(0, n, step):
         stop = min(n, start + step)

@@ -169,14 +169,33 @@ def test_explicit_pairs_that_mirror_part_of_a_block_compute_the_block_instead():
                                                            grid.nodes.index(("x", best["end_layer"]))]
 
 
-def test_each_block_costs_its_own_permutation_tests_and_no_more(monkeypatch):
-    import similarity_plugins.cka.permutation as cka_permutation
+def test_each_block_costs_one_block_test_and_no_more(monkeypatch):
+    import similarity_plugins.cka.block as cka_block
 
     calls = []
-    real = cka_permutation.draws
-    monkeypatch.setattr(cka_permutation, "draws", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = cka_block.cka_block_nulls
+    monkeypatch.setattr(cka_block, "cka_block_nulls",
+                        lambda fronts, ends, plan, debiased: calls.append((len(fronts), len(ends), plan.k, plan.seed))
+                        or real(fronts, ends, plan, debiased))
     models, data = {"x": _mlp(1, 0), "y": _mlp(2, 1)}, _data()
     grid = sp.compare_grid(models, LAYERS, data, "cka-linear", options={"permutations": K}, seed=2)
-    # (x, x) and (y, y): 9 cells each, both orders; (x, y): 9 cells; (y, x): its mirror, nothing computed
-    assert len(calls) == 27 and {c[:3] for c in calls} == {(40, K, 2)}  # one seed: the same permutations
+    # (x, x), (y, y) and (x, y): one block test each, all 3 x 3 cells; (y, x): the mirror of (x, y), nothing computed
+    assert calls == [(3, 3, K, 2)] * 3
     assert grid.block_nulls[("cka-linear", "y", "x")] == grid.block_nulls[("cka-linear", "x", "y")]
+
+
+def test_a_block_test_equals_the_cells_tested_one_by_one():
+    """The grid's block test gives every cell the p-value, null and calibrated score of its own test."""
+    from similarity_plugins.cka.permutation import cka_permutation_test
+
+    models, data = {"x": _mlp(1, 0), "y": _mlp(2, 0)}, _data()
+    for metric, debiased in (("cka-linear", False), ("cka-debiased", True)):
+        grid = sp.compare_grid(models, LAYERS, data, metric, pairs="across", options={"permutations": K}, seed=3)
+        for i, a in enumerate(LAYERS):
+            for j, b in enumerate(LAYERS):
+                cell = grid.cells[(metric, grid.nodes.index(("x", a)), grid.nodes.index(("y", b)))].details
+                own = cka_permutation_test(_acts(models["x"], data, a), _acts(models["y"], data, b), debiased=debiased,
+                                           permutations=K, seed=3, analytic=False)
+                assert cell["p_value"] == own["p_value"] and cell["tau"] == pytest.approx(own["tau"], rel=1e-10)
+                assert cell["null_mean"] == pytest.approx(own["null_mean"], rel=1e-10)
+                assert cell["calibrated"] == pytest.approx(own["calibrated"], rel=1e-9, abs=1e-12)
