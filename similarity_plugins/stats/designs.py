@@ -146,6 +146,15 @@ def _group_index(groups: Any, n: int, permute: str) -> torch.Tensor:
     return index
 
 
+def _check_permute(permute: Any) -> None:
+    """``ValueError`` naming the option and its words unless ``permute`` is one of `PERMUTE_MODES`."""
+    if permute not in PERMUTE_MODES:
+        from ..utils.text import did_you_mean
+
+        raise ValueError(f"option permute must be one of {', '.join(PERMUTE_MODES)}, got {permute!r}"
+                         f"{did_you_mean(str(permute), PERMUTE_MODES)}")
+
+
 def plan_permutations(permutations: Any, n: int, seed: int, groups: Any = None,
                       permute: Permute = "within") -> PermutationPlan:
     """The permutations a test of ``n`` rows scores, from its options.
@@ -164,8 +173,7 @@ def plan_permutations(permutations: Any, n: int, seed: int, groups: Any = None,
         ValueError: naming the option: a count below 1 or not whole, an array that is not (K, n) permutations,
             an array together with ``groups``, labels not one per row, or groups that allow no permutation.
     """
-    if permute not in PERMUTE_MODES:
-        raise ValueError(f"option permute must be one of {', '.join(PERMUTE_MODES)}, got {permute!r}")
+    _check_permute(permute)
     if is_permutation_array(permutations):
         if groups is not None:
             raise ValueError("option groups restricts drawn permutations; with an array of permutations given, "
@@ -221,11 +229,7 @@ def read_permutation_options(permutations: Any, alpha: Any, groups: Any, permute
     """
     if not is_permutation_array(permutations):
         permutations = check_permutations(permutations)
-    if permute not in PERMUTE_MODES:
-        from ..utils.text import did_you_mean
-
-        raise ValueError(f"option permute must be one of {', '.join(PERMUTE_MODES)}, got {permute!r}"
-                         f"{did_you_mean(str(permute), PERMUTE_MODES)}")
+    _check_permute(permute)
     if groups is not None:
         labels = groups.detach().cpu().numpy() if isinstance(groups, torch.Tensor) else np.asarray(groups)
         if labels.ndim != 1 or len(labels) < 2:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -62,3 +63,25 @@ def assert_unchanged(model: nn.Module, before: dict) -> None:
     assert after["state"].keys() == before["state"].keys()
     for k, v in before["state"].items():
         assert torch.equal(v, after["state"][k]), f"{k} changed"
+
+
+class Channel(nn.Module):
+    """Reads one channel of a (N, C, ...) input: models reading different channels see different data."""
+
+    def __init__(self, channel: int) -> None:
+        super().__init__()
+        self.channel = channel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, self.channel]
+
+
+def child_activations(model: nn.Module, inputs: torch.Tensor, layer: str) -> np.ndarray:
+    """The output of ``model``'s direct child ``layer`` (an ``nn.Sequential``) on ``inputs``, flattened, float64."""
+    x = inputs
+    with torch.no_grad():
+        for name, module in model.named_children():
+            x = module(x)
+            if name == layer:
+                return x.double().flatten(1).numpy()
+    raise AssertionError(f"no child {layer!r}")

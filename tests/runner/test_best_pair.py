@@ -12,6 +12,7 @@ from torch.utils.data import TensorDataset
 import similarity_plugins as sp
 from similarity_plugins.cka import cka
 from similarity_plugins.stats.permutation import draws
+from tests.helpers.models import Channel, child_activations
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LAYERS = ["1", "2", "3"]
@@ -23,16 +24,8 @@ def _mlp(seed: int, channel: int = 0) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         body = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 6))
-    return nn.Sequential(_Channel(channel), *body)
+    return nn.Sequential(Channel(channel), *body)
 
-
-class _Channel(nn.Module):
-    def __init__(self, channel: int) -> None:
-        super().__init__()
-        self.channel = channel
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[:, self.channel]
 
 
 def _data(n: int = 40, seed: int = 0) -> sp.Data:
@@ -42,13 +35,7 @@ def _data(n: int = 40, seed: int = 0) -> sp.Data:
 
 
 def _acts(model: nn.Module, data: sp.Data, layer: str) -> np.ndarray:
-    x = data.test.tensors[0]
-    with torch.no_grad():
-        for name, module in model.named_children():
-            x = module(x)
-            if name == layer:
-                return x.double().flatten(1).numpy()
-    raise AssertionError(layer)
+    return child_activations(model, data.test.tensors[0], layer)
 
 
 def test_a_model_against_itself_gets_one_over_k_plus_one():

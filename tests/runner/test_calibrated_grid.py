@@ -15,19 +15,12 @@ from similarity_plugins.cka import cka
 from similarity_plugins.cli import main
 from similarity_plugins.stats.calibration import calibrate
 from similarity_plugins.stats.permutation import draws
+from tests.helpers.models import Channel, child_activations
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LAYERS = ["1", "2", "3"]
 K = 19
 
-
-class _Channel(nn.Module):
-    def __init__(self, channel: int) -> None:
-        super().__init__()
-        self.channel = channel
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[:, self.channel]
 
 
 class _Zero(nn.Module):
@@ -39,7 +32,7 @@ def _mlp(seed: int, channel: int = 0) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         body = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 6))
-    return nn.Sequential(_Channel(channel), *body, _Zero())
+    return nn.Sequential(Channel(channel), *body, _Zero())
 
 
 def _data(n: int = 40, seed: int = 0, mix: float = 0.7) -> sp.Data:
@@ -51,13 +44,7 @@ def _data(n: int = 40, seed: int = 0, mix: float = 0.7) -> sp.Data:
 
 
 def _acts(model: nn.Module, data: sp.Data, layer: str) -> np.ndarray:
-    x = data.test.tensors[0]
-    with torch.no_grad():
-        for name, module in model.named_children():
-            x = module(x)
-            if name == layer:
-                return x.double().flatten(1).numpy()
-    raise AssertionError(layer)
+    return child_activations(model, data.test.tensors[0], layer)
 
 
 @pytest.fixture(scope="module")
