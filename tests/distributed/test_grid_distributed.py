@@ -29,6 +29,23 @@ def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(tmp_path):
 
 
 @pytest.mark.slow
+def test_calibrated_cells_and_aggregates_on_two_ranks_equal_one_process(tmp_path):
+    results = w.run_ranks(["calibrated_grid"], str(tmp_path))
+    rank0, rank1 = w.ok_values(results, "calibrated_grid")
+    assert rank0["ranks"] == [0, 1] and not rank0["errors"] and not rank1["errors"]
+    front, end, data = w.small_setup()
+    single = compare_grid({"a": front, "b": end}, ["block2", "block3"], data, w.CALIBRATED_METRICS,
+                          options=w.CALIBRATED_OPTIONS)
+    for metric in single.metrics:
+        for rank in (rank0, rank1):
+            assert np.allclose(rank["calibrated"][metric], single.calibrated(metric), rtol=0, atol=1e-10), metric
+            for agg in ("max", "mean"):
+                theirs, ours = rank["aggregates"][(metric, agg)], single.aggregate(metric, "a", "b", agg)
+                assert theirs["p_value"] == ours["p_value"], (metric, agg)
+                assert theirs["calibrated"] == pytest.approx(ours["calibrated"], abs=1e-10), (metric, agg)
+
+
+@pytest.mark.slow
 def test_a_grid_resumes_under_torchrun_from_rank_zeros_file(tmp_path):
     results = w.run_ranks(["grid_resume"], str(tmp_path))
     first, second = w.ok_values(results, "grid_resume")

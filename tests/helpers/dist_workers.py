@@ -327,8 +327,26 @@ def scenario_text_grid(rank: int, cache_dir: str) -> Any:
             "ranks": sorted({c.details.get("rank") for c in on_text.cells.values() if not c.details.get("mirrored")})}
 
 
+CALIBRATED_METRICS = "cka-linear,cka-debiased,mutual-knn,cknna"
+CALIBRATED_OPTIONS = {"permutations": 19, "topk": 5}
+
+
+def scenario_calibrated_grid(rank: int, cache_dir: str) -> Any:
+    """A permutation-tested grid: each metric's calibrated matrix and its block's calibrated max and mean."""
+    from similarity_plugins import compare_grid
+
+    front, end, data = small_setup()
+    grid = compare_grid({"a": front, "b": end}, ["block2", "block3"], data, CALIBRATED_METRICS,
+                        options=CALIBRATED_OPTIONS)
+    return {"calibrated": {m: grid.calibrated(m) for m in grid.metrics},
+            "aggregates": {(m, agg): grid.aggregate(m, "a", "b", agg) for m in grid.metrics for agg in ("max", "mean")},
+            "errors": [c.error for c in grid.cells.values() if c.error],
+            "ranks": sorted({c.details.get("rank") for c in grid.cells.values() if not c.details.get("mirrored")})}
+
+
 SCENARIOS: dict[str, Callable[[int, str], Any]] = {
     "grid": scenario_grid, "extract": scenario_extract, "text_grid": scenario_text_grid,
+    "calibrated_grid": scenario_calibrated_grid,
     "grid_resume": scenario_grid_resume,
     "rank_timeout": scenario_rank_timeout,
     "compare": scenario_compare, "iris": scenario_iris, "tiny": scenario_tiny, "mismatch": scenario_mismatch,

@@ -163,7 +163,9 @@ def test_compare_and_the_cli_carry_the_test(tmp_path, capsys):
     ctx = Context(data)
     x, y = ctx.activations(front, "pool", "test"), ctx.activations(end, "pool", "test")
     for name in ("cka-linear", "rsa"):
-        assert report[name].details["p_value"] == sp.score(x, y, [name], {"permutations": 19})[0].details["p_value"]
+        alone = sp.score(x, y, [name], {"permutations": 19})[0].details
+        for key in ("p_value", "tau", "calibrated"):  # compare calibrates exactly as score does
+            assert report[name].details[key] == alone[key], (name, key)
     bad = sp.compare(front, end, "pool", data, ["procrustes"], options={"permutations": -1})
     assert "permutations" in bad["procrustes"].error
     np.save(tmp_path / "a.npy", x.numpy())
