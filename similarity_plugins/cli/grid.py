@@ -170,7 +170,7 @@ def _best_pairs_text(grid, pairs: str) -> str:
         for front, end in blocks_of(grid, pairs):
             try:
                 best = grid.best_pair(metric, front, end, other_layers=True)
-            except ValueError as exc:  # no scored cell, or cells missing or failed: the block has no best pair
+            except ValueError as exc:  # no scored cell, or cells missing: the block has no best pair
                 lines.append(f"best {metric}: {front} x {end}: not given: {exc}")
                 continue
             p = "" if best["p_value"] is None else f" (family-wise p = {best['p_value']:.4g})"

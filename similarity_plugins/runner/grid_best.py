@@ -110,6 +110,19 @@ def _cell_names(grid: Any, metric: str, cells: list[tuple[int, int]], errors: bo
     return "; ".join(name(c) for c in cells[:5]) + (f" and {len(cells) - 5} more" if len(cells) > 5 else "")
 
 
+class IncompleteBlockWarning(UserWarning):
+    """A block's best pair or aggregate taken without its failed cells (the metric is undefined there)."""
+
+
+def _cell_names(grid: Any, metric: str, cells: list[tuple[int, int]], errors: bool) -> str:
+    """Up to five cells as ``model:layer x model:layer`` (with their errors), and how many more."""
+    def name(cell: tuple[int, int]) -> str:
+        (fm, fl), (em, el) = grid.nodes[cell[0]], grid.nodes[cell[1]]
+        return f"{fm}:{fl} x {em}:{el}" + (f" ({grid.cells[(metric, *cell)].error})" if errors else "")
+
+    return "; ".join(name(c) for c in cells[:5]) + (f" and {len(cells) - 5} more" if len(cells) > 5 else "")
+
+
 def check_complete(grid: Any, metric: str, front: str, end: str) -> None:
     """Refuse a block with a cell that was asked for and is missing, and warn about failed ones, naming the cells.
 
