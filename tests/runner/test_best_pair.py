@@ -132,6 +132,10 @@ def test_a_distance_takes_the_lowest_score_and_the_lowest_null(fresh_manager):
     best, ref = grid.best_pair("one-minus-cka", "x", "y"), reference.best_pair("cka-linear", "x", "y")
     assert (best["front_layer"], best["end_layer"]) == (ref["front_layer"], ref["end_layer"])
     assert best["score"] == pytest.approx(1.0 - ref["score"], abs=1e-12) and best["p_value"] == ref["p_value"]
+    low, high = grid.aggregate("one-minus-cka", "x", "y"), reference.aggregate("cka-linear", "x", "y")
+    assert low["score"] == best["score"] and low["p_value"] == high["p_value"]  # "max" is the best: the lowest
+    assert low["tau"] == pytest.approx(1.0 - high["tau"], abs=1e-12)  # the mirrored critical value
+    assert low["calibrated"] == pytest.approx(max(0.0, low["tau"] - low["score"]), abs=1e-12)  # no declared bound
 
 
 def test_a_resumed_grid_has_the_same_best_pair(tmp_path):
