@@ -168,26 +168,19 @@ def test_groups_and_arrays_of_permutations_reach_every_cell():
     assert given.block_nulls[("cka-linear", "x", "y")] != given.block_nulls[("cka-linear", "y", "x")]
 
 
-def test_the_cli_prints_calibrated_matrices_and_aggregates(tmp_path, capsys):
-    from similarity_plugins.apps.zoo import build_model
-
-    for seed, name in ((0, "a"), (1, "b")):
-        torch.manual_seed(seed)
-        torch.save(build_model("small-cnn", num_classes=10, in_channels=1).state_dict(), tmp_path / f"{name}.pt")
-    code = main(["grid", "--model", f"a=small-cnn@{tmp_path / 'a.pt'}", "--model", f"b=small-cnn@{tmp_path / 'b.pt'}",
-                 "--in-channels", "1", "--num-classes", "10",
-                 "--layers", "block2,block3", "--data", "digits", "--max-test", "48", "--metrics", "cka-linear",
-                 "--pairs", "across", "--option", "permutations=19", "--calibrate", "--no-progress",
-                 "--out", str(tmp_path / "g.json")])
+def test_the_cli_prints_calibrated_matrices_and_aggregates(tested, tmp_path, capsys):
+    models, data, _ = tested
+    sp.extract(models, LAYERS, data, tmp_path / "store")
+    code = main(["grid", "--store", str(tmp_path / "store"), "--metrics", "cka-linear", "--pairs", "across",
+                 "--option", "permutations=19", "--calibrate", "--no-progress", "--out", str(tmp_path / "g.json")])
     out = capsys.readouterr().out
     assert code == 0, out
     grid = sp.Grid.from_json(tmp_path / "g.json")
     assert "cka-linear calibrated (rows: front, columns: end)" in out
     for agg in ("max", "mean"):
-        found = grid.aggregate("cka-linear", "a", "b", agg)
-        assert f"{agg} cka-linear a x b: {found['score']:.4f} (p = {found['p_value']:.4g}, tau = {found['tau']:.4f}, " \
+        found = grid.aggregate("cka-linear", "x", "y", agg)
+        assert f"{agg} cka-linear x x y: {found['score']:.4f} (p = {found['p_value']:.4g}, tau = {found['tau']:.4f}, " \
                f"calibrated {found['calibrated']:.4f})" in out
-    assert main(["grid", "--model", f"a=small-cnn@{tmp_path / 'a.pt'}", "--in-channels", "1", "--num-classes", "10",
-                 "--layers", "block2", "--data", "digits", "--metrics", "cka-linear", "--calibrate",
+    assert main(["grid", "--store", str(tmp_path / "store"), "--metrics", "cka-linear", "--calibrate",
                  "--no-progress"]) == 2
     assert "--calibrate needs permutations" in capsys.readouterr().err
