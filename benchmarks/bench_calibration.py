@@ -1,15 +1,16 @@
 """Calibrated aggregates of a 6 x 6 layer grid (issue 59.6): ours against the authors' ``calibrate_layers``.
 
 Run from the repository root: ``python -m pytest benchmarks/bench_calibration.py --benchmark-only -s``. Group
-``calibrated-aggregates``: two 6-block MLPs (width ``CALIB_BENCH_D``, default 256; the second a perturbed copy of
-the first, so the calibrated score is not 0) on N = 2000 inputs, linear CKA, K = 200 permutations given as one
-(K, N) array to both sides:
+``calibrated-aggregates``: two 6-block MLPs (width ``CALIB_BENCH_D``, default 512; the second a perturbed copy of
+the first, so the calibrated score is not 0) on N = 2000 inputs, linear CKA, K = 200 permutations, the same on
+both sides:
 
-- ``ours``: ``compare_grid(models, layers, data, "cka-linear", pairs="across", options={"permutations": perms})``
-  (the forward passes, the 12 nodes' Gram matrices, the 36 cells and the block's null in one block pass), then
-  ``Grid.aggregate`` with ``agg="max"`` and ``agg="mean"``.
-- ``calibrate_layers``: ``calibrated_similarity.calibrate_layers(xs, ys, sim, agg="max", K, perm_fn)`` on the same
-  activations (float32, as a model gives them; extracted before the timing), ``sim`` the feature-space linear CKA
+- ``ours``: ``compare_grid(models, layers, data, "cka-linear", pairs="across", options={"permutations": 200},
+  seed=SEED)`` (the forward passes, the 12 nodes' Gram matrices, the 36 cells of the block a x b and their
+  nulls in one block pass; b x a is its mirror), then ``Grid.aggregate`` with ``agg="max"`` and ``agg="mean"``.
+- ``calibrate_layers``: ``calibrated_similarity.calibrate_layers(xs, ys, sim, agg="max", K, perm_fn)``, ``perm_fn``
+  handing it the permutations our grid drew from ``SEED`` (`similarity_plugins.stats.permutation.draws`), on the
+  same activations (float32, as a model gives them; extracted before the timing), ``sim`` the feature-space linear CKA
   of the authors' own code (``aristotelian.metrics.cka.CKALinear._compute_raw``: ``||Yc^T Xc||^2 /
   (||Xc^T Xc|| ||Yc^T Yc||)``). One call (``"max"``; ``"mean"`` costs them another).
 
@@ -32,11 +33,13 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
+from similarity_plugins.stats.permutation import draws
 
 N, LAYERS, K = 2000, 6, 200
-D = int(os.environ.get("CALIB_BENCH_D", "256"))
+D = int(os.environ.get("CALIB_BENCH_D", "512"))
 K_THEIRS = int(os.environ.get("CALIB_BENCH_K_THEIRS", str(K)))
 K_CHECK = 20
+SEED = 3
 NAMES = [str(2 * i + 1) for i in range(LAYERS)]  # the Tanh after each Linear
 
 
@@ -61,8 +64,7 @@ def setting() -> dict:
     models = {"a": a, "b": _mlp(1, noise=1.5, base=a)}
     x = torch.randn(N, D, generator=torch.Generator().manual_seed(2))
     data = sp.Data(test=TensorDataset(x, torch.zeros(N, dtype=torch.long)))
-    rng = np.random.default_rng(3)
-    perms = np.stack([rng.permutation(N) for _ in range(K)])
+    perms = next(draws(N, K, SEED, K)).numpy()  # the permutations compare_grid draws from SEED
     acts = {}
     with torch.no_grad():
         for name, model in models.items():
@@ -86,9 +88,9 @@ def _perm_fn(perms: np.ndarray):
     return lambda n, device: next(rows).to(device)
 
 
-def _ours(setting: dict, perms: np.ndarray) -> dict:
+def _ours(setting: dict, permutations: int | np.ndarray = K) -> dict:
     grid = sp.compare_grid(setting["models"], NAMES, setting["data"], "cka-linear", pairs="across",
-                           options={"permutations": perms})
+                           options={"permutations": permutations}, seed=SEED)
     return {agg: grid.aggregate("cka-linear", "a", "b", agg) for agg in ("max", "mean")}
 
 
@@ -109,7 +111,7 @@ def _share() -> None:
 
 def test_ours(benchmark, setting):
     benchmark.group = "calibrated-aggregates"
-    found = benchmark.pedantic(_ours, (setting, setting["perms"]), rounds=1, iterations=1)
+    found = benchmark.pedantic(_ours, (setting,), rounds=1, iterations=1)
     setting["ours"] = found
     benchmark.extra_info.update(width=D, n=N, permutations=K, **{f"{agg}_{key}": value for agg, res in found.items()
                                                                   for key, value in res.items()})
@@ -130,9 +132,9 @@ def test_calibrate_layers(benchmark, setting):
             setattr(benchmark.stats.stats, name, getattr(benchmark.stats.stats, name) * (K + 1) / (K_THEIRS + 1))
         benchmark.extra_info["scaled_from_permutations"] = K_THEIRS
     else:
-        _same((setting.get("ours") or _ours(setting, setting["perms"]))["max"], theirs)
+        _same((setting.get("ours") or _ours(setting))["max"], theirs)
     short = setting["perms"][:K_CHECK]
-    ours_short = _ours(setting, short)
+    ours_short = _ours(setting, short)  # an array of permutations: the block a x b scores exactly these
     for agg in ("max", "mean"):
         _same(ours_short[agg], cs.calibrate_layers(xs, ys, _theirs_sim, agg=agg, K=K_CHECK, perm_fn=_perm_fn(short)))
     ratios.record("calibration:theirs", benchmark)
