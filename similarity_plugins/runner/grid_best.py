@@ -97,17 +97,19 @@ def _best_entry(entries: list[tuple], distance: bool) -> tuple | None:
     return top
 
 
-class IncompleteBlockWarning(UserWarning):
-    """A block's best pair or aggregate taken without its failed cells (the metric is undefined there)."""
-
-
-def _cell_names(grid: Any, metric: str, cells: list[tuple[int, int]], errors: bool) -> str:
-    """Up to five cells as ``model:layer x model:layer`` (with their errors), and how many more."""
-    def name(cell: tuple[int, int]) -> str:
-        (fm, fl), (em, el) = grid.nodes[cell[0]], grid.nodes[cell[1]]
-        return f"{fm}:{fl} x {em}:{el}" + (f" ({grid.cells[(metric, *cell)].error})" if errors else "")
-
-    return "; ".join(name(c) for c in cells[:5]) + (f" and {len(cells) - 5} more" if len(cells) > 5 else "")
+def asked_cells(grid: Any, metric: str, front: str, end: str) -> set[tuple[int, int]]:
+    """The (front index, end index) cells of the block that the grid's ``pairs`` asked for (what its meta says;
+    for a grid read from a file without that record, the cells it holds)."""
+    rows, cols = grid._indices(front), grid._indices(end)
+    pairs = grid.meta.get("pairs")
+    if pairs == "all" or (pairs == "across" and front != end) or (pairs == "within" and front == end):
+        return {(i, j) for i in rows for j in cols}
+    if pairs in ("across", "within"):
+        return set()
+    explicit = grid.meta.get("explicit_pairs")
+    if isinstance(explicit, list):
+        return {(i, j) for i, j in explicit if i in rows and j in cols}
+    return {(i, j) for (m, i, j) in grid.cells if m == metric and i in rows and j in cols}
 
 
 class IncompleteBlockWarning(UserWarning):
