@@ -63,8 +63,9 @@ def test_a_zoo_from_compare_grid_renders_in_chromium(browser, tmp_path):
     grid = sp.compare_grid(models, ["block2", "block3"], _data(), ["cka-linear", "procrustes"],
                            options={"permutations": 19})
     grid.to_html(tmp_path / "zoo.html")
-    _check(tmp_path / "zoo.html", {"heatmap cka-linear", "heatmap procrustes", "permutation nulls", "zoo cka-linear",
-                                   "zoo procrustes"}, {"best pairs", "provenance settings", "provenance models"})
+    _check(tmp_path / "zoo.html", {"heatmap cka-linear", "heatmap procrustes", "calibrated cka-linear",
+                                   "calibrated procrustes", "permutation nulls", "zoo cka-linear", "zoo procrustes"},
+           {"best pairs", "provenance settings", "provenance models"})
     grid.to_json(tmp_path / "zoo.json")
     assert main(["report", str(tmp_path / "zoo.json")]) == 0  # next to the JSON by default
     assert (tmp_path / "zoo.html").read_bytes() == grid.to_html().encode()
