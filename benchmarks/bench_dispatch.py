@@ -8,12 +8,14 @@ Group ``dispatch-score-cka-linear-64x16``: ``score`` of two float64 (64, 16) arr
   * direct          the hookimpl's function called directly (the runner before every call went through pluggy:
                     ``pm.hookimpl_for(name)``, then ``impl.function(**its arguments)``), patched in for the test
   * pluggy-wrapper  pluggy with one do-nothing ``similarity`` wrapper registered
-  * paired          pluggy and direct in turn within each round (the steadier figure on a shared machine)
+  * paired          direct, pluggy and pluggy with the wrapper in turn within each round (the steadier figures on
+                    a shared machine: the separate groups' rounds run minutes apart, under whatever load then)
 Group ``dispatch-call``: one call of a metric that returns ``1.0`` at once, the bare dispatch cost:
   * call-pluggy, call-direct (as above, without ``score`` around them)
 
 ``extra_info`` (of both benchmarks of each pair): ``pluggy_over_direct``, ``wrapper_over_direct`` (ratios of
-medians), ``paired_pluggy_over_direct`` (of the interleaved medians), ``call_pluggy_over_direct``; printed at the end.
+medians), ``paired_pluggy_over_direct`` and ``paired_wrapper_over_direct`` (of the interleaved medians),
+``call_pluggy_over_direct``; printed at the end.
 """
 
 from __future__ import annotations
@@ -119,21 +121,29 @@ def test_pluggy_with_a_wrapper(benchmark, arrays):
 
 @pytest.mark.benchmark(group=GROUP)
 def test_paired(benchmark, arrays):
-    times: dict[str, list[float]] = {"pluggy": [], "direct": []}
+    times: dict[str, list[float]] = {"direct": [], "pluggy": [], "wrapper": []}
+    pm, wrapper = get_plugin_manager(), _Nothing()
+
+    def timed(name: str) -> None:
+        start = time.perf_counter()
+        _score(*arrays)
+        times[name].append(time.perf_counter() - start)
 
     def one_round():
-        for name in times:
-            start = time.perf_counter()
-            if name == "direct":
-                with _direct_calls():
-                    _score(*arrays)
-            else:
-                _score(*arrays)
-            times[name].append(time.perf_counter() - start)
+        with _direct_calls():
+            timed("direct")
+        timed("pluggy")
+        pm.register(wrapper, name="bench-nothing")
+        try:
+            timed("wrapper")
+        finally:
+            pm.unregister(wrapper)
 
     benchmark.pedantic(one_round, rounds=400, iterations=1, warmup_rounds=20)
-    _PAIRED["paired_pluggy_over_direct"] = float(np.median(times["pluggy"]) / np.median(times["direct"]))
-    benchmark.extra_info["paired_pluggy_over_direct"] = round(_PAIRED["paired_pluggy_over_direct"], 4)
+    for name in ("pluggy", "wrapper"):
+        key = f"paired_{name}_over_direct"
+        _PAIRED[key] = float(np.median(times[name]) / np.median(times["direct"]))
+        benchmark.extra_info[key] = round(_PAIRED[key], 4)
     benchmark.extra_info["paired_median_us"] = {k: round(float(np.median(v)) * 1e6, 1) for k, v in times.items()}
 
 
