@@ -192,14 +192,14 @@ def write_outputs(files: dict[str, Any], say: bool = True) -> list[str]:
 
 
 def check_metric_options(per_metric: dict[str, dict]) -> None:
-    """Raise ``ValueError`` naming the option for the first bad value among ``{metric: options}`` (a number given
-    as text, a sample limit that is not positive; `values`)."""
+    """Raise ``ValueError`` naming the option for the first bad value among ``{metric: options}``: a value its
+    option's type refuses (`host.values`)."""
     from ..host.manager import get_plugin_manager
     from ..host.values import check_option_values
 
     info = get_plugin_manager().info
     for metric, options in per_metric.items():
-        problem = check_option_values(options, info[metric].options if metric in info else None)
+        problem = check_option_values(options, info[metric].option_types if metric in info else None)
         if problem:
             raise ValueError(problem)
 

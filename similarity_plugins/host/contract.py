@@ -1,22 +1,21 @@
-"""The checks behind the plugin contract: declared options (name, default, one-line doc), the data splits a
-metric needs, and what its score means.
+"""The checks behind the plugin contract: each field a metric declares (`plugin.FIELDS`) has its reader here, which
+checks a plugin's value and normalises it (options with their types, the data splits a metric needs, what its score
+means), and the options a call gives are resolved against the selected metrics' declarations.
 
-The attributes themselves are declared once, with their types and defaults, by
-[`MetricPlugin`][similarity_plugins.host.plugin.MetricPlugin]; `plugin.plugin_attributes` reads a plugin through
-that declaration and checks each value here. ``options`` may be a sequence of `Option` (or of names, or of
-``(name, default[, doc])`` tuples) or a dict ``{name: default}``. A plugin without ``options`` is *open*: it takes
-any option, receives every global option plus its own ``options[metric]`` dict, and counts as taking every
-global option when `resolve_options` checks that each global option is taken by at least one selected metric.
+``options`` may be a sequence of `Option` (or of names, or of ``(name, default[, doc[, type]])`` tuples) or a dict
+``{name: default}``. A plugin without ``options`` is *open*: it takes any option, receives every global option plus
+its own ``options[metric]`` dict, and counts as taking every global option when `resolve_options` checks that each
+global option is taken by at least one selected metric.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from ..utils.text import did_you_mean
+from .values import option_rule
 
-__all__ = ["Option", "UnknownOption", "read_declaration", "read_needs", "resolve_options", "missing_splits",
-           "Meaning", "check_meaning", "check_flag", "check_family", "INVARIANCES", "KINDS"]
+__all__ = ["Option", "UnknownOption", "INVARIANCES"]
 
 SPLIT_NAMES = {"train": "training split", "test": "test split"}
 
@@ -36,52 +35,73 @@ INVARIANCES: dict[str, str] = {
 
 
 class Option(NamedTuple):
-    """One declared metric option: its ``name``, ``default`` value and a one-line ``doc``.
+    """One declared metric option: its ``name``, ``default`` value, a one-line ``doc`` and its ``type``.
 
     A plugin declares its options as a sequence of these (or of plain names, or a ``{name: default}`` dict) in
-    its ``options`` attribute; ``compare`` then passes each metric exactly its declared options.
+    its ``options`` attribute; ``compare`` then passes each metric exactly its declared options, each value read by
+    the option's type first (a bad value is refused before the metric runs, naming the option and what it must be).
 
     Attributes:
         name: the option's key in ``options={...}`` and ``--option KEY=VALUE``.
         default: the value the metric receives when the caller gives none.
         doc: one line for ``similarity-plugins info`` and the [options tables](../options.md).
+        type: what a value must be: a rule of `similarity_plugins.utils.value_rules` (``Interval(float, 0, 1)``,
+            ``OneOf(("sum", "mean"))``, ``SAMPLE_LIMIT``, ...) or ``bool``, ``int``, ``float`` or ``str``; None: the
+            type of the default (a bool takes yes/no values, an int whole numbers, a float numbers, a str text;
+            any other default, None included, takes any value).
     """
 
     name: str
     default: Any = None
     doc: str = ""
+    type: Any = None
 
 
 class UnknownOption(ValueError):
     """An option that no selected metric takes (the message names the valid ones and close matches)."""
 
 
-def read_declaration(declared: Any, metric: str) -> tuple[dict[str, Any], dict[str, str]] | None:
-    """A plugin's ``options`` attribute as ``({name: default}, {name: doc})``; ``None`` when undeclared.
+def option_items(declared: Any) -> Iterator[Option]:
+    """The items of a declared ``options`` (a sequence of `Option`, names or tuples, or a dict) as `Option` values,
+    as written (unchecked; ``TypeError`` for an item that makes no `Option`)."""
+    items: Iterable[Any] = declared.items() if isinstance(declared, Mapping) else declared
+    for item in items:
+        yield Option(item) if isinstance(item, str) else Option(*item)
 
-    Raises ``TypeError`` naming the metric for a malformed declaration.
+
+def read_options(declared: Any, metric: str) -> tuple[Option, ...] | None:
+    """A plugin's ``options`` as `Option` values whose ``type`` is the option's rule (`values.option_rule`; None:
+    unchecked); None when undeclared (an open metric).
+
+    Raises:
+        TypeError: naming the metric, for a malformed declaration, an unknown type or a default its declared type
+            refuses.
     """
     if declared is None:
         return None
-    defaults: dict[str, Any] = {}
-    docs: dict[str, str] = {}
-    items: Iterable[Any] = declared.items() if isinstance(declared, Mapping) else declared
+    options: dict[str, Option] = {}
+    declared_types: dict[str, bool] = {}
     try:
-        for item in items:
-            option = Option(item) if isinstance(item, str) else Option(*item)
+        for option in option_items(declared):
             if not isinstance(option.name, str) or not option.name:
                 raise TypeError(f"option name {option.name!r} is not a non-empty string")
-            defaults[option.name] = option.default
-            docs[option.name] = str(option.doc or "")
+            rule = option_rule(option.type, option.default)
+            options[option.name] = option._replace(doc=str(option.doc or ""), type=rule)
+            declared_types[option.name] = option.type is not None
     except TypeError as exc:
         raise TypeError(f"metric {metric!r}: `options` must be a dict {{name: default}} or a sequence of "
-                        f"Option(name, default, doc); {exc}") from None
-    return defaults, docs
-
+                        f"Option(name, default, doc, type); {exc}") from None
+    for option in options.values():
+        try:
+            if option.type is not None and declared_types[option.name]:
+                option.type.check(option.name, option.default)
+        except ValueError as exc:
+            raise TypeError(f"metric {metric!r}: the default of option {option.name!r} breaks its own type: {exc}") from None
+    return tuple(options.values())
 
 
 def read_needs(declared: Any, metric: str) -> tuple[str, ...] | None:
-    """A plugin's ``needs`` attribute as a tuple of split names ("train", "test"); ``None`` when undeclared."""
+    """A plugin's ``needs`` as a tuple of split names ("train", "test"); None when undeclared."""
     if declared is None:
         return None
     needs = (declared,) if isinstance(declared, str) else tuple(declared)
@@ -89,6 +109,75 @@ def read_needs(declared: Any, metric: str) -> tuple[str, ...] | None:
     if unknown:
         raise TypeError(f"metric {metric!r}: `needs` lists unknown split(s) {unknown}; use 'train' and/or 'test'")
     return needs
+
+
+def read_description(declared: Any, metric: str) -> str | None:
+    """A plugin's ``description``: text, or None (undeclared: the first line of its docstring stands for it)."""
+    if declared is not None and not isinstance(declared, str):
+        raise TypeError(f"metric {metric!r}: `description` must be one line of text, got {declared!r}")
+    return declared
+
+
+def read_kind(declared: Any, metric: str) -> str | None:
+    """A plugin's ``kind``: one of `KINDS`, or None (undeclared)."""
+    if declared is not None and declared not in KINDS:
+        raise TypeError(f"metric {metric!r}: `kind` must be 'similarity' or 'distance', got {declared!r}")
+    return declared
+
+
+def read_flag(declared: Any, metric: str, field: str) -> bool:
+    """A plugin's boolean field ``field`` (``activations_only``, ``deterministic``): True or False."""
+    if not isinstance(declared, bool):
+        raise TypeError(f"metric {metric!r}: `{field}` must be True or False, got {declared!r}")
+    return declared
+
+
+def read_symmetric(declared: Any, metric: str) -> bool | None:
+    """A plugin's ``symmetric``: True, False, or None (undeclared)."""
+    return None if declared is None else read_flag(declared, metric, "symmetric")
+
+
+def read_family(declared: Any, metric: str) -> str | None:
+    """A plugin's ``family``: None (undeclared) or a non-empty word."""
+    if declared is not None and (not isinstance(declared, str) or not declared or declared != declared.strip()):
+        raise TypeError(f"metric {metric!r}: `family` must be a non-empty word such as 'stitching', or None, "
+                        f"got {declared!r}")
+    return declared
+
+
+def read_range(declared: Any, metric: str) -> tuple[float, float] | None:
+    """A plugin's ``range``: a pair of numbers ``lo < hi`` (``float("inf")`` allowed) as floats, or None."""
+    if declared is None:
+        return None
+    try:
+        lo, hi = declared
+        if isinstance(lo, bool) or isinstance(hi, bool):
+            raise TypeError
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError):
+        raise TypeError(f"metric {metric!r}: `range` must be a pair of numbers (lo, hi) or None, "
+                        f"got {declared!r}") from None
+    if not lo < hi:
+        raise TypeError(f"metric {metric!r}: `range` must have lo < hi, got {declared!r}")
+    return lo, hi
+
+
+def read_invariances(declared: Any, metric: str) -> tuple[str, ...] | None:
+    """A plugin's ``invariances``: distinct words of `INVARIANCES` as a tuple (one word alone: a 1-tuple), or None."""
+    if declared is None:
+        return None
+    words = (declared,) if isinstance(declared, str) else declared
+    try:
+        words = tuple(words)
+    except TypeError:
+        raise TypeError(f"metric {metric!r}: `invariances` must be a tuple of words, got {declared!r}") from None
+    for word in words:
+        if word not in INVARIANCES:
+            raise TypeError(f"metric {metric!r}: unknown invariance {word!r}{did_you_mean(str(word), INVARIANCES)} "
+                            f"(the vocabulary: {', '.join(INVARIANCES)})")
+    if len(set(words)) != len(words):
+        raise TypeError(f"metric {metric!r}: `invariances` lists a word twice: {declared!r}")
+    return words
 
 
 def missing_splits(metric: str, needs: tuple[str, ...] | None, data: Any) -> str | None:
@@ -153,85 +242,3 @@ def _check_global(plain: dict[str, Any], selected: list[str], declared: Mapping[
         raise UnknownOption(f"unknown option {name!r}: no selected metric ({', '.join(selected)}) takes it{hint} "
                             f"(they take: {', '.join(valid) or 'no options'}; "
                             f"`similarity-plugins info METRIC` lists each metric's options)")
-
-
-class Meaning(NamedTuple):
-    """What a metric's score means: ``kind``, ``range``, ``symmetric``, ``invariances`` (each None: undeclared)."""
-
-    kind: str | None = None
-    range: tuple[float, float] | None = None
-    symmetric: bool | None = None
-    invariances: tuple[str, ...] | None = None
-
-
-def check_meaning(kind: Any, range_: Any, symmetric: Any, invariances: Any, metric: str) -> Meaning:
-    """A plugin's ``kind``, ``range``, ``symmetric`` and ``invariances`` values, checked.
-
-    ``kind``: one of `KINDS`; ``range``: a pair of numbers ``lo < hi`` (``float("inf")`` allowed),
-    returned as floats; ``symmetric``: a bool; ``invariances``: a tuple of distinct words of
-    `INVARIANCES` (one word alone is taken as a 1-tuple). None stays None (undeclared).
-
-    Raises:
-        TypeError: naming the metric and the attribute, for a malformed value.
-    """
-    if kind is not None and kind not in KINDS:
-        raise TypeError(f"metric {metric!r}: `kind` must be 'similarity' or 'distance', got {kind!r}")
-    if symmetric is not None and not isinstance(symmetric, bool):
-        raise TypeError(f"metric {metric!r}: `symmetric` must be True or False, got {symmetric!r}")
-    return Meaning(kind, _read_range(range_, metric), symmetric, _read_invariances(invariances, metric))
-
-
-def check_flag(value: Any, attribute: str, metric: str) -> bool:
-    """A plugin's boolean attribute (``activations_only``, ``deterministic``) ``value``, checked.
-
-    Raises:
-        TypeError: naming the metric and the attribute, unless ``value`` is a bool.
-    """
-    if not isinstance(value, bool):
-        raise TypeError(f"metric {metric!r}: `{attribute}` must be True or False, got {value!r}")
-    return value
-
-
-def check_family(value: Any, metric: str) -> str | None:
-    """A plugin's ``family`` ``value``: None (undeclared) or a non-empty word.
-
-    Raises:
-        TypeError: naming the metric, for anything else.
-    """
-    if value is not None and (not isinstance(value, str) or not value or value != value.strip()):
-        raise TypeError(f"metric {metric!r}: `family` must be a non-empty word such as 'stitching', or None, "
-                        f"got {value!r}")
-    return value
-
-
-def _read_range(declared: Any, metric: str) -> tuple[float, float] | None:
-    if declared is None:
-        return None
-    try:
-        lo, hi = declared
-        if isinstance(lo, bool) or isinstance(hi, bool):
-            raise TypeError
-        lo, hi = float(lo), float(hi)
-    except (TypeError, ValueError):
-        raise TypeError(f"metric {metric!r}: `range` must be a pair of numbers (lo, hi) or None, "
-                        f"got {declared!r}") from None
-    if not lo < hi:
-        raise TypeError(f"metric {metric!r}: `range` must have lo < hi, got {declared!r}")
-    return lo, hi
-
-
-def _read_invariances(declared: Any, metric: str) -> tuple[str, ...] | None:
-    if declared is None:
-        return None
-    words = (declared,) if isinstance(declared, str) else declared
-    try:
-        words = tuple(words)
-    except TypeError:
-        raise TypeError(f"metric {metric!r}: `invariances` must be a tuple of words, got {declared!r}") from None
-    for word in words:
-        if word not in INVARIANCES:
-            raise TypeError(f"metric {metric!r}: unknown invariance {word!r}{did_you_mean(str(word), INVARIANCES)} "
-                            f"(the vocabulary: {', '.join(INVARIANCES)})")
-    if len(set(words)) != len(words):
-        raise TypeError(f"metric {metric!r}: `invariances` lists a word twice: {declared!r}")
-    return words

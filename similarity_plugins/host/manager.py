@@ -36,9 +36,8 @@ import importlib.metadata
 import inspect
 import threading
 import warnings
-from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 
 import pluggy
 
@@ -54,7 +53,7 @@ from .entrypoints import (
     check_metric_name,
     selected_entry_points,
 )
-from .plugin import ATTRIBUTES, plugin_attributes
+from .plugin import FIELDS, MetricInfo, plugin_attributes
 
 __all__ = ["MetricInfo", "SimilarityPluginManager", "DEFAULT_PLUGINS", "BUILTIN_PACKAGE", "ENTRY_POINT_GROUP",
            "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "autoload_disabled", "build_plugin_manager", "get_plugin_manager",
@@ -76,46 +75,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
 
 class OptionNameClash(ValueError):
     """A metric whose name is already an option of a registered metric (``options={name: ...}`` would be ambiguous)."""
-
-
-@dataclass
-class MetricInfo:
-    """What the registry knows of a metric: its name, package and load error, and every attribute of the
-    contract as `plugin_attributes` resolves it (the meanings and defaults: [`MetricPlugin`][MetricPlugin]).
-
-    Attributes:
-        name: the metric's registered name.
-        package: the distribution it came from.
-        description: one line for ``similarity-plugins list``.
-        error: why the plugin failed to load; None when it loaded.
-        error_type: the class name of the exception behind ``error`` (``"ImportError"``, ...); None when it loaded.
-        options: ``{option: default}`` as declared, or None when it declares none (it then takes any option).
-        option_docs: ``{option: one-line doc}``.
-        needs: the data splits it reads (``("train", "test")``), or None when undeclared.
-        kind: ``"similarity"`` (higher is more alike) or ``"distance"``; None: undeclared.
-        range: ``(lo, hi)`` floats, or None.
-        symmetric: whether the score is symmetric; None: undeclared.
-        invariances: a tuple of words of `INVARIANCES`; None: undeclared.
-        activations_only: True when the metric reads nothing but activations (it also runs in ``score``).
-        deterministic: True when no seed enters the score (``repeats`` computes it once).
-        family: the family it declares (``"stitching"``, ...), or None.
-    """
-
-    name: str
-    package: str
-    description: str = ""
-    error: str | None = None
-    options: dict[str, Any] | None = None
-    option_docs: dict[str, str] = field(default_factory=dict)
-    needs: tuple[str, ...] | None = None
-    kind: Literal["similarity", "distance"] | None = None
-    range: tuple[float, float] | None = None
-    symmetric: bool | None = None
-    invariances: tuple[str, ...] | None = None
-    activations_only: bool = False
-    deterministic: bool = False
-    family: str | None = None
-    error_type: str | None = None
 
 
 class SimilarityPluginManager(DispatchingManager):
@@ -337,7 +296,7 @@ def _as_plugin_object(plugin: Any) -> Any:
         if plugin.__name__ != "similarity":
             raise TypeError(f"a function plugin must be named `similarity` (or `register_metrics` for a family), "
                             f"got {plugin.__name__!r}")
-        declared = {a.name: getattr(plugin, a.name) for a in ATTRIBUTES if hasattr(plugin, a.name)}
+        declared = {f.name: getattr(plugin, f.name) for f in FIELDS if hasattr(plugin, f.name)}
         return SimpleNamespace(similarity=plugin, __doc__=plugin.__doc__, **declared)
     return plugin
 

@@ -1,138 +1,174 @@
-"""The typed contract of a metric plugin: `MetricPlugin` declares every optional attribute once, with its type,
-default and meaning, and `plugin_attributes` reads any plugin through that declaration.
+"""The contract of a metric plugin, written once: `FIELDS`, every field a metric may declare, with its type, default,
+meaning and reader.
 
-Every reader of a plugin's attributes (the registry's `MetricInfo`, `declared_value`, the function-plugin
-wrapper) goes through `plugin_attribute` or `plugin_attributes`, so a plugin that does not subclass
-`MetricPlugin` (a module, a plain class, a ``@hookimpl`` function) gets exactly the defaults a subclass
-inherits. `attribute_table` renders the declaration as the table of the plugin guide.
+Three things are made from that list: `MetricPlugin` (the class a plugin subclasses: each field at its default),
+`MetricInfo` (what the registry knows of a metric: each field as its reader normalised it, beside its name, package
+and load error) and `Meaning` (what a score means, as results record it). Every reader of a plugin's fields (the
+registry, `declared_value`, the function-plugin wrapper) goes through `plugin_attribute` or `plugin_attributes`, so a
+plugin that does not subclass `MetricPlugin` (a module, a plain class, a ``@hookimpl`` function) gets exactly the
+defaults a subclass inherits. `attribute_table` renders the list as the table of the plugin guide.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import inspect
-from typing import Any, Literal, Mapping, NamedTuple, Sequence
+from functools import partial
+from typing import Any, Callable, Mapping, NamedTuple
 
-from .contract import Option, check_family, check_flag, check_meaning, read_declaration, read_needs
+from .contract import (
+    option_items,
+    read_description,
+    read_family,
+    read_flag,
+    read_invariances,
+    read_kind,
+    read_needs,
+    read_options,
+    read_range,
+    read_symmetric,
+)
 
-__all__ = ["MetricPlugin", "Attribute", "ATTRIBUTES", "plugin_attribute", "plugin_attributes", "declared_value",
-           "attribute_table"]
+__all__ = ["MetricPlugin", "MetricInfo", "declared_value"]
 
 
-class MetricPlugin:
-    """The base class of a metric plugin: every optional attribute a metric may declare, with its default.
-
-    Subclass it, set the attributes your metric declares and add one ``similarity`` hookimpl (see
-    [`hookspecs`][similarity_plugins.host.hookspecs]). Subclassing is optional: any object with a ``similarity``
-    hookimpl is a plugin, and each attribute it lacks takes the default declared here. A malformed value is a
-    load error naming the metric and the attribute.
+class Field(NamedTuple):
+    """One field of the contract.
 
     Attributes:
-        description: one line for ``similarity-plugins list``; None: the first line of the plugin's docstring.
-        options: the options the metric takes, each with its default and a one-line doc: a sequence of `Option`
-            (or of names, or of ``(name, default[, doc])`` tuples) or a dict ``{name: default}``; None: it takes
-            any option (every global option merged with its own ``options[metric]`` dict).
-        needs: the data splits it reads, ``("test",)`` or ``("train", "test")``; a missing split gives its row
-            an error before it runs; None: undeclared.
-        kind: ``"similarity"`` (higher: more alike) or ``"distance"`` (lower: more alike); None: unknown.
-        range: ``(lo, hi)``, the values the score can take (``float("inf")`` allowed); None: unbounded or unknown.
-        symmetric: whether ``score(A, B) == score(B, A)``; None: unknown.
-        invariances: the transforms of one side's activations that leave the score unchanged, words of
-            `INVARIANCES` (``()``: none); None: unknown.
-        activations_only: True when the metric reads nothing but ``context.activations`` of the two layers (it
-            then also runs on arrays, in ``score``).
-        deterministic: True when no seed enters the score (``compare(repeats=k)`` computes it once).
-        family: the family the metric belongs to, a word applications select metrics by (the built-ins:
-            ``"cka"``, ``"representational"``, ``"stitching"``, ``"invariance"``); None: none declared.
+        name: the attribute a plugin sets.
+        type: what a plugin may set it to (as the plugin guide shows it).
+        default: its value when a plugin does not set it.
+        meaning: one line for the plugin guide.
+        read: ``read(value, metric)``: a plugin's value checked and normalised (``TypeError`` naming the metric and the
+            field for a malformed one).
+        held: the type of the normalised value, as `MetricInfo` holds it.
+        recorded: part of what a score means (`Meaning`), which results record beside their rows.
     """
-
-    description: str | None = None
-    options: Sequence[Option | str | tuple] | Mapping[str, Any] | None = None
-    needs: tuple[str, ...] | None = None
-    kind: Literal["similarity", "distance"] | None = None
-    range: tuple[float, float] | None = None
-    symmetric: bool | None = None
-    invariances: tuple[str, ...] | None = None
-    activations_only: bool = False
-    deterministic: bool = False
-    family: str | None = None
-
-
-class Attribute(NamedTuple):
-    """One attribute of the contract: its ``name``, ``type`` (as annotated), ``default`` and ``meaning``."""
 
     name: str
     type: str
     default: Any
     meaning: str
+    read: Callable[[Any, str], Any]
+    held: str
+    recorded: bool = False
 
 
-def _attribute_docs(doc: str) -> dict[str, str]:
-    """``{name: meaning}`` of the ``Attributes:`` section of a Google-style docstring (continuation lines joined)."""
-    docs: dict[str, str] = {}
-    lines = inspect.cleandoc(doc).splitlines()
-    start = lines.index("Attributes:") + 1
-    name = ""
-    for line in lines[start:]:
-        if not line.strip():
-            break
-        if line.startswith("    ") and not line.startswith("        "):
-            name, _, text = line.strip().partition(": ")
-            docs[name] = text
-        else:
-            docs[name] += " " + line.strip()
-    return docs
+#: The contract: every field a metric may declare, in order.
+FIELDS: tuple[Field, ...] = (
+    Field("description", "str", "", "one line for ``similarity-plugins list``; empty: the first line of the plugin's "
+          "docstring.", read_description, "str", recorded=True),
+    Field("options", "Sequence[Option | str | tuple] | Mapping[str, Any] | None", None,
+          "the options the metric takes, each with its default, a one-line doc and its type (what a value must be): a "
+          "sequence of `Option` (or of names, or of ``(name, default[, doc[, type]])`` tuples) or a dict "
+          "``{name: default}``; None: it takes any option (every global option merged with its own "
+          "``options[metric]`` dict).", read_options, "dict[str, Any] | None"),
+    Field("needs", "tuple[str, ...] | None", None, "the data splits it reads, ``(\"test\",)`` or ``(\"train\", "
+          "\"test\")``; a missing split gives its row an error before it runs; None: undeclared.", read_needs,
+          "tuple[str, ...] | None"),
+    Field("kind", "Literal['similarity', 'distance'] | None", None, "``\"similarity\"`` (higher: more alike) or "
+          "``\"distance\"`` (lower: more alike); None: unknown.", read_kind, "Literal['similarity', 'distance'] | None",
+          recorded=True),
+    Field("range", "tuple[float, float] | None", None, "``(lo, hi)``, the values the score can take "
+          "(``float(\"inf\")`` allowed); None: unbounded or unknown.", read_range, "tuple[float, float] | None",
+          recorded=True),
+    Field("symmetric", "bool | None", None, "whether ``score(A, B) == score(B, A)``; None: unknown.", read_symmetric,
+          "bool | None", recorded=True),
+    Field("invariances", "tuple[str, ...] | None", None, "the transforms of one side's activations that leave the "
+          "score unchanged, words of `INVARIANCES` (``()``: none); None: unknown.", read_invariances,
+          "tuple[str, ...] | None", recorded=True),
+    Field("activations_only", "bool", False, "True when the metric reads nothing but ``context.activations`` of the "
+          "two layers (it then also runs on arrays, in ``score``).", partial(read_flag, field="activations_only"),
+          "bool"),
+    Field("deterministic", "bool", False, "True when no seed enters the score (``compare(repeats=k)`` computes it "
+          "once).", partial(read_flag, field="deterministic"), "bool"),
+    Field("family", "str | None", None, "the family the metric belongs to, a word applications select metrics by "
+          "(the built-ins: ``\"cka\"``, ``\"representational\"``, ``\"stitching\"``, ``\"invariance\"``); None: none "
+          "declared.", read_family, "str | None", recorded=True),
+)
+_DEFAULTS = {f.name: f.default for f in FIELDS}
 
 
-def _declaration() -> tuple[Attribute, ...]:
-    """The contract read from `MetricPlugin`: its annotations (types), class values (defaults) and docstring."""
-    docs = _attribute_docs(MetricPlugin.__doc__ or "")
-    types = MetricPlugin.__annotations__
-    if set(docs) != set(types):
-        raise TypeError(f"MetricPlugin: the annotated attributes {sorted(types)} and those its docstring documents "
-                        f"{sorted(docs)} differ")
-    return tuple(Attribute(name, str(kind), getattr(MetricPlugin, name), docs[name]) for name, kind in types.items())
+class MetricPlugin:
+    """The base class of a metric plugin: every field of the contract, at its default.
+
+    Subclass it, set the fields your metric declares and add one ``similarity`` hookimpl (see
+    [`hookspecs`][similarity_plugins.host.hookspecs]). Subclassing is optional: any object with a ``similarity``
+    hookimpl is a plugin, and each field it lacks takes the same default. A malformed value is a load error naming
+    the metric and the field. The fields, with their types, defaults and meanings, are the table of
+    [the plugin guide](../plugins.md#the-contract-metricplugin).
+    """
 
 
-#: The contract, in declaration order (one `Attribute` per optional attribute of a metric plugin).
-ATTRIBUTES: tuple[Attribute, ...] = _declaration()
-_DEFAULTS = {a.name: a.default for a in ATTRIBUTES}
+def _attributes_section() -> str:
+    return "\n\nAttributes:\n" + "".join(f"    {f.name} ({f.type}): {f.meaning}\n" for f in FIELDS)
+
+
+for _field in FIELDS:
+    setattr(MetricPlugin, _field.name, _field.default)
+MetricPlugin.__annotations__ = {f.name: f.type for f in FIELDS}
+MetricPlugin.__doc__ = inspect.cleandoc(MetricPlugin.__doc__ or "") + _attributes_section()
+
+#: What a metric's score means, as results record it beside their rows (``Report.meta["info"]``, ``Grid.info``): the
+#: recorded fields of the contract (None where undeclared).
+Meaning = collections.namedtuple("Meaning", [f.name for f in FIELDS if f.recorded],
+                                 defaults=[f.default for f in FIELDS if f.recorded])
+
+
+def _meaning(self) -> Meaning:
+    """What the metric's score means: its recorded fields (`Meaning`)."""
+    return Meaning(**{name: getattr(self, name) for name in Meaning._fields})
+
+
+MetricInfo = dataclasses.make_dataclass(
+    "MetricInfo",
+    [("name", "str"), ("package", "str"),
+     *[(f.name, f.held, dataclasses.field(default=f.default)) for f in FIELDS],
+     ("option_docs", "dict[str, str]", dataclasses.field(default_factory=dict)),
+     ("option_types", "dict[str, ValueRule | None]", dataclasses.field(default_factory=dict)),
+     ("error", "str | None", dataclasses.field(default=None)),
+     ("error_type", "str | None", dataclasses.field(default=None))],
+    namespace={"meaning": _meaning, "__module__": __name__},
+)
+MetricInfo.__doc__ = (
+    "What the registry knows of a metric: its ``name``, the ``package`` it came from, every field of the contract as "
+    "`plugin_attributes` normalised it (``options`` as ``{option: default}``, or None when it takes any option), "
+    "each option's one-line doc (``option_docs``) and rule (``option_types``: what a value must be, None: "
+    "unchecked), and, when it failed to load, why (``error``) and the exception's class name (``error_type``)."
+    + _attributes_section())
 
 
 def plugin_attribute(plugin: Any, name: str) -> Any:
-    """The value ``plugin`` declares for the contract attribute ``name``, or the contract's default (unchecked).
+    """The value ``plugin`` declares for the contract field ``name``, or the contract's default (unchecked).
 
     Raises:
-        KeyError: ``name`` is not an attribute of the contract.
+        KeyError: ``name`` is not a field of the contract.
     """
     return getattr(plugin, name, _DEFAULTS[name])
 
 
 def plugin_attributes(plugin: Any, metric: str) -> dict[str, Any]:
-    """Every attribute of the contract as ``plugin`` declares it (or the default), checked and normalised.
+    """Every field of the contract as ``plugin`` declares it (or the default), read by the field's reader.
 
     Args:
         plugin: a plugin object (module, instance, or the wrapper of a ``@hookimpl`` function).
         metric: its metric name, for the messages.
 
     Returns:
-        ``{attribute: value}`` with ``options`` as ``{name: default}`` (None: open) plus ``option_docs``
-            (``{name: doc}``), ``range`` as floats, ``needs`` and ``invariances`` as tuples and ``description``
-            filled in from the docstring when undeclared: the fields of a `MetricInfo` beside its name, package
-            and error.
+        The fields of a `MetricInfo` beside its name, package and error: each field normalised, ``description``
+            filled in from the docstring when empty, ``options`` as ``{name: default}`` (None: open) with
+            ``option_docs`` (``{name: doc}``) and ``option_types`` (``{name: rule}``).
 
     Raises:
-        TypeError: naming the metric and the attribute, for a malformed value.
+        TypeError: naming the metric and the field, for a malformed value.
     """
-    raw = {a.name: plugin_attribute(plugin, a.name) for a in ATTRIBUTES}
-    declared = read_declaration(raw["options"], metric)
-    options, docs = declared if declared is not None else (None, {})
-    meaning = check_meaning(raw["kind"], raw["range"], raw["symmetric"], raw["invariances"], metric)
-    description = raw["description"] or _first_line(inspect.getdoc(plugin) or "")
-    return {"description": str(description), "options": options, "option_docs": docs,
-            "needs": read_needs(raw["needs"], metric), **meaning._asdict(),
-            "activations_only": check_flag(raw["activations_only"], "activations_only", metric),
-            "deterministic": check_flag(raw["deterministic"], "deterministic", metric),
-            "family": check_family(raw["family"], metric)}
+    values = {f.name: f.read(plugin_attribute(plugin, f.name), metric) for f in FIELDS}
+    values["description"] = values["description"] or _first_line(inspect.getdoc(plugin) or "")
+    options = values["options"] or ()
+    values["options"] = None if values["options"] is None else {o.name: o.default for o in options}
+    return {**values, "option_docs": {o.name: o.doc for o in options}, "option_types": {o.name: o.type for o in options}}
 
 
 def declared_value(plugin: Any, options: Mapping[str, Any], name: str) -> Any:
@@ -144,19 +180,20 @@ def declared_value(plugin: Any, options: Mapping[str, Any], name: str) -> Any:
     """
     if name in options:
         return options[name]
+    declared = list(option_items(plugin_attribute(plugin, "options") or ()))
+    for option in declared:
+        if option.name == name:
+            return option.default
     label = type(plugin).__name__
-    defaults = (read_declaration(plugin_attribute(plugin, "options"), label) or ({}, {}))[0]
-    if name not in defaults:
-        raise KeyError(f"{label} declares no option {name!r} (declared: {', '.join(defaults) or 'none'})")
-    return defaults[name]
+    raise KeyError(f"{label} declares no option {name!r} (declared: {', '.join(o.name for o in declared) or 'none'})")
 
 
 def attribute_table() -> str:
-    """The contract as a Markdown table (attribute, type, default, meaning), as the plugin guide shows it."""
+    """The contract as a Markdown table (field, type, default, meaning), as the plugin guide shows it."""
     rows = ["| attribute | type | default | meaning |", "| --- | --- | --- | --- |"]
-    for a in ATTRIBUTES:
-        kind = a.type.replace("|", "\\|")
-        rows.append(f"| `{a.name}` | {kind} | `{a.default!r}` | {a.meaning} |")
+    for f in FIELDS:
+        kind = f.type.replace("|", "\\|")
+        rows.append(f"| `{f.name}` | {kind} | `{f.default!r}` | {f.meaning} |")
     return "\n".join(rows)
 
 

@@ -108,10 +108,9 @@ def declared_meanings(names: Iterable[str]) -> dict[str, dict[str, Any]]:
         names: registered metric names.
 
     Returns:
-        ``{metric: {"kind", "range", "symmetric", "invariances", "family", "description"}}`` (None where the
-            metric declares nothing), so that a reader of the result (the HTML page) needs no registry.
+        ``{metric: {field: value}}`` for the fields of `Meaning` (``description``, ``kind``, ``range``,
+            ``symmetric``, ``invariances``, ``family``; None where the metric declares nothing), so that a reader of
+            the result (the HTML page) needs no registry.
     """
     info = get_plugin_manager().info
-    return {n: {"kind": info[n].kind, "range": info[n].range, "symmetric": info[n].symmetric,
-                "invariances": info[n].invariances, "family": info[n].family, "description": info[n].description}
-            for n in names}
+    return {n: info[n].meaning()._asdict() for n in names}

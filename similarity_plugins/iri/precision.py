@@ -36,12 +36,12 @@ from typing import Any, Callable, Iterator, Literal, get_args
 import torch
 from torch import nn
 
-from ..host.values import check_rule, one_of
+from ..utils.value_rules import OneOf
 
 Precision = Literal["auto", "float32", "bfloat16"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 #: What a precision must be (the ``precision`` argument, the ``iri_precision`` option).
-PRECISION_RULE = one_of(PRECISIONS, "(auto: bfloat16 where the hardware has it and it pays, then a float32 finish)")
+PRECISION_RULE = OneOf(PRECISIONS, "(auto: bfloat16 where the hardware has it and it pays, then a float32 finish)")
 AUTO_MIN_FLOPS = 5e7          # forward+backward FLOPs per sample from which "auto" runs bfloat16 (measured)
 SWITCH_TOL_FACTOR = 2.0       # a sample leaves bfloat16 when its bfloat16 error is <= this many times tol ...
 SWITCH_FLOOR_FACTOR = 2.0     # ... or this many times its seed's own bfloat16 error, whichever is larger
@@ -60,7 +60,7 @@ _CPU_FLAGS = ("amx_bf16",)   # bfloat16 matrix units (x86 AMX); see the module d
 
 def check_precision(precision: Any) -> str:
     """``precision`` if it is one of `PRECISIONS`; else ValueError naming the valid values."""
-    return check_rule("precision", precision, PRECISION_RULE)
+    return PRECISION_RULE.check("precision", precision)
 
 
 @functools.lru_cache(maxsize=1)

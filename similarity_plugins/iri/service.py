@@ -2,7 +2,7 @@
 scored result (fit on IRIs, evaluate on the real test split, IRI quality in the details).
 
 ``plugins/invariance.py`` adapts this to the ``similarity`` hook; the options are `iri_options`: `IRI_DEFAULTS`
-with the lines of `IRI_DOCS`.
+with the lines of `IRI_DOCS` and the types of `IRI_RULES`.
 """
 
 from __future__ import annotations
@@ -15,21 +15,30 @@ import torch
 from ..host.contract import Option
 from ..host.hookspecs import PluginContext
 from ..host.results import LayerPair, SimilarityResult
-from ..host.values import check_rules
 from ..stitch.service import TrainingSet, stitch_result, training_set
 from ..stitch.settings import stitch_options
 from ..utils.text import did_you_mean
+from ..utils.value_rules import BOOLEAN, POSITIVE_INT, SAMPLE_LIMIT, OneOf, OrNone, PathRule, check_rules
+from .backends import BACKENDS
 from .generate import generate_iris
 from .precision import PRECISION_RULE
 from .presets import RUN_DEFAULTS
-from .settings import TUNING, check_tuning
+from .settings import CYCLE_STEPS, RUN_RULES, TUNING, TUNING_RULE, check_tuning
 
 _SERVICE_ONLY = {"max_seeds": None, "tuning": None, "cache_dir": None}  # options of the metrics, not of a run
 _ORDER = ("steps", "tol", "optimizer", "init", "cycle_steps", "max_seeds", "tuning", "batch_size", "backend",
           "cache_dir", "compile", "precision")
 #: The ``iri_*`` options of the ``iri-*`` metrics and their defaults (the run's from `presets.RUN_DEFAULTS`).
 IRI_DEFAULTS: dict[str, Any] = {f"iri_{k}": {**RUN_DEFAULTS, **_SERVICE_ONLY}[k] for k in _ORDER}
-_RULES = {"iri_precision": PRECISION_RULE}  # the other values are checked where they are used (generate_iris)
+#: What each ``iri_*`` option must be (its type): the run's rules of `settings`, and the service's own.
+IRI_RULES = {
+    "iri_steps": RUN_RULES["steps"], "iri_tol": RUN_RULES["tol"], "iri_optimizer": RUN_RULES["optimizer"],
+    "iri_init": RUN_RULES["init"], "iri_cycle_steps": OrNone(CYCLE_STEPS, "the preset's"),
+    "iri_max_seeds": SAMPLE_LIMIT, "iri_tuning": OrNone(TUNING_RULE, "the preset's values"),
+    "iri_batch_size": POSITIVE_INT, "iri_backend": OneOf(BACKENDS), "iri_cache_dir": OrNone(PathRule(folder=True),
+                                                                                         "no cache"),
+    "iri_compile": BOOLEAN, "iri_precision": PRECISION_RULE,
+}
 
 
 IRI_DOCS: dict[str, str] = {
@@ -51,8 +60,9 @@ IRI_DOCS: dict[str, str] = {
 
 
 def iri_options() -> tuple[Option, ...]:
-    """The options of the ``iri-*`` metrics: every stitch option, then every key of `IRI_DEFAULTS`."""
-    return stitch_options() + tuple(Option(k, v, IRI_DOCS[k]) for k, v in IRI_DEFAULTS.items())
+    """The options of the ``iri-*`` metrics: every stitch option, then every key of `IRI_DEFAULTS` (its doc and type:
+    `IRI_DOCS`, `IRI_RULES`)."""
+    return stitch_options() + tuple(Option(k, v, IRI_DOCS[k], IRI_RULES[k]) for k, v in IRI_DEFAULTS.items())
 
 
 def iri_settings(options: dict) -> dict:
@@ -61,7 +71,7 @@ def iri_settings(options: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown IRI option(s) {', '.join(unknown)}{did_you_mean(unknown[0], IRI_DEFAULTS)}; "
                          f"valid: {', '.join(IRI_DEFAULTS)}")
-    return check_rules({k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}, _RULES)
+    return check_rules({k: options.get(k, v) for k, v in IRI_DEFAULTS.items()}, IRI_RULES)
 
 
 def training_seeds(context: PluginContext, max_seeds: int | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,9 +11,9 @@ from typing import Any, Callable, Literal, get_args
 
 import numpy as np
 
-from ..host.values import POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules, one_of
 from ..utils.progress import Progress
 from ..utils.text import did_you_mean
+from ..utils.value_rules import BOOLEAN, POSITIVE, POSITIVE_INT, Interval, Keys, OneOf, ValueRule, check_rules
 from .precision import check_precision
 from .presets import PRESETS
 
@@ -149,7 +149,7 @@ class RunOptions:
     grad16: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "batch_size", check_rule("batch_size", self.batch_size, POSITIVE_INT))
+        object.__setattr__(self, "batch_size", POSITIVE_INT.check("batch_size", self.batch_size))
         every = self.checkpoint_every
         if every is not None and (isinstance(every, bool) or every <= 0 or self.checkpoint_path is None):
             raise ValueError("checkpoint_every needs a positive step count and a checkpoint path "
@@ -157,17 +157,17 @@ class RunOptions:
 
 
 # what the run's values must be (the optimiser's choice, with its "auto" rule, is checked by check_basic)
-_RUN_RULES: dict[str, Rule] = {
-    "steps": Rule(int, POSITIVE_INT.ok, "a positive integer (the per-sample step budget)"),
-    "tol": Rule(float, lambda v: v > 0.0, "a positive number (relative representation error, e.g. 1e-2)"),
-    "init": one_of(INITS, "(noise: 0.5 + randn/20; shuffle: another seed)"),
-    "optimizer": one_of(OPTIMIZERS + (AUTO,), "(auto: in generate_iris, the preset for the front's structure)"),
+RUN_RULES: dict[str, ValueRule] = {
+    "steps": Interval(int, 1, note="(the per-sample step budget)"),
+    "tol": Interval(float, 0, closed="neither", note="(relative representation error, e.g. 1e-2)"),
+    "init": OneOf(INITS, "(noise: 0.5 + randn/20; shuffle: another seed)"),
+    "optimizer": OneOf(OPTIMIZERS + (AUTO,), "(auto: in generate_iris, the preset for the front's structure)"),
 }
 
 
 def check_basic(steps: Any, tol: Any, optimizer: Any, init: Any, *, auto_ok: bool = False) -> None:
     """Raise ValueError naming the fix for a bad ``steps``, ``tol``, ``optimizer`` or ``init``."""
-    check_rules({"steps": steps, "tol": tol, "init": init, "optimizer": optimizer}, _RUN_RULES)
+    check_rules({"steps": steps, "tol": tol, "init": init, "optimizer": optimizer}, RUN_RULES)
     if optimizer == AUTO and not auto_ok:
         raise ValueError("optimizer='auto' chooses from the model's structure, so it works in generate_iris (and the "
                          f"iri metrics), not on a bare front function; choose one of {', '.join(OPTIMIZERS)}")
@@ -226,21 +226,26 @@ def make_settings(*, steps: int, tol: float, init: str, seed: int, preset: str, 
                     precision=precision, **values)
 
 
+#: What Adam's first restart cycle (``cycle_steps``, in steps) must be.
+CYCLE_STEPS = Interval(int, 0, note="(0: one cosine over the budget)")
 # what each tuning value must be; checked before a run starts, so a typo fails at once
-_RULES: dict[str, Rule] = {
-    "lr": Rule(float, lambda v: v > 0.0, "a positive number"),
-    "cycle_steps": Rule(int, lambda v: v >= 0, "an integer >= 0 (0: one cosine over the budget)"),
-    "cycle_mult": Rule(float, lambda v: v >= 1.0, "a growth factor >= 1"),
-    "cycle_decay": Rule(float, lambda v: v > 0.0, "a step-size factor > 0"),
-    "beta1": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
-    "beta2": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+_RULES: dict[str, ValueRule] = {
+    "lr": POSITIVE,
+    "cycle_steps": CYCLE_STEPS,
+    "cycle_mult": Interval(float, 1, what="growth factor"),
+    "cycle_decay": Interval(float, 0, closed="neither", what="step-size factor"),
+    "beta1": Interval(float, 0, 1, closed="left"),
+    "beta2": Interval(float, 0, 1, closed="left"),
     "eps": POSITIVE,
-    "history": Rule(int, lambda v: 1 <= v <= 100, "an integer in [1, 100]"),
-    "armijo": Rule(float, lambda v: 0.0 < v < 0.5, "in (0, 0.5)"),
+    "history": Interval(int, 1, 100),
+    "armijo": Interval(float, 0, 0.5, closed="neither"),
     "max_backtracks": POSITIVE_INT,
-    "relu_leak": Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1) (0 = true gradients)"),
-    "fake_relu": one_of(FAKE_RELU, "(straight-through gradient at the last ReLU before the cut)"),
+    "relu_leak": Interval(float, 0, 1, closed="left", note="(0 = true gradients)"),
+    "fake_relu": OneOf(FAKE_RELU, "(straight-through gradient at the last ReLU before the cut)", aliases={None: "none"}),
 }
+#: What ``tuning`` (the ``iri_tuning`` option) must be: a dict of known keys, each value by its rule above.
+TUNING_RULE = Keys({key: {"preset": OneOf(tuple(PRESETS)), "fold_bn": BOOLEAN, **_RULES}[key] for key in TUNING},
+                   "tuning values")
 
 
 def _check_values(values: dict[str, Any]) -> None:
@@ -249,6 +254,4 @@ def _check_values(values: dict[str, Any]) -> None:
         if not isinstance(values["fold_bn"], (bool, np.bool_)):
             raise ValueError(f"fold_bn must be True or False ({TUNING_DOCS['fold_bn']}), got {values['fold_bn']!r}")
         values["fold_bn"] = bool(values["fold_bn"])
-    if "fake_relu" in values and values["fake_relu"] is None:   # "none" as the command line reads it
-        values["fake_relu"] = "none"
-    values.update(check_rules(values, _RULES))
+    values.update(check_rules(values, _RULES))   # fake_relu None ("none" as the command line reads it) is "none"

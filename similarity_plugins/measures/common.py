@@ -13,9 +13,9 @@ from typing import Any, Iterable
 
 import torch
 
-from ..host.values import check_rule, one_of
 from ..utils.arrays import ArrayLike, as_samples, check_same_n, raise_if_constant, raise_nonfinite, to_tensor
 from ..utils.rules import as_positive_int
+from ..utils.value_rules import OneOf
 
 __all__ = ["Measured"]
 
@@ -88,7 +88,7 @@ def centred(x: torch.Tensor, name: str, what: str) -> tuple[torch.Tensor, float]
 def check_choice(value: Any, option: str, choices: Iterable[str], what: str) -> str:
     """``value`` when it is one of ``choices``; else ``ValueError`` naming the valid ones (and a close match)."""
     try:
-        return check_rule(option, value, one_of(tuple(choices)))
+        return OneOf(tuple(choices)).check(option, value)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
 

@@ -21,10 +21,12 @@ from ..host.contract import Option
 from ..host.hookspecs import PluginContext, hookimpl
 from ..host.plugin import MetricPlugin, declared_value
 from ..host.results import LayerPair, SimilarityResult
+from ..utils.value_rules import POSITIVE, SAMPLE_LIMIT
 from .permutations import PERMUTATION_OPTIONS, keeps_nulls, permutation_options, with_permutation_test
 
-MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)")
-THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)")
+MAX_SAMPLES = Option("max_samples", None, "use the first N test samples (None: all)", SAMPLE_LIMIT)
+THRESHOLD = Option("threshold", 1.0, "RBF bandwidth factor: sigma = threshold x sqrt(median squared distance)",
+                   POSITIVE)
 #: Rows read per block when a measure streams from disk (`_CKAPlugin._streamed`): 8192 x (dx + dy) float64.
 STREAM_ROWS = 8192
 

@@ -14,21 +14,25 @@ from typing import Any, Callable
 from ..host.contract import Option
 from ..host.hookspecs import PluginContext
 from ..host.plugin import declared_value
-from ..stats.calibration import DEFAULT_ALPHA
-from ..stats.designs import PermutationOptions, read_permutation_options
+from ..stats.calibration import ALPHA_RULE, DEFAULT_ALPHA
+from ..stats.designs import PERMUTE_RULE, PermutationOptions, read_permutation_options
+from ..stats.permutation import PERMUTATION_COUNT
+from ..utils.value_rules import AnyOf, Array, OrNone
 
 __all__ = ["PERMUTATIONS", "ALPHA", "GROUPS", "PERMUTE", "PERMUTATION_OPTIONS", "permutation_options", "keeps_nulls",
            "with_permutation_test"]
 
 PERMUTATIONS = Option("permutations", 0, "K > 0: also score K seeded permutations of the end's rows and report "
                       "p_value, null_mean, null_std, tau and calibrated (0: no test); or a (K, N) integer array of "
-                      "the permutations themselves (row k pairs the front with the end's rows perms[k])")
+                      "the permutations themselves (row k pairs the front with the end's rows perms[k])",
+                      AnyOf(PERMUTATION_COUNT, Array(2, "a (K, N) integer array of permutations", integers=True)))
 ALPHA = Option("alpha", DEFAULT_ALPHA, "with permutations: the level of the critical value tau that the calibrated "
-               "score is measured from")
+               "score is measured from", ALPHA_RULE)
 GROUPS = Option("groups", None, "with permutations: one label per test sample; permutations keep to the groups "
-                "(see permute), for samples that are not exchangeable (tokens or crops of one source)")
+                "(see permute), for samples that are not exchangeable (tokens or crops of one source)",
+                OrNone(Array(1, "one label per test sample (a list or a 1-D array)"), "no groups"))
 PERMUTE = Option("permute", "within", "with groups: within (samples move only inside their group) or groups "
-                 "(whole groups move onto groups of the same size)")
+                 "(whole groups move onto groups of the same size)", PERMUTE_RULE)
 PERMUTATION_OPTIONS = (PERMUTATIONS, ALPHA, GROUPS, PERMUTE)
 
 

@@ -24,6 +24,9 @@ from ..host.contract import Option
 from ..host.hookspecs import PluginContext, hookimpl
 from ..host.plugin import MetricPlugin, declared_value
 from ..host.results import LayerPair, SimilarityResult
+from ..measures.cknna import MIN_TOPK
+from ..measures.rsa import COMPARISONS, RDMS
+from ..utils.value_rules import POSITIVE, POSITIVE_INT, SAMPLE_LIMIT, AnyOf, Each, Interval, OneOf, OrNone
 from .cka import MAX_SAMPLES
 from .permutations import (
     GROUPS,
@@ -150,8 +153,10 @@ class SVCCA(_Representational):
     """SVCCA (Raghu et al. 2017): SVD-reduce each side to 99% of its variance (or dims), then mean CCA."""
 
     description = "SVCCA: each side SVD-reduced to `variance` of its variance (or `dims`), then mean CCA (Raghu 2017)"
-    options = (MAX_SAMPLES, Option("variance", 0.99, "share of each side's variance its kept SVD directions reach"),
-               Option("dims", None, "SVD directions kept per side (int, or [front, end]); overrides variance"),
+    options = (MAX_SAMPLES, Option("variance", 0.99, "share of each side's variance its kept SVD directions reach",
+                                   Interval(float, 0, 1, closed="right")),
+               Option("dims", None, "SVD directions kept per side (int, or [front, end]); overrides variance",
+                      OrNone(AnyOf(POSITIVE_INT, Each(POSITIVE_INT, length=2)), "keep the share `variance`")),
                *PERMUTATION_OPTIONS)
 
     measure = "svcca"
@@ -171,8 +176,9 @@ class RSA(_Representational):
     """RSA: correlation of the two representational dissimilarity matrices (O(N^2) memory)."""
 
     description = "RSA: Spearman (or pearson/kendall) correlation of the two RDMs (correlation distance by default)"
-    options = (MAX_SAMPLES, Option("rdm", "correlation", "dissimilarity: correlation, euclidean or cosine (scipy pdist)"),
-               Option("compare", "spearman", "RDM comparison: spearman, pearson or kendall (tau-b)"),
+    options = (MAX_SAMPLES, Option("rdm", "correlation", "dissimilarity: correlation, euclidean or cosine (scipy pdist)",
+                                   OneOf(RDMS)),
+               Option("compare", "spearman", "RDM comparison: spearman, pearson or kendall (tau-b)", OneOf(COMPARISONS)),
                *PERMUTATION_OPTIONS)
     range = (-1.0, 1.0)
     invariances = ("isotropic-scaling", "permutation")
@@ -185,9 +191,10 @@ class LinearRegression(_Representational):
 
     description = "linear (ridge) regression front -> end: variance-weighted R^2 on test, fitted on train"
     needs = ("train", "test")
-    options = (Option("max_samples", None, "use the first N test samples (None: all; fitting uses the whole train split)"),
+    options = (Option("max_samples", None, "use the first N test samples (None: all; fitting uses the whole train split)",
+                      SAMPLE_LIMIT),
                Option("alpha", 1e-3, "ridge strength relative to the mean eigenvalue of the front's covariance (with "
-                      "permutations, the calibrated score's level is therefore 0.05)"),
+                      "permutations, the calibrated score's level is therefore 0.05)", POSITIVE),
                PERMUTATIONS, GROUPS, PERMUTE)
     range = (-math.inf, 1.0)  # at most 1; unbounded below (worse than predicting the mean)
     symmetric = False
@@ -241,7 +248,7 @@ class MutualKNN(_Representational):
     """Mutual k-nearest-neighbour alignment of L2-normalised rows (Huh et al. 2024)."""
 
     description = "mutual k-NN alignment: shared share of each sample's topk cosine neighbours (Huh et al. 2024)"
-    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample (other samples; needs N > topk + 1)"),
+    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample (other samples; needs N > topk + 1)", POSITIVE_INT),
                *PERMUTATION_OPTIONS)
     invariances = ("isotropic-scaling", "orthogonal", "permutation")
 
@@ -252,7 +259,8 @@ class CKNNA(_Representational):
     """CKNNA (Huh et al. 2024): CKA of the inner-product kernels over the pairs of mutual nearest neighbours."""
 
     description = "CKNNA: unbiased CKA of the inner products over mutual topk neighbours (Huh et al. 2024)"
-    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample by inner product (2 <= topk <= N - 1)"),
+    options = (MAX_SAMPLES, Option("topk", 10, "neighbours per sample by inner product (2 <= topk <= N - 1)",
+                                   Interval(int, MIN_TOPK)),
                *PERMUTATION_OPTIONS)
     range = None  # usually within [-1, 1], but the neighbour masks are not symmetric: no bound holds
     symmetric = False

@@ -24,7 +24,7 @@ def refusal(pm, name: str, data: Any, options: dict, layer: str) -> tuple[Simila
     if name in pm.load_errors:
         return SimilarityResult.failed(name, pm.load_errors[name], layer, error_type=pm.info[name].error_type), options
     missing = missing_splits(name, pm.info[name].needs, data)
-    options, problem = metric_options(options, pm.info[name].options)
+    options, problem = metric_options(options, pm.info[name].option_types)
     if missing or problem:
         return SimilarityResult.from_exception(name, ValueError(missing or problem), layer), options
     return None, options
@@ -102,16 +102,16 @@ def as_float(value: Any) -> float | None:
     raise TypeError(f"the plugin returned {type(value).__name__}; return a float, a dict with 'score', or a SimilarityResult")
 
 
-def metric_options(options: dict, defaults: dict | None) -> tuple[dict, str | None]:
+def metric_options(options: dict, rules: dict) -> tuple[dict, str | None]:
     """One metric's options for its call: a private deep copy (a plugin that changes it changes nothing for the
-    next metric or the caller) with every value read by `coerce_option_values`; and the first
-    bad value's message (then the dict is the copy as given)."""
+    next metric or the caller) with every value read by its option's rule (`coerce_option_values`; ``rules``: the
+    metric's ``option_types``); and the first bad value's message (then the dict is the copy as given)."""
     try:
         options = copy.deepcopy(dict(options))
     except Exception:  # noqa: BLE001 - a value that cannot be copied (a lock, a file) is handed as it is
         options = dict(options)
     try:
-        return coerce_option_values(options, defaults), None
+        return coerce_option_values(options, rules), None
     except ValueError as exc:
         return options, str(exc)
 

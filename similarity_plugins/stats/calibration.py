@@ -18,25 +18,25 @@ does with ``calibrate`` and ``calibrate_layers``.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Sequence
 
 import torch
 
-__all__ = ["DEFAULT_ALPHA", "check_alpha", "critical_value", "calibrated_score", "calibrate"]
+from ..utils.value_rules import Interval
+
+__all__ = ["DEFAULT_ALPHA", "ALPHA_RULE", "check_alpha", "critical_value", "calibrated_score", "calibrate"]
 
 #: the level of the critical value ``tau`` unless an ``alpha`` option says otherwise
 DEFAULT_ALPHA = 0.05
+#: What the option ``alpha`` must be.
+ALPHA_RULE = Interval(float, 0, 1, closed="neither", note="(the level of the calibrated score's critical value tau, "
+                                                          "e.g. alpha=0.05)")
 
 
 def check_alpha(value: Any) -> float:
-    """The option ``alpha`` as a float in (0, 1); ``ValueError`` naming the option otherwise (booleans, text and
-    NaN included)."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and 0.0 < float(value) < 1.0
-    if not ok:
-        raise ValueError(f"option alpha must be a number in (0, 1): the level of the calibrated score's critical "
-                         f"value tau (e.g. alpha=0.05), got {value!r}")
-    return float(value)
+    """The option ``alpha`` as a float in (0, 1) (`ALPHA_RULE`); ``ValueError`` naming the option otherwise (booleans,
+    text and NaN included)."""
+    return ALPHA_RULE.check("alpha", value)
 
 
 def _values(null: Sequence[float] | torch.Tensor) -> torch.Tensor:

@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Literal, get_args
 
 import numpy as np
 import torch
 
+from ..utils.value_rules import OneOf
 from .calibration import check_alpha
 from .permutation import check_permutations, draws, seeded_generator
 
 __all__ = ["PERMUTE_MODES", "PermutationPlan", "plan_permutations", "is_permutation_array", "PermutationOptions",
            "read_permutation_options"]
 
-PERMUTE_MODES = ("within", "groups")
 Permute = Literal["within", "groups"]
+PERMUTE_MODES: tuple[str, ...] = get_args(Permute)
+#: What the option ``permute`` must be.
+PERMUTE_RULE = OneOf(PERMUTE_MODES)
 
 
 def is_permutation_array(value: Any) -> bool:
@@ -146,15 +149,6 @@ def _group_index(groups: Any, n: int, permute: str) -> torch.Tensor:
     return index
 
 
-def _check_permute(permute: Any) -> None:
-    """``ValueError`` naming the option and its words unless ``permute`` is one of `PERMUTE_MODES`."""
-    if permute not in PERMUTE_MODES:
-        from ..utils.text import did_you_mean
-
-        raise ValueError(f"option permute must be one of {', '.join(PERMUTE_MODES)}, got {permute!r}"
-                         f"{did_you_mean(str(permute), PERMUTE_MODES)}")
-
-
 def plan_permutations(permutations: Any, n: int, seed: int, groups: Any = None,
                       permute: Permute = "within") -> PermutationPlan:
     """The permutations a test of ``n`` rows scores, from its options.
@@ -173,7 +167,7 @@ def plan_permutations(permutations: Any, n: int, seed: int, groups: Any = None,
         ValueError: naming the option: a count below 1 or not whole, an array that is not (K, n) permutations,
             an array together with ``groups``, labels not one per row, or groups that allow no permutation.
     """
-    _check_permute(permute)
+    PERMUTE_RULE.check("permute", permute)
     if is_permutation_array(permutations):
         if groups is not None:
             raise ValueError("option groups restricts drawn permutations; with an array of permutations given, "
@@ -229,7 +223,7 @@ def read_permutation_options(permutations: Any, alpha: Any, groups: Any, permute
     """
     if not is_permutation_array(permutations):
         permutations = check_permutations(permutations)
-    _check_permute(permute)
+    PERMUTE_RULE.check("permute", permute)
     if groups is not None:
         labels = groups.detach().cpu().numpy() if isinstance(groups, torch.Tensor) else np.asarray(groups)
         if labels.ndim != 1 or len(labels) < 2:

@@ -20,7 +20,6 @@ sets); this module holds what they share:
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from functools import lru_cache
 from typing import Any, Iterator
@@ -28,6 +27,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from ..utils.value_rules import Interval
 from .calibration import calibrate
 
 __all__ = [
@@ -56,20 +56,18 @@ TIE_RTOL = 1e-9
 _SALT = 0x9E37  # the permutations' seed stream differs from the split draws' of the same seed
 
 
+#: What a number of permutations must be.
+PERMUTATION_COUNT = Interval(int, 0, what="whole number of permutations", note="(0: no test; e.g. permutations=999)")
+
+
 class PermutationCostWarning(UserWarning):
     """A permutation test whose work or memory exceeds the documented bound (`WORK_BOUND`, free memory)."""
 
 
 def check_permutations(value: Any) -> int:
-    """The option ``permutations`` as an int >= 0 (0: no test); ``ValueError`` naming the option otherwise.
-
-    Whole floats (``1000.0``) are taken; bools, fractions, negatives and text are refused.
-    """
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer() and value >= 0
-    if not ok:
-        raise ValueError(f"option permutations: expected a whole number >= 0 of permutations (0: no test; e.g. "
-                         f"permutations=999), got {value!r}")
-    return int(value)
+    """The option ``permutations`` as an int >= 0 (0: no test; `PERMUTATION_COUNT`); ``ValueError`` naming the option
+    otherwise. Whole floats (``1000.0``) are taken; bools, fractions, negatives and text are refused."""
+    return PERMUTATION_COUNT.check("permutations", value)
 
 
 def seeded_generator(seed: int) -> torch.Generator:

@@ -19,9 +19,21 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, Mapping, get_args
 
 from ..host.contract import Option
-from ..host.values import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules, one_of
+from ..utils.value_rules import (
+    BOOLEAN,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    SAMPLE_LIMIT,
+    Each,
+    Interval,
+    OneOf,
+    OrNone,
+    ValueRule,
+    check_rules,
+)
 
-__all__ = ["StitchSettings", "Objective", "Init", "DmLoss", "OBJECTIVES", "INITS", "DM_LOSSES", "OPTION_DOCS",
+__all__ = ["StitchSettings", "Objective", "Init", "DmLoss", "OBJECTIVES", "INITS", "DM_LOSSES", "OPTION_DOCS", "RULES",
            "check_objective", "stitch_options"]
 
 Objective = Literal["hlm", "slm", "dm", "fula"]
@@ -30,10 +42,6 @@ DmLoss = Literal["sum", "normalised"]
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 INITS: tuple[str, ...] = get_args(Init)
 DM_LOSSES: tuple[str, ...] = get_args(DmLoss)
-# other spellings accepted for a choice (any case), read as the canonical name before the rule checks it
-_ALIASES = {"init": {"least_squares": "least-squares", "lstsq": "least-squares", "ls": "least-squares",
-                     "eye": "identity"},
-            "dm_loss": {"normalized": "normalised"}}
 
 
 def _words(choices: tuple[str, ...]) -> str:
@@ -60,7 +68,7 @@ OPTION_DOCS: dict[str, str] = {
     "eval_batch_size": "batch size of the no-grad passes (caching, evaluation)",
 }
 
-_OBJECTIVE_RULE = one_of(OBJECTIVES)
+_OBJECTIVE_RULE = OneOf(OBJECTIVES)
 
 
 def check_objective(objective: str) -> Objective:
@@ -77,15 +85,23 @@ def check_objective(objective: str) -> Objective:
     """
     name = str(objective).lower().removeprefix("stitch-").removeprefix("iri-")
     if name not in OBJECTIVES:
-        raise ValueError(f"unknown stitching objective {objective!r}; choose {_OBJECTIVE_RULE.want}")
+        raise ValueError(f"unknown stitching objective {objective!r}; choose {_OBJECTIVE_RULE.words}")
     return name
 
 
-# what each setting must be (one table, checked by host.values.check_rules)
-_RULES: dict[str, Rule] = {
-    "epochs": POSITIVE_INT, "batch_size": POSITIVE_INT, "ls_samples": POSITIVE_INT, "eval_batch_size": POSITIVE_INT,
-    "max_train": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "gamma": POSITIVE,
-    "temperature": POSITIVE, "cache_limit_mb": NON_NEGATIVE, "init": one_of(INITS), "dm_loss": one_of(DM_LOSSES)}
+#: What each setting must be: the type of the option of the same name (one table; `StitchSettings.validated` and the
+#: metrics' option checks read it). A choice takes other spellings too (any case), read as its canonical word.
+RULES: dict[str, ValueRule] = {
+    "epochs": POSITIVE_INT, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "batch_size": POSITIVE_INT,
+    "milestones": OrNone(Each(POSITIVE, single=True), "no milestone"),
+    "milestone_epochs": OrNone(Each(Interval(int, 1, what="epoch number"), single=True), "use milestones"),
+    "gamma": POSITIVE,
+    "init": OneOf(INITS, aliases={"least_squares": "least-squares", "lstsq": "least-squares", "ls": "least-squares",
+                                  "eye": "identity"}),
+    "ls_samples": POSITIVE_INT, "stitch_bn": BOOLEAN, "max_train": SAMPLE_LIMIT,
+    "dm_loss": OneOf(DM_LOSSES, aliases={"normalized": "normalised"}),
+    "fula_weights": OrNone(Each(NON_NEGATIVE), "all 1"), "temperature": POSITIVE, "cache_limit_mb": NON_NEGATIVE,
+    "eval_batch_size": POSITIVE_INT}
 
 
 @dataclass(frozen=True)
@@ -122,34 +138,22 @@ class StitchSettings:
 
     def validated(self) -> StitchSettings:
         """A copy with values normalised (types, aliases, the milestones as sorted fractions of training, with
-        ``milestone_epochs`` folded into them); raises ``ValueError`` naming the option for a bad value."""
-        given = {f.name: getattr(self, f.name) for f in fields(self)
-                 if f.name in _RULES and not (f.name == "max_train" and self.max_train is None)}
-        for name, aliases in _ALIASES.items():
-            word = str(given[name]).lower()
-            given[name] = aliases.get(word, word if word in _RULES[name].choices else given[name])
-        v = check_rules(given, _RULES)
-        weights = self.fula_weights
-        if weights is not None:
-            if isinstance(weights, (int, float)):
-                raise ValueError("option fula_weights must be a list of numbers, one per FuLA term")
-            weights = tuple(check_rule("fula_weights", w, NON_NEGATIVE) for w in weights)
-        return replace(self, **v, milestones=self._fractions(v["epochs"]), milestone_epochs=None,
-                       fula_weights=weights, stitch_bn=bool(self.stitch_bn), seed=int(self.seed))
+        ``milestone_epochs`` folded into them); raises ``ValueError`` naming the option for a bad value (`RULES`)."""
+        v = check_rules({f.name: getattr(self, f.name) for f in fields(self) if f.name in RULES}, RULES)
+        v.update(milestones=self._fractions(v), milestone_epochs=None)
+        return replace(self, **v, seed=int(self.seed))
 
-    def _fractions(self, epochs: int) -> tuple[float, ...]:
-        """The milestones as sorted fractions of all training steps, from ``milestone_epochs`` when given."""
-        if self.milestone_epochs is not None:
+    def _fractions(self, v: dict[str, Any]) -> tuple[float, ...]:
+        """The milestones of the checked values ``v`` as sorted fractions of all training steps, from
+        ``milestone_epochs`` when given."""
+        epochs = v["epochs"]
+        if v["milestone_epochs"] is not None:
             if self.milestones != StitchSettings.milestones:
                 raise ValueError("give the lr milestones once: milestones (fractions of training) or "
                                  "milestone_epochs (epoch numbers), not both")
-            rule = Rule(int, lambda e: 1 <= e <= epochs, f"a whole epoch number in [1, epochs={epochs}]")
-            given = self.milestone_epochs
-            given = (given,) if isinstance(given, (int, float)) else given
-            return tuple(sorted(check_rule("milestone_epochs", e, rule) / epochs for e in given))
-        milestones = self.milestones
-        milestones = (milestones,) if isinstance(milestones, (int, float)) else milestones or ()
-        given = tuple(check_rule("milestones", m, POSITIVE) for m in milestones)
+            rule = Interval(int, 1, epochs, what="epoch number", note=f"(at most epochs={epochs})")
+            return tuple(sorted(rule.check("milestone_epochs", e) / epochs for e in v["milestone_epochs"]))
+        given = v["milestones"] or ()
         if any(m >= 1 for m in given):
             warnings.warn(f"milestones={list(given)}: a milestone >= 1 is read as an epoch number, which is deprecated;"
                           " give epochs as milestone_epochs=[...], or milestones as fractions of training in (0, 1)",
@@ -178,6 +182,6 @@ class StitchSettings:
 
 def stitch_options() -> tuple[Option, ...]:
     """The options of the stitching metrics, one per [`StitchSettings`][StitchSettings] field (but ``seed``), with the
-    field's default and its line of `OPTION_DOCS`."""
-    return tuple(Option(f.name, getattr(StitchSettings, f.name), OPTION_DOCS[f.name])
+    field's default, its line of `OPTION_DOCS` and its rule of `RULES` (the option's type)."""
+    return tuple(Option(f.name, getattr(StitchSettings, f.name), OPTION_DOCS[f.name], RULES[f.name])
                  for f in fields(StitchSettings) if f.name != "seed")

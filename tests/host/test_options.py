@@ -236,34 +236,34 @@ def test_mistyped_option_exits_2_naming_the_valid_one(capsys):
 
 def test_rule_tables_check_and_convert_naming_the_option():
     """One mechanism for a family's value ranges: the stitch settings and the IRI tuning values use it."""
-    from similarity_plugins.host.values import POSITIVE, POSITIVE_INT, Rule, check_rule, check_rules
+    from similarity_plugins.utils.value_rules import POSITIVE, POSITIVE_INT, Interval, check_rules
 
-    assert check_rule("epochs", 3.0, POSITIVE_INT) == 3 and type(check_rule("epochs", 3.0, POSITIVE_INT)) is int
-    assert type(check_rule("lr", 1, POSITIVE)) is float
+    assert POSITIVE_INT.check("epochs", 3.0) == 3 and type(POSITIVE_INT.check("epochs", 3.0)) is int
+    assert type(POSITIVE.check("lr", 1)) is float
     for bad, message in ((2.5, "option epochs must be a positive integer, got 2.5"),
                          (0, "option epochs must be a positive integer, got 0"),
                          (True, "option epochs must be a positive integer, got True")):
         with pytest.raises(ValueError) as info:
-            check_rule("epochs", bad, POSITIVE_INT)
+            POSITIVE_INT.check("epochs", bad)
         assert str(info.value) == message
     for bad in (float("nan"), float("inf"), "0.1", None):
-        with pytest.raises(ValueError, match="option lr must be a finite number"):
-            check_rule("lr", bad, POSITIVE)
-    leak = Rule(float, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+        with pytest.raises(ValueError, match="option lr must be a positive number"):
+            POSITIVE.check("lr", bad)
+    leak = Interval(float, 0, 1, closed="left")
     assert check_rules({"leak": 0, "name": "x"}, {"leak": leak}) == {"leak": 0.0, "name": "x"}
-    with pytest.raises(ValueError, match=r"option leak must be in \[0, 1\), got 1.5"):
+    with pytest.raises(ValueError, match=r"option leak must be a number in \[0, 1\), got 1.5"):
         check_rules({"leak": 1.5}, {"leak": leak})
 
 
 def test_choice_rules_name_the_choices_and_a_close_match(data):
-    from similarity_plugins.host.values import check_rule, one_of
     from similarity_plugins.iri import generate_iris
+    from similarity_plugins.utils.value_rules import OneOf
 
-    rule = one_of(("auto", "float32", "bfloat16"), "(auto: the hardware decides)")
-    assert check_rule("precision", "float32", rule) == "float32"
+    rule = OneOf(("auto", "float32", "bfloat16"), "(auto: the hardware decides)")
+    assert rule.check("precision", "float32") == "float32"
     with pytest.raises(ValueError, match=r"option precision must be one of auto, float32, bfloat16 \(auto: the "
                                          r"hardware decides\), got 'flaot32'; did you mean 'float32'"):
-        check_rule("precision", "flaot32", rule)
+        rule.check("precision", "flaot32")
     with pytest.raises(ValueError, match="option fake_relu must be one of auto, last, none"):
         generate_iris(tiny_cnn(), "block1", torch.rand(2, 1, 16, 16), tuning={"fake_relu": "first"}, progress="never")
     with pytest.raises(ValueError, match="option precision must be one of auto, float32, bfloat16"):

@@ -1,6 +1,6 @@
-"""The typed plugin contract: `MetricPlugin` declares every optional attribute once; the registry, the runner and
-the plugin guide read that declaration; plugins that do not subclass it (the example package, a plain object, a
-function) get the same defaults."""
+"""The typed plugin contract, written once (`FIELDS`): `MetricPlugin`, `MetricInfo` and `Meaning` are made from it;
+the registry, the runner and the plugin guide read it; plugins that do not subclass `MetricPlugin` (the example
+package, a plain object, a function) get the same defaults."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
 from similarity_plugins.host.manager import DEFAULT_PLUGINS, MetricInfo, get_plugin_manager
-from similarity_plugins.host.plugin import ATTRIBUTES, MetricPlugin, attribute_table, plugin_attributes
+from similarity_plugins.host.plugin import FIELDS, Meaning, MetricPlugin, attribute_table, plugin_attributes
 from tests.helpers.repo import ROOT
 
-DEFAULTS = {a.name: a.default for a in ATTRIBUTES if a.name != "description"}  # description: from the docstring
+DEFAULTS = {f.name: f.default for f in FIELDS if f.name != "description"}  # description: from the docstring
 
 
 def _load_example(module: str) -> types.ModuleType:
@@ -32,22 +32,25 @@ def _load_example(module: str) -> types.ModuleType:
 
 
 def _resolved(info: MetricInfo) -> dict:
-    return {a.name: getattr(info, a.name) for a in ATTRIBUTES if a.name != "description"}
+    return {f.name: getattr(info, f.name) for f in FIELDS if f.name != "description"}
 
 
-def test_the_declaration_is_the_class_its_types_and_its_docstring():
-    names = [a.name for a in ATTRIBUTES]
-    assert names == list(MetricPlugin.__annotations__)
+def test_metric_plugin_metric_info_and_meaning_are_made_from_the_one_list():
+    names = [f.name for f in FIELDS]
     assert {"kind", "range", "symmetric", "invariances", "needs", "options", "activations_only", "deterministic",
             "family", "description"} == set(names)
-    for a in ATTRIBUTES:
-        assert a.default == getattr(MetricPlugin, a.name) and a.type and a.meaning.strip()
-    # every attribute of the contract is a field of MetricInfo, with the same type and default (options and
-    # description are stored resolved: a dict of defaults, the text)
+    assert names == list(MetricPlugin.__annotations__)
+    for f in FIELDS:
+        assert getattr(MetricPlugin, f.name) == f.default and MetricPlugin.__annotations__[f.name] == f.type
+        assert f.meaning.strip() and f"    {f.name} ({f.type}): {f.meaning}" in MetricPlugin.__doc__
+    # every field is a field of MetricInfo, holding what its reader returns, with the same default
     fields = {f.name: (f.type, f.default) for f in dataclasses.fields(MetricInfo)}
-    for a in ATTRIBUTES:
-        if a.name not in ("description", "options"):
-            assert fields[a.name] == (a.type, a.default), a.name
+    for f in FIELDS:
+        assert fields[f.name] == (f.held, f.default), f.name
+    assert set(fields) - set(names) == {"name", "package", "option_docs", "option_types", "error", "error_type"}
+    assert Meaning._fields == tuple(f.name for f in FIELDS if f.recorded)
+    info = sp.metric_info("cka-linear")
+    assert info.meaning() == Meaning(**{name: getattr(info, name) for name in Meaning._fields})
 
 
 def test_a_plain_object_with_no_attributes_gets_every_default(fresh_manager):
@@ -170,5 +173,5 @@ def test_the_plugin_guide_shows_the_declared_contract():
 def test_the_hook_specification_names_every_attribute():
     from similarity_plugins.host import hookspecs
 
-    for a in ATTRIBUTES:
-        assert f"``{a.name}``" in hookspecs.__doc__, a.name
+    for f in FIELDS:
+        assert f"``{f.name}``" in hookspecs.__doc__, f.name

@@ -131,7 +131,7 @@ def test_auto_errors_name_the_fix(trained):
     model, seeds = trained
     with pytest.raises(ValueError, match="generate_iris"):
         optimize_iris(lambda x: x, seeds[:2], Settings.of("auto"), RunOptions(progress="never"))
-    with pytest.raises(ValueError, match="relu_leak must be in"):
+    with pytest.raises(ValueError, match=r"relu_leak must be a number in \[0, 1\)"):
         generate_iris(model, "2", seeds[:2], steps=5, progress="never", tuning={"relu_leak": 1.5})
     with pytest.raises(ValueError, match="did you mean 'relu_leak'"):
         generate_iris(model, "2", seeds[:2], steps=5, progress="never", tuning={"relu_leek": 0.1})

@@ -609,11 +609,12 @@ def test_labels_beyond_the_models_classes_are_refused(donors):
 
 
 @pytest.mark.parametrize("options,metric,message", [
-    ({"max_samples": -5}, "cka-linear", "option max_samples: expected a positive whole number"),
-    ({"max_samples": 0}, "cka-linear", "option max_samples: expected a positive whole number"),
-    ({"max_train": 0, **STITCH}, "stitch-slm", "option max_train: expected a positive whole number"),
-    ({"iri_tol": "abc"}, "iri-slm", "option iri_tol: expected a number, got 'abc'"),
-    ({"epochs": "five"}, "stitch-slm", "option epochs: expected a whole number, got 'five'"),
+    ({"max_samples": -5}, "cka-linear", "option max_samples must be a positive whole number of samples"),
+    ({"max_samples": 0}, "cka-linear", "option max_samples must be a positive whole number of samples"),
+    ({"max_train": 0, **STITCH}, "stitch-slm", "option max_train must be a positive whole number of samples"),
+    ({"iri_tol": "abc"}, "iri-slm", "option iri_tol must be a positive number (relative representation error, e.g. "
+                                    "1e-2), got 'abc'"),
+    ({"epochs": "five"}, "stitch-slm", "option epochs must be a positive integer, got 'five'"),
 ])
 def test_bad_option_values_give_that_metric_an_error_row_naming_the_option(donors, options, metric, message):
     front, end = donors
@@ -625,8 +626,8 @@ def test_bad_option_values_give_that_metric_an_error_row_naming_the_option(donor
 @pytest.mark.parametrize("extra,message", [
     (["--max-test", "-5"], "argument --max-test: expected a positive whole number"),
     (["--max-train", "0"], "argument --max-train: expected a positive whole number"),
-    (["--option", "iri_tol=abc", "--metrics", "iri-slm"], "option iri_tol: expected a number, got 'abc'"),
-    (["--option", "max_samples=0"], "option max_samples: expected a positive whole number"),
+    (["--option", "iri_tol=abc", "--metrics", "iri-slm"], "option iri_tol must be a positive number"),
+    (["--option", "max_samples=0"], "option max_samples must be a positive whole number of samples"),
     (["--front", "small-cnn?in_channels=3"], "in_channels=3 in the model spec 'small-cnn?in_channels=3' disagrees"),
     (["--in-channels", "3"], "--in-channels 3 disagrees with the data"),
     (["--timeout", "0"], "timeout: expected a finite positive number"),

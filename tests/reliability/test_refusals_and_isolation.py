@@ -111,12 +111,13 @@ def test_stitch_bn_false_in_any_spelling_leaves_batchnorm_off():
     from similarity_plugins.host.values import coerce_option_values
     from similarity_plugins.stitch.settings import StitchSettings, stitch_options
 
-    defaults = {o.name: o.default for o in stitch_options()}
+    rules = {o.name: o.type for o in stitch_options()}
     for text in ("false", "no", "0", False, 0):
-        options = coerce_option_values({"stitch_bn": text}, defaults)
-        assert StitchSettings.from_options(options).stitch_bn is False
-    with pytest.raises(ValueError, match="stitch_bn"):
-        coerce_option_values({"stitch_bn": "flase"}, defaults)
+        options = coerce_option_values({"stitch_bn": text}, rules)
+        assert options["stitch_bn"] is False and StitchSettings.from_options(options).stitch_bn is False
+        assert StitchSettings(stitch_bn=text).validated().stitch_bn is False  # the settings read it by the same rule
+    with pytest.raises(ValueError, match="option stitch_bn must be true or false"):
+        coerce_option_values({"stitch_bn": "flase"}, rules)
 
 
 @pytest.mark.parametrize("seed", [2.5, "1", True, 2**70, 2**63, None])

@@ -98,7 +98,7 @@ def test_available_where_permutations_are_and_recorded_in_the_row():
     ({"groups": [0] * 40, "permute": "shuffle"}, "permute must be one of within, groups"),
     ({"permutations": np.zeros((3, 40), dtype=int)}, "row 0 of the array"),
     ({"permutations": np.tile(np.arange(39), (3, 1))}, "rows of 39 indices"),
-    ({"permutations": np.tile(np.arange(40.0), (3, 1))}, "must be 2-D integers"),
+    ({"permutations": np.tile(np.arange(40.0), (3, 1))}, "or a (K, N) integer array of permutations, got an array"),
     ({"permutations": np.tile(np.arange(40), (3, 1)), "groups": [0, 1] * 20}, "leave groups out"),
 ])
 def test_bad_designs_are_refused_naming_the_option(options, words):

@@ -152,7 +152,7 @@ def test_choices_are_literal_types_checked_by_the_rule_table():
     assert get_args(hints["init"]) == INITS == get_args(Init)
     assert get_args(hints["dm_loss"]) == DM_LOSSES == get_args(DmLoss)
     assert get_args(get_type_hints(check_objective)["return"]) == OBJECTIVES
-    assert stitch_settings._RULES["init"].choices == INITS and stitch_settings._RULES["dm_loss"].choices == DM_LOSSES
+    assert stitch_settings.RULES["init"].choices == INITS and stitch_settings.RULES["dm_loss"].choices == DM_LOSSES
     with pytest.raises(ValueError, match="did you mean 'identity'"):
         StitchSettings(init="identiy").validated()
     with pytest.raises(ValueError, match="unknown stitching objective 'mse'; choose one of hlm, slm, dm, fula"):
@@ -173,9 +173,12 @@ def test_milestone_epochs_are_epoch_numbers():
     assert s.milestones == (0.25, 0.75) and s.milestone_epochs is None
     assert s == StitchSettings(epochs=4, milestones=(0.25, 0.75)).validated()   # one fitted stitch, one memo key
     assert StitchSettings(epochs=4, milestone_epochs=2).validated().milestones == (0.5,)
-    for bad in ((0,), (5,), (1.5,), ("2",)):
-        with pytest.raises(ValueError, match=r"option milestone_epochs must be a whole epoch number in \[1, epochs=4\]"):
+    for bad in ((0,), (1.5,), ("2",)):
+        with pytest.raises(ValueError, match=r"option milestone_epochs must be a list .*, each a positive epoch number"):
             StitchSettings(epochs=4, milestone_epochs=bad).validated()
+    with pytest.raises(ValueError, match=r"option milestone_epochs must be an epoch number in \[1, 4\] \(at most "
+                                         r"epochs=4\), got 5"):
+        StitchSettings(epochs=4, milestone_epochs=(5,)).validated()
     with pytest.raises(ValueError, match="milestones .* or milestone_epochs .*, not both"):
         StitchSettings(epochs=4, milestones=(0.5,), milestone_epochs=(2,)).validated()
 

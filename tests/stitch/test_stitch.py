@@ -398,7 +398,7 @@ def test_settings_from_options():
         StitchSettings.from_options({"dm_loss": "mean"})
     assert StitchSettings.from_options({"init": "Eye", "dm_loss": "Normalized"}).validated() == \
         StitchSettings(init="identity", dm_loss="normalised").validated()
-    with pytest.raises(ValueError, match="lr must be > 0"):
+    with pytest.raises(ValueError, match="lr must be a positive number"):
         StitchSettings.from_options({"lr": -1})
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         StitchSettings.from_options({"batch_size": 0})

@@ -1,4 +1,5 @@
-"""The shared value rules (utils.rules) and that every reader of such a value goes through them."""
+"""The shared value rules (utils.rules, and the rule objects of utils.value_rules) and that every reader of such a
+value goes through them."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import pytest
 from similarity_plugins.cli.common import parse_layer, positive_int, subset
 from similarity_plugins.host.entrypoints import DISABLE_AUTOLOAD_ENV, autoload_disabled
 from similarity_plugins.host.results import LayerPair, as_layer_pair
-from similarity_plugins.host.values import POSITIVE_INT, check_rule, coerce_option_value
 from similarity_plugins.measures.common import check_positive_int
 from similarity_plugins.utils.rules import FALSE_WORDS, TRUE_WORDS, as_positive_int, split_layer_pair, truth_of
 from similarity_plugins.utils.text import parse_value
+from similarity_plugins.utils.value_rules import BOOLEAN, POSITIVE_INT, SAMPLE_LIMIT
 
 PACKAGE = Path(__file__).resolve().parents[2] / "similarity_plugins"
 
@@ -24,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "similarity_plugins"
 @pytest.mark.parametrize("word", [*TRUE_WORDS, " YES ", "On"])
 def test_true_words_read_true_everywhere(word, monkeypatch):
     assert truth_of(word) is True
-    assert coerce_option_value("flag", word, False) is True
+    assert BOOLEAN.check("flag", word) is True
     monkeypatch.setenv(DISABLE_AUTOLOAD_ENV, word)
     assert autoload_disabled()
     if not word.strip().isdigit():  # digits are numbers in the KEY=VALUE grammar (JSON first)
@@ -34,7 +35,7 @@ def test_true_words_read_true_everywhere(word, monkeypatch):
 @pytest.mark.parametrize("word", [*FALSE_WORDS, " No ", "OFF"])
 def test_false_words_read_false_everywhere(word, monkeypatch):
     assert truth_of(word) is False
-    assert coerce_option_value("flag", word, True) is False
+    assert BOOLEAN.check("flag", word) is False
     monkeypatch.setenv(DISABLE_AUTOLOAD_ENV, word)
     assert not autoload_disabled()
     if not word.strip().isdigit():
@@ -44,14 +45,14 @@ def test_false_words_read_false_everywhere(word, monkeypatch):
 @pytest.mark.parametrize("value", ["maybe", "", None, 2, "y"])
 def test_other_values_are_no_truth(value):
     assert truth_of(value) is None
-    with pytest.raises(ValueError, match="expected true or false"):
-        coerce_option_value("flag", value if value is not None else "none?", False)
+    with pytest.raises(ValueError, match="option flag must be true or false"):
+        BOOLEAN.check("flag", value if value is not None else "none?")
 
 
 @pytest.mark.parametrize("value,expected", [(1, 1), (5, 5), (5.0, 5), (np.int64(3), 3), (2**63, 2**63)])
 def test_positive_int_accepts_whole_numbers(value, expected):
     assert as_positive_int(value) == expected and type(as_positive_int(value)) is int
-    assert check_rule("n", value, POSITIVE_INT) == expected
+    assert POSITIVE_INT.check("n", value) == expected
     assert check_positive_int(value, "dims", "SVCCA") == expected
 
 
@@ -59,12 +60,12 @@ def test_positive_int_accepts_whole_numbers(value, expected):
 def test_positive_int_refuses_the_rest_in_every_reader(value):
     assert as_positive_int(value) is None
     with pytest.raises(ValueError, match="must be a positive integer"):
-        check_rule("n", value, POSITIVE_INT)
+        POSITIVE_INT.check("n", value)
     with pytest.raises(ValueError, match=r"SVCCA: dims must be an integer >= 1"):
         check_positive_int(value, "dims", "SVCCA")
     if value is not None:
         with pytest.raises(ValueError, match="positive whole number of samples"):
-            coerce_option_value("max_train", value)
+            SAMPLE_LIMIT.check("max_train", value)
         with pytest.raises(ValueError, match="sample limit must be a positive whole number"):
             subset([1, 2, 3], value)
 
