@@ -4,11 +4,11 @@
   site the home page sits inside ``docs/``, so those prefixes are dropped. Nothing else in the text changes.
 - A page line ``<!-- generated: NAME -->`` is replaced at build time by the table NAME makes: ``metric-list``
   (every registered metric's kind, range, symmetry, invariances and needed splits), ``metric-options`` (one
-  table per metric: option, default, what it does), ``iri-options`` and ``iri-tuning`` (the IRI options and
-  tuning keys, with each preset's values, from the package) or ``speed`` (the saved benchmark run
-  docs/results/bench-small.json). The metric tables come from ``metric_info()`` of the registered metrics of this
-  package (third-party plugins installed where the site is built are left out), so a new built-in metric or
-  option appears on the pages by itself.
+  table per metric: option, default, what it does, the values its type takes), ``iri-options`` and
+  ``iri-tuning`` (the IRI options and tuning keys, with each preset's values, from the package) or ``speed``
+  (the saved benchmark run docs/results/bench-small.json). The metric tables come from ``metric_info()`` of the
+  registered metrics of this package (third-party plugins installed where the site is built are left out), so a
+  new built-in metric or option appears on the pages by itself.
 """
 
 from __future__ import annotations
@@ -31,6 +31,12 @@ def readme_as_home(text: str) -> str:
 def _cell(value: object) -> str:
     text = "None" if value is None else repr(value) if not isinstance(value, str) else value
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _values(info, key: str) -> str:
+    """What a value of the option ``key`` must be: its declared type in its rule's words ("any" when unchecked)."""
+    rule = info.option_types.get(key)
+    return "any" if rule is None else _cell(rule.words)
 
 
 def _range(bounds) -> str:
@@ -82,8 +88,8 @@ def metric_options() -> str:
             continue
         own = {key: default for key, default in info.options.items()
                if shared.get(key) != (default, info.option_docs.get(key, ""))}
-        rows = ["| option | default | what it sets |", "|---|---|---|"]
-        rows += [f"| `{key}` | `{_cell(default)}` | {_cell(info.option_docs.get(key, ''))} |"
+        rows = ["| option | default | what it sets | values |", "|---|---|---|---|"]
+        rows += [f"| `{key}` | `{_cell(default)}` | {_cell(info.option_docs.get(key, ''))} | {_values(info, key)} |"
                  for key, default in own.items()]
         parts.append("\n".join(rows) + "\n")
         if len(own) < len(info.options):
@@ -119,8 +125,8 @@ def iri_options() -> str:
     import similarity_plugins as sp
 
     info = sp.metric_info("iri-slm")
-    rows = ["| option | default | what it does |", "| --- | --- | --- |"]
-    rows += [f"| `{key}` | `{_cell(default)}` | {_cell(info.option_docs.get(key, ''))} |"
+    rows = ["| option | default | what it does | values |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{key}` | `{_cell(default)}` | {_cell(info.option_docs.get(key, ''))} | {_values(info, key)} |"
              for key, default in info.options.items() if key.startswith("iri_")]
     return "\n".join(rows)
 

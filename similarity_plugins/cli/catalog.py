@@ -107,7 +107,7 @@ def cmd_info(args: argparse.Namespace) -> int:
                             "error": info.error, **_meaning_json(info),
                             "needs": None if info.needs is None else list(info.needs),
                             "options": None if info.options is None else {
-                                k: {"default": v, "doc": info.option_docs.get(k, "")}
+                                k: {"default": v, "doc": info.option_docs.get(k, ""), "values": _values(info, k)}
                                 for k, v in info.options.items()}}))
         return 0
     print(f"{info.name}  ({info.package})")
@@ -129,7 +129,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     kw, dw = max(map(len, defaults)), max(map(len, defaults.values()))
     for name, default in defaults.items():
         print(f"    {name.ljust(kw)}  {default.ljust(dw)}  {info.option_docs.get(name, '')}".rstrip())
+        if _values(info, name):
+            print(f"    {''.ljust(kw)}  {''.ljust(dw)}  values: {_values(info, name)}")
     return 0
+
+
+def _values(info, option: str) -> str | None:
+    """What a value of ``option`` must be, in its rule's words (None: the option takes any value)."""
+    rule = info.option_types.get(option)
+    return None if rule is None else rule.words
 
 
 def cmd_layers(args: argparse.Namespace) -> int:

@@ -214,11 +214,13 @@ def test_info_command(capsys):
     out = capsys.readouterr().out
     assert "similarity-plugins" in out and "soft label matching" in out
     assert "epochs" in out and "30" in out and "passes over the training set" in out
+    assert "values: a positive integer\n" in out  # each option's type, in its rule's words
     assert main(["info", "cka-rbf", "--json"]) == 0
     import json
 
     info = json.loads(capsys.readouterr().out)
     assert info["options"]["threshold"]["default"] == 1.0 and info["needs"] == ["test"]
+    assert info["options"]["threshold"]["values"] == "a positive number"
     assert main(["info", "cka-rbff"]) == 2
     assert "did you mean 'cka-rbf'" in capsys.readouterr().err
 
