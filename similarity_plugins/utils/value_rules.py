@@ -7,16 +7,8 @@ close choice, an empty path); ``rule.words`` is the same words for tables and ``
 the bounds that are shown, so a check and its message cannot disagree (scikit-learn's ``Interval`` and
 ``StrOptions`` work this way).
 
-- `Interval`: a finite number of a kind (``int``: whole numbers only) between bounds, each open or closed.
-- `OneOf`: one of a few values (words), with other spellings read as their canonical word.
-- `BOOLEAN`: a yes/no value by the rule of `rules.bool_of` (True/False, 1/0, and the words).
-- `OrNone`: another rule, or None (with what None means).
-- `AnyOf`: the first of several rules that accepts the value.
-- `Each`: a list of values that each obey a rule.
-- `Array`: an array (NumPy, torch or nested lists) of a given number of dimensions.
-- `PathRule`: a non-empty path; of a folder, a folder when it exists.
-- `Keys`: a dict whose keys are known and whose values each obey their rule.
-- `TEXT`: any text.
+The rules: `Interval` (a number between bounds), `OneOf` (one of a few values), `BOOLEAN` (a yes/no value), `TEXT`,
+`PathRule`, `Array`, and the rules made of rules: `OrNone`, `AnyOf`, `Each` (a list) and `Keys` (a dict).
 
 ``rule.invalid()`` is a value the rule refuses: the contract test sends one to every option of every metric.
 """
@@ -27,7 +19,7 @@ import math
 import numbers
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
@@ -38,14 +30,8 @@ __all__ = ["ValueRule", "Interval", "OneOf", "BOOLEAN", "OrNone", "AnyOf", "Each
            "TEXT", "POSITIVE_INT", "POSITIVE", "NON_NEGATIVE", "SAMPLE_LIMIT", "check_rules"]
 
 
-class _Refused:
-    """What `ValueRule.read` returns for a value the rule refuses."""
-
-    def __repr__(self) -> str:
-        return "REFUSED"
-
-
-REFUSED = _Refused()
+#: What `ValueRule.read` returns for a value the rule refuses.
+REFUSED = object()
 
 
 class ValueRule:
@@ -195,23 +181,29 @@ class OneOf(ValueRule):
 
 
 @dataclass(frozen=True)
-class _Boolean(ValueRule):
-    """A yes/no value (`rules.bool_of`): True/False, 1/0 or the words; returned as a bool."""
+class _Plain(ValueRule):
+    """A plain kind of value: ``reader(value)`` is the value read, or ``REFUSED``; ``text`` its words."""
+
+    reader: Callable[[Any], Any]
+    text: str
+    refused: Any
 
     def read(self, value: Any) -> Any:
-        read = bool_of(value)
-        return REFUSED if read is None else read
+        return self.reader(value)
 
     @property
     def words(self) -> str:
-        return BOOLEAN_WORDS
+        return self.text
 
     def invalid(self) -> Any:
-        return "maybe"
+        return self.refused
 
 
-#: A yes/no value: True/False, 1/0, or the words of `rules.TRUE_WORDS` and `rules.FALSE_WORDS` (any case).
-BOOLEAN = _Boolean()
+#: A yes/no value (`rules.bool_of`): True/False, 1/0, or the words of `rules.TRUE_WORDS` and `rules.FALSE_WORDS`
+#: (any case); read as a bool.
+BOOLEAN = _Plain(lambda value: REFUSED if bool_of(value) is None else bool_of(value), BOOLEAN_WORDS, "maybe")
+#: Any text (a ``str``).
+TEXT = _Plain(lambda value: value if isinstance(value, str) else REFUSED, "text", 7)
 
 
 @dataclass(frozen=True)
@@ -393,23 +385,6 @@ class Keys(ValueRule):
         return {"no such key": 0}
 
 
-@dataclass(frozen=True)
-class _Text(ValueRule):
-    """Any text (a ``str``), returned as given."""
-
-    def read(self, value: Any) -> Any:
-        return value if isinstance(value, str) else REFUSED
-
-    @property
-    def words(self) -> str:
-        return "text"
-
-    def invalid(self) -> Any:
-        return 7
-
-
-#: Any text.
-TEXT = _Text()
 #: A whole number >= 1 (``5`` and ``5.0``; booleans are no numbers).
 POSITIVE_INT = Interval(int, 1)
 #: A finite number > 0.
