@@ -6,16 +6,23 @@
   A listed name that no installed distribution provides gets a warning with the installed ones.
 - ``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD=1`` (1, true, yes, on): no entry point at all, as pytest does.
 
-Both rules cover both groups: ``similarity_plugins`` (metrics and families, imported when their names are needed)
-and ``similarity_plugins.wrappers`` (wrappers of every metric call, imported when the manager is built).
+Both rules cover both groups: ``similarity_plugins`` (metrics, families and wrappers) and
+``similarity_plugins.wrappers`` (wrappers only).
 
-Nothing here imports an entry point: `selected_entry_points` reads only the packages' metadata.
+Nothing here imports an entry point: `selected_entry_points` reads only the packages' metadata, and
+`declares_wrapper` reads an entry point's module as text (found on ``sys.path`` without importing it or its
+packages, and parsed with `ast`) to tell a wrapper of every metric call, which the manager must import when it is
+built, from a metric, which it imports only when its name is needed.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.machinery
+import importlib.util
 import os
 import re
+import sys
 import warnings
 from typing import Any, Iterable
 
@@ -24,11 +31,11 @@ from ..utils.text import did_you_mean
 
 __all__ = ["ENTRY_POINT_GROUP", "WRAPPER_GROUP", "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "BUILTIN_PACKAGE",
            "autoload_disabled", "allowed_distributions", "normalise_distribution", "entry_point_package",
-           "selected_entry_points", "check_metric_name"]
+           "selected_entry_points", "check_metric_name", "declares_wrapper"]
 
 ENTRY_POINT_GROUP = "similarity_plugins"
-#: The entry-point group of wrappers: objects whose ``similarity`` hookimpl is a wrapper (``wrapper=True``) of every
-#: metric call. A group of its own, because wrappers load when the manager is built and metrics only when needed.
+#: An entry-point group for wrappers alone: objects whose ``similarity`` hookimpl is a wrapper (``wrapper=True``) of
+#: every metric call, imported when the manager is built. A wrapper may as well be declared in `ENTRY_POINT_GROUP`.
 WRAPPER_GROUP = "similarity_plugins.wrappers"
 DISABLE_AUTOLOAD_ENV = "SIMILARITY_PLUGINS_DISABLE_AUTOLOAD"
 LOAD_ENV = "SIMILARITY_PLUGINS"
@@ -92,3 +99,56 @@ def check_metric_name(name: Any) -> str:
         raise ValueError(f"{name!r} cannot name a metric: use a non-empty name without spaces, commas, '=' "
                          f"or the wildcard characters * ? [ ] (e.g. 'my-metric')")
     return name
+
+
+def declares_wrapper(ep: Any) -> bool:
+    """True when the object the entry point ``ep`` names has a ``similarity`` hookimpl marked as a wrapper
+    (``@hookimpl(wrapper=True)`` or ``hookwrapper=True``), read from its module's source without importing anything.
+
+    The object is looked up in the module's text: a top-level class (its methods) or function of the entry point's
+    attribute name, the module's own functions when the entry point names the module, and any ``similarity`` of the
+    module when the name is bound otherwise (an instance). A module whose source cannot be found or parsed, or a
+    wrapper written in another module and imported into this one, reads as no wrapper (it is then imported when its
+    metric names are needed, as a metric is).
+    """
+    module, _, attr = str(getattr(ep, "value", "") or "").partition(":")
+    source = _module_source(module.strip()) if module.strip() else None
+    if source is None:
+        return False
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    scope: list[ast.AST] = list(tree.body)
+    for part in attr.split("[")[0].strip().split(".") if attr.strip() else []:
+        found = [n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part]
+        if not found:
+            scope = list(ast.walk(tree))  # bound otherwise (an instance): any similarity of the module
+            break
+        scope = found[0].body if isinstance(found[0], ast.ClassDef) else found
+    return any(_wrapper_similarity(node) for node in scope)
+
+
+def _wrapper_similarity(node: ast.AST) -> bool:
+    """True for a ``def similarity`` decorated with a call that passes ``wrapper=True`` or ``hookwrapper=True``."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name != "similarity":
+        return False
+    return any(isinstance(d, ast.Call) and any(k.arg in ("wrapper", "hookwrapper") and isinstance(k.value, ast.Constant)
+                                               and k.value.value is True for k in d.keywords)
+               for d in node.decorator_list)
+
+
+def _module_source(name: str) -> str | None:
+    """The source text of the module ``name``, found without importing it or a package above it (None if not found)."""
+    try:
+        parts = name.split(".")
+        spec = importlib.util.find_spec(parts[0])  # a top-level name: the finders only, nothing is executed
+        for depth in range(1, len(parts)):
+            if spec is None or not spec.submodule_search_locations:
+                return None
+            full = ".".join(parts[: depth + 1])
+            spec = importlib.util.find_spec(full) if ".".join(parts[:depth]) in sys.modules \
+                else importlib.machinery.PathFinder.find_spec(full, list(spec.submodule_search_locations))
+        return spec.loader.get_source(spec.name) if spec is not None and spec.loader is not None else None
+    except (ImportError, ValueError, OSError, AttributeError):
+        return None

@@ -11,8 +11,10 @@ third-party family. Third-party packages add metrics through entry points of the
   ``register(name, plugin)`` once per metric (the entry-point name is then only a label: use the
   package's name, not a metric's).
 
-Wrappers come from the entry-point group ``similarity_plugins.wrappers``: objects whose ``similarity`` hookimpl
-is a wrapper, imported when the manager is built, since they wrap every metric call (`dispatch`).
+A wrapper of every metric call (an object whose ``similarity`` hookimpl is a wrapper, `dispatch`) may come through
+the same group: the manager reads each entry point's module without importing it (`entrypoints.declares_wrapper`)
+and imports the wrappers when it is built, so they wrap the first metric call too; the group
+``similarity_plugins.wrappers`` holds wrappers only, all imported then.
 Metric entry points load lazily (`entrypoints`): the manager reads their names from the packages'
 metadata and imports one only when its names are needed (`SimilarityPluginManager.ensure` for a
 name it does not know yet, `SimilarityPluginManager.load_all` for ``list``, a wildcard or the
@@ -51,6 +53,7 @@ from .entrypoints import (
     WRAPPER_GROUP,
     autoload_disabled,
     check_metric_name,
+    declares_wrapper,
     selected_entry_points,
 )
 from .plugin import FIELDS, MetricInfo, plugin_attributes
@@ -172,6 +175,14 @@ class SimilarityPluginManager(DispatchingManager):
             if any(name not in self.info for name in names):
                 self.load_all()
 
+    def load_wrappers(self) -> None:
+        """Import the pending entry points that hold a wrapper of every metric call (`declares_wrapper`, read without
+        importing): a wrapper must be registered before the first call. The others stay pending."""
+        with self._loading:
+            for ep, package in [p for p in self.pending if declares_wrapper(p[0])]:
+                if (ep, package) in self.pending:
+                    self._load_entry_point(ep, package, eager=True)
+
     def load_all(self) -> None:
         """Import every pending entry point (for ``list``, a wildcard or the default selection)."""
         with self._loading:
@@ -183,15 +194,17 @@ class SimilarityPluginManager(DispatchingManager):
             if owner == package and (ep, owner) in self.pending:  # a family may have dropped a later one
                 self._load_entry_point(ep, owner)
 
-    def _load_entry_point(self, ep: Any, package: str) -> None:
+    def _load_entry_point(self, ep: Any, package: str, eager: bool = False) -> None:
         self.pending.remove((ep, package))
         if self.claims.get(ep.name) == package:
             del self.claims[ep.name]
-        self.load_family(ep.name, ep, package)
+        self.load_family(ep.name, ep, package, eager=eager)
 
-    def load_family(self, label: str, ep: Any, package: str) -> None:
+    def load_family(self, label: str, ep: Any, package: str, *, eager: bool = False) -> None:
         """Import ``ep`` (anything with ``load()``) and register what it holds: one metric named ``label``
-        (a ``similarity`` hookimpl) or a family (``register_metrics``). Errors are kept, not raised."""
+        (a ``similarity`` hookimpl), a family (``register_metrics``) or a wrapper of every metric call (a
+        ``similarity`` wrapper; unless ``eager``, imported when the manager was built, with a warning that it wraps
+        the calls from now on only). Errors are kept, not raised."""
         try:
             obj = _as_plugin_object(ep.load())
             family = getattr(obj, "register_metrics", None)
@@ -202,10 +215,12 @@ class SimilarityPluginManager(DispatchingManager):
             self._keep_error(label, package, exc)
             return
         if family is None and wrapper_marked(self.parse_hookimpl_opts(obj, "similarity")):
-            warnings.warn(f"similarity_plugins: {package} declares the wrapper {label!r} in the entry-point group "
-                          f"{ENTRY_POINT_GROUP!r}, whose entry points are imported only when their metrics are needed, "
-                          f"so it wraps the metric calls from now on only; declare it in the group {WRAPPER_GROUP!r} "
-                          "to wrap every call", stacklevel=2)
+            if not eager:
+                warnings.warn(f"similarity_plugins: the wrapper {label!r} of {package} was imported only now, so it "
+                              f"wraps the metric calls from now on only: the manager finds a wrapper of the group "
+                              f"{ENTRY_POINT_GROUP!r} when it is built by reading the module the entry point names, "
+                              f"where its `similarity` (wrapper=True) must be written, not imported from another "
+                              f"module; or declare it in the group {WRAPPER_GROUP!r}", stacklevel=2)
             self.load_wrapper(label, SimpleNamespace(load=lambda: obj), package)
             return
         if family is None:
@@ -307,8 +322,9 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
 
 
 def build_plugin_manager(load_entry_points: bool | None = None) -> SimilarityPluginManager:
-    """A new manager with the built-in metrics and the allowed wrappers registered, and the allowed metric entry
-    points pending (not imported).
+    """A new manager with the built-in metrics and the allowed wrappers registered (those of the wrapper group, and
+    those found in the metric group by `SimilarityPluginManager.load_wrappers`), and the allowed metric entry points
+    pending (not imported).
 
     ``load_entry_points``: False skips the entry points; None (default) follows the environment
     (``SIMILARITY_PLUGINS_DISABLE_AUTOLOAD``, ``SIMILARITY_PLUGINS``: see `entrypoints`).
@@ -325,6 +341,7 @@ def build_plugin_manager(load_entry_points: bool | None = None) -> SimilarityPlu
         for ep, package in chosen:
             if _group(ep) == WRAPPER_GROUP:
                 pm.load_wrapper(ep.name, ep, package)
+        pm.load_wrappers()
     return pm
 
 
