@@ -33,11 +33,11 @@ import torchvision
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.networks import store as store_module
-from similarity_plugins.networks import store_fill
 from similarity_plugins.networks.activations import extract_layers, forward_layers
 from similarity_plugins.networks.data import iterate_batches
 from similarity_plugins.networks.parallel import module_digest
+from similarity_plugins.store import fill as store_fill
+from similarity_plugins.store import store as store_module
 
 LAYERS = {"a": ["layer2.0", "layer3.0", "layer4.0"], "b": ["layer3.1", "layer4.1"]}
 

@@ -21,13 +21,13 @@ from .networks.data import Data
 from .networks.hf import hf
 from .networks.layer_lists import LayerNotFound, layers
 from .networks.preprocess import preprocessed
-from .networks.store import CorruptChunk, Store, StoreError
 from .networks.text import paired_data, text_data
 from .runner.compare import compare
-from .runner.extract import extract
 from .runner.grid import compare_grid
 from .runner.grid_results import Grid
 from .runner.score import score
+from .store.extract import extract
+from .store.store import CorruptChunk, Store, StoreError
 
 # Report.to_html and Grid.to_html write through the page writer the report application installs (host/pages.py)
 _pages.register_page_writer(_report_app.write_html)

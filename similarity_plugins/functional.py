@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # names for the annotations only
     import numpy as np
     import torch
 
-    from .networks.store import StoredArray
+    from .store.store import StoredArray
 
 __all__ = [*_cka_all, *_measures_all]
 
@@ -65,7 +65,7 @@ def streamed(x: np.ndarray | torch.Tensor | StoredArray, y: np.ndarray | torch.T
 
     from .cka.streaming import StreamingLinearCKA
     from .measures import streamed as _s
-    from .networks.store_rows import align, as_entries
+    from .store.rows import align, as_entries
     from .utils.arrays import paired_blocks, to_numpy
     from .utils.rng import check_seed, drawn_split
 

@@ -46,7 +46,7 @@ def _unescaped_parts(spec: str) -> list[str]:
 
 def _holds(folder: str, model: str, layer: str) -> bool:
     """Whether the store ``folder`` has a complete entry (model, layer)."""
-    from ..networks.store_paths import StoreError, quote_name
+    from ..store.paths import StoreError, quote_name
 
     try:
         path = os.path.join(folder, quote_name(model, "model"), quote_name(layer, "layer"), "manifest.json")
@@ -79,7 +79,7 @@ def load_array(spec: str) -> Any:
     ``FileNotFoundError`` or ``ValueError`` naming the file for a missing, unreadable or unsuitable one."""
     entry = store_entry_spec(spec)
     if entry is not None:
-        from ..networks.store import Store
+        from ..store.store import Store
 
         folder, model, layer = entry
         return Store(folder).load(model, layer)

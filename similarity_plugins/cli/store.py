@@ -19,7 +19,7 @@ from .grid import model_specs, parse_layers
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from ..runner.extract import extract
+    from ..store.extract import extract
 
     specs = model_specs(args.model)
     layers = parse_layers(args.layers, [n for n, _ in specs])
@@ -81,7 +81,7 @@ def origin_text(made: dict) -> str:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from ..networks.store import Store
+    from ..store.store import Store
 
     print(store_table(Store(args.dir)))
     return 0

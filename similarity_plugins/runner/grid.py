@@ -25,13 +25,13 @@ from ..host.manager import get_plugin_manager
 from ..host.registry import declared_meanings, options_for_metrics
 from ..networks.context import Context
 from ..networks.data import Data
+from ..networks.named import as_layers, as_models
 from ..networks.split import model_device, on_device
-from ..networks.store import Store
+from ..store.store import Store
 from ..utils.progress import Progress, check_progress
 from ..utils.rng import check_seed
 from ..utils.text import did_you_mean, how_to
 from .compare import sources_of
-from .grid_nodes import as_layers, as_models
 from .grid_results import Grid, Node
 from .grid_run import Plan, run_grid
 from .provenance import provenance, splits_read, store_provenance

@@ -5,7 +5,7 @@ are extracted first; then every node's test activations are read from the store,
 pass of its own for them. With ``store=`` alone, the models are names in the store: the grid runs from disk,
 and a metric that needs the model itself (stitching, IRIs) gets an error row saying so.
 
-Before any work the entries are paired by sample (`store_rows.align`): the same samples in another order are read
+Before any work the entries are paired by sample (`rows.align`): the same samples in another order are read
 in one order, other samples or other data are refused. Each node's rows are offered to the measures twice: whole,
 read on first use (``context.loaders``), and as rows on disk that the measures which reduce to sums over samples
 read in blocks (``context.row_sources``), so those never hold a node in memory.
@@ -23,14 +23,14 @@ from torch import nn
 
 from ..networks.context import Context
 from ..networks.data import Data
+from ..networks.named import as_layers, as_models
 from ..networks.split import on_device
-from ..networks.store import Store, StoreError
-from ..networks.store_fill import fill_model
-from ..networks.store_paths import quote_name
-from ..networks.store_rows import AlignedRows, align
+from ..store.fill import fill_model
+from ..store.paths import check_names
+from ..store.rows import AlignedRows, align
+from ..store.store import Store, StoreError
 from ..utils.progress import Progress
 from ..utils.text import did_you_mean, how_to
-from .grid_nodes import as_layers, as_models
 
 
 class StoredModel(nn.Module):
@@ -85,14 +85,6 @@ def _reader(rows: AlignedRows) -> Callable[[], torch.Tensor]:
         shape = rows.array.manifest.get("layer_shape")
         return acts.reshape(len(acts), *shape) if shape and int(np.prod(shape)) == acts.shape[1] else acts
     return read
-
-
-def check_names(per_model: Mapping[str, list[str]]) -> None:
-    """Refuse, before any work, a model or layer name that cannot name a folder of the store (`quote_name`)."""
-    for model, layers in per_model.items():
-        quote_name(model, "model")
-        for layer in layers:
-            quote_name(layer, "layer")
 
 
 def store_source(store: str | os.PathLike | Store, models: Any, layers: Any, data: Data | None, *,

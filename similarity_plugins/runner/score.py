@@ -32,7 +32,7 @@ from ..networks.activations import flatten
 from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.parallel import World
-from ..networks.store_rows import AlignedRows
+from ..store.rows import AlignedRows
 from ..utils.arrays import unmasked
 from ..utils.progress import Progress, check_progress, progress_bar
 from ..utils.rng import check_seed, drawn_split, isolated_rng, seed_all

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..networks.store_rows import AlignedRows, align, as_entries
+from ..store.rows import AlignedRows, align, as_entries
 
 __all__ = ["stored_sides"]
 

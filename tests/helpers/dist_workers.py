@@ -267,7 +267,7 @@ def scenario_extract(rank: int, cache_dir: str) -> Any:
 
     from similarity_plugins import compare_grid, extract
 
-    extract_module = importlib.import_module("similarity_plugins.runner.extract")
+    extract_module = importlib.import_module("similarity_plugins.store.extract")
 
     front, end, data = small_setup()
     counts, inner = [], extract_module.fill_model

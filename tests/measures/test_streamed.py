@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from similarity_plugins import functional as F
-from similarity_plugins.networks.store import Store
+from similarity_plugins.store.store import Store
 
 
 def _pair(n: int = 300, dx: int = 20, dy: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +58,7 @@ def test_streamed_refuses_what_it_cannot_do():
 OUT_OF_CORE = textwrap.dedent("""
     import sys
     import numpy as np
-    from similarity_plugins.networks.store import Store
+    from similarity_plugins.store.store import Store
     from similarity_plugins import functional as F
 
     def status(field: str) -> int:

@@ -93,7 +93,7 @@ def test_cache_bytes_bounds_the_activations_a_grid_from_the_store_holds(tmp_path
     store = sp.extract(models, ["block3", "fc"], _data(), tmp_path)
     node = 48 * int(np.prod(store.load("a", "block3").shape[1:])) * 4  # the largest node: (48, D) float32
     reads: list[tuple[str, str]] = []
-    from similarity_plugins.networks.store_rows import AlignedRows
+    from similarity_plugins.store.rows import AlignedRows
 
     read = AlignedRows.__array__
 

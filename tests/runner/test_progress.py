@@ -78,7 +78,7 @@ def test_public_calls_default_to_a_name(call):
     from similarity_plugins.apps.studies import run_study
     from similarity_plugins.apps.training import train_classifier
     from similarity_plugins.iri.generate import generate_iris
-    from similarity_plugins.runner.extract import extract
+    from similarity_plugins.store.extract import extract
 
     fn = {"run_study": run_study, "train_classifier": train_classifier, "generate_iris": generate_iris,
           "extract": extract, "excess_agreement": excess_agreement}.get(call) or getattr(sp, call)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import similarity_plugins as sp
-from similarity_plugins.networks.store_paths import quote_name
+from similarity_plugins.store.paths import quote_name
 from tests.helpers.models import tiny_cnn
 
 

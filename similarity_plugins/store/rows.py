@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .paths import StoreError
 from .store import StoredArray
-from .store_paths import StoreError
 
 __all__ = ["AlignedRows", "align"]
 

@@ -9,13 +9,13 @@ import torch
 from torch import nn
 
 from ..networks.data import Data
-from ..networks.split import model_device, on_device
-from ..networks.store import Store
-from ..networks.store_fill import fill_model
+from ..networks.model_state import model_device, on_device
+from ..networks.named import as_layers, as_models
 from ..utils.progress import Progress, check_progress
 from ..utils.rules import as_positive_int
-from .grid_nodes import as_layers, as_models
-from .grid_store import check_names
+from .fill import fill_model
+from .paths import check_names
+from .store import Store
 
 __all__ = ["extract"]
 

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import urllib.parse
-from typing import Any
+from typing import Any, Mapping
 
 from ..utils.digest import fast_hash
 from ..utils.readback import BadFile, read_json
@@ -135,3 +135,11 @@ def read_store_json(path: str, what: str) -> Any:
         return read_json(path, what)
     except BadFile as exc:
         raise StoreError(f"{exc}; {extract_again()} to rewrite it") from None
+
+
+def check_names(per_model: Mapping[str, list[str]]) -> None:
+    """Refuse, before any work, a model or layer name that cannot name a folder of the store (`quote_name`)."""
+    for model, layers in per_model.items():
+        quote_name(model, "model")
+        for layer in layers:
+            quote_name(layer, "layer")

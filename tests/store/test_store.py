@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from similarity_plugins.networks.store import CorruptChunk, Store, StoreError
+from similarity_plugins.store.store import CorruptChunk, Store, StoreError
 
 
 def _rows(seed: int, n: int = 50, d: int = 7) -> np.ndarray:
@@ -112,7 +112,7 @@ def test_two_writers_at_once(tmp_path):
 def test_chunks_are_written_as_np_save_writes_them_with_the_checksum_of_their_bytes(tmp_path):
     import io
 
-    from similarity_plugins.networks.store import file_checksum, write_npy
+    from similarity_plugins.store.store import file_checksum, write_npy
 
     for block in (np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros((0, 5), np.float32),
                   np.asfortranarray(np.ones((4, 3))), np.arange(5, dtype=np.int64)):

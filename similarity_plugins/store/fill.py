@@ -22,14 +22,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from ..networks.activations import check_finite, forward_layers
+from ..networks.data import iterate_batches, split_size
+from ..networks.parallel import current_world, module_digest
+from ..networks.reading import reading_digest, reading_settings
 from ..utils.digest import fast_hash
 from ..utils.progress import Progress, progress_bar
-from .activations import check_finite, forward_layers
-from .data import iterate_batches, split_size
-from .parallel import current_world, module_digest
-from .reading import reading_digest, reading_settings
+from .paths import StoreError, entry_key
 from .store import Store
-from .store_paths import StoreError, entry_key
 
 __all__ = ["fill_model", "sample_digests"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .store_paths import CHUNK, FORMAT, KEY, OLD_FORMATS, SAMPLES, StoreError, extract_again
+from .paths import CHUNK, FORMAT, KEY, OLD_FORMATS, SAMPLES, StoreError, extract_again
 
 __all__ = ["checked_manifest", "manifest_files"]
 

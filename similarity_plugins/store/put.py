@@ -10,7 +10,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..utils.digest import fast_hash
-from .store_paths import StoreError, entry_key
+from .paths import StoreError, entry_key
 
 __all__ = ["put_entry"]
 

@@ -1,6 +1,6 @@
 """An activation store on disk: one entry per (model, layer), chunked ``.npy`` files named by their content.
 
-Layout of a store folder ``STORE`` (`store_paths` holds the names and the checks that keep files inside it):
+Layout of a store folder ``STORE`` (`paths` holds the names and the checks that keep files inside it):
 
 ```text
 STORE/store.json                       {"format": "similarity-plugins-store-2"}
@@ -11,7 +11,7 @@ STORE/<model>/<layer>/<key>/digests-<checksum>.npy    (N, 2) uint64: each row's 
 ```
 
 ``<model>`` and ``<layer>`` are the names quoted for the file system (`quote_name`). ``<key>`` is the entry's content
-address: a digest of everything that makes its rows (`store_fill`). A chunk's name holds the digest of the inputs
+address: a digest of everything that makes its rows (`fill`). A chunk's name holds the digest of the inputs
 it was made from and the checksum (XXH3-128) of its bytes, so two runs on other data never write one file. The
 manifest is written once, from the chunks the writing run made or checked itself; until then an entry is partial
 and `Store.load` refuses it. A chunk is verified against its checksum the first time it is read.
@@ -31,8 +31,8 @@ import numpy as np
 from ..utils.digest import FAST_HASH, fast_hash
 from ..utils.io import atomic_write, json_text
 from ..utils.text import how_to
-from .store_manifest import checked_manifest, manifest_files
-from .store_paths import (
+from .manifest import checked_manifest, manifest_files
+from .paths import (
     CHUNK,
     FORMAT,
     KEY,
@@ -47,7 +47,7 @@ from .store_paths import (
     quote_name,
     read_store_json,
 )
-from .store_put import put_entry
+from .put import put_entry
 
 __all__ = ["Store", "StoredArray", "CorruptChunk", "StoreError"]
 

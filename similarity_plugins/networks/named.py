@@ -7,8 +7,8 @@ from typing import Any, Mapping
 
 from torch import nn
 
-from ..networks.layer_lists import check_layer
 from ..utils.text import did_you_mean
+from .layer_lists import check_layer
 
 __all__ = ["as_layers", "as_models"]
 
