@@ -23,8 +23,8 @@ from .networks.layer_lists import LayerNotFound, layers
 from .networks.preprocess import preprocessed
 from .networks.text import paired_data, text_data
 from .runner.compare import compare
-from .runner.grid import compare_grid
-from .runner.grid_results import Grid
+from .runner.grid.compare_grid import compare_grid
+from .runner.grid.results import Grid
 from .runner.score import score
 from .store.extract import extract
 from .store.store import CorruptChunk, Store, StoreError

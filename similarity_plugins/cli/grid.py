@@ -181,7 +181,7 @@ def _best_pairs_text(grid, pairs: str) -> str:
 
 def cmd_grid(args: argparse.Namespace) -> int:
     from ..networks.parallel import current_world
-    from ..runner.grid import compare_grid
+    from ..runner.grid.compare_grid import compare_grid
     from ..runner.score import select_score_metrics
 
     args.model = args.model or []

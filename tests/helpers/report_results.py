@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from similarity_plugins.host.results import Report, SimilarityResult
-from similarity_plugins.runner.grid_results import Grid
+from similarity_plugins.runner.grid.results import Grid
 
 SIMILARITY = {"kind": "similarity", "range": [0.0, 1.0], "symmetric": True,
               "invariances": ["translation", "isotropic-scaling", "orthogonal"], "family": "cka",

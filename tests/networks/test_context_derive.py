@@ -14,7 +14,7 @@ from similarity_plugins import Data
 from similarity_plugins.host.hookspecs import PluginContext
 from similarity_plugins.networks.context import SETTINGS, Context
 from similarity_plugins.networks.parallel import World
-from similarity_plugins.runner.grid_run import _local_context
+from similarity_plugins.runner.grid.run import _local_context
 from similarity_plugins.runner.score import ArrayContext
 from tests.helpers.repo import ROOT
 

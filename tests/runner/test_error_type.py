@@ -15,7 +15,7 @@ import similarity_plugins as sp
 from similarity_plugins.cli.common import emit_interrupted
 from similarity_plugins.networks.parallel import CollectiveError, World
 from similarity_plugins.runner.call import interrupted_row
-from similarity_plugins.runner.grid_files import cell_result_dict
+from similarity_plugins.runner.grid.files import cell_result_dict
 
 
 class _Boom:
@@ -96,7 +96,7 @@ def test_the_type_travels_through_a_results_file_and_old_files_still_load():
     old = {k: v for k, v in cell_result_dict(row).items() if k != "error_type"}
     loaded = sp.SimilarityResult.from_dict(old)
     assert loaded.error == "ValueError: bad" and loaded.error_type is None
-    from similarity_plugins.runner.grid_files import BadFile
+    from similarity_plugins.runner.grid.files import BadFile
 
     with pytest.raises(BadFile, match="error_type must be text"):
         sp.SimilarityResult.from_dict({**old, "error_type": 3})

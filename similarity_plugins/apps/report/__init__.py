@@ -14,8 +14,8 @@ import os
 from typing import Any, Mapping
 
 from ...host.results import Report
-from ...runner.grid_files import GRID_FORMAT, grid_parts
-from ...runner.grid_results import Grid
+from ...runner.grid.files import GRID_FORMAT, grid_parts
+from ...runner.grid.results import Grid
 from ...runner.provenance import package_version
 from ...utils.io import write_text
 from ...utils.readback import BadFile, read_json

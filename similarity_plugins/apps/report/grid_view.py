@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...runner.grid_results import Grid
+from ...runner.grid.results import Grid
 from . import charts
 from .meaning import axis_domain, axis_kind, axis_title, meaning_line, metric_infos
 from .page import Chart, Number, Section, Table, Text

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..host.results import SimilarityResult
-from ..stats.calibration import DEFAULT_ALPHA, calibrate
-from ..stats.permutation import summarise
+from ...host.results import SimilarityResult
+from ...stats.calibration import DEFAULT_ALPHA, calibrate
+from ...stats.permutation import summarise
 
 BlockKey = tuple  # (metric, front model, end model)
 NULL_KEY = "null_values"  # the cell details key the permutation tests fill in a grid (`summarise`)
@@ -171,7 +171,7 @@ def best_pair(grid: Any, metric: str, front: str, end: str, other_layers: bool =
     """The best cell of ``metric`` between ``front``'s and ``end``'s layers, with its family-wise p-value.
 
     Args:
-        grid: a [`Grid`][similarity_plugins.runner.grid_results.Grid].
+        grid: a [`Grid`][similarity_plugins.runner.grid.results.Grid].
         metric: a metric of the grid.
         front: a model name of the grid.
         end: a model name of the grid (``front`` again: that model's own block).
@@ -206,7 +206,7 @@ def best_pair(grid: Any, metric: str, front: str, end: str, other_layers: bool =
 
 def _level(grid: Any, metric: str, front: str, end: str, alpha: float | None) -> float:
     """``alpha`` checked, or the level the block's cells were calibrated at (their option ``alpha``)."""
-    from ..stats.calibration import check_alpha
+    from ...stats.calibration import check_alpha
 
     if alpha is not None:
         return check_alpha(alpha)
@@ -221,7 +221,7 @@ def aggregate(grid: Any, metric: str, front: str, end: str, agg: str = "max",
     """The block's aggregate with its p-value, critical value and calibrated score under the block's joint null.
 
     Args:
-        grid: a [`Grid`][similarity_plugins.runner.grid_results.Grid].
+        grid: a [`Grid`][similarity_plugins.runner.grid.results.Grid].
         metric: a metric of the grid.
         front: a model name of the grid.
         end: a model name of the grid (``front`` again: that model's own block).

@@ -10,22 +10,22 @@ from typing import Any
 
 from torch import nn
 
-from ..host.results import LayerPair, SimilarityResult, jsonable
-from ..networks.context import Context
-from ..networks.data import split_digest
-from ..networks.parallel import World, module_digest
-from ..networks.reading import reading_digest
-from ..networks.split import preserved
-from ..stats.designs import is_permutation_array
-from ..utils.digest import value_text
-from ..utils.progress import progress_bar
-from ..utils.rng import isolated_rng
-from .compare import run_metric
-from .grid_files import CellsFile
-from .grid_results import Grid, Node
-from .isolation import Donors
-from .ranks import check_ranks_agree
-from .repeats import run_repeated
+from ...host.results import LayerPair, SimilarityResult, jsonable
+from ...networks.context import Context
+from ...networks.data import split_digest
+from ...networks.parallel import World, module_digest
+from ...networks.reading import reading_digest
+from ...networks.split import preserved
+from ...stats.designs import is_permutation_array
+from ...utils.digest import value_text
+from ...utils.progress import progress_bar
+from ...utils.rng import isolated_rng
+from ..compare import run_metric
+from ..isolation import Donors
+from ..ranks import check_ranks_agree
+from ..repeats import run_repeated
+from .files import CellsFile
+from .results import Grid, Node
 
 DIST_BLOCK = 16   # cells per rank between two exchanges of finished cells under torchrun
 CHECK_EVERY = 256  # at most this many deterministic activation-only cells between two donor checks

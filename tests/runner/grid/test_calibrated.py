@@ -117,7 +117,7 @@ def test_json_resume_and_stores_keep_the_aggregates(tested, tmp_path):
 
 
 def test_an_interrupted_grid_refuses_aggregates_and_best_pairs_naming_the_missing_cells(tested, monkeypatch):
-    import similarity_plugins.runner.grid_run as grid_run
+    import similarity_plugins.runner.grid.run as grid_run
 
     models, data, _ = tested
     calls, real = [], grid_run.run_metric
@@ -141,7 +141,7 @@ def test_an_interrupted_grid_refuses_aggregates_and_best_pairs_naming_the_missin
 
 
 def test_a_block_with_failed_cells_leaves_them_out_naming_them(tested):
-    from similarity_plugins.runner.grid_best import IncompleteBlockWarning
+    from similarity_plugins.runner.grid.best import IncompleteBlockWarning
 
     models, data, _ = tested
     grid = sp.compare_grid(models, [*LAYERS, "5"], data, "cka-linear", pairs="across", options={"permutations": K})

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ..host.results import Report, SimilarityResult, jsonable
-from ..stats.pvalues import adjust_p_values
-from ..utils.io import write_text
-from ..utils.text import did_you_mean
-from .grid_files import GRID_FORMAT, cell_result_dict, grid_parts, read_grid_file
+from ...host.results import Report, SimilarityResult, jsonable
+from ...stats.pvalues import adjust_p_values
+from ...utils.io import write_text
+from ...utils.text import did_you_mean
+from .files import GRID_FORMAT, cell_result_dict, grid_parts, read_grid_file
 
 __all__ = ["Grid"]
 
@@ -50,7 +50,7 @@ class Grid:
                  block_nulls: dict[tuple[str, str, str], list[float]] | None = None,
                  cell_nulls: dict[tuple[str, int, int], list[float]] | None = None,
                  block_means: dict[tuple[str, str, str], list[float]] | None = None) -> None:
-        from .grid_best import take_nulls
+        from .best import take_nulls
 
         self.nodes: list[Node] = [tuple(n) for n in nodes]
         self.metrics = list(metrics)
@@ -140,14 +140,14 @@ class Grid:
         Returns:
             ``{"score", "p_value", "tau", "calibrated"}``; ``p_value``, ``tau`` and ``calibrated`` are None when the
                 grid ran without permutations. For ``"max"`` the p-value is the family-wise p-value of
-                ``best_pair``. See `similarity_plugins.runner.grid_best`.
+                ``best_pair``. See `similarity_plugins.runner.grid.best`.
 
         Raises:
             ValueError: an unknown metric, model or ``agg``, a bad ``alpha``, or a block with cells missing (an
                 interrupted grid), naming them; failed cells (no value) are left out with an
                 ``IncompleteBlockWarning`` naming them.
         """
-        from .grid_best import aggregate
+        from .best import aggregate
 
         return aggregate(self, metric, front, end, agg, alpha)
 
@@ -187,9 +187,9 @@ class Grid:
                 null value over all the block's cells under permutation k is at least as extreme as score}) /
                 (K + 1)``, every cell of the block scored under the same K permutations of the end's test rows.
                 It is never below that cell's own p-value and is 1/(K+1) for a model against itself; None
-                without permutations. See `similarity_plugins.runner.grid_best`.
+                without permutations. See `similarity_plugins.runner.grid.best`.
         """
-        from .grid_best import best_pair
+        from .best import best_pair
 
         return best_pair(self, metric, front, end, other_layers=other_layers)
 
@@ -259,7 +259,7 @@ class Grid:
             The page's HTML text, drawn from [`to_dict`][to_dict] alone, so it equals the page that
                 ``similarity-plugins report`` makes from the grid's JSON file.
         """
-        from ..host.pages import write_page
+        from ...host.pages import write_page
 
         return write_page(self, path, title=title)
 
@@ -280,7 +280,7 @@ class Grid:
     def heatmap(self, path: str | os.PathLike, metric: str | None = None) -> str:
         """Write [`heatmap_bytes`][heatmap_bytes] to ``path`` (whole, atomically), in the format of its extension (png, svg or
         pdf); returns the path."""
-        from ..utils.io import write_all
+        from ...utils.io import write_all
 
         fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
         write_all({os.fspath(path): self.heatmap_bytes(fmt, metric)})
@@ -294,7 +294,7 @@ class Grid:
         are hatched grey, cells not asked for blank; the best end layer of each row within each end model is
         outlined in red (highest similarity, lowest distance).
         """
-        from ..utils.heatmap import heatmap_bytes
+        from ...utils.heatmap import heatmap_bytes
 
         names = [metric] if metric is not None else self.metrics
         for name in names:

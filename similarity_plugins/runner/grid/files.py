@@ -12,8 +12,8 @@ import json
 import os
 from typing import Any, Callable
 
-from ..host.results import SimilarityResult
-from ..utils.readback import BadFile, encode_float, expect, line_digest, parse_json_line, read_json
+from ...host.results import SimilarityResult
+from ...utils.readback import BadFile, encode_float, expect, line_digest, parse_json_line, read_json
 
 GRID_FORMAT = "similarity-plugins grid"
 CELLS_FORMAT = "similarity-plugins grid cells"
@@ -68,7 +68,7 @@ def grid_parts(payload: Any, source: str) -> tuple[list, list, dict, dict, dict,
 
 
 def _nulls(entries: Any, metrics: list, at: Callable, field: str, ends: Callable[[Any], bool], names: str) -> dict:
-    """Null values the grid keeps (`grid_best.take_nulls`), checked: ``{(metric, front, end): [float, ...]}``.
+    """Null values the grid keeps (`best.take_nulls`), checked: ``{(metric, front, end): [float, ...]}``.
 
     ``field``: ``"block_nulls"`` (each block's best null value per permutation, ``front`` and ``end`` model names),
     ``"block_means"`` (each block's mean null value per permutation, model names; a grid written before they were
@@ -113,7 +113,7 @@ class CellsFile:
         if os.path.exists(self.path):
             self._read(wanted)
         elif write:
-            from ..utils.io import write_text
+            from ...utils.io import write_text
 
             header = {"format": CELLS_FORMAT, "version": CELLS_VERSION, "fingerprint": fingerprint}
             write_text(self.path, json.dumps({**header, **({"sources": sources} if sources else {})}) + "\n")

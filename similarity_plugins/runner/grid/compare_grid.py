@@ -2,7 +2,7 @@
 
 A *node* is a ``(model name, layer name)`` pair and a *cell* one metric on one ordered pair of nodes. Every
 cell is the call ``compare`` makes for that pair (the same guard, rng isolation and error rows; see
-`grid_run`), on one [`Context`][context.Context] shared by the whole grid, so that
+`run`), on one [`Context`][context.Context] shared by the whole grid, so that
 
 - each model runs forward over the test split once, all its layers captured in the same pass
   ([`capture`][context.Context.capture]), and over the train split once when an activation-only metric reads it;
@@ -21,21 +21,21 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
-from ..host.manager import get_plugin_manager
-from ..host.registry import declared_meanings, options_for_metrics
-from ..networks.context import Context
-from ..networks.data import Data
-from ..networks.named import as_layers, as_models
-from ..networks.split import model_device, on_device
-from ..store.store import Store
-from ..utils.progress import Progress, check_progress
-from ..utils.rng import check_seed
-from ..utils.text import did_you_mean, how_to
-from .compare import sources_of
-from .grid_results import Grid, Node
-from .grid_run import Plan, run_grid
-from .provenance import provenance, splits_read, store_provenance
-from .score import select_score_metrics
+from ...host.manager import get_plugin_manager
+from ...host.registry import declared_meanings, options_for_metrics
+from ...networks.context import Context
+from ...networks.data import Data
+from ...networks.named import as_layers, as_models
+from ...networks.split import model_device, on_device
+from ...store.store import Store
+from ...utils.progress import Progress, check_progress
+from ...utils.rng import check_seed
+from ...utils.text import did_you_mean, how_to
+from ..compare import sources_of
+from ..provenance import provenance, splits_read, store_provenance
+from ..score import select_score_metrics
+from .results import Grid, Node
+from .run import Plan, run_grid
 
 __all__ = ["compare_grid"]
 
@@ -101,7 +101,7 @@ def _grid_models(models: Any, layers: Any, data: Data, store: Any, device: Any, 
                              "on the same data: pass store=, or leave shared_samples out")
         named = as_models(models)
         return named, as_layers(layers, named), data, None
-    from .grid_store import store_source  # it reads the models and layers with this module's rules
+    from .from_store import store_source  # it reads the models and layers with this module's rules
 
     source = store_source(store, models, layers, data, device=torch.device(device) if device else None,
                           progress=progress, shared=shared)
@@ -167,7 +167,7 @@ def compare_grid(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Modu
             ids differ (a warning says how many each entry loses; ``grid.meta["samples"]`` too).
 
     Returns:
-        [`Grid`][grid_results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
+        [`Grid`][results.Grid]. Unknown models, layers, metrics, pairs and options raise before any work,
             naming the valid ones. A failing cell (or a model whose forward pass fails: all its cells) gets an error
             row; every other cell keeps its value. Ctrl-C raises ``KeyboardInterrupt`` with a ``grid`` attribute
             holding the finished cells. Under torchrun the cells are shared out between the ranks and every rank

@@ -21,16 +21,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..networks.context import Context
-from ..networks.data import Data
-from ..networks.named import as_layers, as_models
-from ..networks.split import on_device
-from ..store.fill import fill_model
-from ..store.paths import check_names
-from ..store.rows import AlignedRows, align
-from ..store.store import Store, StoreError
-from ..utils.progress import Progress
-from ..utils.text import did_you_mean, how_to
+from ...networks.context import Context
+from ...networks.data import Data
+from ...networks.named import as_layers, as_models
+from ...networks.split import on_device
+from ...store.fill import fill_model
+from ...store.paths import check_names
+from ...store.rows import AlignedRows, align
+from ...store.store import Store, StoreError
+from ...utils.progress import Progress
+from ...utils.text import did_you_mean, how_to
 
 
 class StoredModel(nn.Module):
