@@ -10,6 +10,9 @@ of activations), [`list_metrics`][list_metrics], [`metric_info`][metric_info],
 from __future__ import annotations
 
 from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with the networks services
+from .adapters.hf import hf
+from .adapters.preprocess import preprocessed
+from .adapters.text import paired_data, text_data
 from .apps import report as _report_app  # the application that draws a result as one HTML page
 from .host import pages as _pages
 from .host.contract import Option, UnknownOption
@@ -18,10 +21,7 @@ from .host.plugin import MetricPlugin
 from .host.registry import UnknownMetric, list_metrics, metric_info
 from .host.results import LayerPair, Report, SimilarityResult
 from .networks.data import Data
-from .networks.hf import hf
 from .networks.layer_lists import LayerNotFound, layers
-from .networks.preprocess import preprocessed
-from .networks.text import paired_data, text_data
 from .runner.compare import compare
 from .runner.grid.compare_grid import compare_grid
 from .runner.grid.results import Grid

@@ -224,8 +224,8 @@ def _build_small_cnn(name: str, kwargs: dict[str, Any], num_classes: int | None,
 
 def _build_hf(name: str, kwargs: dict[str, Any], num_classes: int | None, in_channels: int | None) -> nn.Module:
     """A transformers model from a hub id or a ``save_pretrained`` folder (its own head; the data's classes are not
-    used), wrapped by `networks.hf.hf` with the query's options (pooling, exclude_special, view, revision, ...)."""
-    from ..networks.hf import hf
+    used), wrapped by `adapters.hf.hf` with the query's options (pooling, exclude_special, view, revision, ...)."""
+    from ..adapters.hf import hf
 
     valid = [p for p in inspect.signature(hf).parameters if p not in ("source", "tokenizer", "processor")]
     for key in kwargs:

@@ -141,7 +141,7 @@ def load_model(spec: str, num_classes: int | None, in_channels: int | None = Non
                                  "drop it or use data with that many channels")
         if in_channels is None and "in_channels" not in query and scheme == "small-cnn":
             in_channels = channels
-    from ..networks.hf_load import transformers_bars
+    from ..adapters.hf_load import transformers_bars
     from ..utils.progress import shows_progress
 
     with transformers_bars(shows_progress(progress), f"the model spec {spec!r}") if scheme == "hf" else contextlib.nullcontext():

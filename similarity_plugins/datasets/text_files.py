@@ -15,8 +15,8 @@ import os
 
 import torch
 
+from ..adapters.text import paired_data, text_data
 from ..networks.data import Data
-from ..networks.text import paired_data, text_data
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 

@@ -19,6 +19,7 @@ from .layer_calls import AmbiguousLayer, called_often
 from .length_batches import by_length, in_data_order
 from .model_state import as_model_input, frozen, model_device, model_dtype
 from .split import SplitNetwork, pick_logits
+from .wrapped import WrappedModel
 
 
 def extract_activations(
@@ -77,7 +78,7 @@ def extract_layers(model: nn.Module, names: list[str], data: Dataset | DataLoade
     chunks: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     labels = []
     batches, order = iterate_batches(data, batch_size), None
-    if callable(getattr(model, "token_counts", None)):
+    if isinstance(model, WrappedModel):
         batches, order = by_length(model, batches, batch_size)
     batches = progress_bar(batches, progress=progress, desc=desc, leave=False)
     for outputs, y in forward_layers(model, names, batches, device=device):
@@ -103,7 +104,7 @@ def forward_layers(model: nn.Module, names: list[str], batches: Iterable[tuple[t
     batch: dict[str, torch.Tensor] = {}
     calls = dict.fromkeys(names, 0)
     first = [True]  # the first batch runs the whole model, counting every layer's calls
-    read = getattr(model, "layer_activation", None)
+    read = model.layer_activation if isinstance(model, WrappedModel) else None
 
     def hook_for(name: str):
         def hook(_module: nn.Module, _inputs: object, output: object) -> None:

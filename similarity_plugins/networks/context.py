@@ -23,6 +23,7 @@ from .activations import extract_activations, extract_layers, flatten, model_out
 from .data import BadData, Data, split_size
 from .parallel import World, current_world, split_shard
 from .split import SplitNetwork
+from .wrapped import WrappedModel
 
 #: The memo entries whose tensors are handed to plugins (and checked for in-place writes after every metric).
 SHARED_KINDS = ("activations", "shard", "outputs", "array rows")
@@ -300,7 +301,7 @@ class Context:
         ``rows`` is None when the rank holds the whole split (one process, or a split without length).
         """
         def run(dataset):
-            if hasattr(model, "layer_activation"):  # a wrapped transformers model: hooked and pooled per batch
+            if isinstance(model, WrappedModel):  # a wrapped model: hooked, each output made rows its own way
                 return extract_layers(model, [layer], dataset, batch_size=self.batch_size, device=self.device,
                                       progress=self.progress, desc=f"activations {layer} ({split})")
             return extract_activations(self.split(model, layer), dataset, batch_size=self.batch_size,

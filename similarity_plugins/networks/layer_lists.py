@@ -17,6 +17,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..utils.text import did_you_mean
+from .wrapped import WrappedModel
 
 __all__ = ["LayerNotFound", "check_layer", "layers"]
 
@@ -40,9 +41,8 @@ def _is_vit(model: nn.Module) -> bool:
 
 
 def _canonical_layers(model: nn.Module) -> list[str]:
-    own = getattr(model, "canonical_layers", None)
-    if callable(own):  # a wrapper that knows its model's cut points (a transformers model: networks.hf)
-        return own()
+    if isinstance(model, WrappedModel):  # a wrapper that knows its model's cut points (`similarity_plugins.hf`)
+        return model.canonical_layers()
     if _is_resnet(model):
         names = ["maxpool"] if hasattr(model, "maxpool") else []
         for stage in ("layer1", "layer2", "layer3", "layer4"):

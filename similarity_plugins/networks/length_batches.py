@@ -15,6 +15,8 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from .wrapped import WrappedModel
+
 __all__ = ["TOKENS_PER_SAMPLE", "by_length", "in_data_order", "length_plan"]
 
 #: A batch of ``batch_size`` texts holds at most ``batch_size * TOKENS_PER_SAMPLE`` padded tokens.
@@ -44,11 +46,12 @@ def length_plan(counts: list[int], max_tokens: int) -> list[list[int]]:
     return batches
 
 
-def by_length(model: Any, batches: Iterable[Batch], batch_size: int) -> tuple[Iterable[Batch], torch.Tensor | None]:
-    """The batches of a wrapped text model's data, regrouped by length, and the order that undoes it.
+def by_length(model: WrappedModel, batches: Iterable[Batch], batch_size: int) -> tuple[Iterable[Batch], torch.Tensor | None]:
+    """The batches of a wrapped model's data, regrouped by length when it reads text, and the order that undoes it.
 
     Args:
-        model: a model with ``token_counts(texts)`` and ``view`` (an `HFModel` that reads text).
+        model: a [`WrappedModel`][similarity_plugins.networks.wrapped.WrappedModel] (its ``reads_text``, ``view``,
+            ``pooling`` and ``token_counts(texts)``).
         batches: the data's ``(x, y)`` batches (`iterate_batches`): x a list of strings, or a dict of views of which
             the model reads ``model.view``.
         batch_size: the batches hold at most ``batch_size * TOKENS_PER_SAMPLE`` padded tokens (`length_plan`):
@@ -63,8 +66,7 @@ def by_length(model: Any, batches: Iterable[Batch], batch_size: int) -> tuple[It
     """
     stream = iter(batches)
     first = next(stream, None)
-    if (first is None or not getattr(model, "reads_text", False) or _texts(model, first[0]) is None
-            or getattr(model, "pooling", None) == "flatten"):
+    if first is None or not model.reads_text or _texts(model, first[0]) is None or model.pooling == "flatten":
         return (itertools.chain([] if first is None else [first], stream)), None
     texts: list[str] = []
     labels: list[torch.Tensor] = []
@@ -80,7 +82,7 @@ def by_length(model: Any, batches: Iterable[Batch], batch_size: int) -> tuple[It
     return [([texts[i] for i in batch], y_all[batch]) for batch in plan], order
 
 
-def _texts(model: Any, x: Any) -> list[str] | None:
+def _texts(model: WrappedModel, x: Any) -> list[str] | None:
     if isinstance(x, dict):
         x = x.get(model.view)
     if isinstance(x, list) and all(isinstance(t, str) for t in x):

@@ -16,6 +16,7 @@ from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.layer_lists import check_layer
 from ..networks.split import model_device, on_device, preserved
+from ..networks.wrapped import source_of
 from ..utils.progress import Progress, check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all
 from .call import METRIC_ERRORS, ReturnedError, error_row, hook_call, interrupted_row, refusal, to_row
@@ -141,8 +142,7 @@ def compare(
 def sources_of(models: dict[str, Any]) -> dict[str, dict]:
     """``{"sources": {name: model.source}}`` for the models that record where they came from (a wrapped Hugging Face
     model's folder, hub id, revision and commit: `hf`), or ``{}`` when none does; for a report's ``meta``."""
-    found = {name: dict(source) for name, model in models.items()
-             if isinstance(source := getattr(model, "source", None), dict)}
+    found = {name: source for name, model in models.items() if (source := source_of(model)) is not None}
     return {"sources": found} if found else {}
 
 

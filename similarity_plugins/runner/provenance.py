@@ -26,6 +26,7 @@ from ..host.results import jsonable
 from ..networks.data import split_digest, split_size
 from ..networks.model_state import model_dtype
 from ..networks.parallel import module_digest
+from ..networks.wrapped import source_of
 from ..utils.digest import update_tensor_digest
 from ..utils.rng import isolated_rng
 
@@ -114,8 +115,7 @@ def model_identity(model: nn.Module) -> dict:
     """A model's class (``module.QualName``), dtype, parameter count, ``source`` (where it was loaded from, when it
     says: ``{"path", "hub_id", "revision", "commit"}``) and fingerprint (None when a hub commit pins the weights)."""
     kind = type(model)
-    source = getattr(model, "source", None)
-    source = dict(source) if isinstance(source, Mapping) else None
+    source = source_of(model)
     pinned = bool(source and source.get("hub_id") and source.get("commit"))
     dtype = model_dtype(model)
     return {"class": f"{kind.__module__}.{kind.__qualname__}", "dtype": None if dtype is None else str(dtype),

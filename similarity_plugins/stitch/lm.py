@@ -15,18 +15,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..adapters.hf import HFModel
+from ..adapters.pooling import first_tensor
 from ..host.hookspecs import PluginContext
 from ..host.results import LayerPair, SimilarityResult
 from ..networks.data import iterate_batches
 from ..networks.layer_calls import front_by_hook
-from ..networks.pooling import first_tensor
 from ..networks.split import frozen
 from .settings import StitchSettings
 
 
 def is_language_model(model: Any) -> bool:
-    """Whether ``model`` is a wrapped transformers model that reads text (`networks.hf`)."""
-    return bool(getattr(model, "reads_text", False))
+    """Whether ``model`` is a wrapped transformers model that reads text (`similarity_plugins.hf`)."""
+    return isinstance(model, HFModel) and model.reads_text
 
 
 def lm_stitch_result(context: PluginContext, front: Any, end: Any, layer: LayerPair, objective: str,

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..networks.activations import check_finite, forward_layers
 from ..networks.data import iterate_batches, split_size
 from ..networks.parallel import current_world, module_digest
-from ..networks.reading import reading_digest, reading_settings
+from ..networks.wrapped import WrappedModel, reading_digest, reading_settings
 from ..utils.digest import fast_hash
 from ..utils.progress import Progress, progress_bar
 from .paths import StoreError, entry_key
@@ -145,22 +145,9 @@ def fill_model(store: Store, name: str, model: nn.Module, layers: list[str], spl
 
 
 def provenance(model: nn.Module) -> dict:
-    """What made an entry, beside the call: the model's class and, for a wrapped Hugging Face model, its source
-    (``model.source``: folder, hub id, revision, commit), the tokenizer's name and vocabulary size."""
-    out: dict[str, Any] = {"model_class": type(model).__name__}
-    inner = getattr(model, "hf_model", None)
-    if inner is not None:
-        out["hf_class"] = type(inner).__name__
-    source = getattr(model, "source", None)
-    if source is None and inner is not None:
-        source = {"path": getattr(getattr(inner, "config", None), "_name_or_path", None) or None}
-    if source is not None:
-        out["source"] = source
-    tokenizer = getattr(model, "tokenizer", None)
-    if tokenizer is not None:
-        out["tokenizer"] = {"name": getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__,
-                            "vocabulary": len(tokenizer)}
-    return out
+    """What made an entry, beside the call: the model's class and, for a [`WrappedModel`][WrappedModel], what it
+    declares of itself (`WrappedModel.provenance`: a wrapped Hugging Face model's class, source, tokenizer)."""
+    return {"model_class": type(model).__name__, **(model.provenance() if isinstance(model, WrappedModel) else {})}
 
 
 def _forward_missing(store: Store, name: str, model: nn.Module, layers: list[str], keys: dict[str, str],

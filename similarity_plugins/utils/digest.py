@@ -12,6 +12,7 @@ docs/reliability.md for the trust model of a shared cache folder).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import warnings
 from typing import Any
@@ -37,6 +38,12 @@ def fast_hash(data: bytes = b"") -> Any:
     (nor does SHA-256 here: whoever can write a file can write a matching checksum next to it).
     """
     return xxhash.xxh3_128(data)
+
+
+def json_digest(value: Any) -> str:
+    """The `fast_hash` (hex) of ``value`` written as JSON with sorted keys (``repr`` for what JSON cannot write):
+    equal for equal plain values, whatever the order of their dicts."""
+    return fast_hash(json.dumps(value, sort_keys=True, default=repr).encode()).hexdigest()
 
 
 class CorruptFileWarning(UserWarning):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 import similarity_plugins as sp
+from similarity_plugins.adapters.text import TextDataset
 from similarity_plugins.networks.activations import extract_layers
 from similarity_plugins.networks.length_batches import TOKENS_PER_SAMPLE, length_plan
-from similarity_plugins.networks.text import TextDataset
 from tests.helpers.hf_models import byt5, tiny_gpt2, tiny_vit, zen_lines
 
 

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset, TensorDataset
 import similarity_plugins as sp
 from similarity_plugins.networks.data import split_digest
 from similarity_plugins.networks.parallel import module_digest
+from similarity_plugins.networks.wrapped import WrappedModel
 from similarity_plugins.runner.provenance import package_version
 from tests.helpers.models import tiny_cnn
 
@@ -54,12 +55,49 @@ def test_compare_records_models_data_machine_and_options():
     assert report.meta["info"]["cka-linear"]["family"] == "cka"
 
 
+class Declared(torch.nn.Module):
+    """A model that declares itself wrapped (the `WrappedModel` Protocol: `similarity_plugins.hf` returns one) and
+    where it came from; its layers' outputs are its rows as they are."""
+
+    view, reads_text, pooling = "image", False, "flatten"
+
+    def __init__(self, model: torch.nn.Module, source: dict) -> None:
+        super().__init__()
+        self.model, self.source = model, source
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def layer_activation(self, output: torch.Tensor) -> torch.Tensor:
+        return output
+
+    def canonical_layers(self) -> list[str]:
+        return ["model.block3"]
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        raise TypeError("reads no text")
+
+    def reading_settings(self) -> dict:
+        return {}
+
+    def provenance(self) -> dict:
+        return {"source": self.source}
+
+
 def test_a_model_pinned_by_a_hub_commit_is_identified_by_it():
-    model = tiny_cnn(seed=0)
-    model.source = {"path": None, "hub_id": "org/tiny", "revision": "main", "commit": "0123abcd"}
-    record = sp.compare(model, tiny_cnn(seed=1), "block3", _data(), ["cka-linear"]).meta["provenance"]
-    assert record["models"]["front"]["source"] == model.source and record["models"]["front"]["fingerprint"] is None
-    assert record["models"]["end"]["fingerprint"] is not None
+    """A wrapped model (the `WrappedModel` Protocol) says where it came from; a plain module with an attribute of
+    the same name is not asked (no attribute is probed by name), so it is identified by its fingerprint."""
+    pinned = {"path": None, "hub_id": "org/tiny", "revision": "main", "commit": "0123abcd"}
+    model = Declared(tiny_cnn(seed=0), dict(pinned))
+    assert isinstance(model, WrappedModel) and not isinstance(tiny_cnn(seed=0), WrappedModel)
+    report = sp.compare(model, tiny_cnn(seed=1), ("model.block3", "block3"), _data(), ["cka-linear"])
+    record = report.meta["provenance"]
+    assert record["models"]["front"]["source"] == pinned and record["models"]["front"]["fingerprint"] is None
+    assert record["models"]["end"]["fingerprint"] is not None and report.meta["sources"] == {"front": pinned}
+    plain = tiny_cnn(seed=0)
+    plain.source = dict(pinned)
+    record = sp.compare(plain, tiny_cnn(seed=1), "block3", _data(), ["cka-linear"]).meta["provenance"]
+    assert record["models"]["front"]["source"] is None and record["models"]["front"]["fingerprint"] is not None
 
 
 def test_reading_the_data_for_its_fingerprint_leaves_the_random_generators_as_they_were():

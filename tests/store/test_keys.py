@@ -9,7 +9,7 @@ import torch
 
 import similarity_plugins as sp
 from similarity_plugins.networks.activations import extract_layers
-from similarity_plugins.networks.reading import reading_digest
+from similarity_plugins.networks.wrapped import reading_digest
 
 transformers = pytest.importorskip("transformers")
 

@@ -14,8 +14,8 @@ from ...host.results import LayerPair, SimilarityResult, jsonable
 from ...networks.context import Context
 from ...networks.data import split_digest
 from ...networks.parallel import World, module_digest
-from ...networks.reading import reading_digest
 from ...networks.split import preserved
+from ...networks.wrapped import reading_digest
 from ...stats.designs import is_permutation_array
 from ...utils.digest import value_text
 from ...utils.progress import progress_bar

@@ -32,6 +32,7 @@ from .hf_options import (
 from .hf_tokens import check_left_padding, encode, token_counts
 from .pooling import check_pooling, first_tensor, pool_tokens
 from .preprocess import Preprocessing, preprocess_images, preprocessing_of
+from .reading import wrapper_reading
 
 if TYPE_CHECKING:  # transformers is optional: its types name the arguments, the module never imports it here
     from transformers import BaseImageProcessor, PreTrainedTokenizerBase, ProcessorMixin
@@ -271,6 +272,24 @@ class HFModel(nn.Module):
 
             self._layers = block_layers(self)
         return list(self._layers)
+
+    def reading_settings(self) -> dict[str, Any]:
+        """What the model reads a sample with besides its weights: pooling, ``exclude_special``, view, padding side,
+        maximum length, the preprocessing of images, and its tokenizer's and processor's settings (plain values)."""
+        settings = {"pooling": self.pooling, "exclude_special": self.exclude_special, "view": self.view,
+                    "padding_side": self.padding_side, "max_length": self.max_length, "preprocessing": self.preprocessing}
+        return wrapper_reading(settings, self.tokenizer, self.processor)
+
+    def provenance(self) -> dict[str, Any]:
+        """What an activation store's entry records of the model besides its class: ``hf_class`` (the transformers
+        class), ``source`` and, for a text model, ``tokenizer`` (its name and vocabulary size)."""
+        out: dict[str, Any] = {"hf_class": type(self.hf_model).__name__}
+        if self.source is not None:
+            out["source"] = self.source
+        if self.tokenizer is not None:
+            out["tokenizer"] = {"name": getattr(self.tokenizer, "name_or_path", None) or type(self.tokenizer).__name__,
+                                "vocabulary": len(self.tokenizer)}
+        return out
 
 
 def _with_pad(tokenizer: Any) -> Any:

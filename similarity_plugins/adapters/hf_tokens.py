@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from .model_state import frozen, model_dtype
+from ..networks.model_state import frozen, model_dtype
 from .pooling import first_tensor
 
 __all__ = ["check_left_padding", "encode", "token_counts"]

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import similarity_plugins as sp
+from similarity_plugins.adapters.text import TextDataset
 from similarity_plugins.networks.activations import extract_layers
-from similarity_plugins.networks.text import TextDataset
 from tests.helpers.hf_models import byt5, tiny_gpt2, tiny_llama, zen_lines
 
 TEXTS = zen_lines()

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import similarity_plugins as sp
+from similarity_plugins.adapters.text import TextDataset
 from similarity_plugins.networks.activations import extract_layers
-from similarity_plugins.networks.text import TextDataset
 from tests.helpers.hf_models import ARCHITECTURES, byt5, small_bpe, zen_lines
 
 TEXTS = zen_lines()[:9]   # 19 to 51 characters: every batch of several texts is padded
@@ -99,7 +99,7 @@ def test_layers_run_once_per_forward(arch):
 
 
 def test_a_block_shared_across_depth_is_named():
-    from similarity_plugins.networks.hf_layers import block_layers
+    from similarity_plugins.adapters.hf_layers import block_layers
 
     tok = byt5()
     model = ARCHITECTURES["gpt2"](len(tok))

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .model_state import frozen
+from ..networks.model_state import frozen
 
 
 def find_blocks(model: nn.Module) -> tuple[str, nn.ModuleList]:

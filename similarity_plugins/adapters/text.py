@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from .data import Data, split_size
+from ..networks.data import Data, split_size
 
 __all__ = ["paired_data", "text_data"]
 

@@ -18,7 +18,9 @@ import torch.fx
 import torch.nn.functional as F
 from torch import nn
 
+from ..networks.wrapped import ReadsSamples
 from ..utils.text import did_you_mean
+from .reading import wrapper_reading
 
 __all__ = ["preprocessed"]
 
@@ -240,10 +242,16 @@ def _preprocessed_class(base: type) -> type:
             own = base.extra_repr(self)
             return f"{own}, {self._sp_preprocessing!r}" if own else repr(self._sp_preprocessing)
 
+        reads = issubclass(base, ReadsSamples)
+
+        def reading_settings(self) -> dict[str, Any]:  # ReadsSamples: the preprocessing changes the rows
+            inherited = base.reading_settings(self) if reads else {}
+            return {**inherited, **wrapper_reading({"sp_preprocessing": self._sp_preprocessing})}
+
         doc = f"{base.__name__} taking images in [0, 1] of any size, its own preprocessing applied first."
         _CLASSES[base] = type(f"Preprocessed{base.__name__}", (base,), {
-            "forward": forward, "__reduce_ex__": __reduce_ex__, "extra_repr": extra_repr, "__module__": __name__,
-            "__doc__": doc})
+            "forward": forward, "__reduce_ex__": __reduce_ex__, "extra_repr": extra_repr,
+            "reading_settings": reading_settings, "__module__": __name__, "__doc__": doc})
     return _CLASSES[base]
 
 

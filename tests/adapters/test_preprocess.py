@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.networks.preprocess import Preprocessing, preprocess_images, preprocessing_of
+from similarity_plugins.adapters.preprocess import Preprocessing, preprocess_images, preprocessing_of
 from tests.helpers.models import tiny_cnn
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

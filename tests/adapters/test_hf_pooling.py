@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from similarity_plugins import hf
+from similarity_plugins.adapters.pooling import pool_tokens
+from similarity_plugins.adapters.text import TextDataset
 from similarity_plugins.networks.activations import extract_layers
-from similarity_plugins.networks.pooling import pool_tokens
-from similarity_plugins.networks.text import TextDataset
 from tests.helpers.hf_models import byt5, small_bpe, tiny_bert, tiny_gpt2, tiny_llama, zen_lines
 
 TEXTS = zen_lines()[:9]  # lengths 19..51 characters: every batch of 7 is padded
