@@ -138,7 +138,8 @@ def test_no_list_runs_into_the_paragraph_before_it():
 
 def test_no_page_and_no_docstring_shows_a_raw_sphinx_role():
     assert not _per_page(raw_roles)
-    assert not docstring_roles(), "run python scripts/convert_roles.py"
+    assert not docstring_roles(), ("write a cross-reference ([`Name`][similarity_plugins.path.Name]) or plain code "
+                                   "(`Name`) instead of a Sphinx role")
 
 
 def test_no_user_page_holds_working_notes():

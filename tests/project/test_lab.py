@@ -12,7 +12,7 @@ import tomllib
 
 from tests.helpers.repo import ROOT
 
-DEVELOPER_TOOLS = {"code_size.py", "convert_roles.py", "iri_identity.py"}
+DEVELOPER_TOOLS = {"code_size.py", "iri_identity.py"}
 BENCHMARK_HELPERS = {"conftest.py", "ratios.py"}
 
 

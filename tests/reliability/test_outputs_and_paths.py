@@ -9,7 +9,7 @@ import stat
 import numpy as np
 import pytest
 
-from similarity_plugins import Report, SimilarityResult
+from similarity_plugins import Grid, Report, SimilarityResult
 from similarity_plugins.cli import main
 from similarity_plugins.utils.io import atomic_write, unwritable_reason, write_all
 
@@ -41,6 +41,25 @@ def test_write_all_and_report_to_json_refuse_a_fifo(fifo, tmp_path):
     report = Report([SimilarityResult("m", 0.5)])
     with pytest.raises(OSError, match="not a regular file"):
         report.to_json(str(fifo))
+    assert _still_fifo(fifo)
+
+
+@pytest.mark.parametrize("write", ["report.to_csv", "grid.to_json", "grid.heatmap", "link"])
+def test_every_writer_of_a_result_refuses_a_fifo(fifo, tmp_path, write):
+    """Each way a report or a grid is written refuses a named pipe (and a link to one) and leaves it a pipe."""
+    report = Report([SimilarityResult("m", 0.5)])
+    grid = Grid([("a", "l")], ["m"], {("m", 0, 0): SimilarityResult("m", 0.5, layer="l->l")})
+    if write == "grid.heatmap":  # its format is its file's extension
+        fifo = tmp_path / "pipe.png"
+        os.mkfifo(fifo)
+    target = fifo
+    if write == "link":
+        target = tmp_path / "link.json"
+        os.symlink(fifo, target)
+    writers = {"report.to_csv": report.to_csv, "grid.to_json": grid.to_json, "grid.heatmap": grid.heatmap,
+               "link": report.to_json}
+    with pytest.raises(OSError, match="not a regular file|named pipe"):
+        writers[write](str(target))
     assert _still_fifo(fifo)
 
 

@@ -218,6 +218,26 @@ def test_score_leaves_the_global_rngs_as_they_were(registered):
     assert torch.equal(torch.random.get_rng_state(), before[0]) and np.array_equal(np.random.get_state()[1], before[1])
 
 
+def test_a_plugin_that_reseeds_leaves_the_callers_random_streams_going_on(registered):
+    import random
+
+    class Reseeds:
+        activations_only = True
+
+        @sp.hookimpl
+        def similarity(self):
+            torch.manual_seed(1234), np.random.seed(1234), random.seed(1234)
+            return 0.5
+
+    sp.register_metric(Reseeds, "reseeds")
+    draws = []
+    for metrics in (["rows"], ["reseeds", "rows"]):
+        torch.manual_seed(5), np.random.seed(5), random.seed(5)
+        sp.score(_indexed(10), _indexed(10), metrics=metrics)
+        draws.append((torch.rand(1).item(), np.random.rand(), random.random()))
+    assert draws[0] == draws[1]
+
+
 @pytest.mark.parametrize("x, y, error, message", [
     (np.ones((10, 3)), np.ones((9, 3)), ValueError, "same rows (samples): x has 10, y has 9"),
     (np.ones(10), np.ones((10, 3)), ValueError, "x has shape (10,)"),

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from tests.helpers.models import tiny_cnn
+from tests.helpers.models import TwoHeaded, tiny_cnn
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -61,6 +61,29 @@ def test_a_metric_that_needs_a_missing_train_split_gets_error_cells_and_the_othe
             assert not cell.ok and cell.error == ref["linear-regression"].error
         else:
             assert cell.ok
+
+
+def test_one_bad_layer_fails_only_its_cells():
+    model = TwoHeaded()  # its layer `split` outputs a tuple, which no measure reads
+    grid = sp.compare_grid({"m": model}, ["stem", "split", "head"], _test_only(), "cka-linear")
+    for (_, i, j), cell in grid.cells.items():
+        if "split" in (grid.nodes[i][1], grid.nodes[j][1]):
+            assert not cell.ok and "not a tensor" in cell.error, cell
+        else:
+            assert cell.ok, cell.error
+
+
+def test_a_bad_train_split_fails_only_the_metrics_that_read_it():
+    test = _test_only().test
+    x, y = (t.clone() for t in _test_only(48).test.tensors)
+    x[5, 0, 1, 1] = float("nan")
+    grid = sp.compare_grid({"a": tiny_cnn(width=4), "b": tiny_cnn(seed=1, width=4)}, ["block1"],
+                           sp.Data(train=TensorDataset(x, y), test=test), "cka-linear,linear-regression")
+    for (metric, _, _), cell in grid.cells.items():
+        if metric == "linear-regression":
+            assert not cell.ok and "NaN" in cell.error and "train" in cell.error, cell.error
+        else:
+            assert cell.ok, cell.error
 
 
 def test_a_model_whose_head_fails_after_the_layers_is_still_captured():
