@@ -4,22 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, as_samples, available_bytes, check_same_n, format_bytes, raise_if_constant, to_numpy
 from .grams import check_threshold
 from .hsic import feature_cka, finish_cka, fro2, hsic_gram, linear_plan, pow2_rescale
-from .inputs import (
-    UNDERFLOW_MSG,
-    ArrayLike,
-    Kernel,
-    LinearMethod,
-    available_memory_bytes,
-    centered_float64,
-    check_min_samples,
-    cka_as_samples,
-    cka_check_same_n,
-    cka_raise_if_constant,
-    gib,
-    on_both,
-)
+from .inputs import UNDERFLOW_MSG, Kernel, LinearMethod, centered_float64, check_min_samples, on_both
 
 
 # --------------------------------------------------------------------------- public functional API
@@ -61,11 +49,11 @@ def cka(
     """
     _check_kernel_and_method(kernel, method)
     threshold = check_threshold(threshold)
-    xa = cka_as_samples(X, "X")
-    ya = cka_as_samples(Y, "Y")
-    n = cka_check_same_n(xa, ya)
+    xa = as_samples(to_numpy(X, "X"), "X")
+    ya = as_samples(to_numpy(Y, "Y"), "Y")
+    n = check_same_n(xa, ya)
     check_min_samples(n, debiased)
-    budget = int(max_gram_bytes) if max_gram_bytes is not None else available_memory_bytes()
+    budget = int(max_gram_bytes) if max_gram_bytes is not None else available_bytes()
     if kernel == "rbf":
         _check_rbf_fits(n, budget)
         plan = "gram"
@@ -91,8 +79,8 @@ def _check_rbf_fits(n: int, budget: int) -> None:
     need = 3 * 8 * n * n
     if need > budget:
         raise ValueError(
-            f"RBF CKA on n={n} samples needs about {gib(need)} for its {n} x {n} float64 Gram "
-            f"matrices (3 x n^2 x 8 bytes) but only {gib(budget)} is available (max_gram_bytes); "
+            f"RBF CKA on n={n} samples needs about {format_bytes(need)} for its {n} x {n} float64 Gram "
+            f"matrices (3 x n^2 x 8 bytes) but only {format_bytes(budget)} is available (max_gram_bytes); "
             "use linear CKA (cka(..., kernel='linear'), the 'cka-linear' metric) or "
             "StreamingLinearCKA, which need no n x n matrices, or subsample the inputs"
         )
@@ -102,8 +90,8 @@ def _gram_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool, kernel: str, thres
     """CKA via n x n Gram matrices of the column-centred float64 samples (linear or RBF)."""
     (xc, mx), (yc, my) = on_both(centered_float64, (xa, "X"), (ya, "Y"), xa.size + ya.size)
     # check before building n x n matrices (and before the RBF bandwidth)
-    cka_raise_if_constant(xa, "X", fro2(xc), mx)
-    cka_raise_if_constant(ya, "Y", fro2(yc), my)
+    raise_if_constant(xa, "X", fro2(xc), mx)
+    raise_if_constant(ya, "Y", fro2(yc), my)
     for attempt in range(2):
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             out = finish_cka(hsic_gram(xc, yc, debiased, kernel, threshold), debiased)

@@ -6,16 +6,8 @@ import math
 
 import numpy as np
 
-from .inputs import (
-    ArrayLike,
-    centered_float64,
-    check_debiased_n,
-    check_min_samples,
-    cka_as_samples,
-    cka_check_same_n,
-    cka_raise_nonfinite,
-    cka_to_numpy,
-)
+from ..utils.arrays import ArrayLike, as_samples, check_same_n, raise_nonfinite, to_numpy
+from .inputs import centered_float64, check_debiased_n, check_min_samples
 
 
 # --------------------------------------------------------------------------- Gram matrices
@@ -99,7 +91,7 @@ def gram_linear(x: ArrayLike) -> np.ndarray:
     Returns:
         (n, n) float64 NumPy array.
     """
-    arr = np.asarray(cka_as_samples(x, "x"), dtype=np.float64)
+    arr = np.asarray(as_samples(to_numpy(x, "x"), "x"), dtype=np.float64)
     return gram_rows(arr)
 
 
@@ -121,16 +113,16 @@ def gram_rbf(x: ArrayLike, threshold: float = 1.0) -> np.ndarray:
         ValueError: non-finite input, threshold <= 0, or a zero median distance.
     """
     threshold = check_threshold(threshold)
-    xc, _ = centered_float64(cka_as_samples(x, "x"), "x")
+    xc, _ = centered_float64(as_samples(to_numpy(x, "x"), "x"), "x")
     return rbf_inplace(gram_rows(xc), threshold, "x")
 
 
 def _as_gram(gram: ArrayLike, name: str) -> np.ndarray:
-    arr = np.asarray(cka_to_numpy(gram, name), dtype=np.float64)
+    arr = np.asarray(to_numpy(gram, name), dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
         raise ValueError(f"{name} must be a non-empty square (n, n) Gram matrix, got shape {arr.shape}")
     if not np.isfinite(arr).all():
-        cka_raise_nonfinite(arr, name)
+        raise_nonfinite(arr, name)
     if not np.allclose(arr, arr.T):
         raise ValueError(f"{name} is not symmetric; a Gram matrix must equal its transpose")
     return arr
@@ -168,7 +160,7 @@ def cka_from_grams(gram_x: ArrayLike, gram_y: ArrayLike, debiased: bool = False)
     """
     kx = _as_gram(gram_x, "gram_x")
     ky = _as_gram(gram_y, "gram_y")
-    n = cka_check_same_n(kx, ky, "gram_x", "gram_y")
+    n = check_same_n(kx, ky, "gram_x", "gram_y")
     check_min_samples(n, debiased)
     kx = center_inplace(kx.copy(), debiased)
     ky = center_inplace(ky.copy(), debiased)

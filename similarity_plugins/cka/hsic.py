@@ -6,16 +6,9 @@ import math
 
 import numpy as np
 
+from ..utils.arrays import format_bytes, raise_if_constant, raise_nonfinite
 from .grams import center_inplace, gram_cols, gram_rows, rbf_inplace
-from .inputs import (
-    DEGENERATE_RTOL,
-    GRAM_PASS_FLOPS,
-    UNDERFLOW_MSG,
-    cka_raise_if_constant,
-    cka_raise_nonfinite,
-    gib,
-    on_both,
-)
+from .inputs import DEGENERATE_RTOL, GRAM_PASS_FLOPS, UNDERFLOW_MSG, on_both
 
 
 # --------------------------------------------------------------------------- HSIC terms
@@ -108,7 +101,7 @@ def feature_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool) -> float:
         t, sums = _z_terms(z, d1, d2, False, debiased)
     for block, arr, name in ((sums[:d1], xa, "X"), (sums[d1:], ya, "Y")):
         if not np.isfinite(block).all():  # NaN/Inf propagate into the column sums
-            cka_raise_nonfinite(arr, name)
+            raise_nonfinite(arr, name)
     mx, my = sums[:d1] / n, sums[d1:] / n
     hxy, hxx, hyy, tol_x, tol_y, ssx, ssy = t
     if (
@@ -122,8 +115,8 @@ def feature_cka(xa: np.ndarray, ya: np.ndarray, debiased: bool) -> float:
     z[:, :dd] -= sums / n  # exact centring
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         t, _ = _z_terms(z, d1, d2, True, debiased)
-    cka_raise_if_constant(xa, "X", t[5], mx)
-    cka_raise_if_constant(ya, "Y", t[6], my)
+    raise_if_constant(xa, "X", t[5], mx)
+    raise_if_constant(ya, "Y", t[6], my)
     out = finish_cka(t, debiased)
     if out is None:
         pow2_rescale(z[:, :d1])
@@ -184,8 +177,8 @@ def linear_plan(n: int, d1: int, d2: int, method: str, budget: int) -> str:
         return "gram"
     raise ValueError(
         f"linear CKA on n={n} samples with d1={d1}, d2={d2} features needs either "
-        f"{gib(feat_bytes)} (feature space, d x d matrices) or {gib(gram_bytes)} (Gram space, n x n "
-        f"matrices) but the budget is {gib(budget)} (max_gram_bytes / available memory); "
+        f"{format_bytes(feat_bytes)} (feature space, d x d matrices) or {format_bytes(gram_bytes)} (Gram space, n x n "
+        f"matrices) but the budget is {format_bytes(budget)} (max_gram_bytes / available memory); "
         "reduce the feature dimension (e.g. pool spatial maps) or the number of samples"
     )
 

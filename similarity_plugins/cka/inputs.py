@@ -1,4 +1,5 @@
-"""Input handling for the CKA maths: arrays or tensors to float64 NumPy, validation, memory budget."""
+"""What the CKA maths adds to the input checks every measure shares (`utils.arrays`): its kernel and method names,
+its fewest samples, float64 centring and the preparation of X and Y side by side."""
 
 from __future__ import annotations
 
@@ -8,16 +9,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from ..utils.arrays import (
-    ArrayLike,
-    as_samples,
-    available_bytes,
-    check_same_n,
-    format_bytes,
-    raise_if_constant,
-    raise_nonfinite,
-    to_numpy,
-)
+from ..utils.arrays import raise_nonfinite
 
 Kernel = Literal["linear", "rbf"]
 LinearMethod = Literal["auto", "feature", "gram"]
@@ -31,24 +23,8 @@ UNDERFLOW_MSG = "CKA under- or overflowed float64 even after rescaling; check th
 # Inputs with at least this many values (X and Y together) are converted in two threads.
 _PARALLEL_PREP_MIN_VALUES = 1 << 20
 
-
-
-# --------------------------------------------------------------------------- input handling
-# The checks every measure shares live in utils.arrays (one set of rules and messages); CKA names itself.
-def cka_to_numpy(x: ArrayLike, name: str) -> np.ndarray:
-    """A NumPy view (or the cheapest exact copy) of ``x`` with a real floating dtype, on the CPU."""
-    return to_numpy(x, name, "CKA")
-
-
-def cka_as_samples(x: ArrayLike, name: str) -> np.ndarray:
-    """``x`` as a 2-D (n, d) float32/float64 array; 1-D is (n, 1); higher rank flattens after axis 0."""
-    return as_samples(cka_to_numpy(x, name), name)
-
-
-def cka_check_same_n(x: np.ndarray, y: np.ndarray, xname: str = "X", yname: str = "Y") -> int:
-    """The common sample count of ``x`` and ``y`` (`utils.arrays.check_same_n` with CKA's name)."""
-    return check_same_n(x, y, xname, yname, "CKA")
-
+# The checks every measure shares (conversion, shapes, non-finite and constant inputs, memory) live in utils.arrays,
+# whose messages name CKA by default; this module holds what is CKA's own.
 
 #: The fewest samples CKA means anything on: with two, the centred representations are one line each and every
 #: pair scores 1; the debiased estimator divides by n - 3.
@@ -73,10 +49,6 @@ def check_min_samples(n: int, debiased: bool) -> None:
                          f"but got n={n}; use more samples")
 
 
-def cka_raise_nonfinite(arr: np.ndarray, name: str) -> None:
-    """Refuse NaN/Inf in ``arr`` naming where (`utils.arrays.raise_nonfinite` with CKA's name)."""
-    raise_nonfinite(arr, name, "CKA")
-
 
 def centered_float64(arr: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     """A fresh C-contiguous float64 copy of ``arr`` with column means removed, and those means.
@@ -86,7 +58,7 @@ def centered_float64(arr: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray
     xc = np.array(arr, dtype=np.float64, order="C", copy=True)
     mean = xc.mean(axis=0)
     if not np.isfinite(mean).all():
-        cka_raise_nonfinite(arr, name)
+        raise_nonfinite(arr, name)
     xc -= mean
     return xc, mean
 
@@ -124,18 +96,3 @@ def on_both(fn: Callable[..., Any], args_x: tuple, args_y: tuple, size: int) -> 
     if ry_exc is not None:
         raise ry_exc
     return rx, fy.result()
-
-
-def cka_raise_if_constant(arr: np.ndarray, name: str, sum_sq: float, mean: np.ndarray) -> None:
-    """Raise if every row of ``arr`` is identical (zero variance): `utils.arrays.raise_if_constant`."""
-    raise_if_constant(arr, name, sum_sq, mean, "CKA")
-
-
-def available_memory_bytes() -> int:
-    """Bytes of memory available now on the CPU (`utils.arrays.available_bytes`)."""
-    return available_bytes()
-
-
-def gib(nbytes: float) -> str:
-    """Human-readable byte count."""
-    return format_bytes(nbytes)

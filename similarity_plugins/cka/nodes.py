@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, as_samples, raise_if_constant, to_numpy
 from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
 from .hsic import DEGENERATE_RTOL, finish_cka, fro2
-from .inputs import ArrayLike, centered_float64, check_debiased_n, cka_as_samples, cka_raise_if_constant
+from .inputs import centered_float64, check_debiased_n
 
 __all__ = ["node_gram", "cka_from_node_grams"]
 
@@ -117,9 +118,9 @@ def node_gram(x: ArrayLike, kernel: str = "linear", threshold: float = 1.0, name
     if kernel not in ("linear", "rbf"):
         raise ValueError(f"kernel must be 'linear' or 'rbf' (got {kernel!r})")
     threshold = check_threshold(threshold)
-    xa = cka_as_samples(x, name)
+    xa = as_samples(to_numpy(x, name), name)
     xc, mean = centered_float64(xa, name)
-    cka_raise_if_constant(xa, name, fro2(xc), mean)
+    raise_if_constant(xa, name, fro2(xc), mean)
     g = gram_rows(xc)
     del xc
     if kernel == "rbf":

@@ -22,9 +22,10 @@ import torch
 from ..stats.calibration import check_alpha
 from ..stats.designs import plan_permutations
 from ..stats.permutation import GATHER_COST, batch_size, check_cost, pearson3_p_value, permuted_inner, summarise
+from ..utils.arrays import ArrayLike, as_samples, available_bytes, check_same_n, to_numpy
 from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
 from .hsic import debiased_term, row_sq_norms
-from .inputs import ArrayLike, available_memory_bytes, centered_float64, check_debiased_n, cka_as_samples, cka_check_same_n
+from .inputs import centered_float64, check_debiased_n
 
 __all__ = ["cka_permutation_test", "cka_range"]
 
@@ -132,8 +133,8 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     """
     alpha = check_alpha(alpha)
     threshold = check_threshold(threshold)
-    xa, ya = cka_as_samples(X, "X"), cka_as_samples(Y, "Y")
-    n = cka_check_same_n(xa, ya)
+    xa, ya = as_samples(to_numpy(X, "X"), "X"), as_samples(to_numpy(Y, "Y"), "Y")
+    n = check_same_n(xa, ya)
     plan = plan_permutations(permutations, n, seed, groups, permute)
     k = plan.k
     check_debiased_n(n, debiased)
@@ -141,7 +142,7 @@ def cka_permutation_test(X: ArrayLike, Y: ArrayLike, kernel: str = "linear", deb
     if kernel == "linear":
         xc, yc = _compressed(xc), _compressed(yc)
     feature = kernel == "linear" and 2.0 * xc.shape[1] * yc.shape[1] <= GATHER_COST * n
-    free = float(available_memory_bytes())
+    free = float(available_bytes())
     gram_bytes = 16.0 * n * n
     work = 2.0 * n * xc.shape[1] * yc.shape[1] if feature else 3.0 * n * n * GATHER_COST
     notes = [check_cost(k, work, "CKA permutation test", 0.0 if feature else gram_bytes, free, n, plan.distinct())]

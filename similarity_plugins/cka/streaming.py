@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..utils.arrays import constant_message
+from ..utils.arrays import (
+    ArrayLike,
+    as_samples,
+    available_bytes,
+    check_same_n,
+    constant_message,
+    format_bytes,
+    raise_nonfinite,
+    to_numpy,
+)
 from .functional import cka
 from .grams import gram_cols
 from .hsic import debiased_term, finish_cka, fro2
-from .inputs import (
-    DEGENERATE_RTOL,
-    ArrayLike,
-    available_memory_bytes,
-    check_min_samples,
-    cka_as_samples,
-    cka_check_same_n,
-    cka_raise_nonfinite,
-    gib,
-    on_both,
-)
+from .inputs import DEGENERATE_RTOL, check_min_samples, on_both
 
 
 # --------------------------------------------------------------------------- streaming
@@ -95,16 +94,16 @@ class StreamingLinearCKA:
     # ----------------------------------------------------------------- update
     def update(self, X_batch: ArrayLike, Y_batch: ArrayLike) -> None:
         """Add a batch: ``X_batch`` (b, d1) and ``Y_batch`` (b, d2) for the same b inputs."""
-        xb = cka_as_samples(X_batch, "X_batch")
-        yb = cka_as_samples(Y_batch, "Y_batch")
-        b = cka_check_same_n(xb, yb, "X_batch", "Y_batch")
+        xb = as_samples(to_numpy(X_batch, "X_batch"), "X_batch")
+        yb = as_samples(to_numpy(Y_batch, "Y_batch"), "Y_batch")
+        b = check_same_n(xb, yb, "X_batch", "Y_batch")
         dims = (xb.shape[1], yb.shape[1])
         if self._d is None:
             self._d = dims
             self._budget = (
                 int(self.max_state_bytes)
                 if self.max_state_bytes is not None
-                else available_memory_bytes() // 2
+                else available_bytes() // 2
             )
         elif dims != self._d:
             raise ValueError(
@@ -128,16 +127,16 @@ class StreamingLinearCKA:
         elif self.state_nbytes > self._budget:
             d1, d2 = self._d
             raise ValueError(
-                f"StreamingLinearCKA state does not fit in max_state_bytes={gib(self._budget)}: the "
-                f"moments need {gib(moment_bytes)} (d1={d1}, d2={d2}) and the buffered samples "
-                f"already take {gib(self.state_nbytes)}; reduce the feature dimension (e.g. pool "
+                f"StreamingLinearCKA state does not fit in max_state_bytes={format_bytes(self._budget)}: the "
+                f"moments need {format_bytes(moment_bytes)} (d1={d1}, d2={d2}) and the buffered samples "
+                f"already take {format_bytes(self.state_nbytes)}; reduce the feature dimension (e.g. pool "
                 "spatial maps), use fewer samples, or raise max_state_bytes"
             )
 
     @staticmethod
     def _check_finite_batch(arr: np.ndarray, name: str) -> None:
         if not np.isfinite(arr.sum(axis=0, dtype=np.float64)).all():
-            cka_raise_nonfinite(arr, name)
+            raise_nonfinite(arr, name)
 
     def _track_constant(self, xb: np.ndarray, yb: np.ndarray) -> None:
         for i, arr in enumerate((xb, yb)):
@@ -192,9 +191,9 @@ class StreamingLinearCKA:
         with np.errstate(over="ignore", invalid="ignore"):  # NaN/Inf are reported just below
             w = z.T @ abo  # X'^T [a b 1] and Y'^T [a b 1]
         if not np.isfinite(w[:d1, 2]).all():
-            cka_raise_nonfinite(xb, "X_batch")
+            raise_nonfinite(xb, "X_batch")
         if not np.isfinite(w[d1:, 2]).all():
-            cka_raise_nonfinite(yb, "Y_batch")
+            raise_nonfinite(yb, "Y_batch")
         m["g"] += gram_cols(z)
         m["w"] += w
         a, bb = abo[:, 0], abo[:, 1]

@@ -117,14 +117,14 @@ class _CKAPlugin(MetricPlugin):
         block shares (`context.remember`); None when the grid's layers are unknown or the block's n x n matrices
         would not fit in a quarter of the free memory (then the cell's own test). The block leaves out nodes
         whose Gram matrix cannot be built (their cells fail on their own)."""
-        from ..cka.inputs import available_memory_bytes
         from ..stats.blocks import block_bytes
+        from ..utils.arrays import available_bytes
         from ..utils.digest import value_text
 
         fronts, ends = context.grid_layers.get(id(front)), context.grid_layers.get(id(end))
         if not fronts or not ends or layer.front not in fronts or layer.end not in ends:
             return None
-        if block_bytes(n, len(fronts), len(ends)) * 2 > available_memory_bytes() / 4:
+        if block_bytes(n, len(fronts), len(ends)) * 2 > available_bytes() / 4:
             return None
         threshold = kwargs.get("threshold", THRESHOLD.default)
         key = ("cka-block-test", id(front), id(end), tuple(fronts), tuple(ends), self.kernel, self.debiased,
@@ -171,11 +171,11 @@ class _CKAPlugin(MetricPlugin):
         """CKA from each node's centred Gram matrix, built once per node and shared by every cell it is in (a grid);
         None (then `cka`) when a linear cell costs less in feature space (few features: no n x n matrix is held),
         the n x n matrices would not fit in memory or a product under/overflowed."""
-        from ..cka.inputs import available_memory_bytes
         from ..cka.nodes import cka_from_node_grams
+        from ..utils.arrays import available_bytes
 
         n = int(x.shape[0])
-        if len(y) != n or n < 4 or 8 * n * n * 3 > available_memory_bytes():
+        if len(y) != n or n < 4 or 8 * n * n * 3 > available_bytes():
             return None
         if self.kernel == "linear" and _feature_space_pays(n, int(x.shape[1]), int(y.shape[1])):
             return None
