@@ -47,7 +47,8 @@ from torch import nn
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.iri.settings import Settings
 from similarity_plugins.iri.state import initial_inputs
-from similarity_plugins.networks.split import SplitNetwork, frozen
+from similarity_plugins.networks.model_state import frozen
+from similarity_plugins.networks.split import SplitNetwork
 
 SEEDS = int(os.environ.get("IRI_BENCH_SEEDS", "16"))
 STEPS = int(os.environ.get("IRI_BENCH_STEPS", "1000"))

@@ -29,7 +29,8 @@ import torchvision
 from ratios import record, share_ratio
 
 from similarity_plugins.iri.front import folded_front, private_front
-from similarity_plugins.networks.split import SplitNetwork, frozen
+from similarity_plugins.networks.model_state import frozen
+from similarity_plugins.networks.split import SplitNetwork
 
 CASES = [("resnet18", "layer4"), ("resnet34", "layer4"), ("vgg16_bn", "classifier.1"), ("resnet18", "layer3"),
          ("vgg16_bn", "features.43")]

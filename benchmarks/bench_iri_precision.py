@@ -34,7 +34,8 @@ import torchvision
 from ratios import RUNS, record, share_ratio
 
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.networks.split import SplitNetwork, frozen
+from similarity_plugins.networks.model_state import frozen
+from similarity_plugins.networks.split import SplitNetwork
 
 GEMM = 2048
 STEP_BATCH = int(os.environ.get("SP_BENCH_STEP_BATCH", "32"))

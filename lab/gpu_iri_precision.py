@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_iri_precision import _images, _step_flops, resnet18_cifar  # noqa: E402
 
 from similarity_plugins.iri import generate_iris  # noqa: E402
-from similarity_plugins.networks.split import SplitNetwork, frozen  # noqa: E402
+from similarity_plugins.networks.model_state import frozen  # noqa: E402
+from similarity_plugins.networks.split import SplitNetwork  # noqa: E402
 
 
 def _timed(fn, reps: int = 10) -> float:

@@ -69,7 +69,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import bench_iri as bench
 
-    from similarity_plugins.networks.split import SplitNetwork, frozen
+    from similarity_plugins.networks.model_state import frozen
+    from similarity_plugins.networks.split import SplitNetwork
 
     model = cifar_stem_resnet18(bench)
     seeds = bench.donor_data()[0][-args.seeds:].clone()

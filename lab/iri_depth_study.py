@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the options, run the cases, print one line per run and optionally write JSON."""
     import bench_iri as bench
 
-    from similarity_plugins.networks.split import SplitNetwork, frozen
+    from similarity_plugins.networks.model_state import frozen
+    from similarity_plugins.networks.split import SplitNetwork
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="resnet18:layer4,vgg16_bn:features.43")

@@ -59,7 +59,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import bench_iri as bench
 
-    from similarity_plugins.networks.split import SplitNetwork, frozen
+    from similarity_plugins.networks.model_state import frozen
+    from similarity_plugins.networks.split import SplitNetwork
 
     model, seeds = bench.case_inputs("resnet18", args.seeds)
     twin = FunctionalResNet(model).eval()

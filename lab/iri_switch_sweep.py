@@ -14,7 +14,7 @@ from bench_iri_precision import _images, resnet18_cifar  # noqa: E402
 
 from similarity_plugins.iri import generate_iris  # noqa: E402
 from similarity_plugins.iri import precision as P  # noqa: E402
-from similarity_plugins.networks.split import frozen  # noqa: E402
+from similarity_plugins.networks.model_state import frozen  # noqa: E402
 
 seeds_n, steps, cut = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 model, seeds = resnet18_cifar(), _images(seeds_n)

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..datasets.tensors import tensors_of
 from ..networks.activations import model_outputs
-from ..networks.split import frozen, model_device, preserved
+from ..networks.model_state import frozen, model_device, preserved
 from ..utils.io import atomic_write
 from ..utils.progress import Progress, check_progress
 

@@ -49,7 +49,7 @@ def similarity(front, end, layer, data, options, context, seed, device, metric) 
 
     A hookimpl may take any subset of these arguments (pluggy passes only those it names). The donors must be
     as they were when it returns (parameters, buffers, ``training`` and ``requires_grad`` flags);
-    [`frozen`][similarity_plugins.networks.split.frozen] does that for you.
+    [`frozen`][similarity_plugins.networks.model_state.frozen] does that for you.
 
     One call runs one metric: its own hookimpl, inside every wrapper of this hook (``@hookimpl(wrapper=True)``);
     the call's value is that hookimpl's return value, or what a wrapper returns instead (``firstresult``: one

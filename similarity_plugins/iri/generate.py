@@ -13,7 +13,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..networks.split import SplitNetwork, frozen, model_device, model_dtype
+from ..networks.model_state import frozen, model_device, model_dtype
+from ..networks.split import SplitNetwork
 from ..utils.progress import Progress, check_progress
 from ..utils.text import did_you_mean
 from . import sharded, store

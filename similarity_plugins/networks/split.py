@@ -24,10 +24,9 @@ from torch import nn
 
 from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hook
 from .layer_lists import check_layer, layers
-from .model_state import as_model_input, frozen, model_device, model_dtype, on_device, preserved
+from .model_state import as_model_input, frozen, model_dtype
 
-# the model-state helpers live in model_state; the ones importers have always taken from here stay listed
-__all__ = ["frozen", "preserved", "SplitNetwork", "model_device", "model_dtype", "on_device"]
+__all__ = ["SplitNetwork"]
 
 
 # -------------------------------------------------------------------------------------- fx tracing

@@ -15,7 +15,7 @@ from ..host.results import LayerPair, Report, SimilarityResult, as_layer_pair
 from ..networks.context import Context
 from ..networks.data import Data
 from ..networks.layer_lists import check_layer
-from ..networks.split import model_device, on_device, preserved
+from ..networks.model_state import model_device, on_device, preserved
 from ..networks.wrapped import source_of
 from ..utils.progress import Progress, check_progress, progress_bar
 from ..utils.rng import check_seed, isolated_rng, seed_all

@@ -17,7 +17,8 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from ..networks.split import SplitNetwork, model_device
+from ..networks.model_state import model_device
+from ..networks.split import SplitNetwork
 from ..utils.progress import Progress, progress_bar
 
 __all__ = ["TrainingCache"]

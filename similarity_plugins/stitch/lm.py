@@ -21,7 +21,7 @@ from ..host.hookspecs import PluginContext
 from ..host.results import LayerPair, SimilarityResult
 from ..networks.data import iterate_batches
 from ..networks.layer_calls import front_by_hook
-from ..networks.split import frozen
+from ..networks.model_state import frozen
 from .settings import StitchSettings
 
 

@@ -27,7 +27,7 @@ from torch import nn
 from ..host.hookspecs import PluginContext
 from ..host.results import LayerPair, SimilarityResult, as_layer_pair
 from ..networks.data import iterate_batches, load_all
-from ..networks.split import frozen
+from ..networks.model_state import frozen
 from .cache import TrainingCache, subset_indices
 from .evaluate import evaluate_stitch
 from .settings import StitchSettings, check_objective

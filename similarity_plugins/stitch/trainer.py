@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..networks.model_state import model_device
 from ..networks.parallel import World
-from ..networks.split import SplitNetwork, model_device
+from ..networks.split import SplitNetwork
 from ..utils.memory import kept_heap
 from ..utils.progress import Progress, progress_bar
 from .cache import TrainingCache, subset_indices

@@ -9,7 +9,8 @@ import torchvision
 from torch import nn
 
 from similarity_plugins import LayerNotFound, layers
-from similarity_plugins.networks.split import SplitNetwork, frozen
+from similarity_plugins.networks.model_state import frozen
+from similarity_plugins.networks.split import SplitNetwork
 from tests.helpers.models import TwoHeaded, assert_unchanged, snapshot, tiny_cnn
 
 

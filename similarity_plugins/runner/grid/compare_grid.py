@@ -25,8 +25,8 @@ from ...host.manager import get_plugin_manager
 from ...host.registry import declared_meanings, options_for_metrics
 from ...networks.context import Context
 from ...networks.data import Data
+from ...networks.model_state import model_device, on_device
 from ...networks.named import as_layers, as_models
-from ...networks.split import model_device, on_device
 from ...store.store import Store
 from ...utils.progress import Progress, check_progress
 from ...utils.rng import check_seed

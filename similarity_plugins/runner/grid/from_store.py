@@ -23,8 +23,8 @@ from torch import nn
 
 from ...networks.context import Context
 from ...networks.data import Data
+from ...networks.model_state import on_device
 from ...networks.named import as_layers, as_models
-from ...networks.split import on_device
 from ...store.fill import fill_model
 from ...store.paths import check_names
 from ...store.rows import AlignedRows, align

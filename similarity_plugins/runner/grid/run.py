@@ -13,8 +13,8 @@ from torch import nn
 from ...host.results import LayerPair, SimilarityResult, jsonable
 from ...networks.context import Context
 from ...networks.data import split_digest
+from ...networks.model_state import preserved
 from ...networks.parallel import World, module_digest
-from ...networks.split import preserved
 from ...networks.wrapped import reading_digest
 from ...stats.designs import is_permutation_array
 from ...utils.digest import value_text
