@@ -252,15 +252,6 @@ class Context:
             self.memo[key] = full[i]
             self.versions[key] = versions(full[i])
 
-    def options_for(self, metric: str, metric_names: set[str] | None = None) -> dict:
-        """Global options (entries that are not per-metric dicts) updated with ``options[metric]``."""
-        merged = {k: v for k, v in self.options.items()
-                  if not (isinstance(v, dict) and (metric_names is None or k in metric_names))}
-        own = self.options.get(metric)
-        if isinstance(own, dict):
-            merged.update(own)
-        return merged
-
     def split(self, model: nn.Module, layer: str, taps: tuple[str, ...] | None = None) -> SplitNetwork:
         """The memoised `SplitNetwork` of ``model`` at ``layer``."""
         key = ("split", id(model), layer, taps)
