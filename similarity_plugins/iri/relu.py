@@ -18,7 +18,7 @@ The *leaky* surrogate (``relu_leak``, used by L-BFGS) gives every other ReLU cal
 values. At deep cuts the objective is piecewise quadratic with very many pieces: a dead unit anywhere in the
 front hides the directions that would revive it, and L-BFGS's curvature pairs jump between pieces. A small
 leak lets the search see those directions, so that per-sample L-BFGS converges at deep cuts where it stalls
-without it (docs/lab/iri_depth.md).
+without it.
 
 A hand-written network that calls ReLU as a function (``F.relu``, ``torch.relu``, ``x.relu()``) has no ReLU
 modules to count or to give a surrogate gradient; ``relu_modules`` makes a private copy of the traced front

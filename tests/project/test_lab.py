@@ -61,3 +61,11 @@ def test_every_package_name_a_lab_script_imports_exists():
                 except ImportError:
                     missing.append(f"{path.name}:{line} {module}.{name}")
     assert not missing, f"lab scripts import what the package no longer has: {missing}"
+
+
+def test_no_module_of_the_package_cites_the_research_notes():
+    """The package's comments and docstrings say what and why; the notes' findings and history stay in docs/lab/ and
+    the commit messages, so no module points a reader there."""
+    citing = [f"{p.relative_to(ROOT).as_posix()}:{i}" for p in sorted((ROOT / "similarity_plugins").rglob("*.py"))
+              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "docs/lab" in line]
+    assert not citing, f"modules citing the research notes: {citing}"

@@ -61,7 +61,7 @@ class DemoConfig:
     iri_tol: float = 2e-2  # the demo's honest target: reached at these layers within the budget (see README)
     iri_init: str = "noise"
     # per-sample cosine cycles of 100, 200, 400, ... steps: these width-16 CNNs converge in fewer steps with a
-    # shorter first cycle than the library's default of 300 (tuned for ResNet-18 as well; docs/lab/iri_results.md)
+    # shorter first cycle than the library's default of 300, which is tuned for deeper networks such as ResNet-18
     iri_cycle_steps: int = 100
     swap_fraction: float = 0.5
     stitch_batch: int = 128
