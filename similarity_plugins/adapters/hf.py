@@ -37,9 +37,6 @@ from .reading import wrapper_reading
 if TYPE_CHECKING:  # transformers is optional: its types name the arguments, the module never imports it here
     from transformers import BaseImageProcessor, PreTrainedTokenizerBase, ProcessorMixin
 
-__all__ = ["hf"]
-
-
 def hf(source: nn.Module | str | os.PathLike, *, tokenizer: PreTrainedTokenizerBase | None = None,
        processor: BaseImageProcessor | ProcessorMixin | None = None, pooling: str | None = None,
        exclude_special: bool = False, view: str | None = None, padding_side: str | None = None,

@@ -20,8 +20,6 @@ from torch import nn
 
 from ..utils.extras import require
 
-__all__ = ["Origin", "is_hub_id", "load_pretrained", "load_part", "source_of_instance", "transformers_bars"]
-
 #: A model id of the Hugging Face hub: ``name`` or ``namespace/name`` (the rules of ``huggingface_hub``).
 _HUB_ID = re.compile(r"(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b", re.ASCII)
 _COMMIT = re.compile(r"[0-9a-f]{40}")

@@ -19,9 +19,6 @@ from ..utils.rules import BOOLEAN_WORDS, as_positive_int, bool_of
 from ..utils.text import did_you_mean
 from .hf_tokens import backend_kept
 
-__all__ = ["HFOptions", "check_options", "DTYPES", "TOWERS", "position_limit", "check_max_length", "pick_tower",
-           "check_tokenizer", "check_token_ids", "vocabulary_rows"]
-
 #: ``dtype`` names a spec may give (``hf:ID?dtype=bfloat16``); ``"auto"``: the dtype saved in the model's config.
 DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
 #: The towers of a dual encoder (CLIP, SigLIP): the model's child that reads text or images.

@@ -23,8 +23,6 @@ import torch
 from ..networks.model_state import frozen, model_dtype
 from .pooling import first_tensor
 
-__all__ = ["check_left_padding", "encode", "token_counts"]
-
 #: Two texts of different lengths in any tokenizer: the first is padded when they share a batch.
 _PROBE = ("a", "a longer text, so that the short one is padded")
 

@@ -22,8 +22,6 @@ from ..networks.wrapped import ReadsSamples
 from ..utils.text import did_you_mean
 from .reading import wrapper_reading
 
-__all__ = ["preprocessed"]
-
 #: the keys of an explicit ``config`` dict
 CONFIG_KEYS = ("resize", "crop", "mean", "std", "interpolation")
 #: the resampling modes (torch.nn.functional.interpolate's; bilinear and bicubic antialiased, as torchvision)

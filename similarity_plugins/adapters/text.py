@@ -10,8 +10,6 @@ from torch.utils.data import Dataset
 
 from ..networks.data import Data, split_size
 
-__all__ = ["paired_data", "text_data"]
-
 
 class TextDataset(Dataset):
     """Strings with integer labels: item ``i`` is ``(texts[i], labels[i])`` (labels default to 0)."""

@@ -9,8 +9,6 @@ import torch
 
 from ..iri.result import IRISet
 
-__all__ = ["iris_figure", "plot_iris"]
-
 
 def gallery_captions(iris: IRISet, count: int) -> list[str]:
     """Captions of the first ``count`` IRIs: relative error ``||f(x')-f(x)||/||f(x)||`` and RMS pixel distance."""

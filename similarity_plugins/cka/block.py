@@ -21,8 +21,6 @@ from ..stats.designs import PermutationPlan
 from ..stats.permutation import batch_size
 from .nodes import NodeGram, UCentring
 
-__all__ = ["cka_block_nulls"]
-
 
 def _permuted_cross_terms(a: UCentring, b: UCentring, perms: torch.Tensor, n: int) -> np.ndarray:
     """``<K~, P L~ P^T> - <Kc, P Lc P^T>`` for each permutation (rows of ``perms``): the terms of `nodes._cross_terms`

@@ -28,8 +28,6 @@ from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
 from .hsic import DEGENERATE_RTOL, finish_cka, fro2
 from .inputs import centered_float64, check_debiased_n
 
-__all__ = ["node_gram", "cka_from_node_grams"]
-
 _BLOCK_BYTES = 1 << 20  # row blocks of the U-centred matrix materialised at once for its self inner product
 
 

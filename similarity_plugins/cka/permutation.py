@@ -27,8 +27,6 @@ from .grams import center_inplace, check_threshold, gram_rows, rbf_inplace
 from .hsic import debiased_term, row_sq_norms
 from .inputs import centered_float64, check_debiased_n
 
-__all__ = ["cka_permutation_test", "cka_range"]
-
 
 def _compressed(xc: np.ndarray) -> np.ndarray:
     """``xc`` (n, d) with the same Gram matrix ``xc xc^T`` but at most n columns (thin QR of ``xc^T``)."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["blocks_of", "check_calibrate", "calibrated_text"]
-
 
 def blocks_of(grid: Any, pairs: str) -> list[tuple[str, str]]:
     """The (front model, end model) blocks a grid's summary lines cover: each pair of two models once, or each

@@ -16,10 +16,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from ..networks.parallel import CollectiveError, World, current_world, module_digest
-
-__all__ = ["TorchWorld", "is_distributed", "rank", "world_size", "shard", "init_from_env", "finish",
-           "check_same_everywhere", "module_digest", "launched_by_torchrun", "end_rank_process"]
+from ..networks.parallel import CollectiveError, World, current_world
 
 DEFAULT_TIMEOUT_S = 600
 

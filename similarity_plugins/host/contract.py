@@ -15,8 +15,6 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 from ..utils.text import did_you_mean
 from .values import option_rule
 
-__all__ = ["Option", "UnknownOption", "INVARIANCES"]
-
 SPLIT_NAMES = {"train": "training split", "test": "test split"}
 
 KINDS = ("similarity", "distance")

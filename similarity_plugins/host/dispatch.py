@@ -19,8 +19,6 @@ import pluggy
 
 from .entrypoints import WRAPPER_GROUP
 
-__all__ = ["DispatchingManager", "HookCall", "is_wrapper", "wrapper_marked", "check_metric_hookimpl"]
-
 
 def is_wrapper(impl: pluggy.HookImpl) -> bool:
     """True when ``impl`` wraps the other hookimpls of its hook (``wrapper=True`` or the old ``hookwrapper=True``)."""

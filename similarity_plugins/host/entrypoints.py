@@ -29,10 +29,6 @@ from typing import Any, Iterable
 from ..utils.rules import truth_of
 from ..utils.text import did_you_mean
 
-__all__ = ["ENTRY_POINT_GROUP", "WRAPPER_GROUP", "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "BUILTIN_PACKAGE",
-           "autoload_disabled", "allowed_distributions", "normalise_distribution", "entry_point_package",
-           "selected_entry_points", "check_metric_name", "declares_wrapper"]
-
 ENTRY_POINT_GROUP = "similarity_plugins"
 #: An entry-point group for wrappers alone: objects whose ``similarity`` hookimpl is a wrapper (``wrapper=True``) of
 #: every metric call, imported when the manager is built. A wrapper may as well be declared in `ENTRY_POINT_GROUP`.

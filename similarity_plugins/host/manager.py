@@ -47,9 +47,7 @@ from . import hookspecs
 from .dispatch import DispatchingManager, HookCall, check_metric_hookimpl, wrapper_marked
 from .entrypoints import (
     BUILTIN_PACKAGE,
-    DISABLE_AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
-    LOAD_ENV,
     WRAPPER_GROUP,
     autoload_disabled,
     check_metric_name,
@@ -57,10 +55,6 @@ from .entrypoints import (
     selected_entry_points,
 )
 from .plugin import FIELDS, MetricInfo, plugin_attributes
-
-__all__ = ["MetricInfo", "SimilarityPluginManager", "DEFAULT_PLUGINS", "BUILTIN_PACKAGE", "ENTRY_POINT_GROUP",
-           "DISABLE_AUTOLOAD_ENV", "LOAD_ENV", "autoload_disabled", "build_plugin_manager", "get_plugin_manager",
-           "reset_plugin_manager"]
 
 #: What importing or registering a plugin may raise and still leave a BROKEN entry (a module that calls
 #: ``sys.exit`` at import, as argparse-based scripts do, included); Ctrl-C still stops.

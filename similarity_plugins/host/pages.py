@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-__all__ = ["register_page_writer", "write_page"]
-
 #: ``writer(result, path, title=...) -> html``: the one function that draws a result as a page (one installed)
 PageWriter = Callable[..., str]
 _WRITER: list[PageWriter] = []

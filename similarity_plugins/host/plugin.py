@@ -30,8 +30,6 @@ from .contract import (
     read_symmetric,
 )
 
-__all__ = ["MetricPlugin", "MetricInfo", "declared_value"]
-
 
 class Field(NamedTuple):
     """One field of the contract.

@@ -17,8 +17,6 @@ from typing import Any, Mapping
 
 from ..utils.value_rules import BOOLEAN, TEXT, Interval, OrNone, ValueRule
 
-__all__ = ["option_rule", "coerce_option_values", "check_option_values"]
-
 _PLAIN: dict[type, ValueRule] = {bool: BOOLEAN, int: Interval(int), float: Interval(float, finite=False), str: TEXT}
 
 

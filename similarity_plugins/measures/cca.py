@@ -20,8 +20,6 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, check_positive_int, compress_columns, finish, numerical_rank, pair
 
-__all__ = ["cca", "pwcca", "svcca"]
-
 
 @dataclass
 class WhitenedSide:

@@ -26,8 +26,6 @@ from ..utils.arrays import ArrayLike
 from .common import Measured, centred, check_positive_int, finish, pair
 from .neighbours import Neighbours, match, neighbour_graph
 
-__all__ = ["cknna"]
-
 #: The unbiased HSIC divides by n (n - 3).
 MIN_SAMPLES = 4
 #: platonic-rep's ``cknna`` refuses fewer neighbours than this

@@ -17,8 +17,6 @@ from ..utils.arrays import ArrayLike, as_samples, check_same_n, raise_if_constan
 from ..utils.rules import as_positive_int
 from ..utils.value_rules import OneOf
 
-__all__ = ["Measured"]
-
 EPS = float(torch.finfo(torch.float64).eps)
 
 

@@ -10,8 +10,6 @@ from ..utils.arrays import ArrayLike
 from .common import Measured, centred, check_positive_int, finish, pair
 from .neighbours import Neighbours, match, neighbour_graph
 
-__all__ = ["mutual_knn"]
-
 #: With two samples each one's only neighbour is the other, in both representations: every pair scores 1.
 MIN_SAMPLES = 3
 

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Neighbours", "neighbour_graph", "tie_tolerance", "match"]
-
 # rows of the n x n similarity matrix computed at once: about this many float64 values per block
 BLOCK_VALUES = 1 << 22
 

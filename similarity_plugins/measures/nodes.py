@@ -19,8 +19,6 @@ from .knn import knn_node, mutual_knn_from_nodes
 from .procrustes import procrustes_from_nodes, procrustes_node
 from .rsa import rsa_from_vectors, rsa_vector
 
-__all__ = ["NODE_FORMS"]
-
 _NAME = {"front": "X", "end": "Y"}  # the argument each role has in the measures' errors
 
 

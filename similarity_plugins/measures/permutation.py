@@ -41,8 +41,6 @@ from .knn import knn_node, mutual_knn_null
 from .regression import ridge_front
 from .rsa import average_ranks, kendall_tau, rdm_upper
 
-__all__ = ["permutation_test"]
-
 Statistic = Callable[[torch.Tensor], torch.Tensor]  # permutations (b, n) -> statistics (b,)
 
 

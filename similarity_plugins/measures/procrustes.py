@@ -9,9 +9,6 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, compress_columns, finish, pair
 
-__all__ = ["procrustes"]
-
-
 #: With two samples the centred sides are one line each and every pair scores 1: three is the least that means anything.
 MIN_SAMPLES = 3
 TINY = float(torch.finfo(torch.float64).tiny)

@@ -11,8 +11,6 @@ import torch
 from ..utils.arrays import ArrayLike
 from .common import Measured, centred, finish, pair
 
-__all__ = ["linear_regression", "linear_regression_from_front", "ridge_front"]
-
 #: ridge strength relative to the mean eigenvalue of the front's training covariance (see the docstring)
 DEFAULT_ALPHA = 1e-3
 #: share of the rows used for fitting when no split is given (a seeded random permutation)

@@ -18,8 +18,6 @@ import torch
 from ..utils.arrays import ArrayLike, available_bytes, format_bytes
 from .common import Measured, centred, check_choice, finish, pair
 
-__all__ = ["rsa"]
-
 RDMS = ("correlation", "euclidean", "cosine")
 COMPARISONS = ("spearman", "pearson", "kendall")
 #: peak bytes / n^2: one n x n float64 matrix (elsewhere than the CPU: its triangle mask), two triangles and the

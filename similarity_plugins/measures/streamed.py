@@ -34,8 +34,6 @@ from ..utils.arrays import constant_message, format_bytes, paired_blocks
 from .cca import WhitenedSide, cca_from_nodes, pwcca_from_nodes, svcca_from_nodes
 from .common import Measured, check_count
 
-__all__ = ["nxn_bytes", "MemoryBudgetWarning"]
-
 STREAMED = ("cka-linear", "cka-debiased", "procrustes", "cca", "svcca", "pwcca", "linear-regression")
 NXN = ("cka-rbf", "rsa", "mutual-knn")
 #: The bytes an n x n measure may take before a warning (the default ``memory_budget``): 4 GiB.

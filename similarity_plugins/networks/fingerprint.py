@@ -17,8 +17,6 @@ from torch import nn
 
 from .hf_runtime import forward_cache, is_capture_hook
 
-__all__ = ["fingerprinted_tensors", "module_config", "module_settings", "update_module_configs"]
-
 _PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.Size)
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 

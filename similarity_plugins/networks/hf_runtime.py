@@ -21,8 +21,6 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["forward_cache", "is_capture_hook"]
-
 #: The transformers modules whose output-capturing hook (``output_capturing_hook``) is installed on a first forward.
 _CAPTURE_MODULES = ("transformers.utils.output_capturing", "transformers.utils.generic")
 _CAPTURE_HOOK = "output_capturing_hook"

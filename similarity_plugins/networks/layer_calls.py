@@ -10,8 +10,6 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["front_by_hook"]
-
 
 class AmbiguousLayer(ValueError):
     """A layer (module) that runs more than once in one forward pass: which of its outputs is meant is ambiguous."""

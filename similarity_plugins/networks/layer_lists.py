@@ -19,8 +19,6 @@ from torch import nn
 from ..utils.text import did_you_mean
 from .wrapped import WrappedModel
 
-__all__ = ["LayerNotFound", "check_layer", "layers"]
-
 
 class LayerNotFound(ValueError):
     """A layer name that the model does not have (the message lists the valid ones)."""

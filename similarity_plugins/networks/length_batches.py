@@ -17,8 +17,6 @@ import torch
 
 from .wrapped import WrappedModel
 
-__all__ = ["TOKENS_PER_SAMPLE", "by_length", "in_data_order", "length_plan"]
-
 #: A batch of ``batch_size`` texts holds at most ``batch_size * TOKENS_PER_SAMPLE`` padded tokens.
 TOKENS_PER_SAMPLE = 32
 

@@ -11,8 +11,6 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-__all__ = ["frozen", "preserved", "model_device", "model_dtype", "on_device"]
-
 
 @contextlib.contextmanager
 def preserved(*models: nn.Module) -> Iterator[None]:

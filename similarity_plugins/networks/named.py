@@ -10,8 +10,6 @@ from torch import nn
 from ..utils.text import did_you_mean
 from .layer_lists import check_layer
 
-__all__ = ["as_layers", "as_models"]
-
 
 def as_models(models: Any) -> dict[str, nn.Module]:
     """``models`` as ``{name: module}`` (a list gets the names ``m0``, ``m1``, ...)."""

@@ -23,8 +23,6 @@ from torch import nn
 from ..utils.digest import fast_hash, update_tensor_digest
 from .fingerprint import fingerprinted_tensors, update_module_configs
 
-__all__ = ["World", "CollectiveError", "current_world", "register_world_factory", "module_digest"]
-
 
 class CollectiveError(RuntimeError):
     """An exception on one rank, raised identically on every rank (the message names the rank).

@@ -26,9 +26,6 @@ from .layer_calls import AmbiguousLayer, called_often, count_calls, front_by_hoo
 from .layer_lists import check_layer, layers
 from .model_state import as_model_input, frozen, model_dtype
 
-__all__ = ["SplitNetwork"]
-
-
 # -------------------------------------------------------------------------------------- fx tracing
 
 

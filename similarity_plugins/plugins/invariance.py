@@ -26,8 +26,6 @@ from ..host.results import LayerPair, SimilarityResult
 from ..iri.service import iri_options, iri_result
 from .stitching import StitchMetric, register_family
 
-__all__ = ["IRIMetric", "DESCRIPTIONS"]
-
 #: Each stitching objective and its IRI metric's one-line description.
 DESCRIPTIONS: dict[str, str] = {
     "hlm": "invariance-aware stitching: trained on IRIs with the seeds' labels (HLM); relative accuracy",

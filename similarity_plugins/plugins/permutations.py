@@ -19,9 +19,6 @@ from ..stats.designs import PERMUTE_RULE, PermutationOptions, read_permutation_o
 from ..stats.permutation import PERMUTATION_COUNT
 from ..utils.value_rules import AnyOf, Array, OrNone
 
-__all__ = ["PERMUTATIONS", "ALPHA", "GROUPS", "PERMUTE", "PERMUTATION_OPTIONS", "permutation_options", "keeps_nulls",
-           "with_permutation_test"]
-
 PERMUTATIONS = Option("permutations", 0, "K > 0: also score K seeded permutations of the end's rows and report "
                       "p_value, null_mean, null_std, tau and calibrated (0: no test); or a (K, N) integer array of "
                       "the permutations themselves (row k pairs the front with the end's rows perms[k])",

@@ -23,8 +23,6 @@ from ..host.plugin import MetricPlugin
 from ..host.results import LayerPair, SimilarityResult
 from ..stitch.settings import stitch_options
 
-__all__ = ["StitchMetric", "DESCRIPTIONS", "register_family"]
-
 #: Each stitching objective of `similarity_plugins.stitch.objectives` and its metric's one-line description.
 DESCRIPTIONS: dict[str, str] = {
     "hlm": "model stitching, hard label matching (cross-entropy to labels); relative accuracy on test",

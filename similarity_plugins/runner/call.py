@@ -15,8 +15,6 @@ from ..host.contract import missing_splits
 from ..host.results import LayerPair, SimilarityResult
 from ..host.values import coerce_option_values
 
-__all__ = ["refusal", "hook_call", "to_row", "ReturnedError"]
-
 
 def refusal(pm, name: str, data: Any, options: dict, layer: str) -> tuple[SimilarityResult | None, dict]:
     """The row of a metric that cannot run (it failed to load, a split it needs is missing, an option value is

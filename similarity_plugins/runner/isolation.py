@@ -25,8 +25,6 @@ from torch import nn
 from ..networks.context import Context
 from .guard import DonorGuard
 
-__all__ = ["Donors", "MetricTimeout", "abandoned_threads", "check_timeout"]
-
 _THREAD = "similarity-metric"  # the name prefix of the threads metric calls run in under a timeout
 
 

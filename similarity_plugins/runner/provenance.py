@@ -30,8 +30,6 @@ from ..networks.wrapped import source_of
 from ..utils.digest import update_tensor_digest
 from ..utils.rng import isolated_rng
 
-__all__ = ["provenance", "splits_read", "store_provenance"]
-
 
 def provenance(models: Mapping[str, nn.Module], data: Mapping[str, Any], *, options: Any, device: torch.device,
                batch_size: int = 256) -> dict:

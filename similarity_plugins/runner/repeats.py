@@ -18,8 +18,6 @@ from typing import Any, Callable
 
 from ..host.results import SEED_INTERVAL, TEST_INTERVAL, SimilarityResult
 
-__all__ = ["mean_interval", "run_repeated"]
-
 
 def check_repeats(repeats: Any) -> int:
     """``repeats`` as an int >= 1; ``TypeError``/``ValueError`` naming the problem otherwise."""

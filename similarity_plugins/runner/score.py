@@ -41,8 +41,6 @@ from .process import note_restored, outside_inference_mode, process_state, resto
 from .provenance import provenance
 from .score_store import row_view, rows_of, stored_identity, stored_sides
 
-__all__ = ["score"]
-
 PAIR = LayerPair("x", "y")
 
 

@@ -10,8 +10,6 @@ import torch
 
 from ..store.rows import AlignedRows, align, as_entries
 
-__all__ = ["stored_sides"]
-
 _BLOCK = 8192  # rows read per block by the check of the values
 
 

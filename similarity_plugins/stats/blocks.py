@@ -18,8 +18,6 @@ import torch
 
 from .permutation import upper_blocks
 
-__all__ = ["block_permuted_inner", "block_bytes"]
-
 
 def block_bytes(n: int, fronts: int, ends: int) -> float:
     """Bytes `block_permuted_inner` holds besides its inputs: the stacked matrices and the weighted blocks."""

@@ -24,8 +24,6 @@ import torch
 
 from ..utils.value_rules import Interval
 
-__all__ = ["DEFAULT_ALPHA", "ALPHA_RULE", "check_alpha", "critical_value", "calibrated_score", "calibrate"]
-
 #: the level of the critical value ``tau`` unless an ``alpha`` option says otherwise
 DEFAULT_ALPHA = 0.05
 #: What the option ``alpha`` must be.

@@ -28,9 +28,6 @@ from ..utils.value_rules import OneOf
 from .calibration import check_alpha
 from .permutation import check_permutations, draws, seeded_generator
 
-__all__ = ["PERMUTE_MODES", "PermutationPlan", "plan_permutations", "is_permutation_array", "PermutationOptions",
-           "read_permutation_options"]
-
 Permute = Literal["within", "groups"]
 PERMUTE_MODES: tuple[str, ...] = get_args(Permute)
 #: What the option ``permute`` must be.

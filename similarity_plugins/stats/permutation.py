@@ -30,11 +30,6 @@ import torch
 from ..utils.value_rules import Interval
 from .calibration import calibrate
 
-__all__ = [
-    "WORK_BOUND", "GATHER_COST", "PERMUTATION_COST", "NULL_BYTES", "PermutationCostWarning", "check_permutations",
-    "draws", "summarise", "permuted_inner", "pearson3_p_value", "check_cost"
-]
-
 #: operations of all K permutations together (multiply-adds; a gathered or looked-up value counts
 #: :data:`GATHER_COST`) above which a measure warns before the work: about ten minutes of one CPU core
 WORK_BOUND = 1e13

@@ -7,8 +7,6 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["holm", "benjamini_hochberg", "adjust_p_values", "CORRECTIONS"]
-
 CORRECTIONS = (None, "holm", "bh")
 
 

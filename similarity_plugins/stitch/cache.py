@@ -21,8 +21,6 @@ from ..networks.model_state import model_device
 from ..networks.split import SplitNetwork
 from ..utils.progress import Progress, progress_bar
 
-__all__ = ["TrainingCache"]
-
 
 class ArrayStore:
     """``n`` float32 samples of one per-sample ``shape``, held in memory or memory-mapped on disk.

@@ -12,8 +12,6 @@ from .bootstrap import relative_accuracy_ci
 from .objectives import relative_sq_error
 from .trainer import FittedStitch, check_labels
 
-__all__ = ["evaluate_stitch"]
-
 
 @torch.no_grad()
 def stitched_logits(fitted: FittedStitch, end: SplitNetwork, front_acts: torch.Tensor, *, batch_size: int = 256,

@@ -24,8 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["StitchShapeError", "StitchLayer"]
-
 
 class StitchShapeError(ValueError):
     """The activations at the two cuts cannot be stitched (layouts or position counts differ)."""

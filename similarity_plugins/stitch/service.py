@@ -33,8 +33,6 @@ from .evaluate import evaluate_stitch
 from .settings import StitchSettings, check_objective
 from .trainer import FittedStitch, fit_stitch
 
-__all__ = ["TrainingSet", "training_set", "fitted_stitch", "stitch_result"]
-
 MAX_LOSSES_IN_DETAILS = 60
 
 

@@ -33,9 +33,6 @@ from ..utils.value_rules import (
     check_rules,
 )
 
-__all__ = ["StitchSettings", "Objective", "Init", "DmLoss", "OBJECTIVES", "INITS", "DM_LOSSES", "OPTION_DOCS", "RULES",
-           "check_objective", "stitch_options"]
-
 Objective = Literal["hlm", "slm", "dm", "fula"]
 Init = Literal["least-squares", "identity", "random"]
 DmLoss = Literal["sum", "normalised"]

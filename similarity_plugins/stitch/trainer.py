@@ -31,8 +31,6 @@ from .layer import StitchLayer, StitchPlan, plan_stitch
 from .objectives import NEEDS, stitched_loss
 from .settings import StitchSettings, check_objective
 
-__all__ = ["FittedStitch", "StitchDivergedError", "fit_stitch"]
-
 
 class StitchDivergedError(ValueError):
     """The stitch's training loss became NaN or infinite (the message names the epoch and batch)."""

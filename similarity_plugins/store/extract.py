@@ -17,8 +17,6 @@ from .fill import fill_model
 from .paths import check_names
 from .store import Store
 
-__all__ = ["extract"]
-
 
 def extract(models: Mapping[str, nn.Module] | Sequence[nn.Module] | nn.Module,
             layers: str | Sequence[str] | Mapping[str, Sequence[str]], data: Data, store: str | os.PathLike | Store, *,

@@ -31,8 +31,6 @@ from ..utils.progress import Progress, progress_bar
 from .paths import StoreError, entry_key
 from .store import Store
 
-__all__ = ["fill_model", "sample_digests"]
-
 
 def _feed_rows(hashes: list, label: str, x: Any) -> None:
     """Feed each sample of the batch ``x`` (a tensor, strings or a dict of views) into its own hash."""

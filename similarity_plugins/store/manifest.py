@@ -9,8 +9,6 @@ import numpy as np
 
 from .paths import CHUNK, FORMAT, KEY, OLD_FORMATS, SAMPLES, StoreError, extract_again
 
-__all__ = ["checked_manifest", "manifest_files"]
-
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0

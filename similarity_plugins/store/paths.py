@@ -19,8 +19,6 @@ from ..utils.digest import fast_hash
 from ..utils.readback import BadFile, read_json
 from ..utils.text import how_to
 
-__all__ = ["StoreError", "CorruptChunk"]
-
 FORMAT = "similarity-plugins-store-2"
 #: Formats this version recognises but does not read (their keys and checksums are of another hash).
 OLD_FORMATS = ("similarity-plugins-store-1",)

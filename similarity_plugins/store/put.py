@@ -12,8 +12,6 @@ import numpy as np
 from ..utils.digest import fast_hash
 from .paths import StoreError, entry_key
 
-__all__ = ["put_entry"]
-
 
 def put_entry(store: Any, model: str, layer: str, chunks: np.ndarray | Iterable[np.ndarray],
               sample_ids: np.ndarray | None, produced_by: dict | None) -> None:

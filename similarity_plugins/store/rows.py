@@ -19,8 +19,6 @@ import numpy as np
 from .paths import StoreError
 from .store import StoredArray
 
-__all__ = ["AlignedRows", "align"]
-
 
 class AlignedRows:
     """The rows of a stored entry in a common order: row ``i`` is the entry's row ``index[i]`` (all rows in their

@@ -49,8 +49,6 @@ from .paths import (
 )
 from .put import put_entry
 
-__all__ = ["Store", "StoredArray", "CorruptChunk", "StoreError"]
-
 
 def file_checksum(path: str) -> str:
     """The checksum (`fast_hash`, hex) of a file's bytes, read in 4 MiB pieces."""

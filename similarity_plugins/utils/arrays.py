@@ -22,11 +22,6 @@ ArrayLike = Any  # numpy.ndarray | torch.Tensor | nested sequences of numbers
 
 _EPS = float(np.finfo(np.float64).eps)
 
-__all__ = ["ArrayLike", "as_samples", "available_bytes", "check_same_n", "format_bytes", "paired_blocks",
-           "raise_if_constant", "raise_nonfinite",
-           "to_numpy", "to_tensor", "nbytes_of"]
-
-
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.split(".")[0] == "torch"
 

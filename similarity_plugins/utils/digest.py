@@ -21,8 +21,6 @@ import numpy as np
 import torch
 import xxhash
 
-__all__ = ["update_tensor_digest", "save_verified", "load_verified", "CorruptFileWarning", "fast_hash", "value_text"]
-
 FORMAT = "similarity-plugins-verified-1"
 #: The name of the hash `fast_hash` returns (recorded in the files whose keys and checksums it makes).
 FAST_HASH = "xxh3-128"

@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["MissingExtra", "require", "install_command"]
-
 
 class MissingExtra(ImportError):
     """An optional dependency that is not installed; the message names the extra that installs it."""

@@ -9,8 +9,6 @@ import io
 import os
 from typing import Any
 
-__all__ = ["pyplot", "figure_format", "figure_bytes"]
-
 
 def pyplot() -> Any:
     """``matplotlib.pyplot`` on the Agg backend (no display needed)."""

@@ -11,8 +11,6 @@ import numpy as np
 
 from .figures import figure_bytes, pyplot
 
-__all__ = ["heatmap_bytes"]
-
 
 def _limits(values: np.ndarray, declared: Sequence[float] | None) -> tuple[float, float]:
     """The colour scale: the declared range where both ends are finite, else the finite values' span."""

@@ -19,8 +19,6 @@ import platform
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["kept_heap"]
-
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_INSIDE, KEEP = 1 << 30, 256 << 20
 MMAP_THRESHOLD = 32 << 20   # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems

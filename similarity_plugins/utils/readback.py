@@ -16,8 +16,6 @@ import math
 import os
 from typing import Any, Callable
 
-__all__ = ["BadFile", "read_json", "parse_json_line", "line_digest", "encode_float", "decode_float", "expect"]
-
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 

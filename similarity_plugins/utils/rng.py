@@ -10,8 +10,6 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["isolated_rng", "seed_all", "check_seed", "drawn_split"]
-
 #: The share of the rows that `drawn_split` holds out for testing.
 TEST_FRACTION = 0.2
 

@@ -13,9 +13,6 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["TRUE_WORDS", "FALSE_WORDS", "BOOLEAN_WORDS", "truth_of", "bool_of", "as_positive_int", "LAYER_PAIR_SEPARATORS",
-           "split_layer_pair"]
-
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
 #: What a yes/no value may be, in words, for error messages (`bool_of`).

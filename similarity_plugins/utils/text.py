@@ -16,9 +16,6 @@ from typing import Any, Iterable, Iterator
 
 from .rules import FALSE_WORDS, TRUE_WORDS
 
-__all__ = ["close_matches", "counted", "did_you_mean", "parse_value", "parse_assignment", "parse_assignments",
-           "how_to", "command_line"]
-
 # the words of `rules` (digits never get here: JSON reads them first) and the words for "no value"
 _WORDS = {**dict.fromkeys(TRUE_WORDS, True), **dict.fromkeys(FALSE_WORDS, False), "none": None, "null": None}
 

@@ -26,10 +26,6 @@ import numpy as np
 from .rules import BOOLEAN_WORDS, bool_of
 from .text import did_you_mean
 
-__all__ = ["ValueRule", "Interval", "OneOf", "BOOLEAN", "OrNone", "AnyOf", "Each", "Array", "PathRule", "Keys",
-           "TEXT", "POSITIVE_INT", "POSITIVE", "NON_NEGATIVE", "SAMPLE_LIMIT", "check_rules"]
-
-
 #: What `ValueRule.read` returns for a value the rule refuses.
 REFUSED = object()
 

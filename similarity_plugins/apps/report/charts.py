@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["score_panels", "sweep_lines", "heatmap", "matrix", "null_histogram", "dendrogram", "mds_map"]
-
 TOOLTIP = {"content": "data"}
 SCHEME = "viridis"
 CELL = 22  # pixels per heatmap cell

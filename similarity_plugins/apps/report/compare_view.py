@@ -16,8 +16,6 @@ from .page import Chart, Image, Number, Section, Table, Text
 from .provenance_view import provenance_parts, provenance_section
 from .rows import TABLE_HEADER, clean, result_fields, table_cells
 
-__all__ = ["report_sections", "study_sections", "report_infos"]
-
 INTERVAL_NOTE = ("One y axis per kind of score. Bars: the 95% interval of each score (over seeds when the metric was "
                  "repeated, else a bootstrap over test samples; none where the metric gives none); p: the permutation "
                  "p-value where the metric ran a test. Hover a point for its exact values and time.")

@@ -22,8 +22,6 @@ from .page import Chart, Number, Section, Table, Text
 from .rows import clean, result_fields
 from .zoo_view import best_or_none, block_rows, blocks_of, zoo_sections
 
-__all__ = ["grid_sections", "grid_infos", "PAGED_CELLS", "SUMMARY_CELLS", "NULL_CELLS", "NULL_BINS"]
-
 PAGED_CELLS = 3000     # a metric with more cells than this pages its heatmap by front model
 SUMMARY_CELLS = 40000  # a grid with more cells than this shows each block's best cell
 NULL_CELLS = 200       # the most cells whose null histograms the page carries (in model order)

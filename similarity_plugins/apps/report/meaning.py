@@ -13,8 +13,6 @@ from typing import Any, Mapping
 
 from ..experiments import STITCHING_FAMILIES
 
-__all__ = ["metric_infos", "axis_kind", "axis_title", "axis_domain", "meaning_line", "AXES"]
-
 #: the axes of a page, in the order they are drawn: a kind of score -> its axis title
 AXES = {
     "similarity": "similarity (higher: more alike)",

@@ -14,8 +14,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-__all__ = ["Chart", "Table", "Text", "Image", "Section", "Number", "page_html"]
-
 
 @dataclass
 class Number:

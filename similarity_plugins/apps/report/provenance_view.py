@@ -8,8 +8,6 @@ from typing import Any, Mapping
 
 from .page import Number, Section, Table, Text
 
-__all__ = ["provenance_parts", "provenance_section"]
-
 
 def _machine(machine: Mapping[str, Any]) -> str:
     cpu = f"{machine.get('cpu', 'unknown CPU')} ({machine.get('cpu_count', '?')} logical cores)"

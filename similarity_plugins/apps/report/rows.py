@@ -9,8 +9,6 @@ from typing import Any
 from ...host.results import SEED_INTERVAL, TEST_INTERVAL, SimilarityResult
 from .page import Number
 
-__all__ = ["result_fields", "interval_of", "clean", "TABLE_HEADER", "table_cells"]
-
 
 def interval_of(result: SimilarityResult) -> tuple[float, float, str] | None:
     """``(low, high, over)``: the row's 95% interval, over seeds when it was repeated, else over test samples."""

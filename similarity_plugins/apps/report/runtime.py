@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 
-__all__ = ["vega_runtime", "runtime_versions", "runtime_cache_path"]
-
 _HEADER = "// similarity-plugins vega runtime sha256="
 
 

@@ -17,8 +17,6 @@ from .meaning import axis_domain, axis_kind, axis_title
 from .page import Chart, Section, Text
 from .rows import clean
 
-__all__ = ["block_rows", "zoo_sections", "distances", "mds", "dendrogram_lines", "blocks_of", "best_or_none"]
-
 
 def blocks_of(grid: Any) -> set[tuple[str, str, str]]:
     """The ``(metric, front model, end model)`` blocks that have at least one cell in ``grid``."""

@@ -14,8 +14,6 @@ from ...host.results import Report, SimilarityResult, jsonable
 from ...utils.io import csv_text, json_text, write_all
 from ...utils.progress import Progress
 
-__all__ = ["DonorPool"]
-
 
 def say(text: str = "") -> None:
     """Print a line at once (studies report progress as they go)."""

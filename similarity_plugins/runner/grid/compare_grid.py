@@ -37,8 +37,6 @@ from ..score import select_score_metrics
 from .results import Grid, Node
 from .run import Plan, run_grid
 
-__all__ = ["compare_grid"]
-
 PAIRS = ("all", "across", "within")
 
 

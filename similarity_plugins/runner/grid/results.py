@@ -21,8 +21,6 @@ from ...utils.io import write_text
 from ...utils.text import did_you_mean
 from .files import GRID_FORMAT, cell_result_dict, grid_parts, read_grid_file
 
-__all__ = ["Grid"]
-
 Node = tuple  # (model name, layer name)
 
 
