@@ -64,12 +64,7 @@ def _inputs(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.rand(n, 3, 32, 32, generator=g), torch.zeros(n, dtype=torch.long)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _two_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("two_threads")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -49,6 +49,7 @@ from similarity_plugins.iri.settings import Settings
 from similarity_plugins.iri.state import initial_inputs
 from similarity_plugins.networks.model_state import frozen
 from similarity_plugins.networks.split import SplitNetwork
+from tests.helpers.iri import fit_adam
 
 SEEDS = int(os.environ.get("IRI_BENCH_SEEDS", "16"))
 STEPS = int(os.environ.get("IRI_BENCH_STEPS", "1000"))
@@ -130,14 +131,7 @@ def torchvision_digits(arch: str, epochs: int = TRAIN_EPOCHS, folder: str = DONO
         model.load_state_dict(torch.load(path))
         return model.eval()
     x, y = donor_data()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    g = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(epochs):
-        for idx in torch.randperm(len(x), generator=g).split(64):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
+    fit_adam(model, x, y, epochs, lr=lr)
     os.makedirs(folder, exist_ok=True)
     torch.save(model.state_dict(), path)
     return model.eval()

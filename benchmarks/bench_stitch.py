@@ -38,15 +38,6 @@ OBJECTIVES = ["hlm", "slm", "dm", "fula"]
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """One intra-op thread for the module (restored after): steadier timings on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def setup(one_thread):
     torch.manual_seed(0)
     front_model = torchvision.models.resnet18(num_classes=10).eval()

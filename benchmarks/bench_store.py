@@ -61,11 +61,8 @@ RATIOS = {
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _two_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+def _print_values(two_threads):
     yield
-    torch.set_num_threads(threads)
     print("\n[bench_store] " + json.dumps(_VALUES))
 
 

@@ -64,11 +64,16 @@ def metric_list() -> str:
     return "\n".join(rows)
 
 
-def _shared_iri_options() -> dict:
-    """The ``iri_*`` options every invariance-aware metric declares alike (the table of iris.md lists them once)."""
+def _iri_slm_info():
+    """``metric_info("iri-slm")``: the invariance-aware metrics declare their ``iri_*`` options alike."""
     import similarity_plugins as sp
 
-    info = sp.metric_info("iri-slm")
+    return sp.metric_info("iri-slm")
+
+
+def _shared_iri_options() -> dict:
+    """The ``iri_*`` options every invariance-aware metric declares alike (the table of iris.md lists them once)."""
+    info = _iri_slm_info()
     return {key: (default, info.option_docs.get(key, "")) for key, default in info.options.items()
             if key.startswith("iri_")}
 
@@ -122,9 +127,7 @@ def speed(path: Path = _DOCS / "results" / "bench-small.json") -> str:
 
 def iri_options() -> str:
     """The table of the ``iri_*`` options of the invariance-aware metrics: default and doc, from ``metric_info``."""
-    import similarity_plugins as sp
-
-    info = sp.metric_info("iri-slm")
+    info = _iri_slm_info()
     rows = ["| option | default | what it does | values |", "| --- | --- | --- | --- |"]
     rows += [f"| `{key}` | `{_cell(default)}` | {_cell(info.option_docs.get(key, ''))} | {_values(info, key)} |"
              for key, default in info.options.items() if key.startswith("iri_")]

@@ -56,10 +56,28 @@ def _case(name: str, n: int):
     raise SystemExit(f"unknown case {name!r}; use small3, rn3, rn4, demo1..demo4")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the grid and print one line per (case, variant)."""
+def timed_curve(model, layer: str, seeds, steps: int, **options) -> tuple:
+    """``generate_iris`` on all ``seeds`` in one batch: (the IRISet, sample-steps per sample until the median error
+    is <= 1e-2 (inf: never), total sample-steps per sample, wall seconds)."""
     from similarity_plugins.iri import generate_iris
 
+    curve: list[tuple[int, float]] = []
+    start = time.perf_counter()
+    iris = generate_iris(model, layer, seeds, steps=steps, batch_size=len(seeds), progress="never",
+                         callback=lambda i: curve.append((i["sample_steps"], i["median_error"])), **options)
+    reach = next((w for w, m in curve if m <= 1e-2), math.inf) / len(seeds)
+    return iris, reach, curve[-1][0] / len(seeds), time.perf_counter() - start
+
+
+def summary_line(iris, seconds: float) -> str:
+    """The final median and 95th percentile error, the converged fraction and the wall seconds of a run."""
+    s = iris.summary
+    return (f"median {s['median_error']:.4f}  p95 {s['p95_error']:.4f}  converged {s['converged_fraction']:.2f}  "
+            f"{seconds:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the grid and print one line per (case, variant)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="small3,rn4")
     parser.add_argument("--variants", default=",".join(VARIANTS))
@@ -69,16 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     for case in args.cases.split(","):
         model, layer, seeds = _case(case, args.seeds)
         for name in args.variants.split(","):
-            curve: list[tuple[int, float]] = []
-            start = time.perf_counter()
-            record = lambda i: curve.append((i["sample_steps"], i["median_error"]))  # noqa: E731
-            iris = generate_iris(model, layer, seeds, steps=args.steps, tol=1e-2, batch_size=len(seeds),
-                                 progress="never", callback=record, **VARIANTS[name])
-            reach = next((w for w, m in curve if m <= 1e-2), math.inf) / len(seeds)
-            s = iris.summary
-            print(f"{case:6s} {name:20s} steps/sample to median 1e-2: {reach:6.0f}  total: "
-                  f"{curve[-1][0] / len(seeds):6.0f}  median {s['median_error']:.4f}  p95 {s['p95_error']:.4f}  "
-                  f"converged {s['converged_fraction']:.2f}  {time.perf_counter() - start:.0f} s", flush=True)
+            iris, reach, total, seconds = timed_curve(model, layer, seeds, args.steps, tol=1e-2, **VARIANTS[name])
+            print(f"{case:6s} {name:20s} steps/sample to median 1e-2: {reach:6.0f}  total: {total:6.0f}  "
+                  + summary_line(iris, seconds), flush=True)
 
 
 if __name__ == "__main__":

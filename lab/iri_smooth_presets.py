@@ -3,19 +3,20 @@
 Small CNNs with GELU, SiLU or ReLU6 (conv-BN-act blocks, two max-pools; trained 3 epochs on 32x32 digits) and
 a timm ViT (GELU, LayerNorm; 4x4 patches at 32x32, random weights) are cut at a pooled and at a deep layer; each
 candidate preset runs on the same seeds. Printed per (net, cut, preset): sample-steps per sample until the
-median error reaches 1e-2, the final median and the converged fraction. Run from the repository root:
+median error reaches 1e-2, the final median and 95th percentile error and the converged fraction. Run from the repository root:
 
-    python lab/iri_smooth_presets.py --seeds 8 --steps 1000
+    PYTHONPATH=. python lab/iri_smooth_presets.py --seeds 8 --steps 1000
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import time
 
 import torch
+from iri_schedule_grid import summary_line, timed_curve  # lab/ is the script's folder
 from torch import nn
+
+from tests.helpers.iri import fit_adam
 
 CANDIDATES = ("adam", "pool-expanding", "resnet", "vgg-last-pool", "vgg-deep-pool", "wide")
 
@@ -30,19 +31,6 @@ def smooth_cnn(act: type[nn.Module], width: int = 16) -> nn.Sequential:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10))
 
 
-def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 3) -> nn.Module:
-    """Adam (lr 1e-3, batch 64) for ``epochs`` epochs; returns the model in eval mode."""
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(epochs):
-        for idx in torch.randperm(len(x), generator=g).split(64):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-    return model.eval()
-
-
 def cases(seeds: int) -> list[tuple[str, nn.Module, list[str], torch.Tensor]]:
     """(name, model, cuts, seeds) for every net of the study."""
     from similarity_plugins.datasets import digits_data
@@ -53,7 +41,7 @@ def cases(seeds: int) -> list[tuple[str, nn.Module, list[str], torch.Tensor]]:
     out = []
     for act in (nn.GELU, nn.SiLU, nn.ReLU6):
         torch.manual_seed(0)
-        model = train(smooth_cnn(act), x, y)
+        model = fit_adam(smooth_cnn(act), x, y, lr=1e-3)
         out.append((f"cnn-{act.__name__}", model, ["6", "13", "19"], x[-seeds:].clone()))
     try:
         import timm
@@ -82,16 +70,9 @@ def main(argv: list[str] | None = None) -> None:
             auto = generate_iris(model, layer, seeds[:1], steps=1, progress="never").settings["preset"]
             print(f"{name} {layer}: auto picks {auto}", flush=True)
             for preset in args.presets.split(","):
-                curve: list[tuple[int, float]] = []
-                start = time.perf_counter()
-                iris = generate_iris(model, layer, seeds, steps=args.steps, batch_size=len(seeds), progress="never",
-                                     tuning={"preset": preset},
-                                     callback=lambda i: curve.append((i["sample_steps"], i["median_error"])))
-                reach = next((w for w, m in curve if m <= 1e-2), math.inf) / len(seeds)
-                s = iris.summary
+                iris, reach, _, seconds = timed_curve(model, layer, seeds, args.steps, tuning={"preset": preset})
                 print(f"{name:12s} {layer:9s} {preset:15s} steps to median 1e-2: {reach:6.0f}  "
-                      f"median {s['median_error']:.4f}  converged {s['converged_fraction']:.2f}  "
-                      f"{time.perf_counter() - start:.0f} s", flush=True)
+                      + summary_line(iris, seconds), flush=True)
 
 
 if __name__ == "__main__":

@@ -248,12 +248,11 @@ class ShortcutRemoved(_Variant):
         super().__init__(_clean_base(dataset), num_classes)
 
 
-class ShortcutRandomised(_Variant):
-    """The clean images stamped with the square of a random *wrong* class (``stamped_labels[i] != y[i]``).
+class _Marked(_Variant):
+    """The clean images stamped with the square of class ``stamped_labels[i]`` (N,), drawn by ``_draw`` from ``seed``.
 
-    Given a `PixelShortcut`, reuses its pattern geometry and its clean images; otherwise builds the
-    default `PatchPattern` (same as ``PixelShortcut`` with the same ``patch``/``value``). A model that
-    relies on the square follows it to the wrong class; a shape reader is barely affected.
+    Given a `PixelShortcut`, reuses its pattern geometry and its clean images; otherwise builds the default
+    `PatchPattern` (same as ``PixelShortcut`` with the same ``patch``/``value``/``layout``).
     """
 
     def __init__(self, dataset: Dataset, num_classes: int | None = None, seed: int = 0,
@@ -262,13 +261,17 @@ class ShortcutRandomised(_Variant):
         if num_classes is None and isinstance(dataset, _Variant):
             num_classes = dataset.num_classes
         super().__init__(_clean_base(dataset), num_classes)
-        if self.num_classes < 2:
-            raise ValueError("a wrong class needs num_classes >= 2")
+        self._check_classes()
         self.pattern = pattern or PatchPattern(self.image_shape[1], self.image_shape[2], self.num_classes, patch, value,
                                               layout)
-        gen = torch.Generator().manual_seed(int(seed))
-        shift = torch.randint(1, self.num_classes, (len(self),), generator=gen)
-        self.stamped_labels = (self.labels + shift) % self.num_classes
+        self.stamped_labels = self._draw(torch.Generator().manual_seed(int(seed)))
+
+    def _check_classes(self) -> None:
+        """Raise ``ValueError`` when the variant cannot be drawn for ``num_classes`` classes."""
+
+    def _draw(self, gen: torch.Generator) -> torch.Tensor:
+        """(N,) int64: the class whose square each sample carries."""
+        raise NotImplementedError
 
     def pattern_for(self, label: int) -> torch.Tensor:
         """(H, W) bool mask of the square of class ``label``."""
@@ -276,6 +279,23 @@ class ShortcutRandomised(_Variant):
 
     def _transform(self, index: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.pattern.stamp(x, self.stamped_labels[index])
+
+
+class ShortcutRandomised(_Marked):
+    """The clean images stamped with the square of a random *wrong* class (``stamped_labels[i] != y[i]``).
+
+    Given a `PixelShortcut`, reuses its pattern geometry and its clean images; otherwise builds the
+    default `PatchPattern` (same as ``PixelShortcut`` with the same ``patch``/``value``). A model that
+    relies on the square follows it to the wrong class; a shape reader is barely affected.
+    """
+
+    def _check_classes(self) -> None:
+        if self.num_classes < 2:
+            raise ValueError("a wrong class needs num_classes >= 2")
+
+    def _draw(self, gen: torch.Generator) -> torch.Tensor:
+        shift = torch.randint(1, self.num_classes, (len(self),), generator=gen)
+        return (self.labels + shift) % self.num_classes
 
 
 class UnseenCue(_Variant):
@@ -322,7 +342,7 @@ class UnseenCue(_Variant):
         return torch.where(m, colour, x)
 
 
-class RandomMark(_Variant):
+class RandomMark(_Marked):
     """The clean images stamped with the square of a uniformly random class (any class, the own one too).
 
     The mark is present but carries no information about the label, so a model trained on it learns to
@@ -331,23 +351,8 @@ class RandomMark(_Variant):
     is the class whose square each sample carries; fixed by ``seed``.
     """
 
-    def __init__(self, dataset: Dataset, num_classes: int | None = None, seed: int = 0,
-                 patch: int | None = None, value: float = 1.0, layout: str = "edges") -> None:
-        pattern = dataset.pattern if isinstance(dataset, PixelShortcut) else None
-        if num_classes is None and isinstance(dataset, _Variant):
-            num_classes = dataset.num_classes
-        super().__init__(_clean_base(dataset), num_classes)
-        self.pattern = pattern or PatchPattern(self.image_shape[1], self.image_shape[2], self.num_classes, patch, value,
-                                              layout)
-        gen = torch.Generator().manual_seed(int(seed))
-        self.stamped_labels = torch.randint(0, self.num_classes, (len(self),), generator=gen)
-
-    def pattern_for(self, label: int) -> torch.Tensor:
-        """(H, W) bool mask of the square of class ``label``."""
-        return self.pattern.mask_for(label)
-
-    def _transform(self, index: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.pattern.stamp(x, self.stamped_labels[index])
+    def _draw(self, gen: torch.Generator) -> torch.Tensor:
+        return torch.randint(0, self.num_classes, (len(self),), generator=gen)
 
 
 VARIANTS: dict[str, type[_Variant]] = {

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -18,6 +18,20 @@ def _finite(p: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     return arr, keep
 
 
+def _adjusted(p: Sequence[float], step: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
+    """``p`` with its k finite values replaced by ``step(sorted values, k)`` put back in the input's order."""
+    arr, keep = _finite(p)
+    out = np.full(arr.shape, np.nan)
+    vals = arr[keep]
+    k = len(vals)
+    if k:
+        order = np.argsort(vals, kind="stable")
+        adjusted = np.empty(k)
+        adjusted[order] = step(vals[order], k)
+        out[keep] = adjusted
+    return out
+
+
 def holm(p: Sequence[float]) -> np.ndarray:
     """Holm's step-down adjusted p-values.
 
@@ -28,17 +42,7 @@ def holm(p: Sequence[float]) -> np.ndarray:
         (m,) float64: with the k finite values sorted ascending, ``adj_(i) = max_{j<=i} min(1, (k - j + 1) p_(j))``,
             in the input's order; NaN where the input is NaN.
     """
-    arr, keep = _finite(p)
-    out = np.full(arr.shape, np.nan)
-    vals = arr[keep]
-    k = len(vals)
-    if k:
-        order = np.argsort(vals, kind="stable")
-        scaled = np.minimum(1.0, (k - np.arange(k)) * vals[order])
-        adjusted = np.empty(k)
-        adjusted[order] = np.maximum.accumulate(scaled)
-        out[keep] = adjusted
-    return out
+    return _adjusted(p, lambda ranked, k: np.maximum.accumulate(np.minimum(1.0, (k - np.arange(k)) * ranked)))
 
 
 def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
@@ -51,17 +55,7 @@ def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
         (m,) float64: with the k finite values sorted ascending, ``adj_(i) = min_{j>=i} min(1, k p_(j) / j)``,
             in the input's order; NaN where the input is NaN.
     """
-    arr, keep = _finite(p)
-    out = np.full(arr.shape, np.nan)
-    vals = arr[keep]
-    k = len(vals)
-    if k:
-        order = np.argsort(vals, kind="stable")
-        scaled = np.minimum(1.0, vals[order] * k / np.arange(1, k + 1))
-        adjusted = np.empty(k)
-        adjusted[order] = np.minimum.accumulate(scaled[::-1])[::-1]
-        out[keep] = adjusted
-    return out
+    return _adjusted(p, lambda ranked, k: np.minimum.accumulate(np.minimum(1.0, ranked * k / np.arange(1, k + 1))[::-1])[::-1])
 
 
 def adjust_p_values(p: Sequence[float], correction: str | None) -> np.ndarray:

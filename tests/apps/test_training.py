@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from similarity_plugins.apps.training import (
     evaluate_accuracy,
@@ -24,6 +24,7 @@ from similarity_plugins.datasets import (
     ShortcutRemoved,
     digits,
 )
+from tests.helpers.datasets import NoTensors
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -108,23 +109,11 @@ def test_training_learns_and_restores_flags(train_split, test_split):
     assert hist[-1]["eval_accuracy"] > 0.3
 
 
-class _Plain(Dataset):
-    def __init__(self, ds):
-        self.ds = ds
-
-    def __len__(self):
-        return len(self.ds)
-
-    def __getitem__(self, i):
-        x, y = self.ds[i]
-        return x, int(y)
-
-
 def test_non_tensor_dataset_and_dataloader(train_split):
     sub = _subset(train_split, 64)
     model = SmallCNN(width=4)
-    train_classifier(model, _Plain(sub), epochs=1, lr=1e-3, batch_size=16, seed=0, progress="never")
-    loader = DataLoader(_Plain(sub), batch_size=16)
+    train_classifier(model, NoTensors(sub), epochs=1, lr=1e-3, batch_size=16, seed=0, progress="never")
+    loader = DataLoader(NoTensors(sub), batch_size=16)
     pred_a, y_a = predict(model, loader)
     pred_b, y_b = predict(model, sub)
     assert torch.equal(pred_a, pred_b) and torch.equal(y_a, sub.y) and torch.equal(y_b, sub.y)

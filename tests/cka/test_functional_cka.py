@@ -34,21 +34,15 @@ def ref_gram_rbf(x, threshold=1.0):
 def ref_center_gram(gram, unbiased=False):
     if not np.allclose(gram, gram.T):
         raise ValueError("Input must be a symmetric matrix.")
-    gram = gram.copy()
-    if unbiased:
-        n = gram.shape[0]
-        np.fill_diagonal(gram, 0)
-        means = np.sum(gram, 0, dtype=np.float64) / (n - 2)
-        means -= np.sum(means) / (2 * (n - 1))
-        gram -= means[:, None]
-        gram -= means[None, :]
-        np.fill_diagonal(gram, 0)
-    else:
-        means = np.mean(gram, 0, dtype=np.float64)
-        means -= np.mean(means) / 2
-        gram -= means[:, None]
-        gram -= means[None, :]
-    return gram
+    n = gram.shape[0]
+    if not unbiased:  # H K H with H = I - 11'/n
+        h = np.eye(n) - np.full((n, n), 1.0 / n)
+        return h @ gram @ h
+    # Song et al.'s unbiased centring: off-diagonal K - rows/(n-2) - columns/(n-2) + total/((n-1)(n-2)), zero diagonal
+    k = gram - np.diag(np.diag(gram))
+    rows, total = k.sum(1, keepdims=True), k.sum()
+    centred = k - rows / (n - 2) - rows.T / (n - 2) + total / ((n - 1) * (n - 2))
+    return centred - np.diag(np.diag(centred))
 
 
 def ref_cka(gram_x, gram_y, debiased=False):

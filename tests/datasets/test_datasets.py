@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset
 
 from similarity_plugins.datasets import (
     ImageTensors,
@@ -23,6 +22,7 @@ from similarity_plugins.datasets import (
     tensors_of,
 )
 from similarity_plugins.networks.data import Data, load_all
+from tests.helpers.datasets import NoTensors
 from tests.helpers.tolerance import FLOAT32_PATHS
 
 
@@ -34,20 +34,6 @@ def train():
 @pytest.fixture(scope="module")
 def test_split():
     return digits("test")
-
-
-class NoTensors(Dataset):
-    """A dataset that hides its tensors, to exercise the per-sample path of the variants."""
-
-    def __init__(self, ds):
-        self.ds = ds
-
-    def __len__(self):
-        return len(self.ds)
-
-    def __getitem__(self, i):
-        x, y = self.ds[i]
-        return x, int(y)
 
 
 # ---------------------------------------------------------------- digits

@@ -226,22 +226,11 @@ def scenario_grid(rank: int, cache_dir: str) -> Any:
 def scenario_grid_resume(rank: int, cache_dir: str) -> Any:
     """A grid with a finished-cells file, run three times on both ranks: fresh, resumed whole, and resumed after
     rank 0 cut the file to its first three cells; the cells each rank computed each time, and the matrices."""
-    from similarity_plugins import compare_grid, hookimpl, register_metric
+    from similarity_plugins import compare_grid, register_metric
+    from tests.helpers.metrics import observed_cka
 
     calls: list[int] = []
-
-    class CountedCKA:
-        deterministic = True
-        activations_only = True
-
-        @hookimpl
-        def similarity(self, front, end, layer, context):
-            from similarity_plugins.cka import cka
-
-            calls.append(1)
-            return cka(context.activations(front, layer.front, "test"), context.activations(end, layer.end, "test"))
-
-    register_metric(CountedCKA(), "counted-cka", replace=True)
+    register_metric(observed_cka(lambda context: calls.append(1)), "counted-cka", replace=True)
     front, end, data = small_setup()
     path = os.path.join(cache_dir, "cells.jsonl")
     counts, matrices = [], []

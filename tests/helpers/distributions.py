@@ -3,8 +3,25 @@ the modules beside it, found by ``importlib.metadata`` as a pip-installed packag
 
 from __future__ import annotations
 
+import importlib
 import textwrap
 from pathlib import Path
+
+import pytest
+
+#: A module whose ``similarity`` hookimpl wraps every metric call and appends the metric's name to ``CALLS``.
+RECORDING_WRAPPER = '''
+import similarity_plugins
+
+CALLS = []
+
+
+@similarity_plugins.hookimpl(wrapper=True)
+def similarity(metric):
+    value = yield
+    CALLS.append(metric)
+    return value
+'''
 
 
 def install_distribution(root: Path, name: str, groups: dict[str, dict[str, str]], modules: dict[str, str]) -> None:
@@ -24,3 +41,13 @@ def install_distribution(root: Path, name: str, groups: dict[str, dict[str, str]
     (info / "entry_points.txt").write_text("\n".join(sections))
     for module, source in modules.items():
         (root / f"{module}.py").write_text(textwrap.dedent(source))
+
+
+def put_on_path(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put ``root`` on ``sys.path`` for the test and drop the process-wide plugin manager, so that its next use
+    builds one from the distributions installed in ``root``."""
+    from similarity_plugins.host import manager
+
+    monkeypatch.syspath_prepend(str(root))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(manager, "_pm", None)

@@ -40,9 +40,9 @@ def digit_tensors16() -> tuple[torch.Tensor, torch.Tensor]:
     return digits(None, size=16).tensors
 
 
-def fit_adam(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 3) -> nn.Module:
-    """``model`` trained ``epochs`` epochs of Adam (lr 3e-3, batch 64, fixed order) on (x, y); in eval mode."""
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+def fit_adam(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 3, lr: float = 3e-3) -> nn.Module:
+    """``model`` trained ``epochs`` epochs of Adam (``lr``, batch 64, a fixed order) on (x, y); in eval mode."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(0)
     model.train()
     for _ in range(epochs):
@@ -83,3 +83,45 @@ def fake_cupy() -> types.SimpleNamespace:
     """NumPy dressed as CuPy, to run the CuPy backend's CPU-side code (fuse is the identity here)."""
     return types.SimpleNamespace(sqrt=np.sqrt, maximum=np.maximum, minimum=np.minimum, linalg=np.linalg,
                                  from_dlpack=np.from_dlpack, asarray=np.asarray, fuse=lambda f: f)
+
+
+def torchvision_cut(arch: str, layer: str, shape: tuple[int, ...]) -> tuple:
+    """A torchvision ``arch`` (10 classes, eval mode, built after ``torch.manual_seed(0)``) cut at ``layer``, and
+    inputs of ``shape`` drawn after it: ``(model, split, x, folded front, the unfolded front's output on x)``."""
+    from similarity_plugins.iri.front import folded_front
+    from similarity_plugins.networks.split import SplitNetwork
+
+    model = torchvision_model(arch)
+    split = SplitNetwork(model, layer)
+    x = torch.rand(*shape)
+    with torch.no_grad():
+        ref = split.front(x)
+    return model, split, x, folded_front(split.front_graph), ref
+
+
+def torchvision_model(arch: str) -> nn.Module:
+    """torchvision's ``arch`` with 10 classes in eval mode, built after ``torch.manual_seed(0)``."""
+    import torchvision
+
+    torch.manual_seed(0)
+    return getattr(torchvision.models, arch)(num_classes=10).eval()
+
+
+def checked_torchvision_iris(arch: str, layer: str) -> tuple:
+    """IRIs (3 steps) of two random 3x32x32 seeds at ``layer`` of `torchvision_model` ``arch``, after checking that
+    their reported relative errors are those of the plain (unfolded) front and that the model is unchanged:
+    ``(model, seeds, iris)``."""
+    from similarity_plugins.iri import generate_iris
+    from similarity_plugins.networks.split import SplitNetwork
+
+    model = torchvision_model(arch)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    seeds = torch.rand(2, 3, 32, 32)
+    iris = generate_iris(model, layer, seeds, steps=3, progress="never")
+    with torch.no_grad():
+        front = SplitNetwork(model, layer).front
+        target, reached = front(seeds), front(iris.inputs)
+    true = (reached - target).flatten(1).norm(dim=1) / target.flatten(1).norm(dim=1)
+    torch.testing.assert_close(iris.rel_error.float(), true, rtol=1e-4, atol=1e-6)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    return model, seeds, iris

@@ -4,7 +4,6 @@ through pluggy too, and wrappers arrive through entry points (the metrics' group
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import time
@@ -18,7 +17,9 @@ from torch.utils.data import TensorDataset
 import similarity_plugins as sp
 from similarity_plugins.host import manager as manager_module
 from similarity_plugins.host.manager import build_plugin_manager
-from tests.helpers.distributions import install_distribution
+from tests.helpers.distributions import RECORDING_WRAPPER as TIMER
+from tests.helpers.distributions import install_distribution, put_on_path
+from tests.helpers.metrics import Meddler
 from tests.helpers.models import tiny_cnn
 
 
@@ -98,13 +99,6 @@ def test_a_grid_calls_every_computed_cell_through_the_wrappers(fresh_manager):
 
 
 def test_a_timed_out_call_and_a_changed_donor_keep_their_rows_under_a_wrapper(fresh_manager):
-    class Meddler:
-        @sp.hookimpl
-        def similarity(self, front):
-            with torch.no_grad():
-                next(front.parameters()).add_(1.0)
-            return 0.5
-
     release = threading.Event()
 
     class Sleeper:
@@ -143,19 +137,6 @@ def test_a_metric_whose_similarity_is_a_wrapper_or_no_hookimpl_is_refused_naming
         sp.register_metric(Unmarked, "unmarked")
     assert "recorder" not in fresh_manager.info and fresh_manager.get_plugin("recorder") is None
 
-
-TIMER = '''
-import similarity_plugins
-
-CALLS = []
-
-
-@similarity_plugins.hookimpl(wrapper=True)
-def similarity(metric):
-    value = yield
-    CALLS.append(metric)
-    return value
-'''
 
 PLAIN = '''
 import similarity_plugins
@@ -196,9 +177,7 @@ def wrapper_dists(tmp_path, monkeypatch):
                           "fake_plain_mod": PLAIN})
     install_distribution(tmp_path, "fake-fam", {"similarity_plugins": {"fake-fam": "fake_fam_mod"}},
                          {"fake_fam_mod": FAMILY})
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(manager_module, "_pm", None)
+    put_on_path(tmp_path, monkeypatch)
     yield
     for module in ("fake_timer_mod", "fake_misplaced_mod", "fake_plain_mod", "fake_fam_mod"):
         sys.modules.pop(module, None)

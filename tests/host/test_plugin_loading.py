@@ -21,7 +21,7 @@ import similarity_plugins as sp
 from similarity_plugins.host import manager as manager_module
 from similarity_plugins.host.manager import build_plugin_manager
 from similarity_plugins.host.registry import select_metrics
-from tests.helpers.distributions import install_distribution
+from tests.helpers.distributions import install_distribution, put_on_path
 
 SINGLE = '''
 """Mean of the front's activations minus the end's (a single-metric entry point)."""
@@ -139,9 +139,7 @@ def plugins_on_path(tmp_path, monkeypatch):
 
     def install(*dists: str) -> None:
         _install(tmp_path, list(dists))
-        monkeypatch.syspath_prepend(str(tmp_path))
-        importlib.invalidate_caches()
-        monkeypatch.setattr(manager_module, "_pm", None)
+        put_on_path(tmp_path, monkeypatch)
 
     yield install
     for module in MODULES:

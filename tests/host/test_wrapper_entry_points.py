@@ -14,23 +14,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.host import manager as manager_module
 from similarity_plugins.host.entrypoints import declares_wrapper
-from tests.helpers.distributions import install_distribution
+from tests.helpers.distributions import RECORDING_WRAPPER as MODULE_WRAPPER
+from tests.helpers.distributions import install_distribution, put_on_path
 from tests.helpers.models import tiny_cnn
-
-MODULE_WRAPPER = '''
-import similarity_plugins
-
-CALLS = []
-
-
-@similarity_plugins.hookimpl(wrapper=True)
-def similarity(metric):
-    value = yield
-    CALLS.append(metric)
-    return value
-'''
 
 CLASS_WRAPPER = '''
 from similarity_plugins import hookimpl
@@ -90,9 +77,7 @@ def installed(tmp_path, monkeypatch):
                          {"wrap_metric_mod": METRIC})
     install_distribution(tmp_path, "wrap-reexport", {group: {"late-timer": "wrap_reexport_mod"}},
                          {"wrap_reexport_mod": REEXPORTED, "wrap_impl_mod": MODULE_WRAPPER})
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(manager_module, "_pm", None)
+    put_on_path(tmp_path, monkeypatch)
     yield tmp_path
     for module in MODULES:
         sys.modules.pop(module, None)

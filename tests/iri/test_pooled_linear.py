@@ -9,8 +9,9 @@ import torchvision
 from torch import nn
 
 from similarity_plugins.iri import generate_iris
-from similarity_plugins.iri.front import fold_pooled_linear, folded_front
+from similarity_plugins.iri.front import fold_pooled_linear
 from similarity_plugins.networks.split import SplitNetwork
+from tests.helpers.iri import checked_torchvision_iris, torchvision_cut
 
 
 class _Head(nn.Module):
@@ -65,13 +66,8 @@ def test_fold_needs_flatten_from_dim_1_and_a_pool_with_one_user():
 
 @pytest.mark.slow  # builds torchvision's VGG16-BN
 def test_vgg16_bn_head_at_32_pixels_folds_into_a_512_input_layer():
-    torch.manual_seed(0)
-    model = torchvision.models.vgg16_bn(num_classes=10).eval()
-    split = SplitNetwork(model, "classifier.1")
-    x = torch.rand(3, 3, 32, 32)
-    front = folded_front(split.front_graph)
+    model, _, x, front, ref = torchvision_cut("vgg16_bn", "classifier.1", (3, 3, 32, 32))
     with torch.no_grad():
-        ref = split.front(x)
         assert fold_pooled_linear(front, x[:1]) == ["classifier.0"]
         torch.testing.assert_close(front(x), ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
     assert front.get_submodule("classifier.0").in_features == 512
@@ -80,18 +76,8 @@ def test_vgg16_bn_head_at_32_pixels_folds_into_a_512_input_layer():
 
 @pytest.mark.slow  # IRIs through a VGG16-BN front
 def test_generate_iris_reports_the_folded_head_and_true_errors():
-    torch.manual_seed(0)
-    model = torchvision.models.vgg11_bn(num_classes=10).eval()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    seeds = torch.rand(2, 3, 32, 32)
-    iris = generate_iris(model, "classifier.6", seeds, steps=3, progress="never")
+    _, _, iris = checked_torchvision_iris("vgg11_bn", "classifier.6")
     assert iris.stats["linears_folded"] == ["classifier.0"]
-    with torch.no_grad():
-        front = SplitNetwork(model, "classifier.6").front
-        target, reached = front(seeds), front(iris.inputs)
-    true = (reached - target).flatten(1).norm(dim=1) / target.flatten(1).norm(dim=1)
-    torch.testing.assert_close(iris.rel_error.float(), true, rtol=1e-4, atol=1e-6)
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
 
 
 @pytest.mark.slow  # seconds of IRI steps; the fast suite keeps the README's time limit

@@ -16,20 +16,13 @@ from similarity_plugins.cli.common import emit_interrupted
 from similarity_plugins.networks.parallel import CollectiveError, World
 from similarity_plugins.runner.call import interrupted_row
 from similarity_plugins.runner.grid.files import cell_result_dict
+from tests.helpers.metrics import Meddler
 
 
 class _Boom:
     @sp.hookimpl
     def similarity(self):
         raise LookupError("no such thing")
-
-
-class _Meddler:
-    @sp.hookimpl
-    def similarity(self, front):
-        with torch.no_grad():
-            next(front.parameters()).add_(1.0)
-        return 1.0
 
 
 class _Returns:
@@ -57,7 +50,7 @@ def test_a_raised_exception_sets_the_type_and_keeps_the_text(fresh_manager, tiny
 
 
 def test_refusals_timeouts_and_changed_donors_carry_their_types(fresh_manager, tiny):
-    sp.register_metric(_Meddler, "meddler")
+    sp.register_metric(Meddler, "meddler")
     model, data = tiny
     report = sp.compare(model, model, "0", data, ["meddler", "stitch-hlm"])
     meddled, refused = report["meddler"], report["stitch-hlm"]

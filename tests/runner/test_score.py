@@ -11,6 +11,7 @@ import torch
 import similarity_plugins as sp
 from similarity_plugins.cli import main
 from similarity_plugins.runner.score import drawn_split
+from tests.helpers.metrics import returning
 
 
 class _Rows:
@@ -348,22 +349,8 @@ def test_a_pt_file_cannot_run_code(registered, tmp_path, capsys):
 
 
 def test_return_forms_and_broken_plugins_give_rows_as_in_compare(registered):
-    class Inf:
-        activations_only = True
-
-        @sp.hookimpl
-        def similarity(self):
-            return float("inf")
-
-    class Nothing:
-        activations_only = True
-
-        @sp.hookimpl
-        def similarity(self):
-            return None
-
-    sp.register_metric(Inf, "inf")
-    sp.register_metric(Nothing, "nothing")
+    sp.register_metric(returning(float("inf")), "inf")
+    sp.register_metric(returning(None), "nothing")
     registered.load_reference("broken", "no_such_module_here:Plugin", "broken-dist")
     report = sp.score(_indexed(6), _indexed(6), metrics="inf,nothing,broken,test-rows")
     assert report["inf"].details["warnings"] == ["score is inf"]

@@ -26,23 +26,6 @@ def _data(seed: int = 0) -> sp.Data:
     return sp.Data(train=TensorDataset(x, y), test=TensorDataset(x[:32], y[:32]))
 
 
-@pytest.fixture
-def counted(fresh_manager):
-    calls = []
-
-    class Counted:
-        needs = ("test",)
-        activations_only = True
-
-        @sp.hookimpl
-        def similarity(self, front, end, layer, context):
-            calls.append(layer)
-            return float(context.activations(front, layer.front).mean() - context.activations(end, layer.end).mean())
-
-    sp.register_metric(Counted(), "counted")
-    return calls
-
-
 def _models() -> dict:
     return {"a": tiny_cnn(seed=0, width=4), "b": tiny_cnn(seed=1, width=4)}
 

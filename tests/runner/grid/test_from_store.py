@@ -70,25 +70,16 @@ def test_store_only_grid_refuses_unknown_entries_and_model_metrics(tmp_path):
 def test_cache_bytes_bounds_the_activations_a_grid_from_the_store_holds(tmp_path, fresh_manager):
     """Node activations read from the store are held like derived quantities: read on first use, dropped least
     recently used beyond ``cache_bytes`` and read again when needed; the values do not change."""
-    from similarity_plugins import hookimpl, register_metric
+    from similarity_plugins import register_metric
+    from tests.helpers.metrics import observed_cka
 
-    held: list[int] = []
+    held: list[int] = []  # the bytes of activations the context holds when the metric runs
 
-    class HeldBytes:
-        """A CKA that records the bytes of activations its context holds when it runs."""
-        activations_only = True
-        deterministic = True
+    def record_held(context) -> None:
+        held.append(sum(v.numel() * v.element_size() for k, v in context.memo.items()
+                        if isinstance(k, tuple) and k[0] == "activations"))
 
-        @hookimpl
-        def similarity(self, front, end, layer, context):
-            from similarity_plugins.cka import cka
-
-            x, y = context.activations(front, layer.front), context.activations(end, layer.end)
-            held.append(sum(v.numel() * v.element_size() for k, v in context.memo.items()
-                            if isinstance(k, tuple) and k[0] == "activations"))
-            return cka(x, y)
-
-    register_metric(HeldBytes(), "held-cka")
+    register_metric(observed_cka(record_held), "held-cka")
     models = {"a": tiny_cnn(seed=0), "b": tiny_cnn(seed=1), "c": tiny_cnn(seed=2)}
     store = sp.extract(models, ["block3", "fc"], _data(), tmp_path)
     node = 48 * int(np.prod(store.load("a", "block3").shape[1:])) * 4  # the largest node: (48, D) float32

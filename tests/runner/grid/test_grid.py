@@ -337,19 +337,8 @@ def test_holm_and_bh_match_hand_values_and_scipy():
         holm([1.5])
 
 
-def test_resume_reads_finished_cells_back_and_computes_only_the_rest(fresh_manager, tmp_path):
-    calls = []
-
-    class Counted:
-        needs = ("test",)
-        activations_only = True
-
-        @sp.hookimpl
-        def similarity(self, front, end, layer, context):
-            calls.append(layer)
-            return float(context.activations(front, layer.front).mean() - context.activations(end, layer.end).mean())
-
-    sp.register_metric(Counted(), "counted")
+def test_resume_reads_finished_cells_back_and_computes_only_the_rest(counted, tmp_path):
+    calls = counted
     models, data, path = _models(), _data(), tmp_path / "cells.jsonl"
     first = sp.compare_grid(models, LAYERS[:2], data, "counted", pairs=[(("net0", "block1"), ("net1", "block2"))],
                             resume=path)

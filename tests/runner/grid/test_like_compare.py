@@ -19,6 +19,15 @@ def _test_only(n: int = 40) -> sp.Data:
     return sp.Data(test=TensorDataset(torch.rand(n, 1, 16, 16, generator=g), torch.randint(0, 10, (n,), generator=g)))
 
 
+def _assert_only_cells_of(grid: sp.Grid, layer: str, fail_with: str) -> None:
+    """Every cell with ``layer`` on a side is an error whose text holds ``fail_with``; every other cell is scored."""
+    for (_, i, j), cell in grid.cells.items():
+        if layer in (grid.nodes[i][1], grid.nodes[j][1]):
+            assert not cell.ok and fail_with in cell.error, cell
+        else:
+            assert cell.ok, cell.error
+
+
 class SharedTwice(nn.Module):
     """``shared`` runs twice per forward pass (the torchvision BasicBlock ``relu`` pattern); ``a`` and ``b`` once."""
 
@@ -44,11 +53,7 @@ def test_a_layer_that_runs_twice_is_refused_as_compare_refuses_it_and_only_its_c
     ref = sp.compare(model, model, "shared", _test_only(), "cka-linear")["cka-linear"]
     assert not ref.ok and "called 2 times" in ref.error
     grid = sp.compare_grid({"m": model}, ["a", "shared", "b"], _test_only(), "cka-linear")
-    for (_, i, j), cell in grid.cells.items():
-        if "shared" in (grid.nodes[i][1], grid.nodes[j][1]):
-            assert not cell.ok and "called 2 times" in cell.error, cell
-        else:
-            assert cell.ok, cell.error
+    _assert_only_cells_of(grid, "shared", fail_with="called 2 times")
 
 
 def test_a_metric_that_needs_a_missing_train_split_gets_error_cells_and_the_others_run():
@@ -66,11 +71,7 @@ def test_a_metric_that_needs_a_missing_train_split_gets_error_cells_and_the_othe
 def test_one_bad_layer_fails_only_its_cells():
     model = TwoHeaded()  # its layer `split` outputs a tuple, which no measure reads
     grid = sp.compare_grid({"m": model}, ["stem", "split", "head"], _test_only(), "cka-linear")
-    for (_, i, j), cell in grid.cells.items():
-        if "split" in (grid.nodes[i][1], grid.nodes[j][1]):
-            assert not cell.ok and "not a tensor" in cell.error, cell
-        else:
-            assert cell.ok, cell.error
+    _assert_only_cells_of(grid, "split", fail_with="not a tensor")
 
 
 def test_a_bad_train_split_fails_only_the_metrics_that_read_it():
