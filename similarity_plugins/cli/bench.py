@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_metric_args, parse_options
+from .arguments import add_metric_args
+from .options import parse_options
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

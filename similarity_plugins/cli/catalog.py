@@ -8,7 +8,8 @@ import argparse
 import json
 import math
 
-from .common import add_model_args, load_model, progress_of
+from .arguments import add_model_args, progress_of
+from .loading import load_model
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import argparse
 import time
 from typing import Any
 
-from .common import (
+from .arguments import (
     add_data_args,
     add_metric_args,
     add_model_args,
@@ -16,12 +16,12 @@ from .common import (
     add_run_args,
     add_variant_args,
     arg_group,
-    emit_interrupted,
-    interrupted_code,
     progress_of,
 )
 from .compare_inputs import load_inputs, writes_files
 from .excess import cmd_excess
+from .interrupts import interrupted_code
+from .outputs import emit_interrupted
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -6,15 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import (
-    apply_variant,
-    load_data,
-    load_model,
-    metric_options,
-    parse_layer,
-    parse_variant_options,
-    progress_of,
-)
+from .arguments import progress_of
+from .loading import apply_variant, load_data, load_model
+from .options import metric_options, parse_layer, parse_variant_options
 from .outputs import input_files, resolve_outputs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_output_args, add_run_args, progress_of
+from .arguments import add_output_args, add_run_args, progress_of
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -6,8 +6,9 @@ import argparse
 import json
 import time
 
-from .common import progress_of, write_outputs
+from .arguments import progress_of
 from .compare_inputs import load_inputs, writes_files
+from .outputs import write_outputs
 
 DEFAULT_METRICS = "stitch-slm,iri-slm"
 

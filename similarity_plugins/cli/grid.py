@@ -9,21 +9,11 @@ import time
 from typing import Any, Sequence
 
 from ..utils.text import counted
-from .common import (
-    add_data_args,
-    add_metric_args,
-    add_model_args,
-    add_output_args,
-    add_run_args,
-    arg_group,
-    load_data,
-    load_model,
-    metric_options,
-    progress_of,
-    write_outputs,
-)
+from .arguments import add_data_args, add_metric_args, add_model_args, add_output_args, add_run_args, arg_group, progress_of
 from .grid_calibrated import calibrated_text, check_calibrate
-from .outputs import input_files, resolve_outputs
+from .loading import load_data, load_model
+from .options import metric_options
+from .outputs import input_files, resolve_outputs, write_outputs
 
 BYTE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 

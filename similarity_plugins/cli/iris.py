@@ -8,20 +8,9 @@ from ..iri.precision import PRECISIONS
 from ..iri.presets import RUN_DEFAULTS
 from ..iri.settings import INITS, OPTIMIZERS, TUNING
 from ..utils.text import did_you_mean, parse_assignments
-from .common import (
-    add_data_args,
-    add_model_args,
-    add_output_args,
-    add_renamed,
-    add_run_args,
-    load_data,
-    load_model,
-    positive_int,
-    progress_of,
-    subset,
-    write_outputs,
-)
-from .outputs import input_files, resolve_outputs
+from .arguments import add_data_args, add_model_args, add_output_args, add_renamed, add_run_args, positive_int, progress_of
+from .loading import load_data, load_model, subset
+from .outputs import input_files, resolve_outputs, write_outputs
 
 
 def cmd_iris(args: argparse.Namespace) -> int:

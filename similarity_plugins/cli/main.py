@@ -12,7 +12,8 @@ from .. import __version__
 from ..utils.extras import MissingExtra
 from ..utils.text import command_line
 from . import bench, catalog, compare, demo, grid, iris, report, score, store, study, train
-from .common import Terminated, add_progress_args, interrupted_code, terminate_as_interrupt
+from .arguments import add_progress_args
+from .interrupts import Terminated, interrupted_code, terminate_as_interrupt
 
 COMMAND_MODULES = (catalog, compare, grid, score, store, report, train, iris, demo, bench, study)
 
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in COMMAND_MODULES:
         module.register(sub)
-    for command in sub.choices.values():  # every command takes --progress / --no-progress (common.progress_of)
+    for command in sub.choices.values():  # every command takes --progress / --no-progress (arguments.progress_of)
         add_progress_args(command)
     return parser
 

@@ -1,9 +1,13 @@
-"""The paths a command writes: checked before any work, and made absolute once."""
+"""What a command writes: its paths checked before any work and made absolute once, its files written all-or-none,
+and its report printed and written (the finished rows of a stopped run too)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Sequence
+
+from ..utils.text import counted
+from .interrupts import interrupted_code
 
 
 def check_outputs(paths: dict[str, Any], inputs: dict[str, Any] | None = None) -> None:
@@ -82,3 +86,41 @@ def input_files(*specs: "str | None") -> dict[str, str]:
                 found[spec] = candidate
                 break
     return found
+
+
+def write_outputs(files: dict[str, Any], say: bool = True) -> list[str]:
+    """Write ``{path: text or bytes}`` all-or-none (`write_all`) and, when
+    ``say``, print ``wrote PATH`` for each; None paths (and None contents) are skipped. Returns the paths."""
+    from ..utils.io import write_all
+
+    written = write_all({p: c for p, c in files.items() if p is not None and c is not None})
+    if say:
+        for path in written:
+            print(f"wrote {path}")
+    return written
+
+
+def emit_report(report: Any, out: str | None, csv: str | None, seconds: float, note: str = "") -> int:
+    """Write ``report`` (a [`Report`][similarity_plugins.host.results.Report]) as JSON to ``out`` and as CSV to ``csv`` when
+    given, all-or-none (`write_outputs`), then print it and the time it took (``seconds``, with ``note``
+    after it): the files come first, so a closed pipe (``| head -1``) cannot lose them. Returns the exit code:
+    0 when no row has an error, else 1."""
+    files = {path: text for path, text in ((out, report.to_json() + "\n" if out is not None else None),
+                                           (csv, report.to_csv() if csv is not None else None)) if path is not None}
+    written = write_outputs(files, say=False)
+    print(report)
+    print(f"\n{counted(len(report), 'result')} in {seconds:.1f} s{note}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0 if all(r.error is None for r in report) else 1
+
+
+def emit_interrupted(report: Any, out: str | None, csv: str | None, seconds: float,
+                     interrupted: BaseException | None) -> int:
+    """`emit_report` of a run that may have been stopped (``interrupted``: the ``KeyboardInterrupt``, a
+    SIGTERM's included, or None): the finished rows are written and printed; returns 130/143 when stopped."""
+    if interrupted is None:
+        return emit_report(report, out, csv, seconds)
+    finished = sum(r.error_type != "KeyboardInterrupt" for r in report)
+    emit_report(report, out, csv, seconds, f" (interrupted: {finished} finished)")
+    return interrupted_code(interrupted)

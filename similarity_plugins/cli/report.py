@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from .common import add_output_args
+from .arguments import add_output_args
 from .outputs import resolve_outputs
 
 

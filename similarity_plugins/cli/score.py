@@ -14,8 +14,9 @@ import os
 import time
 from typing import Any
 
-from .common import add_metric_args, add_output_args, add_run_args, emit_interrupted, metric_options, progress_of
-from .outputs import input_files, resolve_outputs
+from .arguments import add_metric_args, add_output_args, add_run_args, progress_of
+from .options import metric_options
+from .outputs import emit_interrupted, input_files, resolve_outputs
 
 NUMPY_SUFFIXES = (".npy", ".npz")
 TORCH_SUFFIXES = (".pt", ".pth")

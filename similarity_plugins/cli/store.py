@@ -5,17 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import (
-    add_data_args,
-    add_model_args,
-    add_run_args,
-    arg_group,
-    load_data,
-    load_model,
-    positive_int,
-    progress_of,
-)
+from .arguments import add_data_args, add_model_args, add_run_args, arg_group, positive_int, progress_of
 from .grid import model_specs, parse_layers
+from .loading import load_data, load_model
 
 
 def cmd_extract(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..apps.studies import STUDY_NAMES, check_study
-from .common import add_output_args, add_run_args, progress_of
+from .arguments import add_output_args, add_run_args, progress_of
 
 
 def cmd_study(args: argparse.Namespace) -> int:

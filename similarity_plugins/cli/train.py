@@ -4,19 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (
-    add_data_args,
-    add_model_args,
-    add_output_args,
-    add_renamed,
-    add_run_args,
-    add_variant_args,
-    apply_variant,
-    load_data,
-    load_model,
-    parse_variant_options,
-    progress_of,
-)
+from .arguments import add_data_args, add_model_args, add_output_args, add_renamed, add_run_args, add_variant_args, progress_of
+from .loading import apply_variant, load_data, load_model
+from .options import parse_variant_options
 from .outputs import input_files, resolve_outputs
 
 

@@ -135,7 +135,7 @@ def test_variant_alias_gets_the_seed():
     import torch
     from torch.utils.data import TensorDataset
 
-    from similarity_plugins.cli.common import apply_variant
+    from similarity_plugins.cli.loading import apply_variant
 
     g = torch.Generator().manual_seed(0)
     base = TensorDataset(torch.rand(200, 1, 16, 16, generator=g), torch.randint(0, 10, (200,), generator=g))
@@ -149,7 +149,7 @@ def test_variant_alias_gets_the_seed():
 
 
 def test_model_specs_are_parsed_by_the_zoo(tmp_path):
-    from similarity_plugins.cli.common import load_data, load_model
+    from similarity_plugins.cli.loading import load_data, load_model
 
     data = load_data("digits", max_train=8, max_test=8)
     model = load_model(" Small-CNN?width=8", None, None, data)  # as build_model reads it: channels from the data
@@ -195,7 +195,7 @@ def test_iris_command_takes_advanced_options_and_compile(tmp_path, capsys, monke
 
 def test_iri_tuning_option_is_read_as_json():
     """``--option 'iri_tuning={"preset": "resnet"}'``: a JSON value becomes the dict the iri-* metrics take."""
-    from similarity_plugins.cli.common import parse_options
+    from similarity_plugins.cli.options import parse_options
 
     assert parse_options(['iri_tuning={"preset": "resnet", "lr": 0.1}']) == {"iri_tuning": {"preset": "resnet", "lr": 0.1}}
     assert parse_options(['iri-slm.iri_tuning={"fold_bn": false}']) == {"iri-slm": {"iri_tuning": {"fold_bn": False}}}

@@ -1,4 +1,4 @@
-"""The command line from shared parts: each flag comes from its concern's group in ``cli/common.py`` and means the
+"""The command line from shared parts: each flag comes from its concern's group in ``cli/arguments.py`` and means the
 same in every command; renamed flags keep their old spelling for one release, with a warning naming the new one."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from similarity_plugins.cli.common import metric_options
 from similarity_plugins.cli.main import build_parser, main
+from similarity_plugins.cli.options import metric_options
 
 # every shared flag and the --help section (argument group) it belongs to
 SHARED = {"--data": "data", "--max-train": "data", "--max-test": "data", "--variant": "data",

@@ -329,11 +329,11 @@ CMP = ["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "bloc
 
 def _no_work(monkeypatch):
     """Make any comparison or training fail the test: the output checks must come first."""
-    import similarity_plugins.cli.common as common
+    import similarity_plugins.cli.loading as loading
     import similarity_plugins.cli.score as score_cli
 
     fail = lambda *a, **k: pytest.fail("work started before the output check")  # noqa: E731
-    monkeypatch.setattr(common, "load_data", fail)
+    monkeypatch.setattr(loading, "load_data", fail)
     monkeypatch.setattr(score_cli, "load_array", fail)
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import similarity_plugins as sp
-from similarity_plugins.cli.common import emit_interrupted
+from similarity_plugins.cli.outputs import emit_interrupted
 from similarity_plugins.networks.parallel import CollectiveError, World
 from similarity_plugins.runner.call import interrupted_row
 from similarity_plugins.runner.grid.files import cell_result_dict

@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from similarity_plugins.cli.common import parse_layer, positive_int, subset
+from similarity_plugins.cli.arguments import positive_int
+from similarity_plugins.cli.loading import subset
+from similarity_plugins.cli.options import parse_layer
 from similarity_plugins.host.entrypoints import DISABLE_AUTOLOAD_ENV, autoload_disabled
 from similarity_plugins.host.results import LayerPair, as_layer_pair
 from similarity_plugins.measures.common import check_positive_int
