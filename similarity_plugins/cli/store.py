@@ -33,6 +33,7 @@ def _folder_bytes(path: str) -> int:
 def store_table(store) -> str:
     """One line per entry (model, layer, N, D, dtype, size on disk, split, what produced it), then one line per
     model saying where it came from (its class; for a Hugging Face model its source, tokenizer and vocabulary)."""
+    from ..store.paths import key_folder
     from ..utils.arrays import format_bytes
     from ..utils.io import text_table
 
@@ -40,7 +41,7 @@ def store_table(store) -> str:
     for model, layers in store.contents().items():
         for layer in layers:
             entry = store.entry(model, layer)
-            size = _folder_bytes(store.key_folder(model, layer, entry["key"]))
+            size = _folder_bytes(key_folder(store.path, model, layer, entry["key"]))
             made = entry.get("produced_by") or {}
             by = made.get("by", "?") + (f" ({made['model_class']})" if made.get("model_class") else "")
             rows.append([model, layer, entry["shape"][0], entry["shape"][1], entry["dtype"], format_bytes(size),

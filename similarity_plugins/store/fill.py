@@ -30,6 +30,7 @@ from ..utils.digest import fast_hash
 from ..utils.progress import Progress, progress_bar
 from .paths import StoreError, entry_key
 from .store import Store
+from .writing import finish_entry, found_chunks, write_chunk
 
 
 def _feed_rows(hashes: list, label: str, x: Any) -> None:
@@ -154,7 +155,7 @@ def _forward_missing(store: Store, name: str, model: nn.Module, layers: list[str
     """Forward this rank's batches (batch i on rank ``i mod size``) whose chunks are missing and write them."""
     world = current_world()
     share = _Share(records={layer: {} for layer in layers})
-    found = {layer: store.found_chunks(name, layer, keys[layer]) for layer in layers}
+    found = {layer: found_chunks(store, name, layer, keys[layer]) for layer in layers}
     pending: deque[tuple[int, str, list[str]]] = deque()
     bar = progress_bar(total=split_size(split), progress=progress if world.is_main else "never",
                        desc=f"extract {name}", unit="sample", leave=False)
@@ -190,8 +191,8 @@ def _forward_missing(store: Store, name: str, model: nn.Module, layers: list[str
                 block = outputs[layer]
                 check_finite(block, layer)
                 share.shapes[layer] = list(block.shape[1:])
-                share.records[layer][start] = store.write_chunk(name, layer, keys[layer], start,
-                                                                block.reshape(len(block), -1).numpy(), digest)
+                share.records[layer][start] = write_chunk(store, name, layer, keys[layer], start,
+                                                          block.reshape(len(block), -1).numpy(), digest)
     finally:
         bar.close()
     return share
@@ -229,4 +230,4 @@ def _finish(store: Store, name: str, layer: str, key: str, chunks: list[dict], i
         return
     if info["layer_shape"] is None and current is not None and current["key"] == key:
         info["layer_shape"] = current.get("layer_shape")
-    store.finish(name, layer, key, chunks=chunks, ids=ids, digests=digests, info=info)
+    finish_entry(store, name, layer, key, chunks=chunks, ids=ids, digests=digests, info=info)

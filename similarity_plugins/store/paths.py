@@ -126,6 +126,21 @@ def checked_folder(root: str, folder: str, base: str | None = None) -> str:
     return folder
 
 
+def layer_folder(root: str, model: str, layer: str, base: str | None = None) -> str:
+    """The folder of the entries of (model, layer) in the store ``root`` (real path ``base`` when the caller has it),
+    its names quoted (`quote_name`) and checked to lead nowhere outside the store (`checked_folder`)."""
+    folder = os.path.join(root, quote_name(model, "model"), quote_name(layer, "layer"))
+    return checked_folder(root, folder, base)
+
+
+def key_folder(root: str, model: str, layer: str, key: str, base: str | None = None) -> str:
+    """The folder of the files of entry ``key`` of (model, layer) in the store ``root``, checked like `layer_folder`;
+    ``StoreError`` for a key that is not an entry key (32 hex digits, or a ``.put-`` staging name)."""
+    if not KEY.fullmatch(key) and not key.startswith(".put-"):
+        raise StoreError(f"{key!r} is not an entry key of this store (32 hex digits)")
+    return checked_folder(root, os.path.join(layer_folder(root, model, layer, base), key), base)
+
+
 def read_store_json(path: str, what: str) -> Any:
     """The JSON value of the store's file ``path`` (``what``: "manifest", "store marker"); `StoreError` naming the
     file when it cannot be read or is not JSON, ``FileNotFoundError`` when it does not exist."""

@@ -10,7 +10,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..utils.digest import fast_hash
-from .paths import StoreError, entry_key
+from .paths import StoreError, entry_key, key_folder
+from .writing import finish_entry, write_chunk
 
 
 def put_entry(store: Any, model: str, layer: str, chunks: np.ndarray | Iterable[np.ndarray],
@@ -21,7 +22,7 @@ def put_entry(store: Any, model: str, layer: str, chunks: np.ndarray | Iterable[
         chunks = [chunks]
     staging = f".put-{uuid.uuid4().hex}"
     digest, records, kinds, start = fast_hash(), [], set(), 0
-    folder = store.key_folder(model, layer, staging)
+    folder = key_folder(store.path, model, layer, staging)
     try:
         for block in chunks:  # each chunk is written as it comes: an iterable is never held whole
             block = np.asarray(block)
@@ -35,7 +36,7 @@ def put_entry(store: Any, model: str, layer: str, chunks: np.ndarray | Iterable[
             if len(block):
                 digest.update(f"{block.dtype}|{block.shape}|".encode())
                 digest.update(np.ascontiguousarray(block).reshape(-1).view(np.uint8))
-                records.append(store.write_chunk(model, layer, staging, start, block, "0" * 32))
+                records.append(write_chunk(store, model, layer, staging, start, block, "0" * 32))
             start += len(block)
         if not records:
             raise StoreError(f"put({model!r}, {layer!r}) got no rows; give an (N, D) array or (n_i, D) chunks with "
@@ -43,11 +44,11 @@ def put_entry(store: Any, model: str, layer: str, chunks: np.ndarray | Iterable[
         ids = _checked_ids(sample_ids, start)
         digest.update(b"ids|" + ids.tobytes())
         key = entry_key("put", digest.hexdigest(), layer)
-        target = store.key_folder(model, layer, key)
+        target = key_folder(store.path, model, layer, key)
         _move(folder, target)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    store.finish(model, layer, key, chunks=records, ids=ids, digests=None,
+    finish_entry(store, model, layer, key, chunks=records, ids=ids, digests=None,
                  info={"model_fingerprint": None, "reading": None, "pooling": None, "layer_shape": [next(iter(kinds))[0]],
                        "data_fingerprint": None, "produced_by": produced_by or {"by": "Store.put"}})
 

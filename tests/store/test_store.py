@@ -112,7 +112,8 @@ def test_two_writers_at_once(tmp_path):
 def test_chunks_are_written_as_np_save_writes_them_with_the_checksum_of_their_bytes(tmp_path):
     import io
 
-    from similarity_plugins.store.store import file_checksum, write_npy
+    from similarity_plugins.store.store import file_checksum
+    from similarity_plugins.store.writing import write_npy
 
     for block in (np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros((0, 5), np.float32),
                   np.asfortranarray(np.ones((4, 3))), np.arange(5, dtype=np.int64)):
