@@ -10,7 +10,7 @@ of activations), [`list_metrics`][list_metrics], [`metric_info`][metric_info],
 from __future__ import annotations
 
 from . import distributed  # noqa: F401,E402 - registers the torch.distributed world with the networks services
-from .adapters.hf import hf
+from .adapters.hf import HFModel, hf
 from .adapters.preprocess import preprocessed
 from .adapters.text import paired_data, text_data
 from .apps import report as _report_app  # the application that draws a result as one HTML page
@@ -27,7 +27,7 @@ from .runner.grid.compare_grid import compare_grid
 from .runner.grid.results import Grid
 from .runner.score import score
 from .store.extract import extract
-from .store.store import CorruptChunk, Store, StoreError
+from .store.store import CorruptChunk, Store, StoredArray, StoreError
 
 # Report.to_html and Grid.to_html write through the page writer the report application installs (host/pages.py)
 _pages.register_page_writer(_report_app.write_html)
@@ -37,8 +37,8 @@ __version__ = "0.1.0"
 __all__ = [
     "compare", "score", "compare_grid", "Grid", "Data", "Report", "SimilarityResult", "LayerPair", "layers",
     "list_metrics", "metric_info", "hookimpl", "MetricPlugin", "Option", "register_metric", "UnknownMetric", "UnknownOption",
-    "LayerNotFound", "hf", "text_data", "paired_data", "preprocessed", "extract", "Store", "StoreError",
-    "CorruptChunk", "__version__",
+    "LayerNotFound", "hf", "HFModel", "text_data", "paired_data", "preprocessed", "extract", "Store", "StoredArray",
+    "StoreError", "CorruptChunk", "__version__",
 ]
 
 

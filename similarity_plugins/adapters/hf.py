@@ -80,7 +80,8 @@ def hf(source: nn.Module | str | os.PathLike, *, tokenizer: PreTrainedTokenizerB
             text and images at once, so it cannot be wrapped whole).
 
     Returns:
-        An `HFModel` (an ``nn.Module``) sharing the model's modules (nothing is copied or changed).
+        An [`HFModel`][similarity_plugins.HFModel] (an ``nn.Module``) sharing the model's modules (nothing is copied
+            or changed).
 
     Raises:
         ValueError: ``source`` is neither a folder nor a hub id, or a hub id that cannot be loaded (not found, or
@@ -144,13 +145,25 @@ def _tokenizer(model: nn.Module, tokenizer: Any, origin: Origin) -> Any:
 
 
 class HFModel(nn.Module):
-    """A transformers model that reads batches of the data pipeline; see [`hf`][hf] (build it with that).
+    """A transformers model that reads batches of the data pipeline, as [`hf`][similarity_plugins.hf] returns it
+    (build it with that).
 
     Its children are the transformers model's own children (the same objects), so ``named_modules()`` gives the
-    model's names and parameters, buffers and flags are the model's. Attributes: ``hf_model`` (the transformers
-    model), ``tokenizer``, ``processor``, ``preprocessing`` (the processor's `Preprocessing` applied to images,
-    or None), ``pooling``, ``exclude_special``, ``view``, ``source`` (where the model came from: ``{"path",
-    "hub_id", "revision", "commit"}``, JSON-able).
+    model's names, and its parameters, buffers and flags are the model's.
+
+    Attributes:
+        hf_model (nn.Module): the transformers model.
+        tokenizer (Any): the tokenizer of a text model (with its EOS token as pad token when it has none), or None.
+        processor (Any): the processor of a vision model, or None.
+        preprocessing (Preprocessing | None): the processor's resize, crop and normalisation applied to images, or
+            None.
+        pooling (str): how a block's (B, T, D) tokens become one row per sample (``"mean"``, ``"last"``,
+            ``"first"`` or ``"flatten"``).
+        exclude_special (bool): whether special tokens are left out of ``"mean"``.
+        view (str): the view of paired data the model reads (``"text"`` or ``"image"``).
+        padding_side (str | None): ``"right"`` or ``"left"`` for a text model.
+        max_length (int): the longest tokenized sample, in tokens.
+        source (dict): where the model came from: ``{"path", "hub_id", "revision", "commit"}``, JSON-able.
     """
 
     def __init__(self, model: nn.Module, *, tokenizer: Any, processor: Any, pooling: str, exclude_special: bool,

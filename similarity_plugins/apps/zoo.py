@@ -1,29 +1,5 @@
-"""Models: a small CNN for quick experiments, and ``build_model`` to turn a spec string into a network.
-
-Spec grammar (as typed on the command line):
-
-```text
-SCHEME:NAME[?key=value&key=value][@path/to/weights.pt]
-
-small-cnn                       SmallCNN (keys: width, in_channels, num_classes)
-torchvision:NAME                torchvision.models.get_model(NAME, weights=None, ...)
-                                (ResNets accept cifar_stem=true: 3x3 stride-1 conv1, no maxpool)
-timm:NAME                       timm.create_model(NAME, pretrained=False, ...), e.g.
-                                timm:vit_tiny_patch16_224?img_size=32&patch_size=4
-python:MODULE:CALLABLE          MODULE.CALLABLE(**kwargs) must return an nn.Module
-hf:ID[@REVISION]                a transformers model: a hub id (EleutherAI/pythia-70m, loaded by
-                                transformers with your cache, token and HF_HUB_OFFLINE; @REVISION: a
-                                branch, tag or commit) or a save_pretrained folder, with its tokenizer or
-                                image processor (keys: pooling, exclude_special, view, padding_side,
-                                max_length, preprocess, dtype, device, local_files_only, tower)
-```
-
-Values in the query are read by the one KEY=VALUE grammar of ``--option`` (`similarity_plugins.utils.text`):
-JSON numbers, lists and true/false/null, yes/no/on/off, none, else strings. ``@PATH`` loads a
-state dict with ``torch.load(PATH, weights_only=True)`` (a raw state dict, or a dict holding it under
-"state_dict" or "model"; a "module." prefix from DataParallel is stripped); for ``hf:`` it names the revision.
-Nothing is downloaded but a hub id you name, through transformers' own cache.
-"""
+"""Models: a small CNN for quick experiments, and [`build_model`][similarity_plugins.apps.zoo.build_model] to turn a
+spec string into a network (the spec grammar is written there)."""
 
 from __future__ import annotations
 
@@ -304,7 +280,31 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
 
 def build_model(spec: str, *, num_classes: int | None = None, in_channels: int | None = None,
                 seed: int | None = None, **kwargs: Any) -> nn.Module:
-    """Build a network from ``spec`` (see the module docstring for the grammar) and load ``@WEIGHTS`` if given.
+    """Build a network from ``spec`` and load ``@WEIGHTS`` if given.
+
+    Spec grammar (as typed on the command line):
+
+    ```text
+    SCHEME:NAME[?key=value&key=value][@path/to/weights.pt]
+
+    small-cnn                       SmallCNN (keys: width, in_channels, num_classes)
+    torchvision:NAME                torchvision.models.get_model(NAME, weights=None, ...)
+                                    (ResNets accept cifar_stem=true: 3x3 stride-1 conv1, no maxpool)
+    timm:NAME                       timm.create_model(NAME, pretrained=False, ...), e.g.
+                                    timm:vit_tiny_patch16_224?img_size=32&patch_size=4
+    python:MODULE:CALLABLE          MODULE.CALLABLE(**kwargs) must return an nn.Module
+    hf:ID[@REVISION]                a transformers model: a hub id (EleutherAI/pythia-70m, loaded by
+                                    transformers with your cache, token and HF_HUB_OFFLINE; @REVISION: a
+                                    branch, tag or commit) or a save_pretrained folder, with its tokenizer or
+                                    image processor (keys: pooling, exclude_special, view, padding_side,
+                                    max_length, preprocess, dtype, device, local_files_only, tower)
+    ```
+
+    Values in the query are read by the one KEY=VALUE grammar of ``--option`` (`similarity_plugins.utils.text`):
+    JSON numbers, lists and true/false/null, yes/no/on/off, none, else strings. ``@PATH`` loads a
+    state dict with ``torch.load(PATH, weights_only=True)`` (a raw state dict, or a dict holding it under
+    "state_dict" or "model"; a "module." prefix from DataParallel is stripped); for ``hf:`` it names the revision.
+    Nothing is downloaded but a hub id you name, through transformers' own cache.
 
     ``num_classes``/``in_channels`` are passed to the builder when given (for ``python:`` only if the callable
     accepts them); extra ``kwargs`` merge with (and override) the ``?key=value`` options. The model is

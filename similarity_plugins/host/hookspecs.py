@@ -3,8 +3,8 @@
 A metric is a plugin object (a module, a class or an instance) with one ``similarity`` hookimpl.
 Its name is the name it was registered under: the entry-point name for a third-party package's
 single-metric entry point (group ``similarity_plugins``), the name given to ``register(name, plugin)``
-for a family (see [`register_metrics`][register_metrics]), the name its family module (``host.manager.DEFAULT_PLUGINS``) registers
-it under for the built-in ones (the first to take a name keeps it). Example, a complete plugin:
+for a family (see [`register_metrics`][register_metrics]), the name its family module registers it under for the
+built-in ones (the first to take a name keeps it). Example, a complete plugin:
 
 ```python
 import similarity_plugins

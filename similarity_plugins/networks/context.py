@@ -47,23 +47,37 @@ def versions(value: Any) -> tuple[int, ...]:
 
 
 class Context:
-    """Services shared by the metrics of one comparison (see module docstring).
+    """Services shared by the metrics of one comparison: the activations of each model at each layer, its outputs
+    and its cut at a layer, computed once however many metrics read them, and what a metric keeps with
+    [`remember`][Context.remember] (fitted stitches, IRI sets), computed once per key.
 
-    Attributes: ``data`` ([`Data`][Data]), ``seed`` (int), ``device`` (``torch.device``),
-    ``progress`` (bool: show progress bars), ``options`` (the global options dict), ``memo``
-    (the memo dict, keyed by hashable tuples), ``world`` (the [`World`][parallel.World]: one process, or
-    the torch.distributed ranks that share the work; default: [`current_world`][parallel.current_world]),
-    ``reuse_nodes`` (True in a grid: a node's derived quantities serve many cells, so measures may compute
-    them once per node with [`derived`][derived]), ``derived_bytes`` (None, or the most bytes [`derived`][derived]
-    keeps, with the activations read through ``loaders``; least recently used entries beyond it are dropped and
-    computed or read again when asked for), ``loaders`` (``{activation key: read()}``: activations that can be
-    read again, from an activation store, instead of computed; read on first use), ``row_sources``
-    (``{activation key: rows}``: the same activations as rows on disk that a measure may read in blocks,
-    [`row_source`][row_source]), ``versions`` (the in-place write counters of the shared tensors in ``memo``),
-    ``train_only`` (the memo keys whose values depend on the models and the train split alone), ``grid_layers``
-    (``{id(model): [layer, ...]}``: in a grid, the layers of each model's nodes, so that a measure can compute
-    what a whole block of cells shares once; empty elsewhere). The settings (`SETTINGS`) are the constructor's
-    arguments.
+    A plugin uses the members that [`PluginContext`][similarity_plugins.host.hookspecs.PluginContext] names; the
+    rest is the runner's. The settings (``data`` to ``grid_layers``) are the constructor's arguments; every context
+    made from another (another call's settings, another test split, a private copy) is made by
+    [`derive`][Context.derive].
+
+    Attributes:
+        data (Data): the call's inputs, ``train`` and ``test`` splits yielding ``(x, y)``.
+        seed (int): the call's seed; every random choice derives from it.
+        device (torch.device): where the models run.
+        options (dict): the call's options.
+        progress (Progress): ``"never"``, ``"auto"`` or ``"always"``: whether progress bars may be drawn.
+        batch_size (int): the batch size of the shared forward passes.
+        world (World): one process, or the ``torch.distributed`` ranks that share the work (default:
+            ``current_world()``).
+        reuse_nodes (bool): True in a grid, where a node's derived quantities serve many cells, so measures may
+            compute them once per node with [`derived`][Context.derived].
+        derived_bytes (int | None): the most bytes [`derived`][Context.derived] keeps, with the activations read
+            through ``loaders``; least recently used entries beyond it are dropped and computed or read again.
+        grid_layers (dict): in a grid, ``{id(model): [layer, ...]}``, the layers of each model's nodes, so that a
+            measure can compute once what a whole block of cells shares; empty elsewhere.
+        memo (dict): the memoised values, keyed by hashable tuples.
+        versions (dict): the in-place write counters of the shared tensors in ``memo``, by key.
+        loaders (dict): ``{activation key: read()}``, activations read from an activation store on first use
+            instead of computed.
+        row_sources (dict): ``{activation key: rows}``, the same activations as rows on disk that a measure may
+            read in blocks ([`row_source`][Context.row_source]).
+        train_only (set): the memo keys whose values depend on the models and the train split alone.
     """
 
     def __init__(self, data: Data, *, seed: int = 0, device: torch.device | None = None,

@@ -54,8 +54,9 @@ def shard_range(n: int, rank: int, size: int) -> range:
 class World:
     """A single process: ``rank`` 0 of ``size`` 1. Every collective is the identity.
 
-    Subclasses (``similarity_plugins.distributed.TorchWorld``) implement `_all_gather_objects`
-    and `_all_reduce`; the fault protocol around them lives here.
+    A subclass for a launcher (``similarity_plugins.distributed.TorchWorld`` for ``torch.distributed``) supplies two
+    raw collectives, gathering one object from every rank and summing a tensor over the ranks; the fault protocol
+    around them (every rank learns that one failed, and why) lives here.
     """
 
     rank: int = 0

@@ -11,6 +11,7 @@ Entry points:
 - [`StitchSettings`][StitchSettings]: the defaults of the paper, each overridable by an option of the same name.
 """
 
+from ..networks.split import SplitNetwork
 from .cache import TrainingCache
 from .evaluate import evaluate_stitch
 from .layer import StitchLayer, StitchShapeError
@@ -20,5 +21,5 @@ from .trainer import FittedStitch, StitchDivergedError, fit_stitch
 
 __all__ = [
     "fit_stitch", "evaluate_stitch", "stitch_result", "fitted_stitch", "training_set", "TrainingSet", "StitchSettings",
-    "StitchLayer", "StitchShapeError", "StitchDivergedError", "FittedStitch", "TrainingCache",
+    "StitchLayer", "StitchShapeError", "StitchDivergedError", "FittedStitch", "TrainingCache", "SplitNetwork",
 ]

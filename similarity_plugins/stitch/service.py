@@ -94,10 +94,22 @@ def _fit_key(front: nn.Module, end: nn.Module, layer: LayerPair, objective: str,
 
 def fitted_stitch(context: PluginContext, front: nn.Module, end: nn.Module, layer: LayerPair | str, objective: str,
                   options: dict | None = None, train_source: TrainingSet | None = None) -> FittedStitch:
-    """The stitch from ``front`` at ``layer.front`` to ``end`` at ``layer.end`` trained with ``objective``
-    on ``train_source`` (default: ``Data.train``), memoised in ``context`` (see module docstring).
+    """The stitch from ``front`` at ``layer.front`` to ``end`` at ``layer.end`` trained with ``objective``, memoised
+    in ``context``: one fit per donors, layers, objective, training set and settings, so a second report or a sweep
+    never refits it.
 
-    ``options``: stitch settings (see `settings`); the seed is ``context.seed``.
+    Args:
+        context: the call's context; its ``seed`` seeds the fit.
+        front: the model whose front half feeds the stitch.
+        end: the model whose end half reads it.
+        layer: the cut of each model (a `LayerPair`, or one name for both).
+        objective: ``"hlm"``, ``"slm"``, ``"dm"`` or ``"fula"``.
+        options: stitch settings, the fields of [`StitchSettings`][similarity_plugins.stitch.StitchSettings]
+            (None: the defaults).
+        train_source: the inputs to train on (default: ``Data.train``).
+
+    Returns:
+        The [`FittedStitch`][similarity_plugins.stitch.FittedStitch].
     """
     layer = as_layer_pair(layer)
     objective = check_objective(objective)

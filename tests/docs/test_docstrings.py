@@ -14,11 +14,9 @@ import logging
 import re
 from functools import lru_cache
 
-import pytest
+import griffe
 
-griffe = pytest.importorskip("griffe")
-
-from tests.helpers.repo import ROOT  # noqa: E402
+from tests.helpers.repo import ROOT
 
 UNDERLINE = re.compile(r"^\s*(-{3,}|={3,})\s*$", re.M)
 RST_MARKER = re.compile(r"(?:^|\S)::\s*$", re.M)
@@ -113,6 +111,24 @@ def reference_objects() -> list:
                 found += [m for m in members if not m.name.startswith("_")
                           and (chosen is None or m.name in re.findall(r"\w+", chosen.group(1)))]
     return found
+
+
+def test_the_reference_shows_the_public_face_only():
+    """No docstring the reference renders names a private name, a module constant of the runner or points to a
+    module docstring the page does not show; the store's entry-writing steps are not methods of `Store`."""
+    found = {}
+    for obj in reference_objects():
+        text = obj.docstring.value if obj.docstring else ""
+        shown_module = obj.is_module   # a module's own docstring is on its page
+        problems = re.findall(r"`+_[a-z]\w*`+", text) + re.findall(r"\bDEFAULT_PLUGINS\b", text)
+        if not shown_module and re.search(r"module docstring", text):
+            problems.append("points to a module docstring the page does not show")
+        if problems:
+            found[obj.path] = problems
+    assert not found, found
+    paths = {obj.path for obj in reference_objects()}
+    for writing in ("key_folder", "found_chunks", "write_chunk", "write_samples", "finish"):
+        assert f"similarity_plugins.store.store.Store.{writing}" not in paths, writing
 
 
 def test_reference_pages_list_entry_points():

@@ -83,7 +83,10 @@ def donor_spec(cfg: DemoConfig) -> DonorSpec:
 
 def run_demo(out_dir: str = "similarity-demo", quick: bool = False, seed: int = 0, progress: Progress = "auto",
              config: DemoConfig | None = None, donors: DonorPool | None = None) -> dict:
-    """Run the demo (see the module docstring).
+    """Run the shortcut study (``similarity-plugins demo``): train two clean small CNNs and one that reads a pixel
+    shortcut (all PGD-trained) on built-in digits, sweep layers with CKA, Procrustes, SVCCA, RSA, standard and
+    invariance-aware stitching for the pairs clean -> clean and clean -> shortcut, write the files, and print the
+    table with 95% intervals and a short reading of it (the page *The studies*).
 
     Args:
         out_dir: where report.json, report.csv, report.html, similarity.png and iris.png go (created if needed;
