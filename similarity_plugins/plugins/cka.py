@@ -104,12 +104,13 @@ class _CKAPlugin(MetricPlugin):
                    "debiased": self.debiased, "streamed": True}  # both estimators from one pass over the pair
         return SimilarityResult("", float(acc.compute(self.debiased)), details)
 
-    def _node_gram(self, model, name: str, acts, threshold: float, limit, context: PluginContext):
-        """The node's centred Gram matrix, built once per node (`context.derived`) for both estimators."""
+    def _node_gram(self, model, name: str, acts, threshold: float, limit, context: PluginContext, side: str = "X"):
+        """The node's centred Gram matrix, built once per node (`context.derived`) for both estimators; a node that
+        cannot be built raises naming it as ``side`` (``"X"``: the cell's front, ``"Y"``: its end), as `cka` does."""
         from ..cka.nodes import node_gram
 
         return context.derived(model, name, "test", ("cka-gram", self.kernel, threshold, limit),
-                               lambda: node_gram(acts, self.kernel, threshold))
+                               lambda: node_gram(acts, self.kernel, threshold, name=side))
 
     def _block_test(self, front, end, layer: LayerPair, n: int, full: int, kwargs: dict, limit, test,
                     seed: int, context: PluginContext):
@@ -181,8 +182,8 @@ class _CKAPlugin(MetricPlugin):
             return None
         threshold = kwargs.get("threshold", THRESHOLD.default)  # linear kernels ignore it
 
-        a = self._node_gram(front, layer.front, x, threshold, limit, context)
-        b = self._node_gram(end, layer.end, y, threshold, limit, context)
+        a = self._node_gram(front, layer.front, x, threshold, limit, context, "X")
+        b = self._node_gram(end, layer.end, y, threshold, limit, context, "Y")
         return cka_from_node_grams(a, b, self.debiased)
 
     def _sharded_linear(self, front, end, layer: LayerPair, options: dict, context: PluginContext) -> SimilarityResult:

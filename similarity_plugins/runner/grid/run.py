@@ -5,6 +5,7 @@ a finished-cells file to resume from."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -243,10 +244,21 @@ class _Runner:
 
 
 def _mirror(result: SimilarityResult, nodes: list[Node], cell: Cell) -> SimilarityResult:
-    """The copy of a symmetric metric's cell for the other order of its nodes."""
+    """The copy of a symmetric metric's cell for the other order of its nodes; its error and warnings name the
+    sides of this order (`other_sides`)."""
     _, i, j = cell
     details = {**result.details, "front_model": nodes[i][0], "end_model": nodes[j][0], "mirrored": True}
-    return replace(result, details=details, seconds=0.0, layer=str(LayerPair(nodes[i][1], nodes[j][1])))
+    if isinstance(details.get("warnings"), list):
+        details["warnings"] = [other_sides(w) if isinstance(w, str) else w for w in details["warnings"]]
+    error = other_sides(result.error) if result.error is not None else None
+    return replace(result, details=details, seconds=0.0, layer=str(LayerPair(nodes[i][1], nodes[j][1])), error=error)
+
+
+def other_sides(text: str) -> str:
+    """``text`` with the measures' names of the two sides exchanged: ``X`` (the front's activations) for ``Y`` (the
+    end's) and back, as whole words, so that a message from one order of a symmetric metric reads right in the
+    other."""
+    return re.sub(r"\b[XY]\b", lambda m: "Y" if m.group() == "X" else "X", text)
 
 
 def _fingerprint(named: dict[str, nn.Module], ctx: Context, plan: Plan, weights: dict[str, str] | None) -> dict:

@@ -106,3 +106,23 @@ def test_model_names_are_text_in_layers_and_pairs_too():
     grid = sp.compare_grid({1: tiny_cnn(width=4)}, {1: ["block1"]}, _test_only(), "cka-linear",
                            pairs=[((1, "block1"), (1, "block1"))])
     assert grid.nodes == [("1", "block1")] and len(grid.cells) == 1
+
+
+def test_a_mirrored_cell_names_the_side_that_failed_in_its_own_order():
+    """A symmetric metric's cell computed once for both orders: each order's error names the sides of that order
+    (the constant input is X in one order and Y in the other), as compare's error in that order does."""
+    symmetric = [m for m in sp.list_metrics() if sp.metric_info(m).symmetric]
+    torch.manual_seed(0)
+    models = {"varied": nn.Sequential(nn.Flatten(), nn.Linear(16 * 16, 4)),
+              "dead": nn.Sequential(nn.Flatten(), nn.Linear(16 * 16, 4))}
+    nn.init.zeros_(models["dead"][1].weight)
+    nn.init.zeros_(models["dead"][1].bias)
+    data = _test_only()
+    grid = sp.compare_grid(models, ["1"], data, symmetric, pairs="across")
+    for front, end in (("varied", "dead"), ("dead", "varied")):
+        expected = sp.compare(models[front], models[end], "1", data, symmetric)
+        for (metric, i, j), cell in grid.cells.items():
+            if (grid.nodes[i][0], grid.nodes[j][0]) == (front, end):
+                assert cell.error == expected[metric].error, (metric, front, end)
+    mirrored = [cell for cell in grid.cells.values() if cell.details.get("mirrored")]
+    assert len(mirrored) == len(symmetric) and all(cell.error.startswith("ValueError: X is constant") for cell in mirrored)
