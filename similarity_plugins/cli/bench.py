@@ -5,16 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..utils.extras import require
 from .arguments import add_metric_args
 from .options import parse_options
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    try:
-        import pytest_benchmark  # noqa: F401
-    except ImportError:
-        print("error: bench needs pytest-benchmark: pip install 'similarity-plugins[test]'", file=sys.stderr)
-        return 2
+    require("pytest_benchmark", "test", "similarity-plugins bench")  # MissingExtra: one line, exit 2 (main)
     from ..apps.bench.runner import EXIT_BAD_INPUT, BenchInputError, BenchRequest, run_bench
 
     request = BenchRequest(

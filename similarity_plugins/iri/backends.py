@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator, Literal, get_args
 import numpy as np
 import torch
 
+from ..utils.extras import require
+
 BackendName = Literal["auto", "numpy", "torch", "cupy"]
 BACKENDS: tuple[str, ...] = get_args(BackendName)
 
@@ -102,9 +104,8 @@ def cupy_backend(cupy: Any | None = None) -> Backend:
     One Backend object per module, so fused kernels compile once per process.
     """
     cp = cupy if cupy is not None else _cupy()
-    if cp is None:
-        raise RuntimeError("backend='cupy' needs CuPy; install the gpu extra (pip install 'similarity-plugins[gpu]') "
-                           "or use backend='torch'")
+    if cp is None:  # not installed: MissingExtra naming the extra; installed but broken: the import's own error
+        cp = require("cupy", "gpu", "backend='cupy'")
     hit = _CUPY_BACKENDS.get(id(cp))
     if hit is not None and hit[0] is cp:
         return hit[1]

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..networks.fingerprint import update_module_configs
 from ..utils.digest import load_verified, save_verified, update_tensor_digest
+from ..utils.extras import require
 from .result import IRISet
 
 FORMAT_VERSION = "iri-cache-2"   # 2: settings name the preset; module configurations in the key; verified contents
@@ -106,11 +107,7 @@ def save_iris(iris: IRISet, path: str | os.PathLike, *, labels: torch.Tensor | N
     from ..utils.io import atomic_write
 
     if path.endswith(".safetensors"):
-        try:
-            from safetensors.torch import save
-        except ImportError as exc:
-            raise ValueError("writing .safetensors needs the safetensors package: pip install "
-                             "'similarity-plugins[io]', or write .npz instead") from exc
+        save = require("safetensors.torch", "io", "writing .safetensors (.npz needs nothing more)").save
         with atomic_write(path) as fh:
             fh.write(save(arrays, metadata={"summary": summary}))
     elif path.endswith(".npz"):
@@ -148,8 +145,7 @@ def load_iris(path: str | os.PathLike) -> tuple[IRISet, dict]:
 def _read_iri_arrays(path: str) -> tuple[dict[str, torch.Tensor], Any]:
     """The arrays and the summary of an ``.npz`` or ``.safetensors`` IRI file, as they are."""
     if path.endswith(".safetensors"):
-        from safetensors import safe_open
-
+        safe_open = require("safetensors", "io", "reading .safetensors").safe_open
         with safe_open(path, framework="pt") as fh:
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
             summary = json.loads((fh.metadata() or {}).get("summary", "{}"))
