@@ -20,9 +20,11 @@ from .host.hookspecs import hookimpl
 from .host.plugin import MetricPlugin
 from .host.registry import UnknownMetric, list_metrics, metric_info
 from .host.results import LayerPair, Report, SimilarityResult
+from .measures.streamed import MemoryBudgetWarning
 from .networks.data import Data
 from .networks.layer_lists import LayerNotFound, layers
 from .runner.compare import compare
+from .runner.grid.best import IncompleteBlockWarning
 from .runner.grid.compare_grid import compare_grid
 from .runner.grid.results import Grid
 from .runner.score import score
@@ -38,7 +40,7 @@ __all__ = [
     "compare", "score", "compare_grid", "Grid", "Data", "Report", "SimilarityResult", "LayerPair", "layers",
     "list_metrics", "metric_info", "hookimpl", "MetricPlugin", "Option", "register_metric", "UnknownMetric", "UnknownOption",
     "LayerNotFound", "hf", "HFModel", "text_data", "paired_data", "preprocessed", "extract", "Store", "StoredArray",
-    "StoreError", "CorruptChunk", "__version__",
+    "StoreError", "CorruptChunk", "IncompleteBlockWarning", "MemoryBudgetWarning", "__version__",
 ]
 
 

@@ -42,7 +42,7 @@ def streamed(x: np.ndarray | torch.Tensor | StoredArray, y: np.ndarray | torch.T
         measure: ``cka-linear``, ``cka-debiased``, ``procrustes``, ``cca``, ``svcca``, ``pwcca`` or
             ``linear-regression`` (bounded memory: float64 moments of ``8 (dx + dy)^2`` bytes or so; the
             regression fits on the train rows of ``score``'s seeded 80/20 split and scores on its test rows), or
-            ``cka-rbf``, ``rsa``, ``mutual-knn`` (n x n: both arrays are loaded, after a ``MemoryBudgetWarning``
+            ``cka-rbf``, ``rsa``, ``mutual-knn``, ``cknna`` (n x n: both arrays are loaded, after a ``MemoryBudgetWarning``
             when ``nxn_bytes`` plus the arrays exceed ``memory_budget``).
         rows: samples read per block (memory: ``rows * (dx + dy) * 8`` bytes for the float64 block).
         memory_budget: bytes an n x n measure may take before the warning; default 4 GiB.
@@ -87,7 +87,8 @@ def streamed(x: np.ndarray | torch.Tensor | StoredArray, y: np.ndarray | torch.T
         xa, ya = to_numpy(np.asarray(x) if entries else x, "X"), to_numpy(np.asarray(y) if entries else y, "Y")
         if measure == "cka-rbf":
             return float(cka(xa, ya, "rbf"))  # noqa: F405 - from .cka
-        return float(rsa(xa, ya) if measure == "rsa" else mutual_knn(xa, ya))  # noqa: F405 - from .measures
+        pick = {"rsa": rsa, "mutual-knn": mutual_knn, "cknna": cknna}  # noqa: F405 - from .measures
+        return float(pick[measure](xa, ya))
     if measure == "linear-regression":
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} rows and y {len(y)}: a streamed measure needs the same samples in both")

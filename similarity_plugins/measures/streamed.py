@@ -35,7 +35,7 @@ from .cca import WhitenedSide, cca_from_nodes, pwcca_from_nodes, svcca_from_node
 from .common import Measured, check_count
 
 STREAMED = ("cka-linear", "cka-debiased", "procrustes", "cca", "svcca", "pwcca", "linear-regression")
-NXN = ("cka-rbf", "rsa", "mutual-knn")
+NXN = ("cka-rbf", "rsa", "mutual-knn", "cknna")
 #: The bytes an n x n measure may take before a warning (the default ``memory_budget``): 4 GiB.
 NXN_BUDGET = 4 * 2**30
 _EPS = float(np.finfo(np.float64).eps)
@@ -43,14 +43,15 @@ _WHAT = {"procrustes": "Procrustes", "cca": "CCA", "svcca": "SVCCA", "pwcca": "P
 
 
 class MemoryBudgetWarning(UserWarning):
-    """A measure whose memory, by its formula, exceeds the budget given (it still runs)."""
+    """A measure whose memory, by its formula, exceeds the budget (``memory_budget``, or a grid's ``cache_bytes``):
+    it still runs, and may run out of memory. Use fewer samples (``max_samples``) or a measure that streams."""
 
 
 def nxn_bytes(n: int, measure: str) -> int:
     """Bytes an n x n measure holds for one pair: ``8 n^2`` per float64 matrix, times the matrices it keeps
-    (RBF CKA: 2 centred Gram matrices plus one for the kernel; RSA: 2 RDMs; mutual kNN: 1 similarity matrix
-    per side, blocked, so 2)."""
-    per = {"cka-rbf": 3, "rsa": 2, "mutual-knn": 2}
+    (RBF CKA: 2 centred Gram matrices plus one for the kernel; RSA: 2 RDMs; mutual kNN and CKNNA: 1 similarity
+    matrix per side, blocked, so 2)."""
+    per = {"cka-rbf": 3, "rsa": 2, "mutual-knn": 2, "cknna": 2}
     if measure not in per:
         raise ValueError(f"nxn_bytes knows {', '.join(per)}, not {measure!r}")
     return per[measure] * 8 * int(n) ** 2

@@ -80,7 +80,7 @@ class _Representational(MetricPlugin):
         streamed = self._streamed(front, end, layer, arguments, options, context) if not test.asked else None
         if streamed is not None:
             return streamed
-        if self.measure in ("rsa", "mutual_knn"):
+        if self.measure in ("rsa", "mutual_knn", "cknna"):
             from ..measures.streamed import warn_nxn
 
             warn_nxn(context, front, end, layer, self.measure.replace("_", "-"))

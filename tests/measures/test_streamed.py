@@ -37,12 +37,14 @@ def test_streamed_equals_in_memory(tmp_path, measure, reference):
     assert F.streamed(store.load("a", "l"), store.load("b", "l"), measure, rows=50) == pytest.approx(want, abs=1e-10)
 
 
-def test_nxn_measures_warn_over_the_budget_and_still_run():
+@pytest.mark.parametrize("measure", ["rsa", "mutual-knn", "cknna", "cka-rbf"])
+def test_nxn_measures_warn_over_the_budget_and_still_run(measure):
     x, y = _pair(n=60)
-    assert F.nxn_bytes(60, "rsa") == 2 * 8 * 60**2
+    assert F.nxn_bytes(60, measure) == (3 if measure == "cka-rbf" else 2) * 8 * 60**2
     with pytest.warns(F.MemoryBudgetWarning, match="over the memory budget"):
-        value = F.streamed(x, y, "rsa", memory_budget=1000)
-    assert value == pytest.approx(F.rsa(x, y), abs=1e-12)
+        value = F.streamed(x, y, measure, memory_budget=1000)
+    want = {"rsa": F.rsa, "mutual-knn": F.mutual_knn, "cknna": F.cknna, "cka-rbf": lambda a, b: F.cka(a, b, "rbf")}
+    assert value == pytest.approx(float(want[measure](x, y)), abs=1e-12)
 
 
 def test_streamed_refuses_what_it_cannot_do():

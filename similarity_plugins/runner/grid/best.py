@@ -113,7 +113,10 @@ def asked_cells(grid: Any, metric: str, front: str, end: str) -> set[tuple[int, 
 
 
 class IncompleteBlockWarning(UserWarning):
-    """A block's best pair or aggregate taken without its failed cells (the metric is undefined there)."""
+    """A block's best pair or aggregate (`Grid.best_pair`, `Grid.aggregate`) was taken without its failed cells: cells
+    where the metric has no value (a constant layer, an error), which the message names with their errors. Where
+    that is expected, ``warnings.simplefilter("ignore", similarity_plugins.IncompleteBlockWarning)``; missing
+    cells (an interrupted grid) are refused instead."""
 
 
 def _cell_names(grid: Any, metric: str, cells: list[tuple[int, int]], errors: bool) -> str:

@@ -141,7 +141,7 @@ def test_an_interrupted_grid_refuses_aggregates_and_best_pairs_naming_the_missin
 
 
 def test_a_block_with_failed_cells_leaves_them_out_naming_them(tested):
-    from similarity_plugins.runner.grid.best import IncompleteBlockWarning
+    IncompleteBlockWarning = sp.IncompleteBlockWarning  # public: users filter it by this name
 
     models, data, _ = tested
     grid = sp.compare_grid(models, [*LAYERS, "5"], data, "cka-linear", pairs="across", options={"permutations": K})

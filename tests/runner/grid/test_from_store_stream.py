@@ -51,9 +51,11 @@ def test_permutation_tests_and_n_x_n_measures_read_the_rows_whole(tmp_path):
     row = grid.report.results[0]
     assert "streamed" not in row.details and 0 < row.details["p_value"] <= 1
     assert row.score == pytest.approx(F.cka(x, y), abs=1e-12)
-    with pytest.warns(F.MemoryBudgetWarning, match="rsa on n = 60 samples needs about"):
-        grid = sp.compare_grid(metrics=["rsa"], pairs=[(("a", "l"), ("b", "l"))], store=tmp_path, cache_bytes=10_000)
-    assert grid.report.results[0].score == pytest.approx(F.rsa(x, y), abs=1e-12)
+    for metric, want in (("rsa", F.rsa), ("mutual-knn", F.mutual_knn), ("cknna", F.cknna)):
+        with pytest.warns(sp.MemoryBudgetWarning, match=f"{metric} on n = 60 samples needs about"):
+            grid = sp.compare_grid(metrics=[metric], pairs=[(("a", "l"), ("b", "l"))], store=tmp_path,
+                                   cache_bytes=10_000)
+        assert grid.report.results[0].score == pytest.approx(float(want(x, y)), abs=1e-12), metric
 
 
 GRID_OUT_OF_CORE = textwrap.dedent("""
