@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 
@@ -83,15 +84,21 @@ def test_excess_agreement_cli(tmp_path, capsys):
 
 @pytest.mark.slow  # the whole demo --quick: over a minute on 2 cores
 def test_demo_quick_writes_its_files(tmp_path, capsys):
+    """``demo --quick`` end to end; ``study shortcut --quick`` runs the same code with the same arguments
+    (tests/apps/test_studies.py::test_study_shortcut_runs_the_demo), so this run covers both commands."""
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--out", str(out)]) == 0  # default progress, output not a terminal: no bars
     captured = capsys.readouterr()
     printed = captured.out
     assert not re.search(r"\d+%\|", captured.err + printed), "a progress bar was drawn into a pipe"
     assert len(printed.splitlines()) < 120
-    assert "what this shows" in printed and "test accuracy" in printed
+    assert "what this shows" in printed and "test accuracy" in printed and "95% intervals" in printed
     png = (out / "similarity.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert (out / "iris.png").stat().st_size > 10_000
+    assert not list(out.glob(".tmp*")) and not list(out.glob("*.tmp*"))
+    iri = [r for r in csv.DictReader((out / "report.csv").open()) if r["metric"] == "iri-slm"]
+    assert iri and all(float(r["test_ci95_low"]) <= float(r["score"]) <= float(r["test_ci95_high"]) for r in iri)
     report = json.loads((out / "report.json").read_text())
     assert set(report["pairs"]) == {"clean -> clean", "clean -> shortcut"}
     accuracy = report["donor_accuracy"]

@@ -111,15 +111,21 @@ def _check_outputs(out, figure):
     return payload, rows
 
 
-@pytest.mark.slow
-def test_shortcut_study_quick(tmp_path, capsys):
-    out = tmp_path / "shortcut"
-    assert main(["study", "shortcut", "--quick", "--out", str(out), "--no-progress"]) == 0
-    payload, rows = _check_outputs(out, "similarity.png")
-    assert (out / "iris.png").stat().st_size > 10_000
-    iri = [r for r in rows if r["metric"] == "iri-slm"]
-    assert iri and all(float(r["test_ci95_low"]) <= float(r["score"]) <= float(r["test_ci95_high"]) for r in iri)
-    assert "95% intervals" in capsys.readouterr().out
+def test_study_shortcut_runs_the_demo(tmp_path, monkeypatch):
+    """``study shortcut`` and ``demo`` run the same function with the same arguments, so the slow end-to-end run
+    of ``demo --quick`` (tests/apps/test_experiments.py) covers both; the study's own folder and option plumbing
+    is checked here."""
+    from similarity_plugins.apps.studies import shortcut
+
+    calls = []
+    monkeypatch.setattr(shortcut, "run_demo", lambda *args, **kwargs: calls.append((args, kwargs)) or {})
+    for command in (["study", "shortcut"], ["demo"]):
+        assert main([*command, "--quick", "--seed", "3", "--out", str(tmp_path / command[-1]), "--no-progress"]) == 0
+    (study_args, study_kw), (demo_args, demo_kw) = calls
+    study = {"out_dir": study_args[0], **study_kw}
+    assert study.pop("donors") is None
+    assert study == {**demo_kw, "out_dir": str(tmp_path / "shortcut")}
+    assert demo_kw == {"out_dir": str(tmp_path / "demo"), "quick": True, "seed": 3, "progress": "never"} and not demo_args
 
 
 @pytest.mark.slow

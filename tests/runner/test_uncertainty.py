@@ -9,9 +9,6 @@ import pytest
 import torch
 
 from similarity_plugins import Data, SimilarityResult, compare
-from similarity_plugins.apps.training import train_classifier
-from similarity_plugins.apps.zoo import SmallCNN
-from similarity_plugins.datasets import digits_data
 from similarity_plugins.runner.repeats import check_repeats, exact_mean, mean_interval, run_repeated
 from similarity_plugins.stitch.bootstrap import relative_accuracy_ci
 from tests.helpers.models import assert_unchanged, snapshot
@@ -85,16 +82,9 @@ def test_deterministic_repeats_run_once_and_report_the_value_exactly():
 
 
 @pytest.fixture(scope="module")
-def donors():
-    data = digits_data(size=32)
-    models = []
-    for seed in (0, 1):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = SmallCNN(in_channels=1, num_classes=10, width=8)
-        train_classifier(model, data.train, epochs=2, lr=3e-3, seed=seed, progress="never")
-        models.append(model.eval())
-    return data, models
+def donors(digits32, small_cnn_donors):
+    """The session's two trained SmallCNNs (tests/conftest.py) and the 32x32 digits they learnt."""
+    return digits32, small_cnn_donors
 
 
 def test_stitch_details_carry_the_test_interval_which_shrinks_with_more_test_data(donors):
