@@ -159,6 +159,16 @@ def tiny_cnn16(digits16) -> nn.Module:
     return model
 
 
+@pytest.fixture(scope="session")
+def big_store(tmp_path_factory) -> tuple:
+    """The out-of-core store of the bounded-memory tests (800 MB, tests/helpers/big_store.py), written once a
+    session: ``(its folder, the reference linear CKA of its two entries)``. Tests only read it."""
+    from tests.helpers.big_store import write_big_store
+
+    folder = tmp_path_factory.mktemp("big-store")
+    return folder, write_big_store(folder)
+
+
 @pytest.fixture
 def data():
     """A tiny random ``Data`` (64 train / 48 test images of 1x16x16, 10 classes), the same every time."""

@@ -25,7 +25,8 @@ def harness():
     return load_repo_module("scripts/iri_identity.py", "iri_identity_for_test")
 
 
-@pytest.mark.parametrize("case", ["demo-block1", "demo-block3",
+@pytest.mark.parametrize("case", ["demo-block1",  # the fast suite's case; the deeper ones take seconds
+                                  pytest.param("demo-block3", marks=pytest.mark.slow),
                                   pytest.param("vgg11-features.10", marks=pytest.mark.slow)])  # a VGG11 front
 def test_asking_for_autos_preset_by_name_gives_the_same_iris(harness, case):
     row = harness.run_case(case)

@@ -81,6 +81,7 @@ def test_lbfgs_batch_size_independent(trained):
     assert float((small.inputs - big.inputs).abs().max()) <= 1e-6
 
 
+@pytest.mark.slow  # three runs; the fast suite resumes L-BFGS through the CLI (test_cli_checkpoint_every_resumes)
 def test_lbfgs_resume_is_identical(trained, tmp_path):
     model, seeds = trained
     kw = dict(steps=60, tol=1e-2, batch_size=6, optimizer="lbfgs", progress="never")

@@ -11,6 +11,7 @@ import pytest
 
 from similarity_plugins import functional as F
 from similarity_plugins.store.store import Store
+from tests.helpers.big_store import PEAK_GROWTH
 
 
 def _pair(n: int = 300, dx: int = 20, dy: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -57,53 +58,27 @@ def test_streamed_refuses_what_it_cannot_do():
         F.streamed(x, y, rows=0)
 
 
-OUT_OF_CORE = textwrap.dedent("""
+OUT_OF_CORE = PEAK_GROWTH + textwrap.dedent("""
     import sys
-    import numpy as np
     from similarity_plugins.store.store import Store
     from similarity_plugins import functional as F
 
-    def status(field: str) -> int:
-        with open("/proc/self/status") as fh:
-            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(field))
-
     store = Store(sys.argv[1])
     x, y = store.load("a", "l"), store.load("b", "l")
-    # the peak of this process's own memory (VmHWM, reset to the resident set now): ru_maxrss would also count
-    # the parent's resident set, copied into the child at fork before exec
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    start = status("VmRSS:")
+    growth = peak_growth()
     value = F.streamed(x, y, "cka-linear", rows=8192)
-    growth = status("VmHWM:") - start
-    n, d = x.shape
-    # the float64 reference: exact float64 moments summed chunk by chunk (independent of the streamed code)
-    sxx, syy, sxy, sx, sy = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d)), np.zeros(d), np.zeros(d)
-    for (_, xb), (_, yb) in zip(x.chunks(), y.chunks()):
-        xb, yb = np.asarray(xb, np.float64), np.asarray(yb, np.float64)
-        sx += xb.sum(0); sy += yb.sum(0); sxx += xb.T @ xb; syy += yb.T @ yb; sxy += xb.T @ yb
-    cxx, cyy, cxy = sxx - np.outer(sx, sx) / n, syy - np.outer(sy, sy) / n, sxy - np.outer(sx, sy) / n
-    ref = (cxy**2).sum() / np.sqrt((cxx**2).sum() * (cyy**2).sum())
-    print(value, ref, growth)
+    print(value, growth())
 """)
 
 
-def _chunks(seed: int, n: int = 200_000, d: int = 512, block: int = 10_000):
-    rng, shared = np.random.default_rng(seed), np.random.default_rng(99)
-    for _ in range(0, n, block):
-        yield shared.standard_normal((block, d), dtype=np.float32) + rng.standard_normal((block, d), dtype=np.float32)
-
-
 @pytest.mark.slow
-def test_out_of_core_linear_cka_in_bounded_memory(tmp_path):
-    store = Store.create(tmp_path)
-    store.put("a", "l", _chunks(1))  # 2 x 200,000 x 512 float32: 800 MB on disk, written chunk by chunk
-    store.put("b", "l", _chunks(2))
-    done = subprocess.run([sys.executable, "-c", OUT_OF_CORE, str(tmp_path)], capture_output=True, text=True,
+def test_out_of_core_linear_cka_in_bounded_memory(big_store):
+    folder, ref = big_store  # 2 x 200,000 x 512 float32: 800 MB on disk, written chunk by chunk
+    done = subprocess.run([sys.executable, "-c", OUT_OF_CORE, str(folder)], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    value, ref, growth = done.stdout.split()
-    assert float(value) == pytest.approx(float(ref), abs=1e-9)  # float64 sums in another order
+    value, growth = done.stdout.split()
+    assert float(value) == pytest.approx(ref, abs=1e-9)  # float64 sums in another order
     print(f"streamed linear CKA: peak RSS grew by {int(growth) / 2**20:.0f} MiB")
     assert int(growth) < 450 * 2**20, f"peak RSS grew by {int(growth) / 2**20:.0f} MiB"
 

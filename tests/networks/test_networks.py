@@ -42,9 +42,37 @@ def test_resnet_layers_and_split(name):
     _check_split(model, torch.rand(2, 3, 32, 32), chosen + ["layer1", "layer3"])
 
 
-@pytest.mark.parametrize("name", ["vgg11", pytest.param("vgg11_bn", marks=pytest.mark.slow)])
+class _VGGLike(nn.Module):
+    """torchvision's VGG, narrow: a ``features`` stack from its ``make_layers``, ``avgpool``, a small
+    ``classifier`` and VGG's forward. The layer list reads the structure, never the class."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torchvision.models.vgg.make_layers([8, "M", 16, 16, "M", 16, "M"])
+        self.avgpool = nn.AdaptiveAvgPool2d(2)
+        self.classifier = nn.Sequential(nn.Linear(64, 32), nn.ReLU(True), nn.Dropout(), nn.Linear(32, 32), nn.ReLU(True),
+                                        nn.Dropout(), nn.Linear(32, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+def test_vgg_look_alike_layers_and_split():
+    """The fast suite's VGG: torchvision's own VGGs (a 100M-parameter classifier, seconds to build) run below."""
+    model = _VGGLike()
+    assert layers(model) == ["features.1", "features.2", "features.4", "features.6", "features.7", "features.9",
+                             "features.10", "avgpool", "classifier.1", "classifier.4"]
+    _check_vgg(model)
+
+
+@pytest.mark.slow  # builds torchvision's VGG11 (a 100M-parameter classifier); its look-alike runs in the fast suite
+@pytest.mark.parametrize("name", ["vgg11", "vgg11_bn"])
 def test_vgg_layers_and_split(name):
-    model = torchvision.models.get_model(name, weights=None, num_classes=10)
+    # any weights do for the split; init_weights=False leaves PyTorch's initialisation (VGG's own re-draws 100M values)
+    _check_vgg(torchvision.models.get_model(name, weights=None, num_classes=10, init_weights=False))
+
+
+def _check_vgg(model: nn.Module) -> None:
     names = layers(model)
     assert names[-1].startswith("classifier.") and "avgpool" in names
     assert all(isinstance(dict(model.named_modules())[n], (nn.ReLU, nn.MaxPool2d, nn.AdaptiveAvgPool2d)) for n in names)

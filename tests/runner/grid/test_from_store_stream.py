@@ -11,6 +11,7 @@ import pytest
 
 import similarity_plugins as sp
 from similarity_plugins import functional as F
+from tests.helpers.big_store import PEAK_GROWTH
 
 STREAMED = ["cka-linear", "cka-debiased", "procrustes", "cca", "svcca", "pwcca"]
 
@@ -58,48 +59,23 @@ def test_permutation_tests_and_n_x_n_measures_read_the_rows_whole(tmp_path):
         assert grid.report.results[0].score == pytest.approx(float(want(x, y)), abs=1e-12), metric
 
 
-GRID_OUT_OF_CORE = textwrap.dedent("""
+GRID_OUT_OF_CORE = PEAK_GROWTH + textwrap.dedent("""
     import sys
-    import numpy as np
     import similarity_plugins as sp
 
-    def status(field: str) -> int:
-        with open("/proc/self/status") as fh:
-            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(field))
-
-    with open("/proc/self/clear_refs", "w") as fh:  # this process's own peak from now (VmHWM)
-        fh.write("5")
-    start = status("VmRSS:")
+    growth = peak_growth()
     grid = sp.compare_grid(metrics=["cka-linear"], pairs=[(("a", "l"), ("b", "l"))], store=sys.argv[1])
-    growth = status("VmHWM:") - start
-    store = sp.Store(sys.argv[1])
-    x, y = store.load("a", "l"), store.load("b", "l")
-    n, d = x.shape
-    sxx, syy, sxy, sx, sy = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d)), np.zeros(d), np.zeros(d)
-    for (_, xb), (_, yb) in zip(x.chunks(), y.chunks()):  # the float64 reference, chunk by chunk
-        xb, yb = np.asarray(xb, np.float64), np.asarray(yb, np.float64)
-        sx += xb.sum(0); sy += yb.sum(0); sxx += xb.T @ xb; syy += yb.T @ yb; sxy += xb.T @ yb
-    cxx, cyy, cxy = sxx - np.outer(sx, sx) / n, syy - np.outer(sy, sy) / n, sxy - np.outer(sx, sy) / n
-    ref = (cxy**2).sum() / np.sqrt((cxx**2).sum() * (cyy**2).sum())
-    print(grid.report.results[0].score, ref, growth, grid.report.results[0].details["streamed"])
+    print(grid.report.results[0].score, growth(), grid.report.results[0].details["streamed"])
 """)
 
 
-def _chunks(seed: int, n: int = 200_000, d: int = 512, block: int = 10_000):
-    rng, shared = np.random.default_rng(seed), np.random.default_rng(99)
-    for _ in range(0, n, block):
-        yield shared.standard_normal((block, d), dtype=np.float32) + rng.standard_normal((block, d), dtype=np.float32)
-
-
-@pytest.mark.slow  # 2 x 200,000 x 512 float32 entries (800 MB on disk): about a minute
-def test_a_grid_from_the_store_holds_bounded_memory(tmp_path):
-    store = sp.Store.create(tmp_path)
-    store.put("a", "l", _chunks(1))
-    store.put("b", "l", _chunks(2))
-    done = subprocess.run([sys.executable, "-c", GRID_OUT_OF_CORE, str(tmp_path)], capture_output=True, text=True,
+@pytest.mark.slow  # reads 2 x 200,000 x 512 float32 entries (800 MB on disk, the session's big_store)
+def test_a_grid_from_the_store_holds_bounded_memory(big_store):
+    folder, ref = big_store
+    done = subprocess.run([sys.executable, "-c", GRID_OUT_OF_CORE, str(folder)], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    value, ref, growth, streamed = done.stdout.split()
-    assert streamed == "True" and float(value) == pytest.approx(float(ref), abs=1e-8)
+    value, growth, streamed = done.stdout.split()
+    assert streamed == "True" and float(value) == pytest.approx(ref, abs=1e-8)
     print(f"grid from the store, linear CKA of 200,000 x 512: peak RSS grew by {int(growth) / 2**20:.0f} MiB")
     assert int(growth) < 450 * 2**20, f"peak RSS grew by {int(growth) / 2**20:.0f} MiB"
