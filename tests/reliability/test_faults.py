@@ -752,12 +752,23 @@ def test_a_study_writes_all_its_files_with_the_umask_modes(tmp_path, study):
             assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _figures_as_tiny_pngs(monkeypatch) -> None:
+    """The studies' figures as a few bytes of PNG header instead of rendered plots (seconds)."""
+    from similarity_plugins.apps import gallery, plots
+    from similarity_plugins.apps.studies import unseen_cue
+
+    png = b"\x89PNG\r\n\x1a\n"
+    for module, name in ((gallery, "iris_figure"), (plots, "sweep_figure"), (unseen_cue, "excess_figure")):
+        monkeypatch.setattr(module, name, lambda *a, **k: png)
+
+
 @pytest.mark.parametrize("study", ["shortcut", "robustness", "unseen-cue"])
 def test_a_study_whose_last_file_cannot_be_written_leaves_none_of_its_files(tmp_path, study, monkeypatch):
     import os
 
     from similarity_plugins.utils import io
 
+    _figures_as_tiny_pngs(monkeypatch)  # what is checked is which files are left; rendering is the test above's
     write, names = _study_writers(tmp_path)[study]
     out = tmp_path / "out"
     (out / names[-1]).mkdir(parents=True)  # the last target is a folder: its rename fails after the others
@@ -773,6 +784,7 @@ def test_a_study_whose_last_file_cannot_be_written_leaves_none_of_its_files(tmp_
             write(str(out))
         assert os.listdir(out) == []
         monkeypatch.undo()
+        _figures_as_tiny_pngs(monkeypatch)
     real, calls = os.replace, []
 
     def full_disk_on_the_second(src, dst):  # one rename fails half-way: the files renamed before are removed
