@@ -1,5 +1,8 @@
 """compare_grid under torchrun (2 gloo ranks on this CPU, tests/helpers/dist_workers.py): the cells are shared out and
-every rank returns the matrices of one process."""
+every rank returns the matrices of one process.
+
+One spawn runs every scenario of the module on both ranks (module fixture: each spawn costs seconds of interpreter
+start); the single-process references run here."""
 
 from __future__ import annotations
 
@@ -14,10 +17,15 @@ pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="t
               pytest.mark.usefixtures("one_torch_thread")]
 
 
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("grid-ranks"))
+    return w.run_ranks(["grid", "calibrated_grid", "grid_resume", "extract", "text_grid"], out, timeout_s=180.0)
+
+
 @pytest.mark.slow
-def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(tmp_path):
-    results = w.run_ranks(["grid"], str(tmp_path))
-    rank0, rank1 = w.ok_values(results, "grid")
+def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(ranks):
+    rank0, rank1 = w.ok_values(ranks, "grid")
     assert rank0["ranks"] == [0, 1]  # both ranks computed cells
     assert not rank0["errors"] and not rank1["errors"]
     front, end, data = w.small_setup()
@@ -29,9 +37,8 @@ def test_a_grid_on_two_ranks_equals_one_process_and_shares_the_cells(tmp_path):
 
 
 @pytest.mark.slow
-def test_calibrated_cells_and_aggregates_on_two_ranks_equal_one_process(tmp_path):
-    results = w.run_ranks(["calibrated_grid"], str(tmp_path))
-    rank0, rank1 = w.ok_values(results, "calibrated_grid")
+def test_calibrated_cells_and_aggregates_on_two_ranks_equal_one_process(ranks):
+    rank0, rank1 = w.ok_values(ranks, "calibrated_grid")
     assert rank0["ranks"] == [0, 1] and not rank0["errors"] and not rank1["errors"]
     front, end, data = w.small_setup()
     single = compare_grid({"a": front, "b": end}, ["block2", "block3"], data, w.CALIBRATED_METRICS,
@@ -46,9 +53,8 @@ def test_calibrated_cells_and_aggregates_on_two_ranks_equal_one_process(tmp_path
 
 
 @pytest.mark.slow
-def test_a_grid_resumes_under_torchrun_from_rank_zeros_file(tmp_path):
-    results = w.run_ranks(["grid_resume"], str(tmp_path))
-    first, second = w.ok_values(results, "grid_resume")
+def test_a_grid_resumes_under_torchrun_from_rank_zeros_file(ranks):
+    first, second = w.ok_values(ranks, "grid_resume")
     cells = 4 * 4  # 2 models x 2 layers, every ordered pair; no symmetry declared, so none mirrored
     assert first["counts"][0] + second["counts"][0] == cells  # fresh: the cells shared out
     assert first["counts"][0] and second["counts"][0]
@@ -61,11 +67,10 @@ def test_a_grid_resumes_under_torchrun_from_rank_zeros_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_extract_on_two_ranks_writes_one_store_equal_to_one_process(tmp_path):
+def test_extract_on_two_ranks_writes_one_store_equal_to_one_process(ranks, tmp_path):
     from similarity_plugins import Store, extract
 
-    results = w.run_ranks(["extract"], str(tmp_path))
-    first, second = w.ok_values(results, "extract")
+    first, second = w.ok_values(ranks, "extract")
     # 64 test samples in batches of 16: each model's 4 batches, 2 per rank; the counts are every rank's together
     assert first["counts"] == second["counts"] == [64, 64, 0, 0]  # the second extract runs no forward anywhere
     assert first["ranks"] == [0, 1]  # the grid from the store shared its cells out
@@ -82,12 +87,11 @@ def test_extract_on_two_ranks_writes_one_store_equal_to_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_text_and_paired_grids_on_two_ranks_equal_one_process(tmp_path):
+def test_text_and_paired_grids_on_two_ranks_equal_one_process(ranks):
     """Text (each model its own tokenizer) and image-caption pairs are sharded like images: every rank returns
     the matrices and permutation p-values of one process."""
     pytest.importorskip("transformers")
-    results = w.run_ranks(["text_grid"], str(tmp_path), timeout_s=180.0)
-    rank0, rank1 = w.ok_values(results, "text_grid")
+    rank0, rank1 = w.ok_values(ranks, "text_grid")
     assert not rank0["errors"] and not rank1["errors"], rank0["errors"][:2]
     assert rank0["ranks"] == [0, 1]
     models, layers, text, paired = w.text_setup()
