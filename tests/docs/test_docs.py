@@ -120,13 +120,9 @@ def test_the_docs_have_runnable_blocks():
     assert len({b.path for b in RUN_BLOCKS}) >= 4
 
 
-@pytest.mark.slow  # a few seconds: builds the whole site, API reference included
-def test_the_site_builds_without_warnings(tmp_path):
+@pytest.mark.slow  # a few seconds: builds the whole site, API reference included (once a session: built_site)
+def test_the_site_builds_without_warnings(built_site):
     """``mkdocs build --strict`` (as .ci/run runs it): every nav page exists, every link and anchor resolves."""
-    pytest.importorskip("mkdocs")
-    pytest.importorskip("mkdocstrings")
-    env = dict(docs_env(), NO_MKDOCS_2_WARNING="1")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    site, done = built_site
     assert done.returncode == 0, done.stderr[-4000:]
-    assert (tmp_path / "site" / "index.html").read_text(encoding="utf-8").count('href="getting-started/"') >= 1
+    assert (site / "index.html").read_text(encoding="utf-8").count('href="getting-started/"') >= 1

@@ -13,8 +13,6 @@ import html
 import importlib.util
 import json
 import re
-import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -265,12 +263,8 @@ def test_iri_page_tables_come_from_the_package():
 # ---- the built site (slow: builds it) ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    pytest.importorskip("mkdocstrings")
-    out = tmp_path_factory.mktemp("site")
-    env = {"NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+def site(built_site) -> Path:
+    out, done = built_site
     assert done.returncode == 0, done.stderr[-4000:]
     return out
 
