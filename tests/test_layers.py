@@ -9,7 +9,7 @@ import sys
 import tomllib
 
 import similarity_plugins
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, parsed
 
 _LINT = (
     "import sys\n"
@@ -47,7 +47,7 @@ def _imported_modules(path) -> set[str]:
     import ast
 
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

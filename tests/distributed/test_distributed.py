@@ -19,7 +19,7 @@ from similarity_plugins.cka.streaming import StreamingLinearCKA
 from similarity_plugins.iri import generate_iris
 from similarity_plugins.networks.parallel import World, shard_range
 from tests.helpers import dist_workers as w
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, parsed
 
 # the ranks run on one intra-op thread (dist_workers._worker); the single-process references must too, or
 # bit-identity checks compare different float reduction orders
@@ -86,7 +86,7 @@ def _package_imports(folder: str) -> set[str]:
     root = ROOT / "similarity_plugins" / folder
     found = set()
     for path in root.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
                 found.add(node.module.split(".")[0])
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("similarity_plugins."):

@@ -20,7 +20,7 @@ import markdown
 import pytest
 import yaml
 
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, parsed
 
 ROLE = re.compile(r":(?:py:)?(?:class|func|mod|data|meth|attr|exc|obj):`")
 SHOWN_ROLE = re.compile(r":(?:py:)?(?:class|func|mod|data|meth|attr|exc|obj):\s*[`~\w.]")  # as a page shows it
@@ -111,7 +111,7 @@ def docstring_roles(root: Path = ROOT) -> list[str]:
     """``file:line`` of every docstring in the package that holds a raw Sphinx role."""
     found = []
     for path in sorted((root / "similarity_plugins").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             body = getattr(node, "body", None)
             if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
                     and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str) \

@@ -1,8 +1,11 @@
-"""The repository's root and its scripts and benchmarks as importable modules."""
+"""The repository's root, its scripts and benchmarks as importable modules, and its files' syntax trees."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
+import os
 import types
 from pathlib import Path
 
@@ -15,3 +18,16 @@ def load_repo_module(relative: str, name: str) -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def parsed(path: str | os.PathLike) -> ast.Module:
+    """The syntax tree of the Python file at ``path``, parsed once a session per version of the file (several tests
+    read the whole package's trees). Shared: read it, never change it."""
+    stat = os.stat(path)
+    return _parsed(os.fspath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: str, mtime_ns: int, size: int) -> ast.Module:
+    with open(path, encoding="utf-8") as fh:
+        return ast.parse(fh.read())

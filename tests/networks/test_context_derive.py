@@ -16,7 +16,7 @@ from similarity_plugins.networks.context import SETTINGS, Context
 from similarity_plugins.networks.parallel import World
 from similarity_plugins.runner.grid.run import _local_context
 from similarity_plugins.runner.score import ArrayContext
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, parsed
 
 #: The code a plugin's ``context`` reaches: the built-in families, the services they hand it to, the example plugins.
 PLUGIN_SIDE = [*sorted((ROOT / "similarity_plugins" / "plugins").glob("*.py")),
@@ -30,7 +30,7 @@ def _members(protocol: type) -> set[str]:
 
 def _context_attributes(path: Path) -> set[str]:
     """The attributes the code in ``path`` reads of a name ``context``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     return {node.attr for node in ast.walk(tree)
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "context"}
 

@@ -13,7 +13,7 @@ from importlib.metadata import packages_distributions
 
 import tomllib
 
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, parsed
 from tests.helpers.seeding import seed_of_test
 
 SOURCES = ["tests", "benchmarks", "lab", "similarity_plugins_pytest"]
@@ -34,7 +34,7 @@ def declared_distributions() -> set[str]:
 def imported_modules(path) -> tuple[set[str], set[str]]:
     """The top-level modules a file imports (absolute imports, at any depth), and those it imports only through
     ``pytest.importorskip`` or inside a ``try`` that handles its absence."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     imported, optional = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Try) and any(_handles_missing(h.type) for h in node.handlers):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, parsed
 
 PACKAGE = ROOT / "similarity_plugins"
 
@@ -32,7 +32,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     ``from a import b`` (the submodule ``a.b`` when there is one, else ``a``) and relative imports."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -10,7 +10,7 @@ import importlib
 
 import tomllib
 
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, parsed
 
 DEVELOPER_TOOLS = {"code_size.py", "iri_identity.py"}
 BENCHMARK_HELPERS = {"conftest.py", "ratios.py"}
@@ -20,7 +20,7 @@ def package_imports(path) -> list[tuple[int, str, str | None]]:
     """``(line, module, name)`` of every absolute import from ``similarity_plugins`` in ``path`` (name None for
     ``import similarity_plugins.x``)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("similarity_plugins"):
             found += [(node.lineno, node.module, alias.name) for alias in node.names]
         elif isinstance(node, ast.Import):

@@ -10,7 +10,7 @@ import pkgutil
 from pathlib import Path
 
 import similarity_plugins
-from tests.helpers.repo import ROOT
+from tests.helpers.repo import ROOT, parsed
 
 PACKAGE = ROOT / "similarity_plugins"
 
@@ -27,7 +27,7 @@ def _imported_module(path: Path, node: ast.ImportFrom) -> str:
 def private_imports(path: Path, source: str | None = None) -> list[str]:
     """``"file:line module.name"`` for every underscore name that ``path`` imports from a module of the package
     (dunder names such as ``__version__`` are public by convention)."""
-    tree = ast.parse(source if source is not None else path.read_text(encoding="utf-8"))
+    tree = ast.parse(source) if source is not None else parsed(path)
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.ImportFrom):

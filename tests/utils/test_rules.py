@@ -20,6 +20,7 @@ from similarity_plugins.measures.common import check_positive_int
 from similarity_plugins.utils.rules import FALSE_WORDS, TRUE_WORDS, as_positive_int, split_layer_pair, truth_of
 from similarity_plugins.utils.text import parse_value
 from similarity_plugins.utils.value_rules import BOOLEAN, POSITIVE_INT, SAMPLE_LIMIT
+from tests.helpers.repo import parsed
 
 PACKAGE = Path(__file__).resolve().parents[2] / "similarity_plugins"
 
@@ -118,7 +119,7 @@ def test_no_other_module_writes_a_list_of_true_words():
     for path in PACKAGE.rglob("*.py"):
         if path.name == "rules.py" and path.parent.name == "utils":
             continue
-        for words in _string_tuples(ast.parse(path.read_text())):
+        for words in _string_tuples(parsed(path)):
             if {"yes", "on"} <= {w.lower() for w in words} or {"true", "1"} <= words:
                 offenders.append(str(path.relative_to(PACKAGE)))
     assert offenders == []
