@@ -374,6 +374,7 @@ def test_cycles_restart_and_stay_honest(trained):
 # ---------------------------------------------------------------------------------- the GPU script
 
 
+@pytest.mark.slow  # a lab script (lab/gpu_iri.py), not the library: its IRI paths run in the fast tests above
 def test_gpu_script_dry_run_on_cpu(tmp_path):
     """lab/gpu_iri.py cannot run its GPU path here; its CPU dry run exercises the same code."""
     import json
