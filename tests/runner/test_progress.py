@@ -104,7 +104,7 @@ def test_compare_refuses_a_bad_progress_value_before_any_work(data):
 
 
 COMPARE = ["compare", "--front", "small-cnn", "--end", "small-cnn", "--layer", "block3", "--data", "digits",
-           "--metrics", "cka-linear,stitch-hlm", "--epochs", "2", "--max-train", "128", "--max-test", "100"]
+           "--metrics", "cka-linear,stitch-hlm", "--epochs", "1", "--max-train", "64", "--max-test", "64"]
 
 
 def test_cli_into_a_pipe_draws_no_bar_unless_asked(capfd, monkeypatch):

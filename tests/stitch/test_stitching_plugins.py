@@ -102,7 +102,7 @@ def test_donors_are_bit_identical_afterwards(trained, data):
 
 def test_same_seed_same_scores(trained, data):
     twin = permuted_rescaled_copy(trained, seed=1)
-    options = {"epochs": 1, "init": "random", "lr": 1e-2, "max_train": 512}
+    options = {"epochs": 1, "init": "random", "lr": 1e-2, "max_train": 256}
     first = compare(trained, twin, "block1", data, STITCH, seed=3, options=options)
     second = compare(trained, twin, "block1", data, STITCH, seed=3, options=options)
     for a, b in zip(first, second):
