@@ -152,12 +152,17 @@ def _test_sized(monkeypatch, donors: DonorPool) -> None:
         donor_pairs=3, donor=TEST_DONOR, **TEST_SIZE)))
 
 
+def _run_test_sized(monkeypatch, donors, out, study: str, figure: str):
+    """``study STUDY --quick`` at the test size into ``out``; its checked outputs (payload, rows)."""
+    _test_sized(monkeypatch, donors)
+    assert main(["study", study, "--quick", "--out", str(out), "--no-progress"]) == 0
+    return _check_outputs(out, figure)
+
+
 @pytest.mark.slow
 def test_robustness_study_quick(tmp_path, capsys, monkeypatch, study_donors):
-    _test_sized(monkeypatch, study_donors)
+    payload, rows = _run_test_sized(monkeypatch, study_donors, tmp_path / "robustness", "robustness", "similarity.png")
     out = tmp_path / "robustness"
-    assert main(["study", "robustness", "--quick", "--out", str(out), "--no-progress"]) == 0
-    payload, rows = _check_outputs(out, "similarity.png")
     assert set(payload["pairs"]) == {"robust -> robust", "robust -> non-robust", "non-robust -> robust",
                                      "non-robust -> non-robust"}
     assert payload["meta"]["config"]["iri_seeds"] == TEST_SIZE["iri_seeds"]  # --quick ran the configuration above
@@ -168,10 +173,7 @@ def test_robustness_study_quick(tmp_path, capsys, monkeypatch, study_donors):
 
 @pytest.mark.slow
 def test_unseen_cue_study_quick(tmp_path, capsys, monkeypatch, study_donors):
-    _test_sized(monkeypatch, study_donors)
-    out = tmp_path / "unseen"
-    assert main(["study", "unseen-cue", "--quick", "--out", str(out), "--no-progress"]) == 0
-    payload, rows = _check_outputs(out, "excess.png")
+    payload, rows = _run_test_sized(monkeypatch, study_donors, tmp_path / "unseen", "unseen-cue", "excess.png")
     for layer, entry in payload["summary"].items():
         low, high = entry["difference"]["ci95"]
         assert low <= entry["difference"]["mean"] <= high
