@@ -44,7 +44,8 @@ class Option(NamedTuple):
         default: the value the metric receives when the caller gives none.
         doc: one line for ``similarity-plugins info`` and the [options tables](../options.md).
         type: what a value must be: a rule of `similarity_plugins.utils.value_rules` (``Interval(float, 0, 1)``,
-            ``OneOf(("sum", "mean"))``, ``SAMPLE_LIMIT``, ...) or ``bool``, ``int``, ``float`` or ``str``; None: the
+            ``OneOf(("sum", "mean"))``, ``SAMPLE_LIMIT``, ...) or ``bool``, ``int``, ``float`` or ``str`` (with a
+            None default, None is taken too: the metric's "not given"); None: the
             type of the default (a bool takes yes/no values, an int whole numbers, a float numbers, a str text;
             any other default, None included, takes any value).
     """

@@ -23,7 +23,8 @@ _PLAIN: dict[type, ValueRule] = {bool: BOOLEAN, int: Interval(int), float: Inter
 def option_rule(declared: Any, default: Any) -> ValueRule | None:
     """The rule of an option from its declared ``type`` (a `ValueRule`, or ``bool``, ``int``, ``float``, ``str``).
 
-    ``float`` takes any number but NaN (infinities included). Without a declared type, the default's type stands for
+    ``float`` takes any number but NaN (infinities included). A plain type whose default is None takes None too (the
+    metric's "not given"). Without a declared type, the default's type stands for
     it (a bool default takes yes/no values, an int whole numbers, a float numbers, a str text), and None is taken as
     well, as for any undeclared option; a default of any other type (None included) leaves the option unchecked
     (None is returned).
@@ -37,7 +38,7 @@ def option_rule(declared: Any, default: Any) -> ValueRule | None:
         if declared not in _PLAIN:
             raise TypeError(f"an option's type must be a rule of similarity_plugins.utils.value_rules or one of bool, "
                             f"int, float, str; got {declared!r}")
-        return _PLAIN[declared]
+        return OrNone(_PLAIN[declared]) if default is None else _PLAIN[declared]  # None: the metric's "auto"
     kinds = ((bool, bool), (numbers.Integral, int), (numbers.Real, float), (str, str))
     kind = next((plain for kind, plain in kinds if isinstance(default, kind)), None)
     return None if kind is None else OrNone(_PLAIN[kind])

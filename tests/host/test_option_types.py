@@ -54,3 +54,21 @@ def test_an_invalid_value_for_every_option_of_every_metric_gets_its_rules_messag
             assert row.score is None and row.error == f"ValueError: {message}", (name, option, row.error)
             # the command line checks by the same rules before any work
             assert check_option_values(options[name], infos[name].option_types) == message
+
+
+def test_a_plain_type_with_a_none_default_takes_none_and_refuses_other_types():
+    from similarity_plugins.host.contract import Option, read_options
+
+    class Auto(sp.MetricPlugin):
+        options = [Option("k", None, "neighbours; None picks them", int)]
+
+        @sp.hookimpl
+        def similarity(self, options):
+            return float(options["k"] or 0)
+
+    (k,) = read_options(Auto.options, "auto-k")  # the None default is the metric's "not given", not a breach
+    assert k.type.check("k", None) is None and k.type.check("k", 3) == 3
+    with pytest.raises(ValueError, match="option k must be"):
+        k.type.check("k", "three")
+    with pytest.raises(TypeError, match="breaks its own type"):  # a default that is not None is still checked
+        read_options([Option("k", "three", "", int)], "bad-k")
