@@ -161,8 +161,8 @@ def _run_test_sized(monkeypatch, donors, out, study: str, figure: str):
 
 @pytest.mark.slow
 def test_robustness_study_quick(tmp_path, capsys, monkeypatch, study_donors):
-    payload, rows = _run_test_sized(monkeypatch, study_donors, tmp_path / "robustness", "robustness", "similarity.png")
     out = tmp_path / "robustness"
+    payload, rows = _run_test_sized(monkeypatch, study_donors, out, "robustness", "similarity.png")
     assert set(payload["pairs"]) == {"robust -> robust", "robust -> non-robust", "non-robust -> robust",
                                      "non-robust -> non-robust"}
     assert payload["meta"]["config"]["iri_seeds"] == TEST_SIZE["iri_seeds"]  # --quick ran the configuration above
